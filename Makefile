@@ -1,0 +1,309 @@
+# rmsnormd - one Makefile for everything.  `make` builds under build/,
+# `make test` runs every suite, `make demo` shows the daemon working.
+#
+# Knobs (every one of them lives here):
+#   DEBUG=1        -O0 -g3, assertions on
+#   ASAN=1 UBSAN=1 sanitizers (objects go to build/san so they never mix)
+#   V=1            print full commands
+#   WERROR=1       warnings are errors (CI)
+#   CUDA=0         build without the CUDA Toolkit even where it exists
+#   NVCC_GENCODE=  override the CUDA targets (default sm_80, sm_90 + compute_90 PTX)
+#   CUDA_HOME=     where the CUDA Toolkit lives (else /usr/local/cuda, else nvcc on PATH)
+#   PREFIX= DESTDIR=  for `make install`
+
+.SUFFIXES:
+.DELETE_ON_ERROR:
+SHELL := /bin/bash
+
+VERSION := 0.1.0
+PREFIX ?= /usr/local
+SOVERSION := 0
+
+# ---- dependencies ----------------------------------------------------------
+# Debian package names; `make deps` installs the missing ones as root.
+DEB_PKGS := libuv1-dev libnanomsg-dev libmsgpack-dev libsystemd-dev libcmocka-dev \
+            pkg-config clang libclang-rt-14-dev python3-pytest valgrind systemd
+PC_MODS := libuv nanomsg msgpack libsystemd cmocka
+DEPS_OK := $(shell pkg-config --exists $(PC_MODS) 2>/dev/null && echo yes)
+
+# ---- build configuration ---------------------------------------------------
+ifneq ($(ASAN)$(UBSAN),)
+BUILD ?= build/san
+else
+BUILD ?= build
+endif
+
+CC ?= cc
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+
+CSTD := -std=c11 -D_GNU_SOURCE
+WARN := -Wall -Wextra -Wstrict-prototypes -Wmissing-prototypes -Wshadow -Wno-unused-parameter
+ifeq ($(DEBUG),1)
+OPT := -O0 -g3
+else
+OPT := -O2 -g -DNDEBUG
+endif
+SAN :=
+ifeq ($(ASAN),1)
+SAN += -fsanitize=address -fno-omit-frame-pointer
+endif
+ifeq ($(UBSAN),1)
+SAN += -fsanitize=undefined -fno-sanitize-recover=undefined
+endif
+ifeq ($(WERROR),1)
+WARN += -Werror
+endif
+
+ifeq ($(DEPS_OK),yes)
+PC_CFLAGS := $(shell pkg-config --cflags $(PC_MODS))
+LIBUV := $(shell pkg-config --libs libuv)
+LIBNN := $(shell pkg-config --libs nanomsg)
+LIBMP := $(shell pkg-config --libs msgpack)
+LIBSD := $(shell pkg-config --libs libsystemd)
+LIBCMOCKA := $(shell pkg-config --libs cmocka)
+endif
+
+INCLUDES := -Iproto -Ikernels -Iclient -Idaemon -Itests
+CFLAGS_ALL := $(CSTD) $(OPT) $(WARN) $(SAN) -fPIC -pthread $(INCLUDES) $(PC_CFLAGS) \
+              -DRN_VERSION='"$(VERSION)"' $(CFLAGS)
+LDFLAGS_ALL := $(SAN) -pthread $(LDFLAGS)
+
+# ---- CUDA ------------------------------------------------------------------
+ifneq ($(CUDA),0)
+ifneq ($(CUDA_HOME),)
+NVCC := $(wildcard $(CUDA_HOME)/bin/nvcc)
+endif
+ifeq ($(NVCC),)
+NVCC := $(wildcard /usr/local/cuda/bin/nvcc)
+endif
+ifeq ($(NVCC),)
+NVCC := $(shell command -v nvcc 2>/dev/null)
+endif
+endif
+ifneq ($(NVCC),)
+HAVE_CUDA := 1
+CUDA_ROOT := $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_INC := -I$(CUDA_ROOT)/include
+CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_ROOT)/lib64 $(CUDA_ROOT)/lib))
+# Static cudart: the binaries run on a GPU host without a matching toolkit and
+# on a CPU-only host (where CUDA simply reports no device).
+LIBCUDART := -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt
+NVCC_GENCODE ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
+                -gencode=arch=compute_90,code=compute_90
+NVCC_OPT := $(if $(filter 1,$(DEBUG)),-O0 -g -lineinfo,-O3 -lineinfo)
+NVCCFLAGS_ALL := -std=c++17 $(NVCC_OPT) $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall -Ikernels \
+                 --expt-relaxed-constexpr $(NVCCFLAGS)
+else
+HAVE_CUDA :=
+endif
+
+ifeq ($(V),1)
+Q :=
+say = @true
+else
+Q := @
+say = @printf '  %-7s %s\n' $(1) $(2)
+endif
+
+# ---- sources -----------------------------------------------------------------
+# Every folder's sources are picked up by wildcard: adding a file needs no edit
+# here.  Naming rules:
+#   daemon/*_cuda.c, client/*_cuda.c   only built with a CUDA Toolkit
+#   client/rmsnormctl*.c               the CLI; the rest of client/ is libclient
+#   tests/<suite>/test_*.c             one test binary each (cmocka)
+#   tests/<suite>/prog_*.c             helper programs the tests run
+#   tests/<suite>/<other>.c            shared code linked into that suite's binaries
+#   bench/*.c                          one benchmark program each
+cuda_filter = $(if $(HAVE_CUDA),$(1),$(filter-out %_cuda.c,$(1)))
+
+PROTO_SRC := $(wildcard proto/*.c)
+KCPU_SRC := $(wildcard kernels/*.c)
+KCU_SRC := $(if $(HAVE_CUDA),$(wildcard kernels/*.cu))
+DAEMON_SRC := $(call cuda_filter,$(wildcard daemon/*.c))
+CLIENT_ALL := $(call cuda_filter,$(wildcard client/*.c))
+CTL_SRC := $(filter client/rmsnormctl%.c,$(CLIENT_ALL))
+CLIENT_SRC := $(filter-out client/rmsnormctl%.c,$(CLIENT_ALL))
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(filter %.c,$(1))) \
+      $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(filter %.cu,$(1)))
+
+LIBPROTO := $(BUILD)/libproto.a
+LIBKCPU := $(BUILD)/librnk_cpu.a
+LIBKCUDA := $(if $(HAVE_CUDA),$(BUILD)/librnk_cuda.a)
+LIBCLIENT_A := $(BUILD)/librmsnorm_client.a
+LIBCLIENT_SO := $(BUILD)/librmsnorm_client.so.$(VERSION)
+RMSNORMD := $(BUILD)/rmsnormd
+RMSNORMCTL := $(BUILD)/rmsnormctl
+PUBLIC_H := $(BUILD)/include/rmsnorm_client.h
+
+CUDA_DEFS := $(if $(HAVE_CUDA),-DRN_HAVE_CUDA=1 $(CUDA_INC))
+KLIBS := $(LIBKCPU) $(LIBKCUDA) $(if $(HAVE_CUDA),$(LIBCUDART) -lstdc++)
+SYSLIBS := -lm -lrt -ldl
+
+TEST_SUITES := unit integration gpu
+suite_dir = tests/$(1)
+suite_shared = $(filter-out tests/$(1)/test_%.c tests/$(1)/prog_%.c,$(call cuda_filter,$(wildcard tests/$(1)/*.c)))
+suite_tests = $(patsubst tests/$(1)/%.c,$(BUILD)/tests/$(1)/%,$(call cuda_filter,$(wildcard tests/$(1)/test_*.c)))
+suite_progs = $(patsubst tests/$(1)/%.c,$(BUILD)/tests/$(1)/%,$(call cuda_filter,$(wildcard tests/$(1)/prog_*.c)))
+
+UNIT_BINS := $(call suite_tests,unit) $(call suite_progs,unit)
+INTEG_BINS := $(call suite_tests,integration) $(call suite_progs,integration)
+GPU_BINS := $(if $(HAVE_CUDA),$(call suite_tests,gpu) $(call suite_progs,gpu))
+BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(call cuda_filter,$(wildcard bench/*.c)))
+FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/replay_%,$(FUZZ_SRC))
+
+ALL_BINS := $(RMSNORMD) $(RMSNORMCTL) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(PUBLIC_H) \
+            $(BUILD)/rmsnorm-client.pc $(UNIT_BINS) $(INTEG_BINS) $(GPU_BINS) \
+            $(BENCH_BINS) $(FUZZ_REPLAY)
+
+# ---- top-level targets -----------------------------------------------------
+.PHONY: all deps test test-unit test-integration test-gpu demo run fuzz clean install \
+        cuda-note format
+
+ifneq ($(DEPS_OK),yes)
+# Something is missing: install it, then re-run the same goal with a fresh
+# pkg-config view of the system.
+all test test-unit test-integration test-gpu demo run fuzz install:
+	@$(MAKE) --no-print-directory deps
+	@$(MAKE) --no-print-directory $@
+else
+all: cuda-note $(ALL_BINS)
+endif
+
+cuda-note:
+ifeq ($(HAVE_CUDA),)
+	@echo "note: no CUDA Toolkit found (CUDA_HOME, /usr/local/cuda, nvcc on PATH): building the CPU-only parts"
+endif
+
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then echo "deps: all present"; exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  echo "deps: missing:$$missing"; \
+	  echo "deps: run as root:  apt-get update && apt-get install -y$$missing"; exit 1; \
+	fi; \
+	echo "deps: installing$$missing"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null && \
+	echo "deps: installed$$missing"
+
+test: all
+	@tests/run.sh $(BUILD)
+
+test-unit: all
+	@tests/run.sh $(BUILD) unit fuzz
+
+test-integration: all
+	@tests/run.sh $(BUILD) integration python
+
+test-gpu: all
+	@tests/run.sh $(BUILD) gpu
+
+demo: all
+	@tests/demo.sh $(BUILD)
+
+run: all
+	$(RMSNORMD) --backend auto
+
+clean:
+	rm -rf build
+
+format:
+	clang-format -i $(wildcard proto/*.[ch] kernels/*.[ch] kernels/*.cu daemon/*.[ch] client/*.[ch] tests/*/*.[ch] bench/*.c)
+
+# ---- compile rules -------------------------------------------------------------
+$(BUILD)/obj/%.o: %.c
+	$(call say,CC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS_ALL) $(CUDA_DEFS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu
+	$(call say,NVCC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(NVCC) $(NVCCFLAGS_ALL) -MMD -MP -c $< -o $@
+
+$(LIBPROTO): $(call obj,$(PROTO_SRC))
+$(LIBKCPU): $(call obj,$(KCPU_SRC))
+$(BUILD)/librnk_cuda.a: $(call obj,$(KCU_SRC))
+$(LIBCLIENT_A): $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
+$(BUILD)/%.a:
+	$(call say,AR,$@)
+	@mkdir -p $(@D)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+# libclient: hidden visibility, only RN_EXPORT symbols leave the .so.
+$(BUILD)/obj/client/%.o: CFLAGS_ALL += -fvisibility=hidden -DRN_BUILDING_CLIENT
+$(LIBCLIENT_SO): $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
+	$(call say,LD,$@)
+	$(Q)$(CC) -shared -Wl,-soname,librmsnorm_client.so.$(SOVERSION) -Wl,--no-undefined \
+	    -o $@ $^ $(LDFLAGS_ALL) $(LIBNN) $(LIBMP) $(SYSLIBS)
+	$(Q)ln -sf librmsnorm_client.so.$(VERSION) $(BUILD)/librmsnorm_client.so.$(SOVERSION)
+	$(Q)ln -sf librmsnorm_client.so.$(SOVERSION) $(BUILD)/librmsnorm_client.so
+
+# The installed header is rmsnorm_client.h with rn_wire.h folded in, so a
+# worker includes exactly one file.
+$(PUBLIC_H): client/rmsnorm_client.h proto/rn_wire.h
+	@mkdir -p $(@D)
+	$(Q)awk '/^#include "rn_wire.h"/ { while ((getline l < "proto/rn_wire.h") > 0) print l; next } { print }' \
+	    client/rmsnorm_client.h > $@
+
+$(BUILD)/rmsnorm-client.pc: client/rmsnorm-client.pc.in
+	@mkdir -p $(@D)
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
+
+$(RMSNORMD): $(call obj,$(DAEMON_SRC)) $(LIBPROTO) $(LIBKCPU) $(LIBKCUDA)
+	$(call say,LD,$@)
+	$(Q)$(CC) -o $@ $(call obj,$(DAEMON_SRC)) $(LIBPROTO) $(KLIBS) $(LDFLAGS_ALL) \
+	    $(LIBUV) $(LIBNN) $(LIBMP) $(LIBSD) $(SYSLIBS)
+
+$(RMSNORMCTL): $(call obj,$(CTL_SRC)) $(LIBCLIENT_A) $(LIBKCPU)
+	$(call say,LD,$@)
+	$(Q)$(CC) -o $@ $(call obj,$(CTL_SRC)) $(LIBCLIENT_A) $(LIBKCPU) $(LDFLAGS_ALL) \
+	    $(LIBNN) $(LIBMP) $(SYSLIBS)
+
+# Test and bench programs link everything a test may need; the linker keeps
+# only what is used.
+TEST_LIBS = $(LIBCLIENT_A) $(LIBPROTO) $(KLIBS) $(LDFLAGS_ALL) $(LIBCMOCKA) $(LIBUV) \
+            $(LIBNN) $(LIBMP) $(LIBSD) $(SYSLIBS)
+define suite_rules
+$(BUILD)/tests/$(1)/%: $(BUILD)/obj/tests/$(1)/%.o $(call obj,$(call suite_shared,$(1))) \
+                       $(LIBCLIENT_A) $(LIBPROTO) $(LIBKCPU) $(LIBKCUDA)
+	$$(call say,LD,$$@)
+	@mkdir -p $$(@D)
+	$(Q)$(CC) -o $$@ $$< $(call obj,$(call suite_shared,$(1))) $$(TEST_LIBS)
+endef
+$(foreach s,$(TEST_SUITES),$(eval $(call suite_rules,$(s))))
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBCLIENT_A) $(LIBPROTO) $(LIBKCPU) $(LIBKCUDA)
+	$(call say,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) -o $@ $< $(TEST_LIBS)
+
+# Fuzz harnesses: a replay build (normal compiler, a main that feeds files to
+# the harness) that `make test` runs over the corpus and the regressions, and
+# the libFuzzer build that `make fuzz` runs.
+$(BUILD)/tests/fuzz/replay_%: $(BUILD)/obj/tests/fuzz/%.o $(BUILD)/obj/tests/fuzz/replay_main.o $(LIBPROTO)
+	$(call say,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) -o $@ $^ $(LDFLAGS_ALL) $(LIBMP) $(SYSLIBS)
+
+FUZZ_CFLAGS := $(CSTD) -O1 -g -fsanitize=fuzzer,address,undefined $(INCLUDES) $(PC_CFLAGS)
+FUZZ_TIME ?= 600
+build/fuzz/%: tests/fuzz/%.c $(PROTO_SRC)
+	@mkdir -p $(@D)
+	$(Q)clang $(FUZZ_CFLAGS) -o $@ $< $(PROTO_SRC) $(LIBMP) -lm
+
+fuzz: $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRC))
+	@for f in $^; do \
+	  name=$$(basename $$f); mkdir -p build/fuzz/corpus-$$name; \
+	  echo "fuzz: $$name for $(FUZZ_TIME) s (new inputs in build/fuzz/corpus-$$name)"; \
+	  $$f -max_total_time=$(FUZZ_TIME) -print_final_stats=1 -max_len=4096 \
+	      -artifact_prefix=build/fuzz/ build/fuzz/corpus-$$name tests/fuzz/corpus || exit 1; \
+	done
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

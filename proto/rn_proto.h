@@ -1,0 +1,287 @@
+/*
+ * rn_proto.h - rmsnormd's wire protocol: message structs, pure encode/decode
+ * (bytes in, struct or error out; no I/O, no logging, no global state) and the
+ * validation helpers the daemon applies to a decoded BWD request.
+ *
+ * proto/ depends on msgpack-c and on nothing else of ours except rn_wire.h.
+ * The specification is proto/PROTOCOL.md; where this header and it differ,
+ * one of them is wrong.
+ *
+ * Internal (non-static) names in proto/ use the prefix rnp_.
+ */
+#ifndef RN_PROTO_H
+#define RN_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rn_wire.h"
+
+#define RNP_VERSION 1u           /* protocol version this code speaks */
+#define RNP_MAX_MSG (64u * 1024) /* largest valid message, bytes (NN_RCVMAXSIZE) */
+#define RNP_MAX_DEPTH 4          /* nesting limit of maps/arrays */
+#define RNP_MAX_NAME 64          /* client name, device name, backend: bytes incl. NUL */
+#define RNP_MAX_SHM_NAME 250     /* POSIX shm name incl. leading '/', excl. NUL */
+#define RNP_MAX_ERRMSG 200       /* error message bytes incl. NUL */
+#define RNP_IPC_HANDLE_BYTES 64  /* cudaIpcMemHandle_t / cudaIpcEventHandle_t */
+#define RNP_UUID_BYTES 16
+#define RNP_SESSION_BYTES 16     /* 128-bit session capability */
+#define RNP_MAX_EVENTS 16        /* ready/done event ring size limit */
+#define RNP_MAX_STATS 96         /* counters in a STATS reply */
+#define RNP_MAX_HISTS 8          /* histograms in a STATS reply */
+#define RNP_MAX_REASONS 8        /* HEALTH reasons */
+#define RNP_STAT_NAME 48         /* counter/histogram name bytes incl. NUL */
+#define RNP_REASON_LEN 120       /* HEALTH reason bytes incl. NUL */
+
+/* An error with a one-line message that names the field, e.g.
+ * code RN_BAD_TYPE, msg "bwd.n: expected unsigned integer". */
+typedef struct rnp_error {
+    int code;                  /* rn_status */
+    char msg[RNP_MAX_ERRMSG];
+} rnp_error;
+
+/* Sets err (if not NULL) and returns code.  printf-style. */
+int rnp_fail(rnp_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The error table, as text. */
+const char *rnp_strerror(int code);  /* "tensor extends past ..." ; never NULL */
+const char *rnp_err_name(int code);  /* "OUT_OF_BOUNDS"; "UNKNOWN" if not in table */
+const char *rnp_op_name(int op);     /* "bwd"; "unknown" */
+const char *rnp_dtype_name(int dt);  /* "bf16"; "none"; "invalid" */
+size_t rnp_dtype_size(int dt);       /* bytes per element; 0 for NONE/invalid */
+
+/* Typed ids on the wire. */
+typedef struct rnp_session { uint8_t b[RNP_SESSION_BYTES]; } rnp_session;
+typedef struct rnp_region_id { uint32_t id; } rnp_region_id;  /* 0 is never valid */
+
+/* ---- requests ----------------------------------------------------------- */
+
+typedef struct rnp_hello_req {
+    char client_name[RNP_MAX_NAME];
+    uint32_t pid;                  /* client's pid, watched by the daemon */
+} rnp_hello_req;
+
+typedef enum rnp_region_kind {
+    RNP_REGION_SHM = 1,            /* POSIX shared memory object */
+    RNP_REGION_CUDA_IPC = 2,       /* cudaIpcMemHandle_t of a cudaMalloc allocation */
+} rnp_region_kind;
+
+typedef struct rnp_register_req {
+    rnp_session session;
+    uint32_t kind;                 /* rnp_region_kind */
+    uint64_t size;                 /* bytes the client claims the region has */
+    char shm_name[RNP_MAX_SHM_NAME + 1];                 /* kind == SHM */
+    uint8_t ipc_handle[RNP_IPC_HANDLE_BYTES];            /* kind == CUDA_IPC */
+    uint8_t device_uuid[RNP_UUID_BYTES];                 /* kind == CUDA_IPC */
+} rnp_register_req;
+
+typedef struct rnp_unregister_req {
+    rnp_session session;
+    rnp_region_id region;
+} rnp_unregister_req;
+
+typedef struct rnp_events_req {
+    rnp_session session;
+    uint32_t n;                    /* 1..RNP_MAX_EVENTS */
+    uint8_t ready[RNP_MAX_EVENTS][RNP_IPC_HANDLE_BYTES];  /* cudaIpcEventHandle_t */
+    uint8_t device_uuid[RNP_UUID_BYTES];
+} rnp_events_req;
+
+/* One tensor: a region, a byte offset into it, and a row stride in elements. */
+typedef struct rnp_tensor {
+    rnp_region_id region;
+    uint64_t offset;               /* bytes from the start of the region */
+    uint64_t stride;               /* elements between rows; >= N (ignored for 1-D) */
+} rnp_tensor;
+
+typedef enum rnp_mode { RNP_MODE_ASYNC = 0, RNP_MODE_SYNC = 1 } rnp_mode;
+typedef enum rnp_ordering { RNP_ORDER_EVENTS = 0 } rnp_ordering;  /* room for stream-memops */
+
+typedef struct rnp_bwd_req {
+    rnp_session session;
+    uint64_t seq;                  /* per session, increasing; dedupes REQ re-sends */
+    uint64_t m;                    /* rows, >= 0 */
+    uint32_t n;                    /* columns, >= 1 */
+    uint8_t x_dtype, dy_dtype, dx_dtype;          /* F32/F16/BF16 */
+    uint8_t w_dtype;                              /* NONE when no weight */
+    uint8_t dres_dtype;                           /* NONE when no dresidual_out */
+    uint8_t dw_dtype;                             /* NONE when dw not wanted */
+    rnp_tensor x, dy, dx;          /* [m, n] with row strides */
+    bool has_w, has_rstd, has_dres, has_dw;
+    rnp_tensor w;                  /* [n] */
+    rnp_tensor rstd;               /* [m] fp32; absent: recomputed from x with eps */
+    rnp_tensor dres;               /* [m, n] with row stride */
+    rnp_tensor dw;                 /* [n] */
+    float eps;
+    float weight_offset;
+    int32_t ready_slot;            /* -1: no event to wait on (CPU backend) */
+    uint32_t mode;                 /* rnp_mode */
+    uint32_t ordering;             /* rnp_ordering */
+} rnp_bwd_req;
+
+typedef struct rnp_request {
+    uint32_t version;              /* envelope "v" */
+    uint32_t op;                   /* rn_op */
+    uint64_t id;                   /* request id, echoed in the reply */
+    union {
+        rnp_hello_req hello;
+        rnp_register_req reg;
+        rnp_unregister_req unreg;
+        rnp_events_req events;
+        rnp_bwd_req bwd;
+        rnp_session bye;           /* BYE: the session to end */
+        /* PING, HEALTH, STATS: no body */
+    } u;
+} rnp_request;
+
+/* ---- replies ------------------------------------------------------------ */
+
+typedef struct rnp_limits {
+    uint32_t max_sessions;
+    uint32_t max_regions;          /* per session */
+    uint32_t max_inflight;         /* per session */
+    uint32_t max_inflight_total;
+    uint64_t max_m;
+    uint32_t max_n;
+    uint32_t max_msg;              /* bytes */
+    uint32_t event_slots;          /* max ready/done ring size */
+} rnp_limits;
+
+typedef struct rnp_hello_rep {
+    rnp_session session;
+    char daemon_version[RNP_MAX_NAME];
+    char backend[RNP_MAX_NAME];    /* "cpu" or "cuda" */
+    char device_name[RNP_MAX_NAME];
+    uint8_t device_uuid[RNP_UUID_BYTES];   /* zero for the CPU backend */
+    uint32_t sm_count;             /* CPU backend: worker threads */
+    uint32_t cc_major, cc_minor;   /* CPU backend: 0, 0 */
+    bool mps;                      /* daemon is an MPS client */
+    rnp_limits limits;
+} rnp_hello_rep;
+
+typedef struct rnp_register_rep { rnp_region_id region; } rnp_register_rep;
+
+typedef struct rnp_events_rep {
+    uint32_t n;
+    uint8_t done[RNP_MAX_EVENTS][RNP_IPC_HANDLE_BYTES];
+} rnp_events_rep;
+
+typedef struct rnp_bwd_rep {
+    uint64_t seq;
+    int32_t done_slot;             /* -1 for the CPU backend / sync mode */
+    uint64_t queue_ns;             /* receipt to start of compute */
+    uint64_t compute_ns;           /* sync/CPU: kernel or twin time; async: 0 */
+} rnp_bwd_rep;
+
+typedef enum rnp_health_state {
+    RNP_HEALTH_OK = 0, RNP_HEALTH_DEGRADED = 1, RNP_HEALTH_FAILING = 2,
+} rnp_health_state;
+
+typedef struct rnp_health_rep {
+    uint32_t state;                /* rnp_health_state */
+    bool mps;
+    char backend[RNP_MAX_NAME];
+    uint32_t nreasons;
+    char reasons[RNP_MAX_REASONS][RNP_REASON_LEN];
+} rnp_health_rep;
+
+typedef struct rnp_stat { char name[RNP_STAT_NAME]; uint64_t value; } rnp_stat;
+
+/* A latency histogram summarised from log-scale buckets, nanoseconds. */
+typedef struct rnp_hist {
+    char name[RNP_STAT_NAME];
+    uint64_t count, p50, p90, p99, max;
+} rnp_hist;
+
+typedef struct rnp_stats_rep {
+    char backend[RNP_MAX_NAME];
+    char device[RNP_MAX_NAME];
+    uint32_t nstats;
+    rnp_stat stats[RNP_MAX_STATS];   /* e.g. "requests.bwd", "errors.OUT_OF_BOUNDS" */
+    uint32_t nhists;
+    rnp_hist hists[RNP_MAX_HISTS];   /* "queue", "compute", "total" */
+} rnp_stats_rep;
+
+typedef struct rnp_ping_rep { uint64_t daemon_time_ns; } rnp_ping_rep;
+
+typedef struct rnp_reply {
+    uint32_t version;
+    uint32_t op;                   /* the request's op */
+    uint64_t id;                   /* the request's id */
+    int32_t status;                /* rn_status; 0 = success */
+    char error[RNP_MAX_ERRMSG];    /* one line naming the field, when status != 0 */
+    union {
+        rnp_hello_rep hello;
+        rnp_register_rep reg;
+        rnp_events_rep events;
+        rnp_bwd_rep bwd;
+        rnp_health_rep health;
+        rnp_stats_rep stats;
+        rnp_ping_rep ping;
+        /* UNREGISTER, BYE: no body */
+    } u;
+} rnp_reply;
+
+/* ---- encode / decode ---------------------------------------------------- */
+
+/*
+ * Encode into buf (capacity cap).  On success returns 0 and sets *len.
+ * Returns RN_TOO_BIG if cap is too small, RN_INVALID_ARGUMENT for a struct
+ * that cannot be encoded (unknown op, over a limit).  No allocation escapes.
+ */
+int rnp_encode_request(const rnp_request *req, void *buf, size_t cap, size_t *len,
+                       rnp_error *err);
+int rnp_encode_reply(const rnp_reply *rep, void *buf, size_t cap, size_t *len,
+                     rnp_error *err);
+
+/*
+ * Decode untrusted bytes.  Returns 0 and fills *out, or an rn_status with err
+ * naming the field.  Never allocates more than a small multiple of len;
+ * requires exactly one msgpack object and no trailing bytes.  *out is
+ * written only on success... except that on failure out->op and out->id are
+ * set when they could be read, so the daemon can address its error reply.
+ */
+int rnp_decode_request(const void *buf, size_t len, rnp_request *out, rnp_error *err);
+int rnp_decode_reply(const void *buf, size_t len, rnp_reply *out, rnp_error *err);
+
+/* Fill a reply header for req with an error.  Convenience for the daemon. */
+void rnp_reply_error(rnp_reply *rep, const rnp_request *req, int code, const char *msg);
+
+/* ---- validation --------------------------------------------------------- */
+
+/* The byte range a tensor of a BWD request occupies inside its region. */
+typedef struct rnp_span {
+    uint32_t region;
+    uint64_t begin, end;           /* [begin, end) bytes; begin == end for an empty tensor */
+} rnp_span;
+
+/* Per-tensor spans of a validated BWD request, indexed by rnp_tensor_index. */
+enum rnp_tensor_index { RNP_T_X, RNP_T_DY, RNP_T_DX, RNP_T_W, RNP_T_RSTD, RNP_T_DRES,
+                        RNP_T_DW, RNP_T_COUNT };
+typedef struct rnp_bwd_plan {
+    bool present[RNP_T_COUNT];
+    rnp_span span[RNP_T_COUNT];
+    uint64_t bytes;                /* bytes the kernel reads and writes (for stats) */
+} rnp_bwd_plan;
+
+/*
+ * Looks up a region's size for validation; returns false if the region does
+ * not exist (in the caller's session).
+ */
+typedef bool (*rnp_region_size_fn)(void *ctx, uint32_t region, uint64_t *size);
+
+/*
+ * Validate a decoded BWD request against the daemon's limits and the
+ * session's regions: dtypes, shape limits, strides (>= n), every tensor's
+ * extent inside its region with overflow-checked arithmetic, alignment of
+ * offsets and strides to the element size, and aliasing (dx may alias dy
+ * exactly; no other output may overlap any input or output).  Returns 0 and
+ * fills *plan, or an rn_status with err naming the field.
+ */
+int rnp_validate_bwd(const rnp_bwd_req *req, const rnp_limits *lim,
+                     rnp_region_size_fn region_size, void *ctx,
+                     rnp_bwd_plan *plan, rnp_error *err);
+
+#endif /* RN_PROTO_H */
