@@ -229,7 +229,11 @@ typedef struct rnp_reply {
 /*
  * Encode into buf (capacity cap).  On success returns 0 and sets *len.
  * Returns RN_TOO_BIG if cap is too small, RN_INVALID_ARGUMENT for a struct
- * that cannot be encoded (unknown op, over a limit).  No allocation escapes.
+ * that cannot be encoded (unknown op, over a limit, a string not terminated
+ * inside its array).  Nothing is allocated.  Values are not range-checked, so
+ * tests can encode requests that the daemon must reject.  Optional bwd
+ * fields at their defaults (see rnp_decode_request) are left out; an error
+ * reply (status != 0) carries "error" and no body.
  */
 int rnp_encode_request(const rnp_request *req, void *buf, size_t cap, size_t *len,
                        rnp_error *err);
@@ -238,10 +242,18 @@ int rnp_encode_reply(const rnp_reply *rep, void *buf, size_t cap, size_t *len,
 
 /*
  * Decode untrusted bytes.  Returns 0 and fills *out, or an rn_status with err
- * naming the field.  Never allocates more than a small multiple of len;
- * requires exactly one msgpack object and no trailing bytes.  *out is
- * written only on success... except that on failure out->op and out->id are
- * set when they could be read, so the daemon can address its error reply.
+ * naming the field.  Never allocates anything; requires exactly one msgpack
+ * object and no trailing bytes.  *out is written only on success... except
+ * that on failure out->op and out->id are always set: to the message's
+ * top-level "op" and "id" when they could be read as unsigned integers, else
+ * to 0, so the daemon can address its error reply.
+ *
+ * Requests are strict (unknown keys: RN_UNKNOWN_FIELD); replies skip unknown
+ * keys.  A decoded bwd request has ready_slot -1, weight_offset 0, mode and
+ * ordering 0 where the keys were absent, and has_X false with X and X_dtype
+ * zero for each absent optional tensor.  Range checks of enumerations (dtype
+ * 0..3, region kind, mode, ready slot) happen here; shapes, strides, regions
+ * and the consistency of dtypes are rnp_validate_bwd's.
  */
 int rnp_decode_request(const void *buf, size_t len, rnp_request *out, rnp_error *err);
 int rnp_decode_reply(const void *buf, size_t len, rnp_reply *out, rnp_error *err);
@@ -279,6 +291,24 @@ typedef bool (*rnp_region_size_fn)(void *ctx, uint32_t region, uint64_t *size);
  * offsets and strides to the element size, and aliasing (dx may alias dy
  * exactly; no other output may overlap any input or output).  Returns 0 and
  * fills *plan, or an rn_status with err naming the field.
+ *
+ * Rules in detail (PROTOCOL.md, "BWD validation", is the specification):
+ *  - x, dy, dx: f32/f16/bf16.  w, dres, dw: present exactly when their dtype
+ *    is not NONE (has_X), then f32/f16/bf16.  dw needs w, and is f32 or
+ *    w_dtype.  rstd is always f32.                          RN_INVALID_ARGUMENT
+ *  - 1 <= n (RN_INVALID_ARGUMENT); n <= lim->max_n, m <= lim->max_m
+ *    (RN_TOO_LARGE; a limit of 0 means no limit).  m == 0 is a valid no-op,
+ *    but its regions and offsets are still checked.
+ *  - x, dy, dx, dres: stride >= n (elements).               RN_INVALID_ARGUMENT
+ *  - region id 0 or unknown to region_size:                 RN_UNKNOWN_REGION
+ *  - offset a multiple of the element size (the stride, in elements, needs
+ *    no check):                                             RN_MISALIGNED
+ *  - offset + ((rows-1)*stride + len) * elemsize <= region size, with every
+ *    step overflow-checked (1-D: w, dw [n]; rstd [m]):      RN_OUT_OF_BOUNDS
+ *  - outputs dx and dw overlap no other tensor of the request (same region,
+ *    intersecting [begin, end) hulls), except that dx may equal dy exactly
+ *    (region, offset, stride, dtype).                        RN_ALIASING
+ * plan->bytes is the logical bytes read plus written (saturating).
  */
 int rnp_validate_bwd(const rnp_bwd_req *req, const rnp_limits *lim,
                      rnp_region_size_fn region_size, void *ctx,

@@ -49,6 +49,7 @@
     X(207, TOO_DEEP,         "message nesting exceeds the depth limit")                \
     X(208, TRAILING_BYTES,   "bytes after the end of the message")                     \
     X(209, BAD_REPLY,        "reply does not match the request")                       \
+    X(210, UNKNOWN_FIELD,    "field is not part of this message")                      \
     /* busy */                                                                         \
     X(300, BUSY,             "daemon is at a limit; retry later")                      \
     X(301, DRAINING,         "daemon is shutting down")                                \

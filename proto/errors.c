@@ -1,0 +1,87 @@
+/*
+ * errors.c - the error table and the small name tables of the protocol, as
+ * text.  Everything here is derived from the X-macros in rn_wire.h, so adding
+ * a code there is the only edit a new error needs.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rn_proto.h"
+
+int rnp_fail(rnp_error *err, int code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        err->code = code;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+const char *rnp_strerror(int code)
+{
+    switch (code) {
+#define RNP_STRERR_(c, name, msg) case c: return msg;
+        RN_ERRORS(RNP_STRERR_)
+#undef RNP_STRERR_
+    }
+    return "unknown error";
+}
+
+const char *rnp_err_name(int code)
+{
+    switch (code) {
+#define RNP_ERRNAME_(c, name, msg) case c: return #name;
+        RN_ERRORS(RNP_ERRNAME_)
+#undef RNP_ERRNAME_
+    }
+    return "UNKNOWN";
+}
+
+const char *rnp_op_name(int op)
+{
+    switch (op) {
+#define RNP_OPNAME_(c, name, str) case c: return str;
+        RN_OPS(RNP_OPNAME_)
+#undef RNP_OPNAME_
+    }
+    return "unknown";
+}
+
+const char *rnp_dtype_name(int dt)
+{
+    switch (dt) {
+    case RN_DTYPE_NONE: return "none";
+    case RN_DTYPE_F32: return "f32";
+    case RN_DTYPE_F16: return "f16";
+    case RN_DTYPE_BF16: return "bf16";
+    }
+    return "invalid";
+}
+
+size_t rnp_dtype_size(int dt)
+{
+    switch (dt) {
+    case RN_DTYPE_F32: return 4;
+    case RN_DTYPE_F16: return 2;
+    case RN_DTYPE_BF16: return 2;
+    }
+    return 0;
+}
+
+void rnp_reply_error(rnp_reply *rep, const rnp_request *req, int code, const char *msg)
+{
+    if (!rep)
+        return;
+    /* Only the header is meaningful in an error reply; clearing the body keeps
+     * an encoder from ever sending stale data. */
+    memset(rep, 0, sizeof *rep);
+    rep->version = RNP_VERSION;
+    rep->op = req ? req->op : 0;
+    rep->id = req ? req->id : 0;
+    rep->status = code;
+    snprintf(rep->error, sizeof rep->error, "%s", msg && *msg ? msg : rnp_strerror(code));
+}
