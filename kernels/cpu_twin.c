@@ -1,0 +1,211 @@
+/*
+ * cpu_twin.c - the CPU backend's RMSNorm backward: the same math as the CUDA
+ * kernel, multi-threaded with pthreads, and the same dw summation order
+ * (rnk.h, rnk_chunk_stripes), so its dw is bitwise the GPU's when rstd is
+ * given and its results never depend on the thread count.
+ *
+ * Phase 1: threads claim chunks of rnk_chunk_rows() rows from an atomic
+ * counter; each writes dx for its rows and one fp32 dw partial per chunk.
+ * Phase 2: threads claim column blocks and add the partials in chunk order.
+ * Per-row sums (x^2 for a recomputed rstd, xhat * g for the projection) are
+ * accumulated in double: more accurate than the GPU's fp32 tree, and, being
+ * inside one row, just as independent of the thread count.
+ *
+ * Must be compiled without floating-point contraction (ISO C mode, which the
+ * Makefile uses, implies -ffp-contract=off), so that dy * xhat and the sums
+ * are each rounded once, exactly like the kernel's __fmul_rn / __fadd_rn.
+ */
+#include "rnk.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct twin_job {
+    const rnk_bwd_args *a;
+    int64_t chunk;       /* rows per chunk */
+    int64_t nchunks;
+    int stripes;
+    float *partials;     /* [nchunks][n] or NULL when dw is not wanted */
+    atomic_llong next;   /* next chunk (phase 1) or column block (phase 2) */
+    atomic_int failed;   /* a worker could not allocate its scratch */
+} twin_job;
+
+enum { COL_BLOCK = 1024 };
+
+/* Phase 1 for one chunk: rows [r0, r1). */
+static void run_chunk(twin_job *job, int64_t k, float *xf, float *yf, const float *wv,
+                      float *stripe)
+{
+    const rnk_bwd_args *a = job->a;
+    const int64_t n = a->n, G = job->stripes;
+    const int64_t r0 = k * job->chunk;
+    int64_t r1 = r0 + job->chunk;
+    if (r1 > a->m)
+        r1 = a->m;
+    if (stripe)
+        for (int64_t j = 0; j < G * n; j++)
+            stripe[j] = 0.0f;
+    for (int64_t i = r0; i < r1; i++) {
+        const int64_t xo = i * a->x_stride, yo = i * a->dy_stride, dxo = i * a->dx_stride;
+        for (int64_t j = 0; j < n; j++) {
+            xf[j] = rnk_load(a->x_dtype, a->x, xo + j);
+            yf[j] = rnk_load(a->dy_dtype, a->dy, yo + j);
+        }
+        float rstd;
+        if (a->rstd) {
+            rstd = a->rstd[i];
+        } else {
+            double ss = 0.0;
+            for (int64_t j = 0; j < n; j++)
+                ss += (double)xf[j] * (double)xf[j];
+            rstd = (float)(1.0 / sqrt(ss / (double)n + (double)a->eps));
+        }
+        double cs = 0.0;
+        for (int64_t j = 0; j < n; j++) {
+            float xh = xf[j] * rstd;
+            float g = wv ? yf[j] * wv[j] : yf[j];
+            cs += (double)xh * (double)g;
+        }
+        const float c = (float)(cs / (double)n);
+        float *srow = stripe ? stripe + ((i - r0) % G) * n : NULL;
+        for (int64_t j = 0; j < n; j++) {
+            float xh = xf[j] * rstd;
+            float g = wv ? yf[j] * wv[j] : yf[j];
+            float d = rstd * (g - xh * c);
+            if (a->dres_dtype != RNK_NONE)
+                d = d + rnk_load(a->dres_dtype, a->dres, i * a->dres_stride + j);
+            rnk_store(a->dx_dtype, a->dx, dxo + j, d);
+            if (srow) {
+                float p = yf[j] * xh;
+                srow[j] = srow[j] + p;
+            }
+        }
+    }
+    if (stripe) {
+        float *part = job->partials + k * n;
+        for (int64_t j = 0; j < n; j++) {
+            float p = 0.0f;
+            for (int64_t s = 0; s < G; s++)
+                p = p + stripe[s * n + j];
+            part[j] = p;
+        }
+    }
+}
+
+static void *phase1(void *arg)
+{
+    twin_job *job = arg;
+    const rnk_bwd_args *a = job->a;
+    const int64_t n = a->n;
+    const int want_dw = job->partials != NULL;
+    const int have_w = a->w_dtype != RNK_NONE;
+    size_t floats = (size_t)n * (2 + (have_w ? 1 : 0) + (want_dw ? job->stripes : 0));
+    float *buf = malloc(floats * sizeof(float));
+    if (!buf) {
+        atomic_store(&job->failed, 1);
+        return NULL;
+    }
+    float *xf = buf, *yf = buf + n, *wv = have_w ? buf + 2 * n : NULL;
+    float *stripe = want_dw ? buf + (2 + (have_w ? 1 : 0)) * n : NULL;
+    if (wv)
+        for (int64_t j = 0; j < n; j++)
+            wv[j] = rnk_load(a->w_dtype, a->w, j) + a->weight_offset;
+    for (;;) {
+        if (atomic_load(&job->failed))
+            break;
+        int64_t k = atomic_fetch_add(&job->next, 1);
+        if (k >= job->nchunks)
+            break;
+        run_chunk(job, k, xf, yf, wv, stripe);
+    }
+    free(buf);
+    return NULL;
+}
+
+static void *phase2(void *arg)
+{
+    twin_job *job = arg;
+    const rnk_bwd_args *a = job->a;
+    const int64_t n = a->n, nblocks = (n + COL_BLOCK - 1) / COL_BLOCK;
+    for (;;) {
+        int64_t b = atomic_fetch_add(&job->next, 1);
+        if (b >= nblocks)
+            break;
+        int64_t j1 = (b + 1) * COL_BLOCK < n ? (b + 1) * COL_BLOCK : n;
+        for (int64_t j = b * COL_BLOCK; j < j1; j++) {
+            float d = 0.0f;
+            for (int64_t k = 0; k < job->nchunks; k++)
+                d = d + job->partials[k * n + j];
+            rnk_store(a->dw_dtype, a->dw, j, d);
+        }
+    }
+    return NULL;
+}
+
+/* Run fn on nthreads threads, the caller being one of them.  If a thread
+ * cannot be created the others do its share: results do not depend on it. */
+static void run_parallel(void *(*fn)(void *), twin_job *job, int nthreads)
+{
+    pthread_t tid[256];
+    int started = 0;
+    if (nthreads > 256)
+        nthreads = 256;
+    for (int t = 1; t < nthreads; t++) {
+        if (pthread_create(&tid[started], NULL, fn, job) != 0)
+            break;
+        started++;
+    }
+    fn(job);
+    for (int t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+}
+
+int rnk_cpu_bwd(const rnk_bwd_args *a, int nthreads, char *msg, size_t msglen)
+{
+    int rc = rnk_check_args(a, msg, msglen);
+    if (rc)
+        return rc;
+    if (a->m == 0)
+        return RNK_OK;
+    if (nthreads <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        nthreads = c > 0 ? (int)c : 1;
+    }
+    twin_job job;
+    memset(&job, 0, sizeof job);
+    job.a = a;
+    job.chunk = rnk_chunk_rows(a->m, a->n);
+    job.nchunks = (a->m + job.chunk - 1) / job.chunk;
+    job.stripes = rnk_chunk_stripes(a->n);
+    atomic_init(&job.next, 0);
+    atomic_init(&job.failed, 0);
+    if (a->dw_dtype != RNK_NONE) {
+        job.partials = malloc((size_t)job.nchunks * (size_t)a->n * sizeof(float));
+        if (!job.partials)
+            goto nomem;
+    }
+    int t1 = nthreads < job.nchunks ? nthreads : (int)job.nchunks;
+    run_parallel(phase1, &job, t1);
+    if (atomic_load(&job.failed))
+        goto nomem;
+    if (job.partials) {
+        int64_t nblocks = (a->n + COL_BLOCK - 1) / COL_BLOCK;
+        atomic_store(&job.next, 0);
+        run_parallel(phase2, &job, nthreads < nblocks ? nthreads : (int)nblocks);
+    }
+    free(job.partials);
+    return RNK_OK;
+
+nomem:
+    free(job.partials);
+    if (msg && msglen > 0)
+        snprintf(msg, msglen, "cpu: out of memory for %lld x %lld", (long long)a->m,
+                 (long long)a->n);
+    return RNK_ENOMEM;
+}

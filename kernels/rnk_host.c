@@ -1,0 +1,289 @@
+/*
+ * rnk_host.c - the host-side pieces both backends share: dtype sizes, argument
+ * checks, the chunk geometry that fixes dw's summation order, bf16/fp16
+ * conversions and the fp64 reference.  Pure C, no CUDA, no logging.
+ */
+#include "rnk.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+size_t rnk_dtype_size(rnk_dtype dt)
+{
+    switch (dt) {
+    case RNK_F32: return 4;
+    case RNK_F16: return 2;
+    case RNK_BF16: return 2;
+    default: return 0;
+    }
+}
+
+static int fail(char *msg, size_t msglen, const char *fmt, ...)
+{
+    if (msg && msglen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, msglen, fmt, ap);
+        va_end(ap);
+    }
+    return RNK_EINVAL;
+}
+
+static int is_float_dtype(rnk_dtype dt)
+{
+    return dt == RNK_F32 || dt == RNK_F16 || dt == RNK_BF16;
+}
+
+int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen)
+{
+    if (!a)
+        return fail(msg, msglen, "args: NULL");
+    if (a->m < 0)
+        return fail(msg, msglen, "m: %lld is negative", (long long)a->m);
+    if (a->n < 1)
+        return fail(msg, msglen, "n: %lld must be >= 1", (long long)a->n);
+    if (!is_float_dtype(a->x_dtype))
+        return fail(msg, msglen, "x_dtype: %d is not f32, f16 or bf16", (int)a->x_dtype);
+    if (!is_float_dtype(a->dy_dtype))
+        return fail(msg, msglen, "dy_dtype: %d is not f32, f16 or bf16", (int)a->dy_dtype);
+    if (!is_float_dtype(a->dx_dtype))
+        return fail(msg, msglen, "dx_dtype: %d is not f32, f16 or bf16", (int)a->dx_dtype);
+    if (a->w_dtype != RNK_NONE && !is_float_dtype(a->w_dtype))
+        return fail(msg, msglen, "w_dtype: %d is not none, f32, f16 or bf16", (int)a->w_dtype);
+    if (a->dres_dtype != RNK_NONE && !is_float_dtype(a->dres_dtype))
+        return fail(msg, msglen, "dres_dtype: %d is not none, f32, f16 or bf16",
+                    (int)a->dres_dtype);
+    /* dw is accumulated in fp32 and rounded once: to fp32, or to the weight's
+     * own type.  Without a weight only fp32 makes sense. */
+    if (a->dw_dtype != RNK_NONE && a->dw_dtype != RNK_F32 && a->dw_dtype != a->w_dtype)
+        return fail(msg, msglen, "dw_dtype: %d must be none, f32 or w_dtype (%d)",
+                    (int)a->dw_dtype, (int)a->w_dtype);
+    if (a->x_stride < a->n)
+        return fail(msg, msglen, "x_stride: %lld is less than n", (long long)a->x_stride);
+    if (a->dy_stride < a->n)
+        return fail(msg, msglen, "dy_stride: %lld is less than n", (long long)a->dy_stride);
+    if (a->dx_stride < a->n)
+        return fail(msg, msglen, "dx_stride: %lld is less than n", (long long)a->dx_stride);
+    if (a->dres_dtype != RNK_NONE && a->dres_stride < a->n)
+        return fail(msg, msglen, "dres_stride: %lld is less than n", (long long)a->dres_stride);
+    /* Element offsets are computed as row * stride + col in int64_t. */
+    if (a->m > 0) {
+        int64_t maxs = a->x_stride;
+        if (a->dy_stride > maxs) maxs = a->dy_stride;
+        if (a->dx_stride > maxs) maxs = a->dx_stride;
+        if (a->dres_dtype != RNK_NONE && a->dres_stride > maxs) maxs = a->dres_stride;
+        if (a->m > INT64_MAX / 8 / maxs)
+            return fail(msg, msglen, "m: %lld rows of stride %lld overflow", (long long)a->m,
+                        (long long)maxs);
+    }
+    if (!a->rstd && !(isfinite(a->eps) && a->eps >= 0.0f))
+        return fail(msg, msglen, "eps: must be finite and >= 0 when rstd is recomputed");
+    if (!isfinite(a->weight_offset))
+        return fail(msg, msglen, "weight_offset: must be finite");
+    if (a->dw_dtype != RNK_NONE && !a->dw)
+        return fail(msg, msglen, "dw: NULL but dw_dtype is set");
+    if (a->m == 0)
+        return RNK_OK; /* a no-op: the row tensors may be absent */
+    if (!a->x)
+        return fail(msg, msglen, "x: NULL");
+    if (!a->dy)
+        return fail(msg, msglen, "dy: NULL");
+    if (!a->dx)
+        return fail(msg, msglen, "dx: NULL");
+    if (a->w_dtype != RNK_NONE && !a->w)
+        return fail(msg, msglen, "w: NULL but w_dtype is set");
+    if (a->dres_dtype != RNK_NONE && !a->dres)
+        return fail(msg, msglen, "dres: NULL but dres_dtype is set");
+    /* In place means exactly in place: each row is read whole before it is
+     * written.  Any other overlap is the caller's bug (the daemon checks
+     * extents before it gets here); these are the cheap exact cases. */
+    if (a->dx == a->dy && (a->dx_dtype != a->dy_dtype || a->dx_stride != a->dy_stride))
+        return fail(msg, msglen, "dx: aliases dy with a different dtype or stride");
+    if (a->dx == a->x)
+        return fail(msg, msglen, "dx: aliases x");
+    if (a->dres && a->dx == a->dres)
+        return fail(msg, msglen, "dx: aliases dres");
+    if (a->dw && (a->dw == a->x || a->dw == a->dy || a->dw == a->dx || a->dw == a->w))
+        return fail(msg, msglen, "dw: aliases another tensor");
+    return RNK_OK;
+}
+
+/*
+ * About 256 chunks: enough to give every multiprocessor of a 132-SM H200
+ * two chunks on small M, while the partial rows (written and read once, 8
+ * bytes per column per chunk) stay a small fraction of the 6 bytes per
+ * element of the main pass: 4/(3C), 0.5 % at C = 256.  The finish adds up to
+ * 256 partials per column in a chain, so more chunks would slow it down.
+ * Large C is rounded up to a multiple of 8 so the stripes of a chunk stay
+ * equally long.  The workspace (nchunks * n * 4 bytes) is capped at 256 MiB.
+ */
+int64_t rnk_chunk_rows(int64_t m, int64_t n)
+{
+    if (m <= 0 || n <= 0)
+        return 1;
+    int64_t maxchunks = 256;
+    int64_t cap = ((int64_t)1 << 26) / n;
+    if (cap < maxchunks)
+        maxchunks = cap < 1 ? 1 : cap;
+    int64_t c = (m + maxchunks - 1) / maxchunks;
+    if (c > 8)
+        c = (c + 7) / 8 * 8;
+    return c;
+}
+
+/* A GPU block covers about 2048 columns of rows at once: a whole row for n
+ * >= 2048, else several rows, one stripe each. */
+int rnk_chunk_stripes(int64_t n)
+{
+    if (n >= 2048)
+        return 1;
+    if (n >= 1024)
+        return 2;
+    if (n >= 512)
+        return 4;
+    return 8;
+}
+
+/* ---- bf16 / fp16 <-> float ------------------------------------------------ */
+
+static uint32_t f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u = f2u(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x0040u); /* NaN stays a (quiet) NaN */
+    /* Round to nearest, ties to even; a carry into the exponent is correct,
+     * up to and including overflow to infinity. */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_to_f32(uint16_t h)
+{
+    return u2f((uint32_t)h << 16);
+}
+
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t x = f2u(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u)
+        return sign | 0x7e00u | (uint16_t)((ax >> 13) & 0x3ffu);
+    if (ax >= 0x477ff000u) /* >= 65520 rounds to infinity */
+        return sign | 0x7c00u;
+    if (ax >= 0x38800000u) { /* a normal fp16 (>= 2^-14): rebias, round */
+        uint32_t r = ax - 0x38000000u;
+        r += 0xfffu + ((r >> 13) & 1u);
+        return sign | (uint16_t)(r >> 13);
+    }
+    uint32_t e = ax >> 23;
+    if (e < 102) /* below 2^-25: rounds to zero */
+        return sign;
+    /* Subnormal fp16: the value in units of 2^-24 is mant * 2^(e - 126). */
+    uint32_t mant = (ax & 0x7fffffu) | 0x800000u;
+    uint32_t s = 126 - e; /* 14 .. 24 */
+    uint32_t q = mant >> s, rem = mant & ((1u << s) - 1), half = 1u << (s - 1);
+    if (rem > half || (rem == half && (q & 1u)))
+        q++;
+    return sign | (uint16_t)q;
+}
+
+static float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f)
+        return u2f(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        float v = (float)m * 0x1p-24f; /* exact */
+        return sign ? -v : v;
+    }
+    return u2f(sign | ((e + 112) << 23) | (m << 13));
+}
+
+float rnk_load(rnk_dtype dt, const void *base, int64_t i)
+{
+    switch (dt) {
+    case RNK_F32: return ((const float *)base)[i];
+    case RNK_F16: return f16_to_f32(((const uint16_t *)base)[i]);
+    case RNK_BF16: return bf16_to_f32(((const uint16_t *)base)[i]);
+    default: return 0.0f;
+    }
+}
+
+void rnk_store(rnk_dtype dt, void *base, int64_t i, float v)
+{
+    switch (dt) {
+    case RNK_F32: ((float *)base)[i] = v; break;
+    case RNK_F16: ((uint16_t *)base)[i] = f32_to_f16(v); break;
+    case RNK_BF16: ((uint16_t *)base)[i] = f32_to_bf16(v); break;
+    default: break;
+    }
+}
+
+/* ---- fp64 reference ------------------------------------------------------- */
+
+int rnk_ref64_bwd(const rnk_bwd_args *a, double *dx_ref, double *dw_ref)
+{
+    int rc = rnk_check_args(a, NULL, 0);
+    if (rc)
+        return rc;
+    int64_t m = a->m, n = a->n;
+    if (dw_ref)
+        for (int64_t j = 0; j < n; j++)
+            dw_ref[j] = 0.0;
+    for (int64_t i = 0; i < m; i++) {
+        const int64_t xo = i * a->x_stride, yo = i * a->dy_stride;
+        double rstd;
+        if (a->rstd) {
+            rstd = a->rstd[i];
+        } else {
+            double ss = 0.0;
+            for (int64_t j = 0; j < n; j++) {
+                double v = rnk_load(a->x_dtype, a->x, xo + j);
+                ss += v * v;
+            }
+            rstd = 1.0 / sqrt(ss / (double)n + (double)a->eps);
+        }
+        double c = 0.0;
+        for (int64_t j = 0; j < n; j++) {
+            double xh = rnk_load(a->x_dtype, a->x, xo + j) * rstd;
+            double g = rnk_load(a->dy_dtype, a->dy, yo + j);
+            if (a->w_dtype != RNK_NONE)
+                g *= (double)rnk_load(a->w_dtype, a->w, j) + (double)a->weight_offset;
+            c += xh * g;
+        }
+        c /= (double)n;
+        for (int64_t j = 0; j < n; j++) {
+            double xh = rnk_load(a->x_dtype, a->x, xo + j) * rstd;
+            double dy = rnk_load(a->dy_dtype, a->dy, yo + j);
+            double g = dy;
+            if (a->w_dtype != RNK_NONE)
+                g *= (double)rnk_load(a->w_dtype, a->w, j) + (double)a->weight_offset;
+            double d = rstd * (g - xh * c);
+            if (a->dres_dtype != RNK_NONE)
+                d += rnk_load(a->dres_dtype, a->dres, i * a->dres_stride + j);
+            if (dx_ref)
+                dx_ref[i * n + j] = d;
+            if (dw_ref)
+                dw_ref[j] += dy * xh;
+        }
+    }
+    return RNK_OK;
+}
