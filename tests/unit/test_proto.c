@@ -937,7 +937,7 @@ static msgpack_object o_named(msgpack_object v, size_t n, size_t namelen)
     o.via.map.ptr = arena((n + 1) * sizeof(msgpack_object_kv));
     o.via.map.size = (uint32_t)n;
     for (size_t i = 0; i < n; i++) {
-        char pre[8];
+        char pre[24];
         snprintf(pre, sizeof pre, "%03zu", i);
         o.via.map.ptr[i].key = o_str(pre, namelen);
         o.via.map.ptr[i].val = v;
