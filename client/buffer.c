@@ -1,0 +1,272 @@
+/*
+ * buffer.c - shared host buffers for the CPU backend: POSIX shm objects the
+ * daemon opens by name, their registration, and the clean-up of names that
+ * a killed client left behind.
+ *
+ * Why the name stays until free: after a daemon restart the library must
+ * register every live buffer again, and the new daemon can only open it by
+ * name.  So rn_buffer_free, rn_close and an exit handler unlink, and
+ * rn_connect sweeps names of processes that died without doing so.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "client_int.h"
+
+#define SHM_PREFIX "rmsnormd."
+
+/*
+ * Every live shm name of this process, so that the exit handler can unlink
+ * the names of clients the program never closed.  Entries carry the pid
+ * that created them: a forked child inherits the list but must not unlink
+ * its parent's names when it exits.
+ */
+typedef struct live_name {
+    struct live_name *next;
+    pid_t pid;
+    char name[64];
+} live_name;
+
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static live_name *live_head;
+static unsigned long name_counter;
+
+static void live_add(const char *name)
+{
+    live_name *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return; /* only the exit-time clean-up is lost */
+    e->pid = getpid();
+    snprintf(e->name, sizeof e->name, "%s", name);
+    pthread_mutex_lock(&live_mu);
+    e->next = live_head;
+    live_head = e;
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void live_remove(const char *name)
+{
+    pthread_mutex_lock(&live_mu);
+    for (live_name **pp = &live_head; *pp; pp = &(*pp)->next) {
+        if (strcmp((*pp)->name, name) == 0) {
+            live_name *e = *pp;
+            *pp = e->next;
+            free(e);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&live_mu);
+}
+
+/* A destructor rather than atexit(): it also runs when the shared library
+ * is unloaded, where an atexit handler would point into unmapped code. */
+__attribute__((destructor)) static void unlink_live_names(void)
+{
+    pid_t me = getpid();
+    /* Another thread may hold the lock at exit; then skip rather than hang. */
+    if (pthread_mutex_trylock(&live_mu) != 0)
+        return;
+    for (live_name *e = live_head; e; e = e->next)
+        if (e->pid == me)
+            shm_unlink(e->name);
+    pthread_mutex_unlock(&live_mu);
+}
+
+/* The inode of our pid namespace: pids are compared only within one, since
+ * containers sharing /dev/shm may see the same pid for different processes. */
+static unsigned long pidns_id(void)
+{
+    struct stat st;
+    if (stat("/proc/self/ns/pid", &st) != 0)
+        return 0;
+    return (unsigned long)st.st_ino;
+}
+
+void rnc_sweep_stale(void)
+{
+    unsigned long ns = pidns_id();
+    DIR *d = opendir("/dev/shm");
+    struct dirent *de;
+    if (d == NULL)
+        return;
+    while ((de = readdir(d)) != NULL) {
+        unsigned long pid, n, ens;
+        char tail;
+        struct stat st;
+        char name[300];
+        if (strncmp(de->d_name, SHM_PREFIX, strlen(SHM_PREFIX)) != 0)
+            continue;
+        if (sscanf(de->d_name + strlen(SHM_PREFIX), "%lu.%lu.%lu%c", &pid, &n, &ens, &tail) != 3)
+            continue;
+        if (ens != ns || pid == 0 || fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            st.st_uid != geteuid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        snprintf(name, sizeof name, "/%s", de->d_name);
+        shm_unlink(name);
+    }
+    closedir(d);
+}
+
+void rnc_buf_release(rnc_buf *b)
+{
+    if (b->base)
+        munmap(b->base, b->size);
+    shm_unlink(b->name);
+    live_remove(b->name);
+    b->base = NULL;
+}
+
+int rnc_register(rn_client *c, rnc_buf *b)
+{
+    int rv;
+    memset(&c->req, 0, sizeof c->req);
+    c->req.op = RN_OP_REGISTER;
+    c->req.u.reg.session = c->session;
+    c->req.u.reg.kind = RNP_REGION_SHM;
+    c->req.u.reg.size = b->size;
+    snprintf(c->req.u.reg.shm_name, sizeof c->req.u.reg.shm_name, "%s", b->name);
+    if ((rv = rnc_transact(c, c->timeout_ms)) != 0)
+        return rv;
+    b->region = c->rep.u.reg.region.id;
+    return 0;
+}
+
+/* Create, size and map a fresh shm object. */
+static int create_shm(rn_client *c, size_t bytes, rnc_buf *out)
+{
+    rnc_buf b = {0};
+    unsigned long ns = pidns_id();
+    int fd = -1, rv, e;
+
+    b.size = bytes;
+    for (int tries = 0;; tries++) {
+        unsigned long k = __atomic_fetch_add(&name_counter, 1, __ATOMIC_RELAXED);
+        snprintf(b.name, sizeof b.name, "/" SHM_PREFIX "%ld.%lu.%lu", (long)getpid(), k, ns);
+        fd = shm_open(b.name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0)
+            break;
+        /* EEXIST: a dead process with our pid left this name; take the next. */
+        if (errno != EEXIST || tries > 1000)
+            return rnc_fail(c, RN_SYSTEM, "buffer: shm_open(%s): %s", b.name, strerror(errno));
+    }
+    /* Reserve the memory now: a full /dev/shm is an error here, not a
+     * SIGBUS on first touch later. */
+    if ((e = posix_fallocate(fd, 0, (off_t)bytes)) != 0) {
+        rv = rnc_fail(c, e == ENOSPC ? RN_NOMEM : RN_SYSTEM,
+                      "buffer: reserving %zu bytes in /dev/shm: %s", bytes, strerror(e));
+        goto fail;
+    }
+    b.base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (b.base == MAP_FAILED) {
+        b.base = NULL;
+        rv = rnc_fail(c, errno == ENOMEM ? RN_NOMEM : RN_SYSTEM, "buffer: mmap of %zu bytes: %s",
+                      bytes, strerror(errno));
+        goto fail;
+    }
+    close(fd);
+    live_add(b.name);
+    *out = b;
+    return 0;
+fail:
+    close(fd);
+    shm_unlink(b.name);
+    return rv;
+}
+
+int rn_buffer_alloc(rn_client *c, size_t bytes, void **ptr)
+{
+    rnc_buf b;
+    int rv;
+    if (c == NULL)
+        return RN_INVALID_ARGUMENT;
+    if (ptr == NULL)
+        return rnc_fail(c, RN_INVALID_ARGUMENT, "ptr: must not be NULL");
+    if (bytes == 0)
+        return rnc_fail(c, RN_INVALID_ARGUMENT, "bytes: must be > 0");
+    if (bytes > (size_t)INT64_MAX)
+        return rnc_fail(c, RN_INVALID_ARGUMENT, "bytes: %zu is too large", bytes);
+
+    pthread_mutex_lock(&c->mu);
+    if (c->nbufs == c->capbufs) {
+        size_t cap = c->capbufs ? 2 * c->capbufs : 8;
+        rnc_buf *nb = realloc(c->bufs, cap * sizeof *nb);
+        if (nb == NULL) {
+            rv = rnc_fail(c, RN_NOMEM, "buffer: out of memory for the buffer table");
+            goto out;
+        }
+        c->bufs = nb;
+        c->capbufs = cap;
+    }
+    if ((rv = create_shm(c, bytes, &b)) != 0)
+        goto out;
+    /* A fresh session registers every buffer in the table, so make sure it
+     * exists before adding b, then register b itself (once more after a
+     * lost session). */
+    for (int attempt = 0;; attempt++) {
+        if ((rv = rnc_ensure_session(c)) != 0)
+            break;
+        rv = rnc_register(c, &b);
+        if (rv == RN_UNKNOWN_SESSION && attempt == 0) {
+            c->have_session = false;
+            continue;
+        }
+        break;
+    }
+    if (rv != 0) {
+        rnc_buf_release(&b);
+        goto out;
+    }
+    c->bufs[c->nbufs++] = b;
+    *ptr = b.base;
+out:
+    pthread_mutex_unlock(&c->mu);
+    return rv;
+}
+
+int rn_buffer_free(rn_client *c, void *ptr)
+{
+    size_t i;
+    rnc_buf b;
+    int rv = 0;
+    if (c == NULL)
+        return RN_INVALID_ARGUMENT;
+    if (ptr == NULL)
+        return 0;
+    pthread_mutex_lock(&c->mu);
+    for (i = 0; i < c->nbufs; i++)
+        if (c->bufs[i].base == ptr)
+            break;
+    if (i == c->nbufs) {
+        rv = rnc_fail(c, RN_INVALID_ARGUMENT, "ptr: %p was not returned by rn_buffer_alloc", ptr);
+        goto out;
+    }
+    b = c->bufs[i];
+    c->bufs[i] = c->bufs[--c->nbufs];
+    /* The daemon must let go of the region before the name disappears, but
+     * a lost session has nothing to unregister. */
+    if (c->have_session && b.region != 0) {
+        memset(&c->req, 0, sizeof c->req);
+        c->req.op = RN_OP_UNREGISTER;
+        c->req.u.unreg.session = c->session;
+        c->req.u.unreg.region.id = b.region;
+        rv = rnc_transact(c, c->timeout_ms);
+        if (rv == RN_UNKNOWN_SESSION) {
+            c->have_session = false;
+            rv = 0;
+        }
+    }
+    rnc_buf_release(&b);
+out:
+    pthread_mutex_unlock(&c->mu);
+    return rv;
+}

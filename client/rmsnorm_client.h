@@ -1,0 +1,271 @@
+/*
+ * rmsnorm_client.h - the public API of libclient (librmsnorm_client): connect
+ * to rmsnormd, share buffers with it and run RMSNorm's backward pass there.
+ *
+ * client/ holds libclient (this header and its sources) and the rmsnormctl
+ * command-line tool.  libclient depends on proto/ (the wire protocol),
+ * nanomsg and msgpack-c; rmsnormctl also uses kernels/ (the CPU twin and the
+ * fp64 reference) to check the daemon's results.  This is the only header a
+ * worker includes: the installed copy carries rn_wire.h folded in.
+ *
+ * Conventions:
+ *  - Every call returns 0 or an rn_status code (see RN_ERRORS below); the
+ *    library never logs and never prints.  rn_last_error() gives the one-line
+ *    message of the last failure, naming the field at fault.
+ *  - Output parameters are written only on success.
+ *  - Destructors (rn_close) accept NULL.
+ *
+ * Thread safety: an rn_client may be shared by threads; an internal mutex
+ * serialises its calls (the daemon connection carries one request at a time
+ * anyway), so for parallel requests open one rn_client per thread.  rn_close
+ * must not run concurrently with another call on the same client.  The
+ * functions that take no rn_client are thread-safe.
+ *
+ * fork(): a child must not use an rn_client opened by its parent (nanomsg is
+ * not fork-safe); it opens its own.  Buffers stay the parent's.
+ */
+#ifndef RMSNORM_CLIENT_H
+#define RMSNORM_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rn_wire.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(RN_BUILDING_CLIENT)
+#define RN_EXPORT __attribute__((visibility("default")))
+#else
+#define RN_EXPORT
+#endif
+
+/* Sizes of the fixed arrays in the structs below (bytes include the NUL). */
+#define RN_NAME_LEN           64  /* backend, device and version strings */
+#define RN_UUID_LEN           16  /* device UUID bytes */
+#define RN_MAX_REASONS        8   /* health reasons */
+#define RN_REASON_LEN         120 /* one health reason */
+#define RN_MAX_STATS          96  /* counters in rn_stats_info */
+#define RN_MAX_HISTS          8   /* histograms in rn_stats_info */
+#define RN_STAT_NAME_LEN      48
+#define RN_ERRMSG_LEN         256 /* rn_last_error() text */
+#define RN_DEFAULT_TIMEOUT_MS 10000
+
+/* ---- connection ----------------------------------------------------------- */
+
+typedef struct rn_client rn_client;
+
+typedef struct rn_connect_opts {
+    const char *endpoint;    /* "ipc:///path"; NULL: rn_default_endpoint() */
+    int timeout_ms;          /* per request; 0: RN_DEFAULT_TIMEOUT_MS; -1: wait forever */
+    const char *client_name; /* shown in the daemon's log; NULL: "pid <pid>" */
+} rn_connect_opts;
+
+/*
+ * Connect to the daemon and open a session (HELLO).  opts NULL means all
+ * defaults.  On success *out owns the connection; free it with rn_close.
+ * On failure *out is untouched and rn_last_error(NULL) gives the reason in
+ * the calling thread.  An endpoint whose socket file is missing or refuses
+ * connections fails at once with RN_UNREACHABLE; a daemon that does not
+ * answer fails after timeout_ms.
+ *
+ * Housekeeping: it also removes this user's shared-memory names left behind
+ * by client processes that died without rn_close (see rn_buffer_alloc).
+ */
+RN_EXPORT int rn_connect(const rn_connect_opts *opts, rn_client **out);
+
+/*
+ * End the session (BYE, best effort: a dead daemon only delays it by the
+ * timeout), unmap and unlink every buffer still allocated, and free c.
+ * Pointers from rn_buffer_alloc are invalid afterwards.  NULL is fine.
+ */
+RN_EXPORT void rn_close(rn_client *c);
+
+/* The generic text and the symbolic name of a status code ("OUT_OF_BOUNDS").
+ * Never NULL; static strings. */
+RN_EXPORT const char *rn_strerror(int code);
+RN_EXPORT const char *rn_err_name(int code);
+
+/*
+ * The one-line message of the last failed call on c: the daemon's message
+ * when the daemon refused the request, else the library's.  "" if none.
+ * c NULL: the last rn_connect failure of the calling thread.  The string
+ * belongs to c (or to the thread) and changes with the next failing call.
+ */
+RN_EXPORT const char *rn_last_error(const rn_client *c);
+
+/*
+ * The endpoint a client uses when none is given: $RMSNORMD_ENDPOINT if set,
+ * else ipc://$RUNTIME_DIRECTORY/rmsnormd.sock, else
+ * ipc://$XDG_RUNTIME_DIR/rmsnormd.sock, else ipc:///tmp/rmsnormd-$UID.sock
+ * (the daemon's defaults).  Writes into buf; returns buf, or NULL if len is
+ * too small.
+ */
+RN_EXPORT const char *rn_default_endpoint(char *buf, size_t len);
+
+/* ---- shared host buffers (CPU backend) --------------------------------------- */
+
+/*
+ * Allocate a buffer of `bytes` bytes (> 0) shared with the daemon: a POSIX
+ * shared-memory object /rmsnormd.<pid>.<n>, mapped here and registered once
+ * with the daemon.  *ptr is page aligned and zero filled.  The buffer belongs
+ * to c: free it with rn_buffer_free, or rn_close frees it.
+ *
+ * The name stays in /dev/shm while the buffer lives, so that the library can
+ * register it again after a daemon restart; rn_buffer_free, rn_close and the
+ * library's exit handler unlink it.  A client killed by SIGKILL leaves its
+ * names behind (the memory stays until they are unlinked): the next
+ * rn_connect of the same user removes names whose pid no longer exists, or
+ * remove them by hand (rm /dev/shm/rmsnormd.<pid>.*).  The daemon releases
+ * its own mappings of a dead client's buffers by itself.
+ */
+RN_EXPORT int rn_buffer_alloc(rn_client *c, size_t bytes, void **ptr);
+
+/* Unregister, unmap and unlink a buffer from rn_buffer_alloc (ptr must be the
+ * pointer it returned).  NULL is fine.  RN_INVALID_ARGUMENT for any other
+ * pointer.  The buffer is released here even when the daemon cannot be told. */
+RN_EXPORT int rn_buffer_free(rn_client *c, void *ptr);
+
+/* ---- RMSNorm backward ------------------------------------------------------------ */
+
+/*
+ * The arguments of one backward pass; the same fields and meaning as the
+ * kernel's (kernels/rnk.h):
+ *   xhat = x * rstd           g  = dy * (w + weight_offset)   (g = dy without w)
+ *   c    = mean_j(xhat * g)   dx = rstd * (g - xhat * c) [+ dres]
+ *   dw_j = sum_i dy_ij * xhat_ij  (fp32, deterministic order, rounded once)
+ * x, dy, dx, dres are [m, n] with row strides in elements; w and dw are [n];
+ * rstd is [m] fp32 or NULL (recomputed from x with eps).  A tensor is absent
+ * when its dtype is RN_DTYPE_NONE (w, dres, dw); its pointer is then ignored.
+ * dx may equal dy exactly (in place); no other output may overlap anything.
+ */
+typedef struct rn_bwd_args {
+    int64_t m;                            /* rows, >= 0 (0: a no-op; outputs untouched) */
+    int64_t n;                            /* columns, >= 1 */
+    rn_dtype x_dtype, dy_dtype, dx_dtype; /* F32/F16/BF16 */
+    rn_dtype w_dtype;                     /* NONE: no weight */
+    rn_dtype dres_dtype;                  /* NONE: no dresidual_out */
+    rn_dtype dw_dtype;                    /* NONE: dw not computed; else F32 or w_dtype */
+    const void *x;
+    int64_t x_stride;
+    const void *dy;
+    int64_t dy_stride;
+    void *dx;
+    int64_t dx_stride;
+    const void *w;
+    const float *rstd;
+    const void *dres;
+    int64_t dres_stride;
+    void *dw;
+    float eps;
+    float weight_offset;
+} rn_bwd_args;
+
+/* Times of one request, nanoseconds. */
+typedef struct rn_timing {
+    uint64_t queue_ns;   /* daemon: receipt to start of compute */
+    uint64_t compute_ns; /* daemon: the computation itself */
+    uint64_t total_ns;   /* client: the whole call, round trip included */
+} rn_timing;
+
+/*
+ * Run the backward pass in the daemon and wait for it (CPU backend).  Every
+ * pointer must lie inside a buffer from rn_buffer_alloc of this client (else
+ * RN_NOT_SHARED naming the field); the library turns each into (region,
+ * offset) and the daemon checks bounds, alignment and aliasing.  On success
+ * the outputs are written and *t (if not NULL) gets the times.
+ *
+ * After a daemon restart the call opens a new session, registers every live
+ * buffer again and retries once; if that fails it returns the error
+ * (RN_UNREACHABLE, RN_TIMEOUT, ...) and the next call tries again.
+ * After RN_TIMEOUT the daemon may still run the request and write its
+ * outputs later; treat them as undefined until a new call rewrites them.
+ */
+RN_EXPORT int rn_rmsnorm_bwd_host(rn_client *c, const rn_bwd_args *a, rn_timing *t);
+
+/*
+ * Stream-ordered variants on device pointers (CUDA backend): rn_rmsnorm_bwd
+ * enqueues the work after everything already on cuda_stream (a cudaStream_t)
+ * and returns without synchronising the host; later work on the stream sees
+ * the results.  rn_rmsnorm_bwd_sync returns after completion, with times.
+ * A library built without CUDA support returns RN_UNSUPPORTED.
+ */
+RN_EXPORT int rn_rmsnorm_bwd(rn_client *c, const rn_bwd_args *a, void *cuda_stream);
+RN_EXPORT int rn_rmsnorm_bwd_sync(rn_client *c, const rn_bwd_args *a, void *cuda_stream,
+                                  rn_timing *t);
+
+/* ---- observation ------------------------------------------------------------------- */
+
+/* One round trip to the daemon; *rtt_ns (may be NULL) gets its duration. */
+RN_EXPORT int rn_ping(rn_client *c, uint64_t *rtt_ns);
+
+enum { RN_HEALTH_OK = 0, RN_HEALTH_DEGRADED = 1, RN_HEALTH_FAILING = 2 };
+
+typedef struct rn_health_info {
+    int state;                 /* RN_HEALTH_OK, _DEGRADED or _FAILING */
+    int mps;                   /* 1: the daemon runs as an MPS client */
+    char backend[RN_NAME_LEN]; /* "cpu" or "cuda" */
+    unsigned nreasons;         /* why it is not OK */
+    char reasons[RN_MAX_REASONS][RN_REASON_LEN];
+} rn_health_info;
+
+RN_EXPORT int rn_health(rn_client *c, rn_health_info *h);
+
+typedef struct rn_stat {
+    char name[RN_STAT_NAME_LEN]; /* "requests.bwd", "errors.OUT_OF_BOUNDS", ... */
+    uint64_t value;
+} rn_stat;
+
+/* A latency histogram, nanoseconds ("queue", "compute", "total"). */
+typedef struct rn_hist {
+    char name[RN_STAT_NAME_LEN];
+    uint64_t count, p50, p90, p99, max;
+} rn_hist;
+
+typedef struct rn_stats_info {
+    char backend[RN_NAME_LEN];
+    char device[RN_NAME_LEN];
+    unsigned nstats;
+    rn_stat stats[RN_MAX_STATS];
+    unsigned nhists;
+    rn_hist hists[RN_MAX_HISTS];
+} rn_stats_info;
+
+/* The daemon's counters and histograms, in the daemon's order. */
+RN_EXPORT int rn_stats(rn_client *c, rn_stats_info *s);
+
+/* The value of counter `name` in s, or `dflt` when s has no such counter. */
+RN_EXPORT uint64_t rn_stats_get(const rn_stats_info *s, const char *name, uint64_t dflt);
+
+/*
+ * What the daemon said in HELLO.  The type is `struct rn_server_info` (it
+ * shares its name with the function, so it has no typedef).
+ */
+struct rn_server_info {
+    char endpoint[256]; /* where this client is connected */
+    char daemon_version[RN_NAME_LEN];
+    char backend[RN_NAME_LEN]; /* "cpu" or "cuda" */
+    char device_name[RN_NAME_LEN];
+    uint8_t device_uuid[RN_UUID_LEN]; /* zero for the CPU backend */
+    unsigned sm_count;                /* CPU backend: worker threads */
+    unsigned cc_major, cc_minor;      /* CPU backend: 0, 0 */
+    int mps;                          /* 1: the daemon runs as an MPS client */
+    unsigned protocol_version;
+    /* The daemon's limits. */
+    unsigned max_sessions, max_regions, max_inflight, max_inflight_total;
+    uint64_t max_m;
+    unsigned max_n, max_msg, event_slots;
+};
+
+RN_EXPORT int rn_server_info(rn_client *c, struct rn_server_info *i);
+
+/* The library's version, "MAJOR.MINOR.PATCH". */
+RN_EXPORT const char *rn_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RMSNORM_CLIENT_H */

@@ -1,0 +1,209 @@
+/*
+ * test_ctl - rmsnormctl against a real daemon: exit codes, the stats
+ * formats (table, JSON, Prometheus text exposition), ping, selftest, bench,
+ * version and --help everywhere.
+ */
+#include <ctype.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rn_test.h"
+#include "integration/harness.h"
+
+static char out[1 << 16];
+
+/* Run rmsnormctl with args (NULL-terminated, after argv[0]); capture stdout
+ * into `out`; return the exit status. */
+static int ctl(const char *const *args)
+{
+    const char *argv[32] = {"rmsnormctl"};
+    char path[512];
+    rnh_proc p;
+    size_t n = 0;
+    int i = 1, st;
+    for (; args[i - 1] && i < 31; i++)
+        argv[i] = args[i - 1];
+    argv[i] = NULL;
+    snprintf(path, sizeof path, "%s/rmsnormctl", rnh_build_dir());
+    assert_int_equal(rnh_spawn(path, argv, false, &p), 0);
+    close(p.in_fd);
+    p.in_fd = -1;
+    for (;;) {
+        struct pollfd pf = {.fd = p.out_fd, .events = POLLIN};
+        ssize_t r;
+        if (poll(&pf, 1, 120000) <= 0)
+            break;
+        r = read(p.out_fd, out + n, sizeof out - 1 - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        if (n == sizeof out - 1)
+            break;
+    }
+    out[n] = '\0';
+    st = rnh_wait(&p, 120000);
+    rnh_proc_close(&p);
+    return st;
+}
+
+/* Each line of a text exposition is a comment (# HELP / # TYPE) or a sample
+ * "name{labels} value"; every sample's family has a TYPE line before it. */
+static void check_prometheus(const char *text)
+{
+    char typed[64][96];
+    int ntyped = 0, samples = 0;
+    const char *line = text;
+    while (*line) {
+        const char *end = strchr(line, '\n');
+        char l[512], name[128];
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        assert_true(len < sizeof l);
+        memcpy(l, line, len);
+        l[len] = '\0';
+        line += len + (end ? 1 : 0);
+        if (len == 0)
+            continue;
+        if (strncmp(l, "# HELP ", 7) == 0)
+            continue;
+        if (strncmp(l, "# TYPE ", 7) == 0) {
+            char type[32];
+            assert_int_equal(sscanf(l + 7, "%95s %31s", typed[ntyped], type), 2);
+            assert_true(strcmp(type, "counter") == 0 || strcmp(type, "gauge") == 0 ||
+                        strcmp(type, "summary") == 0);
+            ntyped++;
+            assert_true(ntyped < 64);
+            continue;
+        }
+        assert_true(l[0] != '#');
+        /* name */
+        size_t i = 0;
+        assert_true(isalpha((unsigned char)l[0]) || l[0] == '_');
+        while (isalnum((unsigned char)l[i]) || l[i] == '_' || l[i] == ':')
+            i++;
+        memcpy(name, l, i);
+        name[i] = '\0';
+        if (l[i] == '{') {
+            const char *close = strchr(l + i, '}');
+            assert_non_null(close);
+            i = (size_t)(close - l) + 1;
+        }
+        assert_true(l[i] == ' ');
+        {
+            char *e;
+            strtod(l + i + 1, &e);
+            assert_true(*e == '\0');
+        }
+        {
+            int found = 0;
+            for (int t = 0; t < ntyped; t++) {
+                size_t tl = strlen(typed[t]);
+                if (strcmp(name, typed[t]) == 0 ||
+                    (strncmp(name, typed[t], tl) == 0 &&
+                     (strcmp(name + tl, "_count") == 0 || strcmp(name + tl, "_sum") == 0)))
+                    found = 1;
+            }
+            if (!found)
+                fail_msg("sample %s has no TYPE line before it", name);
+        }
+        samples++;
+    }
+    assert_true(samples > 10);
+}
+
+static void test_ctl(void **state)
+{
+    rnh_daemon *d = *state;
+    char file[300], tmp[320];
+    FILE *f;
+
+    assert_int_equal(rnh_start(d), 0);
+    const char *ep = d->endpoint;
+
+    assert_int_equal(ctl((const char *[]){"--endpoint", ep, "health", NULL}), 0);
+    assert_non_null(strstr(out, "ok"));
+    assert_int_equal(ctl((const char *[]){"--endpoint", ep, "health", "-q", NULL}), 0);
+    assert_string_equal(out, "");
+
+    assert_int_equal(ctl((const char *[]){"--endpoint", ep, "ping", "-c", "50", NULL}), 0);
+    assert_non_null(strstr(out, "50 pings"));
+    assert_non_null(strstr(out, "p99"));
+
+    assert_int_equal(ctl((const char *[]){"--endpoint", ep, "selftest", NULL}), 0);
+    assert_non_null(strstr(out, "24 of 24 cases match"));
+
+    assert_int_equal(ctl((const char *[]){"--endpoint", ep, "bench", "-k", "2", "-r", "50", "--m",
+                                          "16", "--n", "128", "--dtype", "f16", "-q", NULL}),
+                     0);
+    assert_non_null(strstr(out, "verified: 100 ok, 0 failed"));
+    assert_non_null(strstr(out, "throughput"));
+
+    assert_int_equal(ctl((const char *[]){"--endpoint", ep, "stats", NULL}), 0);
+    assert_non_null(strstr(out, "requests.bwd"));
+    assert_non_null(strstr(out, "latency"));
+    assert_int_equal(ctl((const char *[]){"--endpoint", ep, "stats", "--json", NULL}), 0);
+    assert_true(out[0] == '{');
+    assert_non_null(strstr(out, "\"counters\":{"));
+    assert_non_null(strstr(out, "\"requests.bwd\":"));
+    assert_non_null(strstr(out, "\"histograms\":{"));
+    assert_int_equal(ctl((const char *[]){"--endpoint", ep, "stats", "--prometheus", NULL}), 0);
+    check_prometheus(out);
+    assert_non_null(strstr(out, "rmsnormd_requests_total{op=\"bwd\"}"));
+    assert_non_null(strstr(out, "rmsnormd_latency_seconds{stage=\"total\",quantile=\"0.99\"}"));
+
+    snprintf(file, sizeof file, "%s/rmsnormd.prom", d->dir);
+    assert_int_equal(
+        ctl((const char *[]){"--endpoint", ep, "stats", "--prometheus", "-o", file, NULL}), 0);
+    f = fopen(file, "r");
+    assert_non_null(f);
+    {
+        size_t n = fread(out, 1, sizeof out - 1, f);
+        out[n] = '\0';
+    }
+    fclose(f);
+    check_prometheus(out);
+    snprintf(tmp, sizeof tmp, "%s.tmp", file);
+    assert_int_not_equal(access(tmp, F_OK), 0);
+    unlink(file);
+
+    assert_int_equal(ctl((const char *[]){"--endpoint", ep, "info", NULL}), 0);
+    assert_non_null(strstr(out, "backend             cpu"));
+    assert_int_equal(ctl((const char *[]){"--endpoint", ep, "version", NULL}), 0);
+    assert_non_null(strstr(out, "rmsnormd "));
+
+    /* --help everywhere, usage errors, unknown commands. */
+    static const char *cmds[] = {"health", "stats", "info", "ping", "selftest", "bench", "version"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        assert_int_equal(ctl((const char *[]){cmds[i], "--help", NULL}), 0);
+        assert_non_null(strstr(out, "Usage:"));
+    }
+    assert_int_equal(ctl((const char *[]){"--help", NULL}), 0);
+    assert_non_null(strstr(out, "Commands:"));
+    assert_int_equal(ctl((const char *[]){"frobnicate", NULL}), 64);
+    assert_int_equal(ctl((const char *[]){"--endpoint", ep, "ping", "-c", "zero", NULL}), 64);
+    assert_int_equal(ctl((const char *[]){"--endpoint", ep, "bench", "--dtype", "f64", NULL}), 64);
+
+    /* Unreachable: health says 2 at once. */
+    {
+        char gone[300];
+        int64_t t0 = rnh_now_ms();
+        snprintf(gone, sizeof gone, "ipc://%s/nobody.sock", d->dir);
+        assert_int_equal(ctl((const char *[]){"--endpoint", gone, "health", NULL}), 2);
+        assert_int_equal(ctl((const char *[]){"--endpoint", gone, "stats", NULL}), 2);
+        assert_true(rnh_now_ms() - t0 < 5000);
+    }
+    assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    /* And after the daemon stopped, on its own endpoint too. */
+    assert_int_equal(ctl((const char *[]){"--endpoint", ep, "health", NULL}), 2);
+    RNH_PASS(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_ctl, rnh_setup, rnh_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
