@@ -1,0 +1,396 @@
+/*
+ * backend_cpu.c - the CPU backend: regions are POSIX shared memory objects
+ * mapped into the daemon; BWD runs the CPU twin (rnk_cpu_bwd) on a fixed pool
+ * of worker threads fed by a bounded queue.  A finished job goes onto a
+ * completion list and the loop is woken with uv_async_send; the loop drains
+ * the whole list (uv_async_send coalesces wake-ups, so one wake-up may stand
+ * for many jobs).
+ */
+#include "backend.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "stats.h"
+
+/* Below this many elements a request runs on one thread: starting helper
+ * threads would cost more than it saves. */
+#define SPLIT_ELEMS (1 << 18)
+
+/*
+ * A client can shrink its shared memory object (ftruncate) after REGISTER;
+ * touching the mapping past the new end then raises SIGBUS (BUS_ADRERR) in
+ * whichever thread computes.  Rather than let one client kill the daemon,
+ * the handler maps a private zero page over the faulting page, so the
+ * access completes, and counts the fault; a job during which a fault
+ * happened is answered with an error instead of its (void) results.  Any
+ * other SIGBUS keeps its default action.
+ */
+static atomic_uint_fast64_t bus_faults;
+static uintptr_t page_size;
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc)
+{
+    if (si->si_code == BUS_ADRERR && si->si_addr) {
+        void *page = (void *)((uintptr_t)si->si_addr & ~(page_size - 1));
+        if (mmap(page, page_size, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS,
+                 -1, 0) != MAP_FAILED) {
+            atomic_fetch_add(&bus_faults, 1);
+            return;
+        }
+    }
+    /* Returning re-executes the access, which now takes the default action. */
+    signal(SIGBUS, SIG_DFL);
+}
+
+static int install_sigbus(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
+    return sigaction(SIGBUS, &sa, NULL);
+}
+
+typedef struct cpu_backend {
+    rnd_backend base;
+    uv_async_t async;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    rnd_job *qhead, *qtail;            /* waiting for a worker */
+    uint32_t queued, running, max_jobs;
+    rnd_job *dhead, *dtail;            /* finished, waiting for the loop */
+    pthread_t *threads;
+    uint32_t nthreads, started;
+    bool stop;
+    char cpu_name[RNP_MAX_NAME];
+} cpu_backend;
+
+static void *worker(void *arg)
+{
+    cpu_backend *b = arg;
+    rnd_job *job;
+
+    pthread_mutex_lock(&b->mu);
+    for (;;) {
+        while (!b->stop && !b->qhead)
+            pthread_cond_wait(&b->cv, &b->mu);
+        if (!b->qhead)
+            break;
+        job = b->qhead;
+        b->qhead = job->next;
+        if (!b->qhead)
+            b->qtail = NULL;
+        b->queued--;
+        b->running++;
+        /* The twin's results do not depend on its thread count, so a large
+         * request may use the whole pool when nothing else is waiting. */
+        int nt = 1;
+        if (b->queued == 0 && b->running == 1 &&
+            job->args.m * job->args.n >= (int64_t)SPLIT_ELEMS)
+            nt = (int)b->nthreads;
+        pthread_mutex_unlock(&b->mu);
+
+        char msg[RNP_MAX_ERRMSG] = "";
+        uint_fast64_t faults = atomic_load(&bus_faults);
+        job->start_ns = rnd_now_ns();
+        int rc = rnk_cpu_bwd(&job->args, nt, msg, sizeof msg);
+        job->end_ns = rnd_now_ns();
+        job->done_slot = -1;
+        if (atomic_load(&bus_faults) != faults) {
+            /* Possibly another job's region, but this job cannot prove its
+             * results sound: refuse them. */
+            job->status = RN_OUT_OF_BOUNDS;
+            job->region_fault = true;
+            snprintf(job->msg, sizeof job->msg,
+                     "bwd: a shared memory region shrank below its registered size "
+                     "while the request ran; results are void");
+        } else if (rc == RNK_OK) {
+            job->status = RN_OK;
+        } else {
+            job->status = rc == RNK_ENOMEM ? RN_NOMEM : RN_INVALID_ARGUMENT;
+            snprintf(job->msg, sizeof job->msg, "bwd: %.190s", msg[0] ? msg : "the CPU twin failed");
+        }
+
+        pthread_mutex_lock(&b->mu);
+        b->running--;
+        job->next = NULL;
+        if (b->dtail)
+            b->dtail->next = job;
+        else
+            b->dhead = job;
+        b->dtail = job;
+        uv_async_send(&b->async);
+    }
+    pthread_mutex_unlock(&b->mu);
+    return NULL;
+}
+
+static void on_async(uv_async_t *h)
+{
+    cpu_backend *b = h->data;
+    rnd_job *list, *next;
+
+    pthread_mutex_lock(&b->mu);
+    list = b->dhead;
+    b->dhead = b->dtail = NULL;
+    pthread_mutex_unlock(&b->mu);
+    for (; list; list = next) {
+        next = list->next;
+        list->next = NULL;
+        list->done(list);
+    }
+}
+
+static void read_cpu_name(char *out, size_t len)
+{
+    char line[256];
+    FILE *f = fopen("/proc/cpuinfo", "re");
+
+    snprintf(out, len, "cpu");
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        char *colon;
+        if (strncmp(line, "model name", 10) != 0 || !(colon = strchr(line, ':')))
+            continue;
+        colon++;
+        while (*colon == ' ' || *colon == '\t')
+            colon++;
+        colon[strcspn(colon, "\n")] = '\0';
+        snprintf(out, len, "%s", colon);
+        break;
+    }
+    fclose(f);
+}
+
+static void cpu_fini(rnd_backend *be);
+
+static int cpu_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *err)
+{
+    cpu_backend *b;
+    long ncpu;
+    int rc;
+
+    b = calloc(1, sizeof *b);
+    if (!b)
+        return rnp_fail(err, RN_NOMEM, "backend: out of memory");
+    b->base.ops = &rnd_backend_cpu_ops;
+    b->nthreads = o->threads;
+    if (b->nthreads == 0) {
+        ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        b->nthreads = ncpu > 0 ? (uint32_t)ncpu : 1;
+    }
+    b->max_jobs = o->max_jobs ? o->max_jobs : 1024;
+    read_cpu_name(b->cpu_name, sizeof b->cpu_name);
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    b->threads = calloc(b->nthreads, sizeof *b->threads);
+    if (!b->threads) {
+        rc = rnp_fail(err, RN_NOMEM, "backend: out of memory");
+        goto fail;
+    }
+    if (install_sigbus() != 0) {
+        rc = rnp_fail(err, RN_SYSTEM, "backend: sigaction(SIGBUS): %s", strerror(errno));
+        goto fail;
+    }
+    if ((rc = uv_async_init(o->loop, &b->async, on_async)) != 0) {
+        rc = rnp_fail(err, RN_SYSTEM, "backend: uv_async_init: %s", uv_strerror(rc));
+        goto fail;
+    }
+    b->async.data = b;
+    for (; b->started < b->nthreads; b->started++) {
+        if ((rc = pthread_create(&b->threads[b->started], NULL, worker, b)) != 0) {
+            rc = rnp_fail(err, RN_SYSTEM, "backend: starting worker thread %u: %s", b->started,
+                          strerror(rc));
+            cpu_fini(&b->base);
+            return rc;
+        }
+    }
+    *out = &b->base;
+    return 0;
+fail:
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+    free(b->threads);
+    free(b);
+    return rc;
+}
+
+static void on_async_closed(uv_handle_t *h)
+{
+    cpu_backend *b = h->data;
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+    free(b->threads);
+    free(b);
+}
+
+static void cpu_fini(rnd_backend *be)
+{
+    cpu_backend *b = (cpu_backend *)be;
+
+    if (!b)
+        return;
+    pthread_mutex_lock(&b->mu);
+    b->stop = true;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    for (uint32_t i = 0; i < b->started; i++)
+        pthread_join(b->threads[i], NULL);
+    uv_close((uv_handle_t *)&b->async, on_async_closed);
+}
+
+static void cpu_info(rnd_backend *be, rnd_device_info *out)
+{
+    cpu_backend *b = (cpu_backend *)be;
+
+    memset(out, 0, sizeof *out);
+    snprintf(out->backend, sizeof out->backend, "cpu");
+    snprintf(out->device_name, sizeof out->device_name, "%s", b->cpu_name);
+    out->sm_count = b->nthreads;
+}
+
+/* The CPU backend keeps no per-session state; a non-NULL token keeps the
+ * server's bookkeeping uniform. */
+static int cpu_session_open(rnd_backend *be, void **bsess, rnp_error *err)
+{
+    *bsess = be;
+    return 0;
+}
+
+static void cpu_session_close(rnd_backend *be, void *bsess) {}
+
+static int cpu_region_open(rnd_backend *be, void *bsess, const rnp_register_req *req,
+                           rnd_mapping *out, rnp_error *err)
+{
+    const char *name = req->shm_name;
+    struct stat st;
+    void *base;
+    int fd, rc;
+    size_t len;
+
+    if (req->kind != RNP_REGION_SHM)
+        return rnp_fail(err, RN_UNSUPPORTED,
+                        "register.kind: the cpu backend maps POSIX shared memory only "
+                        "(CUDA IPC needs the cuda backend)");
+    len = strnlen(name, sizeof req->shm_name);
+    if (len < 2 || len > NAME_MAX || name[0] != '/' || strchr(name + 1, '/'))
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "register.shm_name: expected '/name' without further slashes");
+    if (req->size == 0)
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "register.size: must be at least 1 byte");
+    if (req->size > (uint64_t)SIZE_MAX / 2)
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "register.size: %llu bytes is too large",
+                        (unsigned long long)req->size);
+
+    fd = shm_open(name, O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ENOENT)
+            return rnp_fail(err, RN_INVALID_ARGUMENT,
+                            "register.shm_name: no shared memory object '%.*s'", 200 - 60, name);
+        return rnp_fail(err, e == ENOMEM ? RN_NOMEM : RN_SYSTEM,
+                        "register.shm_name: cannot open '%.*s': %s", 200 - 80, name, strerror(e));
+    }
+    if (fstat(fd, &st) != 0) {
+        rc = rnp_fail(err, RN_SYSTEM, "register.shm_name: fstat: %s", strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = rnp_fail(err, RN_INVALID_ARGUMENT, "register.shm_name: not a shared memory object");
+        goto out;
+    }
+    if ((uint64_t)st.st_size < req->size) {
+        rc = rnp_fail(err, RN_INVALID_ARGUMENT,
+                      "register.size: %llu bytes claimed, but the object has %lld",
+                      (unsigned long long)req->size, (long long)st.st_size);
+        goto out;
+    }
+    base = mmap(NULL, (size_t)req->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        int e = errno;
+        rc = rnp_fail(err, e == ENOMEM ? RN_NOMEM : RN_SYSTEM, "register: mmap of %llu bytes: %s",
+                      (unsigned long long)req->size, strerror(e));
+        goto out;
+    }
+    out->base = base;
+    out->size = req->size;
+    out->handle = NULL;
+    rc = 0;
+out:
+    close(fd);
+    return rc;
+}
+
+static void cpu_region_close(rnd_backend *be, void *bsess, rnd_mapping *m)
+{
+    if (m && m->base)
+        munmap(m->base, (size_t)m->size);
+}
+
+static int cpu_events(rnd_backend *be, void *bsess, const rnp_events_req *req,
+                      rnp_events_rep *out, rnp_error *err)
+{
+    return rnp_fail(err, RN_UNSUPPORTED,
+                    "events: the cpu backend has no CUDA events (send BWD with ready_slot -1)");
+}
+
+static int cpu_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
+{
+    cpu_backend *b = (cpu_backend *)be;
+
+    if (job->ready_slot != -1)
+        return rnp_fail(err, RN_NO_EVENTS,
+                        "bwd.ready_slot: the cpu backend has no events; send -1, not %d",
+                        (int)job->ready_slot);
+    pthread_mutex_lock(&b->mu);
+    if (b->queued + b->running >= b->max_jobs) {
+        pthread_mutex_unlock(&b->mu);
+        return rnp_fail(err, RN_BUSY, "bwd: the cpu backend's queue is full (%u jobs)",
+                        b->max_jobs);
+    }
+    job->next = NULL;
+    if (b->qtail)
+        b->qtail->next = job;
+    else
+        b->qhead = job;
+    b->qtail = job;
+    b->queued++;
+    pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    return 0;
+}
+
+static int cpu_health(rnd_backend *be, char (*reasons)[RNP_REASON_LEN], uint32_t max,
+                      uint32_t *n)
+{
+    return RNP_HEALTH_OK;
+}
+
+const rnd_backend_ops rnd_backend_cpu_ops = {
+    .name = "cpu",
+    .init = cpu_init,
+    .fini = cpu_fini,
+    .info = cpu_info,
+    .session_open = cpu_session_open,
+    .session_close = cpu_session_close,
+    .region_open = cpu_region_open,
+    .region_close = cpu_region_close,
+    .events = cpu_events,
+    .submit = cpu_submit,
+    .health = cpu_health,
+};

@@ -1,0 +1,449 @@
+/*
+ * config.c - defaults, flags and the configuration file.  Flags and file keys
+ * go through one setter, so a value means the same wherever it comes from and
+ * every error names its key (and, for the file, its line).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <ctype.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#ifndef RN_VERSION
+#define RN_VERSION "0.0.0"
+#endif
+
+/* One row per setting: the long flag name, whether it takes a value, and the
+ * --help text with its default. */
+typedef struct flag_def {
+    const char *name;
+    const char *arg;   /* NULL: a switch without a value */
+    const char *help;
+} flag_def;
+
+static const flag_def flags[] = {
+    {"endpoint", "URL", "ipc:// endpoint to bind (default: ipc://$RUNTIME_DIRECTORY/rmsnormd.sock,\n"
+                        "                          else ipc://$XDG_RUNTIME_DIR/rmsnormd.sock, else\n"
+                        "                          ipc:///tmp/rmsnormd-$UID.sock)"},
+    {"backend", "auto|cuda|cpu", "compute backend (default auto: cuda if a usable device, else cpu)"},
+    {"device", "INDEX|UUID", "CUDA device (default 0)"},
+    {"socket-mode", "OCTAL", "permissions of the socket file (default 0660)"},
+    {"socket-group", "NAME", "group of the socket file (default: unchanged)"},
+    {"max-sessions", "N", "client sessions at once (default 64)"},
+    {"max-regions", "N", "registered regions per session (default 256)"},
+    {"max-inflight", "N", "requests in flight per session (default 64)"},
+    {"max-inflight-total", "N", "requests in flight in all (default 1024)"},
+    {"max-m", "N", "largest M (rows) of a request (default 16777216)"},
+    {"max-n", "N", "largest N (columns) of a request (default 262144)"},
+    {"idle-timeout", "SEC", "end a session idle this long (default 600; 0 = never)"},
+    {"threads", "N", "CPU backend worker threads (default: online CPUs)"},
+    {"log-level", "LEVEL", "debug|info|notice|warning|error (default info)"},
+    {"config", "FILE", "configuration file (default " RND_DEFAULT_CONFIG ", skipped if missing)"},
+    {"version", NULL, "print the version and exit"},
+    {"help", NULL, "print this help and exit"},
+};
+#define NFLAGS (sizeof flags / sizeof flags[0])
+
+static int cfg_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int cfg_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (err && errlen) {
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+void rnd_config_defaults(rnd_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->backend = RND_BACKEND_AUTO;
+    snprintf(cfg->device, sizeof cfg->device, "0");
+    cfg->socket_mode = 0660;
+    cfg->max_sessions = 64;
+    cfg->max_regions = 256;
+    cfg->max_inflight = 64;
+    cfg->max_inflight_total = 1024;
+    cfg->max_m = 16777216;
+    cfg->max_n = 262144;
+    cfg->idle_timeout = 600;
+    cfg->threads = 0;
+    cfg->log_level = RND_LOG_INFO;
+}
+
+/* Keys compare with '-' and '_' treated alike and leading dashes ignored, so
+ * "--max-sessions", "max-sessions" and "max_sessions" are one key. */
+static const flag_def *find_flag(const char *key, size_t keylen)
+{
+    while (keylen > 0 && *key == '-')
+        key++, keylen--;
+    for (size_t i = 0; i < NFLAGS; i++) {
+        const char *n = flags[i].name;
+        size_t j = 0;
+        for (; j < keylen && n[j]; j++) {
+            char a = key[j] == '_' ? '-' : key[j];
+            if (a != n[j])
+                break;
+        }
+        if (j == keylen && n[j] == '\0')
+            return &flags[i];
+    }
+    return NULL;
+}
+
+static int parse_u64(const char *v, uint64_t lo, uint64_t hi, int base, uint64_t *out)
+{
+    char *end;
+    unsigned long long x;
+
+    if (!v || !*v || *v == '-' || *v == '+' || isspace((unsigned char)*v))
+        return -1;
+    errno = 0;
+    x = strtoull(v, &end, base);
+    if (errno || *end || x < lo || x > hi)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+int rnd_config_set(rnd_config *cfg, const char *key, const char *value, char *err, size_t errlen)
+{
+    const flag_def *f = find_flag(key, strlen(key));
+    uint64_t x;
+
+    if (!f)
+        return cfg_fail(err, errlen, "unknown setting '%s' (see --help)", key);
+    if (!f->arg)
+        return cfg_fail(err, errlen, "%s: not a setting", f->name);
+    if (!value)
+        return cfg_fail(err, errlen, "%s: needs a value (%s)", f->name, f->arg);
+
+#define NUM(field, lo, hi)                                                              \
+    do {                                                                                \
+        if (parse_u64(value, (lo), (hi), 10, &x) != 0)                                  \
+            return cfg_fail(err, errlen, "%s: expected an integer from %llu to %llu, got '%s'", \
+                        f->name, (unsigned long long)(lo), (unsigned long long)(hi), value); \
+        cfg->field = x;                                                                 \
+        return 0;                                                                       \
+    } while (0)
+
+    if (strcmp(f->name, "endpoint") == 0) {
+        if (strlen(value) >= sizeof cfg->endpoint)
+            return cfg_fail(err, errlen, "endpoint: longer than %zu bytes", sizeof cfg->endpoint - 1);
+        snprintf(cfg->endpoint, sizeof cfg->endpoint, "%s", value);
+        return 0;
+    }
+    if (strcmp(f->name, "backend") == 0) {
+        if (strcmp(value, "auto") == 0)
+            cfg->backend = RND_BACKEND_AUTO;
+        else if (strcmp(value, "cuda") == 0)
+            cfg->backend = RND_BACKEND_CUDA;
+        else if (strcmp(value, "cpu") == 0)
+            cfg->backend = RND_BACKEND_CPU;
+        else
+            return cfg_fail(err, errlen, "backend: expected auto, cuda or cpu, got '%s'", value);
+        return 0;
+    }
+    if (strcmp(f->name, "device") == 0) {
+        if (!*value || strlen(value) >= sizeof cfg->device)
+            return cfg_fail(err, errlen, "device: expected an index or a UUID, got '%s'", value);
+        snprintf(cfg->device, sizeof cfg->device, "%s", value);
+        return 0;
+    }
+    if (strcmp(f->name, "socket-mode") == 0) {
+        if (parse_u64(value, 0, 07777, 8, &x) != 0)
+            return cfg_fail(err, errlen, "socket-mode: expected an octal mode such as 0660, got '%s'",
+                        value);
+        cfg->socket_mode = (mode_t)x;
+        return 0;
+    }
+    if (strcmp(f->name, "socket-group") == 0) {
+        if (strlen(value) >= sizeof cfg->socket_group)
+            return cfg_fail(err, errlen, "socket-group: name too long");
+        snprintf(cfg->socket_group, sizeof cfg->socket_group, "%s", value);
+        return 0;
+    }
+    if (strcmp(f->name, "max-sessions") == 0)
+        NUM(max_sessions, 1, 65536);
+    if (strcmp(f->name, "max-regions") == 0)
+        NUM(max_regions, 1, 1u << 20);
+    if (strcmp(f->name, "max-inflight") == 0)
+        NUM(max_inflight, 1, 1u << 20);
+    if (strcmp(f->name, "max-inflight-total") == 0)
+        NUM(max_inflight_total, 1, 1u << 24);
+    if (strcmp(f->name, "max-m") == 0)
+        NUM(max_m, 1, (uint64_t)INT64_MAX);
+    if (strcmp(f->name, "max-n") == 0)
+        NUM(max_n, 1, UINT32_MAX);
+    if (strcmp(f->name, "idle-timeout") == 0)
+        NUM(idle_timeout, 0, 365u * 24 * 3600);
+    if (strcmp(f->name, "threads") == 0)
+        NUM(threads, 1, 4096);
+    if (strcmp(f->name, "log-level") == 0) {
+        int l = rnd_log_level_parse(value);
+        if (l < 0)
+            return cfg_fail(err, errlen,
+                        "log-level: expected debug, info, notice, warning or error, got '%s'",
+                        value);
+        cfg->log_level = l;
+        return 0;
+    }
+    if (strcmp(f->name, "config") == 0) {
+        snprintf(cfg->config_path, sizeof cfg->config_path, "%s", value);
+        return 0;
+    }
+#undef NUM
+    return cfg_fail(err, errlen, "%s: not settable", f->name);
+}
+
+static char *trim(char *s)
+{
+    char *e;
+    while (isspace((unsigned char)*s))
+        s++;
+    e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+/*
+ * Walk the file's `key = value` lines, calling fn on each.  Shared by the
+ * start-up read and the SIGHUP re-read.
+ */
+typedef int (*line_fn)(void *ctx, const char *key, const char *value, char *err, size_t errlen);
+
+static int walk_file(const char *path, bool must_exist, line_fn fn, void *ctx, char *err,
+                     size_t errlen)
+{
+    char line[4096], msg[RND_CFG_ERR];
+    FILE *f;
+    int lineno = 0, rc = -1;
+
+    f = fopen(path, "re");
+    if (!f) {
+        if (errno == ENOENT && !must_exist)
+            return 1;
+        return cfg_fail(err, errlen, "config file %s: %s", path, strerror(errno));
+    }
+    while (fgets(line, sizeof line, f)) {
+        char *s, *eq, *hash;
+        lineno++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            cfg_fail(err, errlen, "%s:%d: line too long", path, lineno);
+            goto out;
+        }
+        if ((hash = strchr(line, '#')))
+            *hash = '\0';
+        s = trim(line);
+        if (!*s)
+            continue;
+        eq = strchr(s, '=');
+        if (!eq) {
+            cfg_fail(err, errlen, "%s:%d: expected 'key = value', got '%s'", path, lineno, s);
+            goto out;
+        }
+        *eq = '\0';
+        if (fn(ctx, trim(s), trim(eq + 1), msg, sizeof msg) != 0) {
+            cfg_fail(err, errlen, "%s:%d: %s", path, lineno, msg);
+            goto out;
+        }
+    }
+    if (ferror(f)) {
+        cfg_fail(err, errlen, "config file %s: read error", path);
+        goto out;
+    }
+    rc = 0;
+out:
+    fclose(f);
+    return rc;
+}
+
+static int set_from_file(void *ctx, const char *key, const char *value, char *err, size_t errlen)
+{
+    const flag_def *f = find_flag(key, strlen(key));
+    /* A file naming another file, or asking for help, is a mistake. */
+    if (f && !strcmp(f->name, "config"))
+        return cfg_fail(err, errlen, "config: not allowed inside a configuration file");
+    return rnd_config_set(ctx, key, value, err, errlen);
+}
+
+int rnd_config_read_file(rnd_config *cfg, const char *path, bool must_exist, char *err,
+                         size_t errlen)
+{
+    int rc = walk_file(path, must_exist, set_from_file, cfg, err, errlen);
+    if (rc < 0)
+        return -1;
+    if (rc == 0)
+        snprintf(cfg->config_path, sizeof cfg->config_path, "%s", path);
+    return 0;
+}
+
+static int level_only(void *ctx, const char *key, const char *value, char *err, size_t errlen)
+{
+    const flag_def *f = find_flag(key, strlen(key));
+    if (f && strcmp(f->name, "log-level") == 0) {
+        int l = rnd_log_level_parse(value);
+        if (l < 0)
+            return cfg_fail(err, errlen, "log-level: expected debug, info, notice, warning or error, got '%s'", value);
+        *(int *)ctx = l;
+    }
+    return 0;
+}
+
+int rnd_config_reread_log_level(const char *path, int *level, char *err, size_t errlen)
+{
+    int l = *level;
+    if (walk_file(path, true, level_only, &l, err, errlen) < 0)
+        return -1;
+    *level = l;
+    return 0;
+}
+
+/* Split argv into (flag, value) pairs: "--key value" and "--key=value". */
+static int next_flag(int argc, char **argv, int *i, const flag_def **f, const char **value,
+                     char *err, size_t errlen)
+{
+    const char *a = argv[*i];
+    const char *eq;
+
+    if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
+        return cfg_fail(err, errlen, "unexpected argument '%s' (see --help)", a);
+    eq = strchr(a, '=');
+    *f = find_flag(a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2));
+    if (!*f)
+        return cfg_fail(err, errlen, "unknown option '%s' (see --help)", a);
+    if (!(*f)->arg) {
+        if (eq)
+            return cfg_fail(err, errlen, "--%s takes no value", (*f)->name);
+        *value = NULL;
+    } else if (eq) {
+        *value = eq + 1;
+    } else {
+        if (*i + 1 >= argc)
+            return cfg_fail(err, errlen, "--%s needs a value (%s)", (*f)->name, (*f)->arg);
+        *value = argv[++*i];
+    }
+    (*i)++;
+    return 0;
+}
+
+int rnd_config_load(rnd_config *cfg, int argc, char **argv, const char *default_file,
+                    int *action, char *err, size_t errlen)
+{
+    const char *file = NULL;
+    const flag_def *f;
+    const char *value;
+    char msg[RND_CFG_ERR];
+    rnd_config c;
+
+    *action = RND_RUN;
+    /* First pass: unknown flags, --help, --version and --config. */
+    for (int i = 1; i < argc;) {
+        if (next_flag(argc, argv, &i, &f, &value, err, errlen) != 0)
+            return -1;
+        if (!strcmp(f->name, "help")) {
+            *action = RND_SHOW_HELP;
+            return 0;
+        }
+        if (!strcmp(f->name, "version")) {
+            *action = RND_SHOW_VERSION;
+            return 0;
+        }
+        if (!strcmp(f->name, "config"))
+            file = value;
+    }
+
+    rnd_config_defaults(&c);
+    if (file) {
+        if (rnd_config_read_file(&c, file, true, err, errlen) != 0)
+            return -1;
+    } else if (default_file) {
+        if (rnd_config_read_file(&c, default_file, false, err, errlen) != 0)
+            return -1;
+    }
+    /* Second pass: flags win over the file. */
+    for (int i = 1; i < argc;) {
+        next_flag(argc, argv, &i, &f, &value, NULL, 0);
+        if (!strcmp(f->name, "config"))
+            continue;
+        if (rnd_config_set(&c, f->name, value, msg, sizeof msg) != 0)
+            return cfg_fail(err, errlen, "--%s", msg);
+        if (!strcmp(f->name, "log-level"))
+            c.log_level_from_flag = true;
+    }
+    if (rnd_config_finish(&c, err, errlen) != 0)
+        return -1;
+    *cfg = c;
+    return 0;
+}
+
+int rnd_config_finish(rnd_config *cfg, char *err, size_t errlen)
+{
+    const char *path;
+    const char *dir;
+
+    if (!cfg->endpoint[0]) {
+        if ((dir = getenv("RUNTIME_DIRECTORY")) && *dir) {
+            /* systemd may list several directories separated by ':'. */
+            size_t len = strcspn(dir, ":");
+            snprintf(cfg->endpoint, sizeof cfg->endpoint, "ipc://%.*s/rmsnormd.sock", (int)len, dir);
+        } else if ((dir = getenv("XDG_RUNTIME_DIR")) && *dir) {
+            snprintf(cfg->endpoint, sizeof cfg->endpoint, "ipc://%s/rmsnormd.sock", dir);
+        } else {
+            snprintf(cfg->endpoint, sizeof cfg->endpoint, "ipc:///tmp/rmsnormd-%u.sock",
+                     (unsigned)getuid());
+        }
+    }
+    if (strncmp(cfg->endpoint, "ipc://", 6) != 0)
+        return cfg_fail(err, errlen, "endpoint '%s': only ipc:// endpoints are supported",
+                    cfg->endpoint);
+    path = cfg->endpoint + 6;
+    if (!*path)
+        return cfg_fail(err, errlen, "endpoint '%s': the socket path is empty", cfg->endpoint);
+    /* nanomsg accepts some paths that do not fit sun_path and then aborts
+     * inside its ipc transport; refuse them here with a message instead. */
+    if (strlen(path) >= RND_SUN_PATH_MAX)
+        return cfg_fail(err, errlen,
+                    "endpoint '%s': the socket path is %zu bytes; a Unix socket path must be "
+                    "shorter than %d",
+                    cfg->endpoint, strlen(path), RND_SUN_PATH_MAX);
+    if (cfg->max_inflight > cfg->max_inflight_total)
+        cfg->max_inflight = cfg->max_inflight_total;
+    return 0;
+}
+
+const char *rnd_config_ipc_path(const rnd_config *cfg)
+{
+    return cfg->endpoint + 6;
+}
+
+void rnd_config_usage(FILE *out, const char *argv0)
+{
+    fprintf(out,
+            "Usage: %s [OPTION...]\n"
+            "rmsnormd %s: runs RMSNorm's backward pass for client processes.\n\n"
+            "Options (each may also be set in the configuration file as `name = value`,\n"
+            "without the dashes; flags win over the file):\n",
+            argv0, RN_VERSION);
+    for (size_t i = 0; i < NFLAGS; i++) {
+        char left[64];
+        snprintf(left, sizeof left, "--%s%s%s", flags[i].name, flags[i].arg ? " " : "",
+                 flags[i].arg ? flags[i].arg : "");
+        if (strlen(left) > 24)
+            fprintf(out, "  %s\n  %-24s%s\n", left, "", flags[i].help);
+        else
+            fprintf(out, "  %-24s%s\n", left, flags[i].help);
+    }
+    fprintf(out, "\nSignals: SIGTERM/SIGINT drain and exit 0; SIGHUP re-reads log-level.\n"
+                 "Exit status: 0 clean drain, 1 start-up failure, 2 fatal backend failure.\n");
+}

@@ -1,0 +1,88 @@
+/*
+ * config.h - rmsnormd's settings: defaults, command-line flags and the
+ * configuration file (`key = value` lines, '#' comments, keys are the long
+ * flag names; flags win over the file).  Pure: no logging, no global state,
+ * so the unit tests exercise it directly.
+ */
+#ifndef RND_CONFIG_H
+#define RND_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#define RND_DEFAULT_CONFIG "/etc/rmsnormd/rmsnormd.conf"
+/* sizeof(struct sockaddr_un.sun_path): the path plus its NUL must fit. */
+#define RND_SUN_PATH_MAX 108
+#define RND_ENDPOINT_MAX 512
+#define RND_CFG_ERR 256
+
+enum rnd_backend_choice { RND_BACKEND_AUTO = 0, RND_BACKEND_CUDA, RND_BACKEND_CPU };
+
+typedef struct rnd_config {
+    char endpoint[RND_ENDPOINT_MAX];   /* "" until rnd_config_finish picks the default */
+    int backend;                       /* rnd_backend_choice */
+    char device[64];                   /* index or UUID */
+    mode_t socket_mode;
+    char socket_group[64];             /* "" = leave the group unchanged */
+    uint32_t max_sessions;
+    uint32_t max_regions;
+    uint32_t max_inflight;
+    uint32_t max_inflight_total;
+    uint64_t max_m;
+    uint32_t max_n;
+    uint32_t idle_timeout;             /* seconds; 0 = never */
+    uint32_t threads;                  /* 0 = one per online CPU */
+    int log_level;                     /* rnd_log_level */
+    char config_path[4096];            /* the file that was read, "" if none */
+    bool log_level_from_flag;          /* SIGHUP leaves a flag's level alone */
+} rnd_config;
+
+/* What rnd_config_parse_args asks the caller to do besides running. */
+enum rnd_config_action { RND_RUN = 0, RND_SHOW_HELP, RND_SHOW_VERSION };
+
+void rnd_config_defaults(rnd_config *cfg);
+
+/*
+ * Set one key (a long flag name, with or without the leading dashes; '-' and
+ * '_' are interchangeable) from text.  Returns 0, or -1 with a one-line
+ * message in err naming the key.
+ */
+int rnd_config_set(rnd_config *cfg, const char *key, const char *value, char *err, size_t errlen);
+
+/*
+ * Read a configuration file into cfg.  A missing file is an error only when
+ * must_exist; then, as for any error, err says which file and line.
+ * Returns 0 or -1.
+ */
+int rnd_config_read_file(rnd_config *cfg, const char *path, bool must_exist, char *err,
+                         size_t errlen);
+
+/*
+ * The whole start-up sequence: defaults, then the file (--config FILE, or
+ * default_file which is skipped silently when missing), then the flags, then
+ * rnd_config_finish.  *action says whether to print help or the version.
+ * Returns 0 or -1 with err.
+ */
+int rnd_config_load(rnd_config *cfg, int argc, char **argv, const char *default_file,
+                    int *action, char *err, size_t errlen);
+
+/*
+ * Fill the default endpoint from the environment (RUNTIME_DIRECTORY, then
+ * XDG_RUNTIME_DIR, then /tmp/rmsnormd-$UID.sock) and check the endpoint:
+ * ipc:// only, and a path short enough for a Unix socket.  Returns 0 or -1.
+ */
+int rnd_config_finish(rnd_config *cfg, char *err, size_t errlen);
+
+/* The path of an ipc:// endpoint (points into cfg->endpoint). */
+const char *rnd_config_ipc_path(const rnd_config *cfg);
+
+/* Re-read only the log level from the file (for SIGHUP).  Returns 0 and sets
+ * *level (unchanged if the file does not set it), or -1 with err. */
+int rnd_config_reread_log_level(const char *path, int *level, char *err, size_t errlen);
+
+/* The --help text. */
+void rnd_config_usage(FILE *out, const char *argv0);
+
+#endif

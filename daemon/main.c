@@ -1,0 +1,143 @@
+/*
+ * daemon/ - rmsnormd, the daemon: configuration (config.c), logging (log.c),
+ * the libuv + nanomsg server (server.c), sessions (session.c), the duplicate
+ * window (dedupe.c), statistics (stats.c), systemd notification (notify.c)
+ * and the compute backends behind one table of functions (backend.h:
+ * backend_cpu.c, and backend_cuda.c where a CUDA Toolkit exists).
+ *
+ * daemon/ depends on proto/ and kernels/ and on nothing else of ours.  It is
+ * the only part of the project that logs.  Internal non-static names use the
+ * prefix rnd_.
+ *
+ * main.c - rmsnormd's entry point: configuration, the backend choice, the
+ * server, and the exit status (0 after a clean drain, 1 when start-up fails,
+ * 2 after a fatal backend failure).  The daemon stays in the foreground;
+ * systemd (or a test) supervises it and learns of readiness via sd_notify.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "backend.h"
+#include "config.h"
+#include "log.h"
+#include "server.h"
+
+#ifndef RN_VERSION
+#define RN_VERSION "0.0.0"
+#endif
+
+void rnd_server_announce(rnd_server *srv);
+
+/* The server is large (it holds a message buffer): keep it off the stack. */
+static rnd_server server;
+
+/*
+ * --backend cuda: CUDA or nothing.  --backend auto: CUDA when a usable device
+ * exists, else the CPU backend (the ordinary case on a host without a GPU,
+ * logged at info; any other CUDA failure is logged as a warning).
+ */
+static int start_backend(const rnd_config *cfg, uv_loop_t *loop, rnd_backend **out,
+                         char *fallback, size_t fallback_len)
+{
+    rnd_backend_opts o = {
+        .loop = loop,
+        .device = cfg->device,
+        .threads = cfg->threads,
+        .max_jobs = cfg->max_inflight_total,
+        .fatal = rnd_server_fatal,
+        .fatal_ctx = &server,
+    };
+    rnp_error err = {0};
+    int rc;
+
+    if (cfg->backend != RND_BACKEND_CPU) {
+#ifdef RN_HAVE_CUDA
+        rc = rnd_backend_cuda_ops.init(&o, out, &err);
+        if (rc == 0)
+            return 0;
+        if (cfg->backend == RND_BACKEND_CUDA) {
+            rnd_err("Failed to start the cuda backend: %s", err.msg);
+            return -1;
+        }
+        if (rc == RN_NO_CUDA)
+            rnd_info("No usable CUDA device (%s): using the cpu backend", err.msg);
+        else {
+            rnd_warn("The cuda backend did not start (%s): using the cpu backend", err.msg);
+            snprintf(fallback, fallback_len, "cuda did not start (%.60s); serving on the cpu",
+                     err.msg);
+        }
+#else
+        if (cfg->backend == RND_BACKEND_CUDA) {
+            rnd_err("Failed to start the cuda backend: this rmsnormd was built without CUDA");
+            return -1;
+        }
+#endif
+    }
+    rc = rnd_backend_cpu_ops.init(&o, out, &err);
+    if (rc != 0) {
+        rnd_err("Failed to start the cpu backend: %s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    char err[RND_CFG_ERR + 64];
+    char fallback[RNP_REASON_LEN] = "";
+    rnd_config cfg;
+    rnd_backend *be = NULL;
+    uv_loop_t loop;
+    int action, rc;
+
+    rnd_log_init();
+    if (rnd_config_load(&cfg, argc, argv, RND_DEFAULT_CONFIG, &action, err, sizeof err) != 0) {
+        fprintf(stderr, "rmsnormd: %s\n", err);
+        return 1;
+    }
+    if (action == RND_SHOW_HELP) {
+        rnd_config_usage(stdout, "rmsnormd");
+        return 0;
+    }
+    if (action == RND_SHOW_VERSION) {
+        printf("rmsnormd %s\n", RN_VERSION);
+        return 0;
+    }
+    rnd_log_set_level(cfg.log_level);
+    /* A reply to a client that vanished must not kill the daemon. */
+    signal(SIGPIPE, SIG_IGN);
+
+    if ((rc = uv_loop_init(&loop)) != 0) {
+        rnd_err("Failed to start the event loop: %s", uv_strerror(rc));
+        return 1;
+    }
+    if (start_backend(&cfg, &loop, &be, fallback, sizeof fallback) != 0)
+        goto fail_loop;
+    if (rnd_server_start(&server, &loop, &cfg, be, err, sizeof err) != 0) {
+        rnd_err("%s", err);
+        be->ops->fini(be);
+        goto fail_loop;
+    }
+    rnd_server_set_fallback(&server, fallback);
+    rnd_info("rmsnormd %s serving %s with the %s backend (%s, %u %s)%s%s", RN_VERSION,
+             cfg.endpoint, server.dev.backend, server.dev.device_name, server.dev.sm_count,
+             strcmp(server.dev.backend, "cpu") == 0 ? "threads" : "SMs",
+             cfg.config_path[0] ? "; config " : "", cfg.config_path);
+    rnd_server_announce(&server);
+
+    uv_run(&loop, UV_RUN_DEFAULT);
+    rnd_server_fini(&server);
+    rc = uv_loop_close(&loop);
+    if (rc != 0)
+        rnd_warn("Event loop closed with handles still open: %s", uv_strerror(rc));
+    return server.exit_code;
+
+fail_loop:
+    /* Let closing handles finish so the loop closes cleanly. */
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    return 1;
+}

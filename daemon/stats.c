@@ -1,0 +1,155 @@
+/*
+ * stats.c - counters and log-scale latency histograms.
+ */
+#include "stats.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+uint64_t rnd_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+unsigned rnd_hist_index(uint64_t v)
+{
+    const unsigned sub = 1u << RND_HIST_SUB_BITS;
+    unsigned e;
+
+    if (v < sub)
+        return (unsigned)v;
+    e = 63u - (unsigned)__builtin_clzll(v); /* e >= SUB_BITS */
+    return ((e - RND_HIST_SUB_BITS + 1) << RND_HIST_SUB_BITS) +
+           (unsigned)((v >> (e - RND_HIST_SUB_BITS)) & (sub - 1));
+}
+
+uint64_t rnd_hist_upper(unsigned i)
+{
+    const unsigned sub = 1u << RND_HIST_SUB_BITS;
+    unsigned e, s;
+    uint64_t width, lo;
+
+    if (i < sub)
+        return i;
+    e = (i >> RND_HIST_SUB_BITS) + RND_HIST_SUB_BITS - 1;
+    s = i & (sub - 1);
+    width = (uint64_t)1 << (e - RND_HIST_SUB_BITS);
+    lo = ((uint64_t)1 << e) + s * width;
+    return lo + (width - 1);   /* wraps to UINT64_MAX for the very last bucket */
+}
+
+void rnd_hist_add(rnd_hist *h, uint64_t v)
+{
+    h->bucket[rnd_hist_index(v)]++;
+    h->count++;
+    h->sum += v;
+    if (v > h->max)
+        h->max = v;
+}
+
+uint64_t rnd_hist_quantile(const rnd_hist *h, double p)
+{
+    uint64_t rank, seen = 0;
+
+    if (h->count == 0)
+        return 0;
+    if (!(p > 0))
+        p = 0;
+    if (p > 1)
+        p = 1;
+    rank = (uint64_t)ceil(p * (double)h->count);
+    if (rank < 1)
+        rank = 1;
+    for (unsigned i = 0; i < RND_HIST_BUCKETS; i++) {
+        seen += h->bucket[i];
+        if (seen >= rank) {
+            uint64_t up = rnd_hist_upper(i);
+            return up < h->max ? up : h->max;
+        }
+    }
+    return h->max;
+}
+
+void rnd_stats_init(rnd_stats *s, uint64_t now_ns)
+{
+    memset(s, 0, sizeof *s);
+    s->start_ns = now_ns;
+}
+
+void rnd_stats_request(rnd_stats *s, uint32_t op)
+{
+    s->requests[op >= 1 && op <= RN_OP_MAX ? op : 0]++;
+}
+
+void rnd_stats_reply(rnd_stats *s, int code)
+{
+    if (code == 0)
+        s->replies_ok++;
+    else if (code > 0 && code < RND_MAX_CODE)
+        s->errors[code]++;
+    if (code == RN_BUSY)
+        s->busy_rejected++;
+}
+
+static void put(rnp_stats_rep *out, const char *name, uint64_t v)
+{
+    if (out->nstats >= RNP_MAX_STATS)
+        return;
+    snprintf(out->stats[out->nstats].name, RNP_STAT_NAME, "%s", name);
+    out->stats[out->nstats].value = v;
+    out->nstats++;
+}
+
+static void put_hist(rnp_stats_rep *out, const char *name, const rnd_hist *h)
+{
+    rnp_hist *o;
+    if (out->nhists >= RNP_MAX_HISTS)
+        return;
+    o = &out->hists[out->nhists++];
+    snprintf(o->name, RNP_STAT_NAME, "%s", name);
+    o->count = h->count;
+    o->p50 = rnd_hist_quantile(h, 0.50);
+    o->p90 = rnd_hist_quantile(h, 0.90);
+    o->p99 = rnd_hist_quantile(h, 0.99);
+    o->max = h->max;
+}
+
+void rnd_stats_fill(const rnd_stats *s, const rnd_gauges *g, rnp_stats_rep *out)
+{
+    char name[RNP_STAT_NAME];
+
+    out->nstats = 0;
+    out->nhists = 0;
+    for (uint32_t op = 1; op <= RN_OP_MAX; op++) {
+        snprintf(name, sizeof name, "requests.%s", rnp_op_name((int)op));
+        put(out, name, s->requests[op]);
+    }
+    put(out, "requests.unknown", s->requests[0]);
+    put(out, "replies.ok", s->replies_ok);
+    put(out, "bytes.processed", s->bytes_processed);
+    put(out, "sessions.active", g->sessions_active);
+    put(out, "sessions.total", s->sessions_total);
+    put(out, "sessions.expired", s->sessions_expired);
+    put(out, "regions.active", g->regions_active);
+    put(out, "inflight.current", g->inflight_current);
+    put(out, "inflight.max", s->inflight_max);
+    put(out, "uptime.seconds", g->now_ns > s->start_ns ? (g->now_ns - s->start_ns) / 1000000000u : 0);
+    put(out, "busy.rejected", s->busy_rejected);
+    put(out, "dup.answered", s->dup_answered);
+    put(out, "clients.died", s->clients_died);
+    /* Only the codes seen, so the table stays short; a code appears once
+     * its first error was answered and stays from then on. */
+    for (int code = 1; code < RND_MAX_CODE; code++) {
+        if (!s->errors[code])
+            continue;
+        snprintf(name, sizeof name, "errors.%s", rnp_err_name(code));
+        put(out, name, s->errors[code]);
+    }
+    put_hist(out, "queue", &s->queue);
+    put_hist(out, "compute", &s->compute);
+    put_hist(out, "total", &s->total);
+}

@@ -1,0 +1,72 @@
+/*
+ * stats.h - the daemon's counters and latency histograms, and their
+ * rendering into a STATS reply.  Counter names are part of the interface
+ * (rmsnormctl renders them generically): "requests.<op>", "replies.ok",
+ * "errors.<ERR_NAME>", "bytes.processed", "sessions.active", "sessions.total",
+ * "sessions.expired", "regions.active", "inflight.current", "inflight.max",
+ * "uptime.seconds", "busy.rejected", "dup.answered", "clients.died".
+ * Histograms "queue", "compute", "total" are in nanoseconds.
+ *
+ * Loop-thread only: no locking.
+ */
+#ifndef RND_STATS_H
+#define RND_STATS_H
+
+#include <stdint.h>
+
+#include "rn_proto.h"
+
+/*
+ * Log-scale buckets: values below 2^SUB_BITS are exact; above, each power of
+ * two is split into 2^SUB_BITS equal buckets, so a reported percentile is at
+ * most 1/2^SUB_BITS (12.5 %) above the true value, and never above the max.
+ */
+#define RND_HIST_SUB_BITS 3
+#define RND_HIST_BUCKETS ((64 - RND_HIST_SUB_BITS + 1) << RND_HIST_SUB_BITS)
+
+typedef struct rnd_hist {
+    uint64_t count, max, sum;
+    uint64_t bucket[RND_HIST_BUCKETS];
+} rnd_hist;
+
+void rnd_hist_add(rnd_hist *h, uint64_t v);
+/* The p-quantile (0 < p <= 1): the upper edge of the bucket holding the
+ * ceil(p * count)-th smallest value, clamped to the max.  0 when empty. */
+uint64_t rnd_hist_quantile(const rnd_hist *h, double p);
+/* Bucket index of v and the largest value that lands in bucket i. */
+unsigned rnd_hist_index(uint64_t v);
+uint64_t rnd_hist_upper(unsigned i);
+
+#define RND_MAX_CODE 700   /* rn_status codes are below this */
+
+typedef struct rnd_stats {
+    uint64_t start_ns;                   /* CLOCK_MONOTONIC at start */
+    uint64_t requests[RN_OP_MAX + 1];    /* [0]: op unreadable or unknown */
+    uint64_t errors[RND_MAX_CODE];
+    uint64_t replies_ok;
+    uint64_t bytes_processed;
+    uint64_t sessions_total;
+    uint64_t sessions_expired;
+    uint64_t busy_rejected;
+    uint64_t dup_answered;
+    uint64_t clients_died;
+    uint64_t inflight_max;
+    rnd_hist queue, compute, total;
+} rnd_stats;
+
+/* The values that are read from the live state when a STATS reply is built. */
+typedef struct rnd_gauges {
+    uint64_t sessions_active, regions_active, inflight_current, now_ns;
+} rnd_gauges;
+
+void rnd_stats_init(rnd_stats *s, uint64_t now_ns);
+/* Count one reply with status code (0 = success). */
+void rnd_stats_reply(rnd_stats *s, int code);
+void rnd_stats_request(rnd_stats *s, uint32_t op);
+/* Fill out's counters and histograms (not backend/device). */
+void rnd_stats_fill(const rnd_stats *s, const rnd_gauges *g, rnp_stats_rep *out);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t rnd_now_ns(void);
+
+#endif
