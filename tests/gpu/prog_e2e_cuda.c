@@ -1,0 +1,646 @@
+/*
+ * prog_e2e_cuda.c - a client process of the end-to-end GPU tests: it talks
+ * to a running rmsnormd (cuda backend) through libclient's stream-ordered
+ * calls and checks the results on the GPU against the fp64 reference
+ * (rnk_cuda_verify).  A CUDA IPC handle cannot be opened in the process that
+ * exported it, so the daemon and this program are always two processes.
+ *
+ *   prog_e2e_cuda ENDPOINT grid              shapes x dtypes x options
+ *   prog_e2e_cuda ENDPOINT order ITERS SEED  producer -> call -> consumer with
+ *                                            random delays, no host sync
+ *   prog_e2e_cuda ENDPOINT flood             calls until killed ("running"
+ *                                            after the first ones)
+ *   prog_e2e_cuda ENDPOINT realloc           free + allocate at the same address
+ *   prog_e2e_cuda ENDPOINT errors            each bad argument gets its error
+ *   prog_e2e_cuda ENDPOINT stall MS          inputs that become ready only
+ *                                            after MS ms (the daemon's deadline)
+ *
+ * Prints "ok ..." / "FAIL ..." lines on stdout and exits 0 when all passed.
+ */
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpu/e2e_cuda.h"
+#include "integration/raw.h"
+#include "rmsnorm_client.h"
+#include "rnk.h"
+
+static const char *endpoint;
+static cudaStream_t st;
+static rn_client *cli;
+static rne_kernels kern;
+static int failures;
+
+#define CK(call)                                                                              \
+    do {                                                                                      \
+        cudaError_t e_ = (call);                                                              \
+        if (e_ != cudaSuccess) {                                                              \
+            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+static size_t esz(rn_dtype d) { return d == RN_DTYPE_F32 ? 4 : d == RN_DTYPE_NONE ? 0 : 2; }
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static rnk_bwd_args to_rnk(const rn_bwd_args *a)
+{
+    rnk_bwd_args k;
+    memset(&k, 0, sizeof k);
+    k.m = a->m;
+    k.n = a->n;
+    k.x_dtype = (rnk_dtype)a->x_dtype;
+    k.dy_dtype = (rnk_dtype)a->dy_dtype;
+    k.dx_dtype = (rnk_dtype)a->dx_dtype;
+    k.w_dtype = (rnk_dtype)a->w_dtype;
+    k.dres_dtype = (rnk_dtype)a->dres_dtype;
+    k.dw_dtype = (rnk_dtype)a->dw_dtype;
+    k.x = a->x;
+    k.x_stride = a->x_stride;
+    k.dy = a->dy;
+    k.dy_stride = a->dy_stride;
+    k.dx = a->dx;
+    k.dx_stride = a->dx_stride;
+    k.w = a->w;
+    k.rstd = a->rstd;
+    k.dres = a->dres;
+    k.dres_stride = a->dres_stride;
+    k.dw = a->dw;
+    k.eps = a->eps;
+    k.weight_offset = a->weight_offset;
+    return k;
+}
+
+/* Carve a's tensors out of one allocation (as a caching allocator would
+ * hand them out), 256-byte aligned; returns the bytes used. */
+static size_t layout(rn_bwd_args *a, char *arena, bool with_rstd)
+{
+    size_t off = 0, mn = (size_t)(a->m * a->n);
+#define TAKE(ptr, bytes)                                 \
+    do {                                                 \
+        ptr = arena ? (void *)(arena + off) : NULL;     \
+        off += ((bytes) + 255) / 256 * 256;              \
+    } while (0)
+    TAKE(a->x, mn * esz(a->x_dtype));
+    TAKE(a->dy, mn * esz(a->dy_dtype));
+    TAKE(a->dx, mn * esz(a->dx_dtype));
+    TAKE(a->w, (size_t)a->n * esz(a->w_dtype));
+    TAKE(a->dw, (size_t)a->n * esz(a->dw_dtype));
+    TAKE(a->dres, mn * esz(a->dres_dtype));
+    if (with_rstd) {
+        void *r;
+        TAKE(r, (size_t)a->m * 4);
+        a->rstd = r;
+    } else {
+        a->rstd = NULL;
+    }
+#undef TAKE
+    /* Absent tensors have no pointer (the verifier checks for aliasing). */
+    if (!a->w_dtype)
+        a->w = NULL;
+    if (!a->dw_dtype)
+        a->dw = NULL;
+    if (!a->dres_dtype)
+        a->dres = NULL;
+    return off;
+}
+
+static void fill_inputs(const rn_bwd_args *a, uint64_t seed)
+{
+    char msg[200];
+    int rc = rnk_cuda_fill((rnk_dtype)a->x_dtype, (void *)a->x, a->m, a->n, a->x_stride, seed, 1.0f,
+                           0.1f, st, msg, sizeof msg);
+    if (!rc)
+        rc = rnk_cuda_fill((rnk_dtype)a->dy_dtype, (void *)a->dy, a->m, a->n, a->dy_stride, seed + 1,
+                           1.0f, 0.0f, st, msg, sizeof msg);
+    if (!rc && a->w_dtype)
+        rc = rnk_cuda_fill((rnk_dtype)a->w_dtype, (void *)a->w, 1, a->n, a->n, seed + 2, 0.5f, 1.0f,
+                           st, msg, sizeof msg);
+    if (!rc && a->dres_dtype)
+        rc = rnk_cuda_fill((rnk_dtype)a->dres_dtype, (void *)a->dres, a->m, a->n, a->dres_stride,
+                           seed + 3, 1.0f, 0.0f, st, msg, sizeof msg);
+    if (!rc && a->rstd)
+        rc = rnk_cuda_rstd((rnk_dtype)a->x_dtype, a->x, a->m, a->n, a->x_stride, a->eps,
+                           (float *)a->rstd, st, msg, sizeof msg);
+    if (rc) {
+        printf("FAIL fill: %s\n", msg);
+        exit(1);
+    }
+}
+
+static void poison_outputs(const rn_bwd_args *a)
+{
+    /* All ones is NaN in every dtype: an unwritten element cannot pass. */
+    CK(cudaMemsetAsync(a->dx, 0xff, (size_t)(a->m * a->dx_stride) * esz(a->dx_dtype), st));
+    if (a->dw_dtype)
+        CK(cudaMemsetAsync(a->dw, 0xff, (size_t)a->n * esz(a->dw_dtype), st));
+}
+
+/* Judge a's outputs on the GPU against the fp64 reference. */
+static bool verify(const rn_bwd_args *a, const char *what)
+{
+    rnk_bwd_args k = to_rnk(a);
+    rnk_verdict v;
+    char msg[200] = "";
+
+    memset(&v, 0, sizeof v);
+    if (rnk_cuda_verify(&k, st, &v, msg, sizeof msg) != 0) {
+        printf("FAIL %s: verify: %s\n", what, msg);
+        failures++;
+        return false;
+    }
+    if (!v.ok) {
+        printf("FAIL %s: %s\n", what, v.why);
+        failures++;
+        return false;
+    }
+    return true;
+}
+
+static void connect_or_die(void)
+{
+    rn_connect_opts o = {.endpoint = endpoint, .timeout_ms = 30000, .client_name = "e2e"};
+    if (rn_connect(&o, &cli) != 0) {
+        printf("FAIL connect: %s\n", rn_last_error(NULL));
+        exit(1);
+    }
+}
+
+/* ---- grid ----------------------------------------------------------------------------- */
+
+static int run_grid(void)
+{
+    static const int64_t shapes[][2] = {{1, 1}, {7, 100}, {128, 1024}, {1000, 4096},
+                                        {4096, 768}, {64, 16384}, {3, 65536}, {0, 512}};
+    static const rn_dtype dts[] = {RN_DTYPE_BF16, RN_DTYPE_F16, RN_DTYPE_F32};
+    size_t cap = 0;
+    char *arena;
+    int cases = 0;
+
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        rn_bwd_args a = {.m = shapes[s][0], .n = shapes[s][1], .x_dtype = RN_DTYPE_F32,
+                         .dy_dtype = RN_DTYPE_F32, .dx_dtype = RN_DTYPE_F32,
+                         .w_dtype = RN_DTYPE_F32, .dw_dtype = RN_DTYPE_F32,
+                         .dres_dtype = RN_DTYPE_F32};
+        size_t need = layout(&a, NULL, true);
+        cap = need > cap ? need : cap;
+    }
+    CK(cudaMalloc((void **)&arena, cap));
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        for (size_t d = 0; d < 3; d++) {
+            for (int opt = 0; opt < 4; opt++) {
+                rn_bwd_args a;
+                rn_timing t;
+                char what[160];
+                int rc;
+                memset(&a, 0, sizeof a);
+                a.m = shapes[s][0];
+                a.n = shapes[s][1];
+                a.x_dtype = a.dy_dtype = a.dx_dtype = dts[d];
+                /* opt 0: weight + dw fp32 + rstd given; 1: no weight, rstd
+                 * recomputed; 2: weight + dw in w's dtype + dresidual_out +
+                 * weight_offset; 3: like 0, in sync mode. */
+                a.w_dtype = opt == 1 ? RN_DTYPE_NONE : dts[d];
+                a.dw_dtype = opt == 1 ? RN_DTYPE_NONE : opt == 2 ? dts[d] : RN_DTYPE_F32;
+                a.dres_dtype = opt == 2 ? dts[d] : RN_DTYPE_NONE;
+                a.weight_offset = opt == 2 ? 1.0f : 0.0f;
+                a.eps = 1e-6f;
+                a.x_stride = a.dy_stride = a.dx_stride = a.dres_stride = a.n;
+                layout(&a, arena, opt != 1);
+                snprintf(what, sizeof what, "grid %lldx%lld %s opt %d", (long long)a.m,
+                         (long long)a.n, dts[d] == RN_DTYPE_BF16 ? "bf16" : dts[d] == RN_DTYPE_F16 ? "f16" : "f32",
+                         opt);
+                fill_inputs(&a, rnd());
+                poison_outputs(&a);
+                rc = opt == 3 ? rn_rmsnorm_bwd_sync(cli, &a, st, &t) : rn_rmsnorm_bwd(cli, &a, st);
+                if (rc != 0) {
+                    printf("FAIL %s: %s: %s\n", what, rn_err_name(rc), rn_last_error(cli));
+                    failures++;
+                    continue;
+                }
+                if (opt == 3 && a.m > 0 && t.compute_ns == 0) {
+                    printf("FAIL %s: sync mode reported no kernel time\n", what);
+                    failures++;
+                }
+                if (a.m == 0) {
+                    CK(cudaStreamSynchronize(st));
+                    cases++;
+                    continue;
+                }
+                if (verify(&a, what))
+                    cases++;
+            }
+        }
+    }
+    CK(cudaStreamSynchronize(st));
+    CK(cudaFree(arena));
+    printf("ok grid: %d cases\n", cases);
+    return failures ? 1 : 0;
+}
+
+/* ---- stream ordering under random delays --------------------------------------------------- */
+
+static int run_order(int iters, uint64_t seed)
+{
+    rn_bwd_args a;
+    char *arena, *slots;
+    size_t dxb;
+    int bad = 0;
+
+    rng_state ^= seed * 0x9E3779B97F4A7C15ull;
+    memset(&a, 0, sizeof a);
+    a.m = 256;
+    a.n = 1024;
+    a.x_dtype = a.dy_dtype = a.dx_dtype = a.w_dtype = RN_DTYPE_BF16;
+    a.dw_dtype = RN_DTYPE_F32;
+    a.eps = 1e-6f;
+    a.x_stride = a.dy_stride = a.dx_stride = a.n;
+    CK(cudaMalloc((void **)&arena, layout(&a, NULL, false)));
+    layout(&a, arena, false);
+    dxb = (size_t)(a.m * a.n) * 2;
+    CK(cudaMalloc((void **)&slots, dxb * (size_t)iters));
+    CK(cudaMemset(slots, 0xff, dxb * (size_t)iters));
+    fill_inputs(&a, seed);   /* w */
+    CK(cudaStreamSynchronize(st));
+
+    for (int i = 0; i < iters; i++) {
+        uint64_t r = rnd();
+        /* Delays from 0 to ~400 us, often none, before the producer (so a
+         * daemon that did not wait on the ready event would read the last
+         * iteration's inputs) and before the consumer (so one that waits
+         * too little is caught the other way round). */
+        uint64_t d1 = (r & 3) ? (r >> 8) % 400000 : 0;
+        uint64_t d2 = ((r >> 4) & 7) == 0 ? (r >> 24) % 200000 : 0;
+        char msg[200];
+        poison_outputs(&a);
+        if (d1)
+            CK(rne_spin(&kern, d1, st));
+        /* The producer: this iteration's inputs, written just before the call. */
+        if (rnk_cuda_fill((rnk_dtype)a.x_dtype, (void *)a.x, a.m, a.n, a.n, seed + 2 * (uint64_t)i + 100,
+                          1.0f, 0.1f, st, msg, sizeof msg) ||
+            rnk_cuda_fill((rnk_dtype)a.dy_dtype, (void *)a.dy, a.m, a.n, a.n,
+                          seed + 2 * (uint64_t)i + 101, 1.0f, 0.0f, st, msg, sizeof msg)) {
+            printf("FAIL order: fill: %s\n", msg);
+            return 1;
+        }
+        int rc = rn_rmsnorm_bwd(cli, &a, st);
+        if (rc != 0) {
+            printf("FAIL order iteration %d: %s: %s\n", i, rn_err_name(rc), rn_last_error(cli));
+            return 1;
+        }
+        if (d2)
+            CK(rne_spin(&kern, d2, st));
+        /* The consumer: copy dx away right after the call. */
+        CK(cudaMemcpyAsync(slots + dxb * (size_t)i, a.dx, dxb, cudaMemcpyDeviceToDevice, st));
+    }
+    CK(cudaStreamSynchronize(st));
+    /* Judge every iteration's dx against its own inputs. */
+    for (int i = 0; i < iters; i++) {
+        rn_bwd_args v = a;
+        char msg[200], what[64];
+        v.dx = slots + dxb * (size_t)i;
+        v.dw_dtype = RN_DTYPE_NONE;
+        v.dw = NULL;
+        if (rnk_cuda_fill((rnk_dtype)a.x_dtype, (void *)a.x, a.m, a.n, a.n, seed + 2 * (uint64_t)i + 100,
+                          1.0f, 0.1f, st, msg, sizeof msg) ||
+            rnk_cuda_fill((rnk_dtype)a.dy_dtype, (void *)a.dy, a.m, a.n, a.n,
+                          seed + 2 * (uint64_t)i + 101, 1.0f, 0.0f, st, msg, sizeof msg)) {
+            printf("FAIL order: fill: %s\n", msg);
+            return 1;
+        }
+        snprintf(what, sizeof what, "order iteration %d", i);
+        if (!verify(&v, what) && ++bad >= 5)
+            break;
+    }
+    CK(cudaFree(slots));
+    CK(cudaFree(arena));
+    if (bad)
+        return 1;
+    printf("ok order: %d iterations\n", iters);
+    return 0;
+}
+
+/* ---- flood: calls until killed ------------------------------------------------------------------ */
+
+static int run_flood(void)
+{
+    rn_bwd_args a;
+    char *arena;
+
+    memset(&a, 0, sizeof a);
+    a.m = 8192;
+    a.n = 4096;
+    a.x_dtype = a.dy_dtype = a.dx_dtype = a.w_dtype = RN_DTYPE_BF16;
+    a.dw_dtype = RN_DTYPE_F32;
+    a.eps = 1e-6f;
+    a.x_stride = a.dy_stride = a.dx_stride = a.n;
+    CK(cudaMalloc((void **)&arena, layout(&a, NULL, true)));
+    layout(&a, arena, true);
+    fill_inputs(&a, 7);
+    for (long i = 0;; i++) {
+        int rc = rn_rmsnorm_bwd(cli, &a, st);
+        if (rc != 0) {
+            printf("FAIL flood: %s: %s\n", rn_err_name(rc), rn_last_error(cli));
+            return 1;
+        }
+        /* Keep a few kernels queued on the GPU, but not without bound. */
+        CK(rne_spin(&kern, 20000, st));
+        if (i % 16 == 15)
+            CK(cudaStreamSynchronize(st));
+        if (i == 32) {
+            printf("running\n");
+            fflush(stdout);
+        }
+    }
+}
+
+/* ---- realloc: a new allocation at an old address ------------------------------------------------ */
+
+static int64_t stat_of(const char *name)
+{
+    rn_stats_info s;
+    if (rn_stats(cli, &s) != 0)
+        return -1;
+    return (int64_t)rn_stats_get(&s, name, (uint64_t)-1);
+}
+
+static int run_realloc(void)
+{
+    rn_bwd_args a;
+    char *arena = NULL, *prev = NULL;
+    size_t bytes;
+    int same = 0;
+    int64_t regions0 = -1;
+
+    memset(&a, 0, sizeof a);
+    a.m = 512;
+    a.n = 2048;
+    a.x_dtype = a.dy_dtype = a.dx_dtype = a.w_dtype = RN_DTYPE_BF16;
+    a.dw_dtype = RN_DTYPE_F32;
+    a.eps = 1e-6f;
+    a.x_stride = a.dy_stride = a.dx_stride = a.n;
+    bytes = layout(&a, NULL, true);
+    for (int round = 0; round < 6; round++) {
+        char what[64];
+        CK(cudaMalloc((void **)&arena, bytes));
+        if (prev && arena == prev)
+            same++;
+        layout(&a, arena, true);
+        fill_inputs(&a, 1000 + (uint64_t)round);
+        poison_outputs(&a);
+        int rc = rn_rmsnorm_bwd(cli, &a, st);
+        if (rc != 0) {
+            printf("FAIL realloc round %d: %s: %s\n", round, rn_err_name(rc), rn_last_error(cli));
+            return 1;
+        }
+        snprintf(what, sizeof what, "realloc round %d (%s address)", round,
+                 prev && arena == prev ? "same" : "new");
+        verify(&a, what);
+        if (round == 0)
+            regions0 = stat_of("regions.active");
+        CK(cudaStreamSynchronize(st));
+        CK(cudaFree(arena));
+        prev = arena;
+    }
+    /* The old allocations were unregistered: the daemon holds one region,
+     * not one per round. */
+    int64_t regions1 = stat_of("regions.active");
+    if (regions1 > regions0 + 1) {
+        printf("FAIL realloc: regions.active grew from %lld to %lld\n", (long long)regions0,
+               (long long)regions1);
+        failures++;
+    }
+    printf("ok realloc: %d of 5 reallocations at the same address\n", same);
+    return failures ? 1 : 0;
+}
+
+/* ---- errors ------------------------------------------------------------------------------------- */
+
+static void expect(const char *what, int rc, int want, const char *needle)
+{
+    const char *msg = rc ? rn_last_error(cli) : "";
+    if (rc != want || (needle && !strstr(msg, needle))) {
+        printf("FAIL %s: got %s (%s), want %s%s%s\n", what, rn_err_name(rc), msg, rn_err_name(want),
+               needle ? " naming " : "", needle ? needle : "");
+        failures++;
+    } else {
+        printf("ok %s: %s: %s\n", what, rn_err_name(rc), msg);
+    }
+}
+
+static int run_errors(void)
+{
+    rn_bwd_args a, b;
+    char *arena, *host, *managed, *pool = NULL;
+    size_t bytes;
+
+    memset(&a, 0, sizeof a);
+    a.m = 64;
+    a.n = 1024;
+    a.x_dtype = a.dy_dtype = a.dx_dtype = a.w_dtype = RN_DTYPE_BF16;
+    a.dw_dtype = RN_DTYPE_F32;
+    a.eps = 1e-6f;
+    a.x_stride = a.dy_stride = a.dx_stride = a.n;
+    /* A whole number of 2 MiB pages, so that the allocation ends exactly
+     * where we think it does. */
+    bytes = (layout(&a, NULL, false) + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+    CK(cudaMalloc((void **)&arena, bytes));
+    layout(&a, arena, false);
+    fill_inputs(&a, 5);
+
+    b = a;
+    b.x = arena + 1;
+    expect("misaligned offset", rn_rmsnorm_bwd(cli, &b, st), RN_MISALIGNED, "x");
+    b = a;
+    b.x = arena + bytes - 64;
+    expect("out-of-bounds offset", rn_rmsnorm_bwd(cli, &b, st), RN_OUT_OF_BOUNDS, "x");
+    host = malloc(1 << 20);
+    b = a;
+    b.dy = host;
+    expect("host memory", rn_rmsnorm_bwd(cli, &b, st), RN_NOT_SHARED, "dy: host memory");
+    CK(cudaMallocManaged((void **)&managed, 1 << 20, cudaMemAttachGlobal));
+    b = a;
+    b.dx = managed;
+    expect("managed memory", rn_rmsnorm_bwd(cli, &b, st), RN_NOT_SHARED, "dx: managed");
+    if (cudaMallocAsync((void **)&pool, 1 << 20, st) == cudaSuccess) {
+        CK(cudaStreamSynchronize(st));
+        b = a;
+        b.x = pool;
+        expect("memory-pool memory", rn_rmsnorm_bwd(cli, &b, st), RN_NOT_SHARED, "cuMemCreate");
+        CK(cudaFreeAsync(pool, st));
+    } else {
+        (void)cudaGetLastError();
+        printf("ok memory-pool memory: skipped (no cudaMallocAsync here)\n");
+    }
+
+    /* A handle "from another device": a real handle with a forged UUID, and
+     * events likewise; also a region kind the cuda backend does not map. */
+    {
+        int sock = rnr_open(endpoint);
+        rnp_session sess;
+        rnp_request req;
+        rnp_reply rep;
+        cudaIpcMemHandle_t h;
+        cudaIpcEventHandle_t eh;
+        cudaEvent_t ev;
+        uint32_t region = 0;
+        if (sock < 0 || rnr_hello(sock, &sess) != 0) {
+            printf("FAIL raw connection\n");
+            return 1;
+        }
+        CK(cudaIpcGetMemHandle(&h, arena));
+        memset(&req, 0, sizeof req);
+        req.version = RNP_VERSION;
+        req.op = RN_OP_REGISTER;
+        req.id = 1;
+        req.u.reg.session = sess;
+        req.u.reg.kind = RNP_REGION_CUDA_IPC;
+        req.u.reg.size = bytes;
+        memcpy(req.u.reg.ipc_handle, &h, sizeof h);
+        memset(req.u.reg.device_uuid, 0xab, sizeof req.u.reg.device_uuid);
+        if (rnr_call(sock, &req, &rep) != 0)
+            return 1;
+        if (rep.status != RN_WRONG_DEVICE || !strstr(rep.error, "register.device_uuid")) {
+            printf("FAIL forged device UUID: got %s (%s)\n", rn_err_name(rep.status), rep.error);
+            failures++;
+        } else {
+            printf("ok forged device UUID: %s: %s\n", rn_err_name(rep.status), rep.error);
+        }
+        /* The same handle with a claimed size beyond the allocation. */
+        struct cudaDeviceProp p;
+        CK(cudaGetDeviceProperties(&p, 0));
+        memcpy(req.u.reg.device_uuid, p.uuid.bytes, 16);
+        req.id = 2;
+        req.u.reg.size = (uint64_t)1 << 40;
+        if (rnr_call(sock, &req, &rep) != 0)
+            return 1;
+        if (rep.status != RN_INVALID_ARGUMENT || !strstr(rep.error, "register.size")) {
+            printf("FAIL oversized claim: got %s (%s)\n", rn_err_name(rep.status), rep.error);
+            failures++;
+        } else {
+            printf("ok oversized claim: %s: %s\n", rn_err_name(rep.status), rep.error);
+        }
+        CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming | cudaEventInterprocess));
+        CK(cudaIpcGetEventHandle(&eh, ev));
+        memset(&req, 0, sizeof req);
+        req.version = RNP_VERSION;
+        req.op = RN_OP_EVENTS;
+        req.id = 3;
+        req.u.events.session = sess;
+        req.u.events.n = 1;
+        memcpy(req.u.events.ready[0], &eh, sizeof eh);
+        memset(req.u.events.device_uuid, 0xcd, 16);
+        if (rnr_call(sock, &req, &rep) != 0)
+            return 1;
+        if (rep.status != RN_WRONG_DEVICE || !strstr(rep.error, "events.device_uuid")) {
+            printf("FAIL forged event UUID: got %s (%s)\n", rn_err_name(rep.status), rep.error);
+            failures++;
+        } else {
+            printf("ok forged event UUID: %s: %s\n", rn_err_name(rep.status), rep.error);
+        }
+        int st_shm = rnr_register(sock, &sess, "/rmsnormd-e2e-none", 4096, &region);
+        if (st_shm != RN_UNSUPPORTED) {
+            printf("FAIL shm region on the cuda backend: got %s\n", rn_err_name(st_shm));
+            failures++;
+        } else {
+            printf("ok shm region on the cuda backend: UNSUPPORTED\n");
+        }
+        cudaEventDestroy(ev);
+        rnr_close(sock);
+    }
+
+    /* Nothing else changed: a good call still works. */
+    poison_outputs(&a);
+    expect("good call after the errors", rn_rmsnorm_bwd(cli, &a, st), RN_OK, NULL);
+    verify(&a, "good call after the errors");
+    CK(cudaStreamSynchronize(st));
+    free(host);
+    CK(cudaFree(managed));
+    CK(cudaFree(arena));
+    return failures ? 1 : 0;
+}
+
+/* ---- stall: the ready event comes late ---------------------------------------------------------- */
+
+static int run_stall(unsigned ms)
+{
+    rn_bwd_args a;
+    char *arena;
+    rn_timing t;
+
+    memset(&a, 0, sizeof a);
+    a.m = 64;
+    a.n = 256;
+    a.x_dtype = a.dy_dtype = a.dx_dtype = RN_DTYPE_F32;
+    a.eps = 1e-6f;
+    a.x_stride = a.dy_stride = a.dx_stride = a.n;
+    CK(cudaMalloc((void **)&arena, layout(&a, NULL, false)));
+    layout(&a, arena, false);
+    fill_inputs(&a, 9);
+    /* A first call exchanges events and registers the memory, so that the
+     * stalled call below is nothing but the wait. */
+    int rc = rn_rmsnorm_bwd_sync(cli, &a, st, &t);
+    if (rc != 0) {
+        printf("FAIL stall warm-up: %s: %s\n", rn_err_name(rc), rn_last_error(cli));
+        return 1;
+    }
+    CK(rne_spin(&kern, (uint64_t)ms * 1000000u, st));
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    rc = rn_rmsnorm_bwd_sync(cli, &a, st, &t);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("stall: %s after %.1f ms: %s\n", rn_err_name(rc),
+           (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
+           rc ? rn_last_error(cli) : "");
+    return rc == RN_DEVICE_FAILING ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    int rc;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s ENDPOINT grid|order N SEED|flood|realloc|errors|stall MS\n",
+                argv[0]);
+        return 2;
+    }
+    endpoint = argv[1];
+    rng_state ^= (uint64_t)getpid() << 20;
+    CK(cudaSetDevice(0));
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CK(rne_load(&kern));
+    connect_or_die();
+    if (strcmp(argv[2], "grid") == 0)
+        rc = run_grid();
+    else if (strcmp(argv[2], "order") == 0 && argc >= 5)
+        rc = run_order(atoi(argv[3]), strtoull(argv[4], NULL, 0));
+    else if (strcmp(argv[2], "flood") == 0)
+        rc = run_flood();
+    else if (strcmp(argv[2], "realloc") == 0)
+        rc = run_realloc();
+    else if (strcmp(argv[2], "errors") == 0)
+        rc = run_errors();
+    else if (strcmp(argv[2], "stall") == 0 && argc >= 4)
+        rc = run_stall((unsigned)atoi(argv[3]));
+    else {
+        fprintf(stderr, "unknown mode %s\n", argv[2]);
+        rc = 2;
+    }
+    rn_close(cli);
+    printf("%s\n", rc == 0 ? "PASS" : "FAILED");
+    return rc;
+}

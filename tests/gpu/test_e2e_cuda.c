@@ -1,0 +1,252 @@
+/*
+ * test_e2e_cuda.c - rmsnormd's cuda backend end to end on a real GPU: a real
+ * daemon (--backend cuda) and real client processes (prog_e2e_cuda) that use
+ * libclient's stream-ordered calls on device memory.
+ *
+ *  - two clients at once, every result against the fp64 reference over a
+ *    grid of shapes, dtypes and options, async and sync;
+ *  - stream ordering: a producer writes the inputs just before each call and
+ *    a consumer copies dx just after, with random GPU-side delays and no
+ *    host synchronisation in between, in two clients at once;
+ *  - a client killed (SIGKILL) with work in flight: the daemon releases its
+ *    session and mappings and stays healthy;
+ *  - an allocation freed and made again at the same address;
+ *  - bad arguments (misaligned, out of bounds, host/managed/pool memory, a
+ *    forged device UUID, a claimed size beyond the allocation) each get
+ *    their error, and nothing else changes;
+ *  - HELLO and HEALTH say whether the daemon is an MPS client (RN_EXPECT_MPS
+ *    =0/1 makes the test insist), and without MPS the log warns;
+ *  - inputs that never become ready within the kernel deadline mark the
+ *    daemon failing: the request is answered DEVICE_FAILING, exit status 2.
+ *
+ * Run it once plainly and once with an MPS server up, so that the same tests
+ * cover daemon and clients as MPS clients:
+ *   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+ *   mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY; nvidia-cuda-mps-control -d
+ *   RN_EXPECT_MPS=1 build/tests/gpu/test_e2e_cuda
+ *   echo quit | nvidia-cuda-mps-control
+ */
+#include "rn_test.h"
+
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "integration/harness.h"
+#include "rmsnorm_client.h"
+
+#define CLIENT_TIMEOUT_MS 240000
+
+static int start_cuda(rnh_daemon *d)
+{
+    rnh_arg(d, "--backend");
+    rnh_arg(d, "cuda");
+    return rnh_start(d);
+}
+
+static int spawn_client(const rnh_daemon *d, const char *const *args, rnh_proc *p)
+{
+    static char prog[PATH_MAX];
+    const char *argv[16];
+    int n = 0;
+
+    snprintf(prog, sizeof prog, "%s/tests/gpu/prog_e2e_cuda", rnh_build_dir());
+    argv[n++] = prog;
+    argv[n++] = d->endpoint;
+    for (int i = 0; args[i] && n < 15; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    return rnh_spawn(prog, argv, false, p);
+}
+
+/* Echo a client's output into the test log until it ends; its exit status. */
+static int finish_client(rnh_proc *p, const char *name)
+{
+    char line[512];
+    int rc;
+
+    while (rnh_read_line(p, line, sizeof line, CLIENT_TIMEOUT_MS) >= 0)
+        printf("  [%s %d] %s\n", name, (int)p->pid, line);
+    rc = rnh_wait(p, 10000);
+    rnh_proc_close(p);
+    if (rc != 0)
+        printf("  [%s %d] exit status %d\n", name, (int)p->pid, rc);
+    return rc;
+}
+
+static int run_client(const rnh_daemon *d, const char *const *args)
+{
+    rnh_proc p;
+    if (spawn_client(d, args, &p) != 0)
+        return -1;
+    return finish_client(&p, args[0]);
+}
+
+static void test_grid_two_clients(void **state)
+{
+    rnh_daemon *d = *state;
+    const char *args[] = {"grid", NULL};
+    rnh_proc a, b;
+
+    assert_int_equal(start_cuda(d), 0);
+    assert_int_equal(spawn_client(d, args, &a), 0);
+    assert_int_equal(spawn_client(d, args, &b), 0);
+    assert_int_equal(finish_client(&a, "grid"), 0);
+    assert_int_equal(finish_client(&b, "grid"), 0);
+    assert_true(rnh_stat(d, "replies.ok") > 0);
+    /* The harness's own connection is a session too. */
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 1, 10000), 0);
+    assert_int_equal(rnh_wait_stat(d, "regions.active", 0, 10000), 0);
+    /* A clean drain after GPU work exits 0. */
+    assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    RNH_PASS(d);
+}
+
+static void test_stream_order(void **state)
+{
+    rnh_daemon *d = *state;
+    char seed_a[32], seed_b[32];
+    rnh_proc a, b;
+
+    snprintf(seed_a, sizeof seed_a, "%ld", (long)time(NULL));
+    snprintf(seed_b, sizeof seed_b, "%ld", (long)time(NULL) + 77777);
+    printf("seeds %s %s\n", seed_a, seed_b);
+    const char *args_a[] = {"order", "200", seed_a, NULL};
+    const char *args_b[] = {"order", "200", seed_b, NULL};
+    assert_int_equal(start_cuda(d), 0);
+    assert_int_equal(spawn_client(d, args_a, &a), 0);
+    assert_int_equal(spawn_client(d, args_b, &b), 0);
+    assert_int_equal(finish_client(&a, "order"), 0);
+    assert_int_equal(finish_client(&b, "order"), 0);
+    RNH_PASS(d);
+}
+
+static void test_kill_midflight(void **state)
+{
+    rnh_daemon *d = *state;
+    const char *flood[] = {"flood", NULL};
+    const char *after[] = {"order", "20", "4242", NULL};
+    char line[256];
+    rnh_proc p;
+    rn_health_info h;
+    rn_client *c;
+
+    assert_int_equal(start_cuda(d), 0);
+    assert_int_equal(spawn_client(d, flood, &p), 0);
+    assert_true(rnh_read_line(&p, line, sizeof line, 60000) >= 0);
+    assert_string_equal(line, "running");
+    assert_true(rnh_stat(d, "regions.active") >= 1);
+    kill(p.pid, SIGKILL);
+    assert_int_equal(rnh_wait(&p, 10000), 128 + SIGKILL);
+    rnh_proc_close(&p);
+    /* The pid watch ends the session; its mappings close once the kernels
+     * that were in flight have ended. */
+    assert_int_equal(rnh_wait_stat(d, "clients.died", 1, 20000), 0);
+    /* The harness's own connection is a session too. */
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 1, 20000), 0);
+    assert_int_equal(rnh_wait_stat(d, "regions.active", 0, 20000), 0);
+    /* The daemon still serves, and is not failing. */
+    assert_int_equal(run_client(d, after), 0);
+    assert_non_null(c = rnh_client(d));
+    assert_int_equal(rn_health(c, &h), 0);
+    for (unsigned i = 0; i < h.nreasons; i++)
+        printf("health reason: %s\n", h.reasons[i]);
+    assert_int_not_equal(h.state, RN_HEALTH_FAILING);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
+static void test_realloc_same_address(void **state)
+{
+    rnh_daemon *d = *state;
+    const char *args[] = {"realloc", NULL};
+
+    assert_int_equal(start_cuda(d), 0);
+    assert_int_equal(run_client(d, args), 0);
+    RNH_PASS(d);
+}
+
+static void test_errors(void **state)
+{
+    rnh_daemon *d = *state;
+    const char *args[] = {"errors", NULL};
+
+    assert_int_equal(start_cuda(d), 0);
+    assert_int_equal(run_client(d, args), 0);
+    RNH_PASS(d);
+}
+
+static void test_mps_flag(void **state)
+{
+    rnh_daemon *d = *state;
+    const char *want = getenv("RN_EXPECT_MPS");
+    struct rn_server_info si;
+    rn_health_info h;
+    rn_client *c;
+    char buf[8192];
+    FILE *f;
+    size_t n;
+
+    assert_int_equal(start_cuda(d), 0);
+    assert_non_null(c = rnh_client(d));
+    assert_int_equal(rn_server_info(c, &si), 0);
+    assert_int_equal(rn_health(c, &h), 0);
+    printf("daemon: backend %s, device %s, sm %u, cc %u.%u, mps %d; health %d\n", si.backend,
+           si.device_name, si.sm_count, si.cc_major, si.cc_minor, si.mps, h.state);
+    assert_string_equal(si.backend, "cuda");
+    assert_int_equal(si.mps, h.mps);
+    if (want && *want)
+        assert_int_equal(si.mps, atoi(want));
+    f = fopen(d->log_path, "r");
+    assert_non_null(f);
+    n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    if (!si.mps) {
+        /* Without MPS: the start-up warning, and HEALTH says why it is
+         * degraded. */
+        assert_non_null(strstr(buf, "not an MPS client"));
+        assert_int_equal(h.state, RN_HEALTH_DEGRADED);
+    } else {
+        assert_null(strstr(buf, "not an MPS client"));
+        assert_int_equal(h.state, RN_HEALTH_OK);
+    }
+    rn_close(c);
+    RNH_PASS(d);
+}
+
+static void test_deadline_fails_daemon(void **state)
+{
+    rnh_daemon *d = *state;
+    const char *args[] = {"stall", "3000", NULL};
+    int rc;
+
+    /* The client's inputs become ready only after 3 s; with a 1 s kernel
+     * deadline the daemon must report failing, answer the request with
+     * DEVICE_FAILING and exit 2 for systemd to restart it. */
+    setenv("RMSNORMD_KERNEL_DEADLINE_MS", "1000", 1);
+    rc = start_cuda(d);
+    unsetenv("RMSNORMD_KERNEL_DEADLINE_MS");
+    assert_int_equal(rc, 0);
+    assert_int_equal(run_client(d, args), 0);
+    assert_int_equal(rnh_wait_exit(d, 30000), 2);
+    RNH_PASS(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_mps_flag, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_errors, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_grid_two_clients, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_stream_order, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_realloc_same_address, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_kill_midflight, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_deadline_fails_daemon, rnh_setup, rnh_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
