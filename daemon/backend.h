@@ -98,8 +98,9 @@ typedef struct rnd_backend_ops {
     void (*region_close)(rnd_backend *be, void *bsess, rnd_mapping *m);
     int (*events)(rnd_backend *be, void *bsess, const rnp_events_req *req,
                   rnp_events_rep *out, rnp_error *err);
-    /* 0: job->done will run exactly once.  Else an rn_status with err, and
-     * done will not run.  In async mode a backend that has recorded the done
+    /* 0: job->done will run exactly once, later (never from inside submit:
+     * the server registers the job after submit returns).  Else an rn_status
+     * with err, and done will not run.  In async mode a backend that has recorded the done
      * event sets job->acked (and done_slot, start_ns) before returning: the
      * server answers at once and done later only releases the references. */
     int (*submit)(rnd_backend *be, rnd_job *job, rnp_error *err);

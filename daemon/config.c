@@ -80,8 +80,9 @@ void rnd_config_defaults(rnd_config *cfg)
     cfg->log_level = RND_LOG_INFO;
 }
 
-/* Keys compare with '-' and '_' treated alike and leading dashes ignored, so
- * "--max-sessions", "max-sessions" and "max_sessions" are one key. */
+/* Keys compare with '-' and '_' ignored and leading dashes skipped, so
+ * "--max-sessions", "max-sessions", "max_sessions" and "maxsessions" are
+ * one key (no two settings differ only in their dashes). */
 static const flag_def *find_flag(const char *key, size_t keylen)
 {
     while (keylen > 0 && *key == '-')
@@ -89,12 +90,17 @@ static const flag_def *find_flag(const char *key, size_t keylen)
     for (size_t i = 0; i < NFLAGS; i++) {
         const char *n = flags[i].name;
         size_t j = 0;
-        for (; j < keylen && n[j]; j++) {
-            char a = key[j] == '_' ? '-' : key[j];
-            if (a != n[j])
+        for (;;) {
+            while (j < keylen && (key[j] == '-' || key[j] == '_'))
+                j++;
+            while (*n == '-')
+                n++;
+            if (j == keylen || !*n || key[j] != *n)
                 break;
+            j++;
+            n++;
         }
-        if (j == keylen && n[j] == '\0')
+        if (j == keylen && *n == '\0' && keylen > 0)
             return &flags[i];
     }
     return NULL;

@@ -29,8 +29,6 @@
 #define RN_VERSION "0.0.0"
 #endif
 
-void rnd_server_announce(rnd_server *srv);
-
 /* The server is large (it holds a message buffer): keep it off the stack. */
 static rnd_server server;
 

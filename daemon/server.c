@@ -1035,8 +1035,6 @@ void rnd_server_fini(rnd_server *srv)
     }
 }
 
-/* Used by main for the READY=1 status line. */
-void rnd_server_announce(rnd_server *srv);
 void rnd_server_announce(rnd_server *srv)
 {
     char status[128];

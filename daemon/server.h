@@ -122,6 +122,8 @@ int rnd_server_start(rnd_server *srv, uv_loop_t *loop, const rnd_config *cfg, rn
 /* Under --backend auto, CUDA was present but its backend did not start: HEALTH
  * reports degraded with this reason.  (No CUDA device at all is not degraded.) */
 void rnd_server_set_fallback(rnd_server *srv, const char *why);
+/* Tell systemd (READY=1) that the daemon serves. */
+void rnd_server_announce(rnd_server *srv);
 /* Begin the drain (what SIGTERM does). */
 void rnd_server_drain(rnd_server *srv, const char *why);
 /* After uv_run returned: free what is left. */

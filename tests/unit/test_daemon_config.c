@@ -97,6 +97,7 @@ static void test_file_then_flags(void **state)
                                   "\n"
                                   "max-sessions = 10   # trailing comment\n"
                                   "max_inflight=5\n"
+                                  "maxregions = 9\n"
                                   "  threads = 3\n"
                                   "backend = cpu\n"
                                   "log-level = debug\n"
@@ -108,6 +109,7 @@ static void test_file_then_flags(void **state)
     assert_int_equal(c.max_sessions, 20);  /* the flag wins */
     assert_int_equal(c.threads, 7);        /* --key=value form */
     assert_int_equal(c.max_inflight, 5);   /* from the file, '_' for '-' */
+    assert_int_equal(c.max_regions, 9);    /* dashes left out */
     assert_int_equal(c.backend, RND_BACKEND_CPU);
     assert_int_equal(c.log_level, RND_LOG_DEBUG);
     assert_false(c.log_level_from_flag);
@@ -150,6 +152,10 @@ static void test_errors_name_the_setting(void **state)
     assert_non_null(strstr(err, "socket-mode"));
     assert_int_equal(load(&c, &action, err, NULL, "--frobnicate", NULL), -1);
     assert_non_null(strstr(err, "--frobnicate"));
+    assert_int_equal(load(&c, &action, err, NULL, "--max", "3", NULL), -1);
+    assert_int_equal(load(&c, &action, err, NULL, "---", NULL), -1);
+    assert_int_equal(load(&c, &action, err, NULL, "--max-sessionsx", "3", NULL), -1);
+    assert_non_null(strstr(err, "--max-sessionsx"));
     assert_int_equal(load(&c, &action, err, NULL, "--threads", NULL), -1);
     assert_non_null(strstr(err, "threads"));
     assert_int_equal(load(&c, &action, err, NULL, "stray", NULL), -1);
