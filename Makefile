@@ -139,19 +139,26 @@ RMSNORMCTL := $(BUILD)/rmsnormctl
 PUBLIC_H := $(BUILD)/include/rmsnorm_client.h
 
 CUDA_DEFS := $(if $(HAVE_CUDA),-DRN_HAVE_CUDA=1 $(CUDA_INC))
-KLIBS := $(LIBKCPU) $(LIBKCUDA) $(if $(HAVE_CUDA),$(LIBCUDART) -lstdc++)
+KLIBS := $(LIBKCUDA) $(LIBKCPU) $(if $(HAVE_CUDA),$(LIBCUDART) -lstdc++)
 SYSLIBS := -lm -lrt -ldl
+# libclient's CUDA part (client/*_cuda.c) reaches the driver through a static
+# cudart, as NCCL does, so a worker needs no CUDA link flags of its own.
+CLIENT_CUDA := $(if $(HAVE_CUDA),$(LIBCUDART) -lstdc++)
 
 TEST_SUITES := unit integration gpu
 suite_dir = tests/$(1)
-suite_shared = $(filter-out tests/$(1)/test_%.c tests/$(1)/prog_%.c,$(call cuda_filter,$(wildcard tests/$(1)/*.c)))
+suite_own = $(filter-out tests/$(1)/test_%.c tests/$(1)/prog_%.c,$(call cuda_filter,$(wildcard tests/$(1)/*.c)))
+# The GPU suite reuses the integration suite's harness (daemon start-up, readiness).
+suite_shared = $(call suite_own,$(1)) $(if $(filter gpu,$(1)),$(call suite_own,integration))
 suite_tests = $(patsubst tests/$(1)/%.c,$(BUILD)/tests/$(1)/%,$(call cuda_filter,$(wildcard tests/$(1)/test_*.c)))
 suite_progs = $(patsubst tests/$(1)/%.c,$(BUILD)/tests/$(1)/%,$(call cuda_filter,$(wildcard tests/$(1)/prog_*.c)))
 
 UNIT_BINS := $(call suite_tests,unit) $(call suite_progs,unit)
 INTEG_BINS := $(call suite_tests,integration) $(call suite_progs,integration)
 GPU_BINS := $(if $(HAVE_CUDA),$(call suite_tests,gpu) $(call suite_progs,gpu))
-BENCH_BINS := $(patsubst bench/%.c,$(BUILD)/bench/%,$(call cuda_filter,$(wildcard bench/*.c)))
+# The programs in bench/ measure the GPU; the CPU backend's benchmark is
+# `rmsnormctl bench`.
+BENCH_BINS := $(if $(HAVE_CUDA),$(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c)))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/replay_%,$(FUZZ_SRC))
 
@@ -238,10 +245,12 @@ $(BUILD)/%.a:
 
 # libclient: hidden visibility, only RN_EXPORT symbols leave the .so.
 $(BUILD)/obj/client/%.o: CFLAGS_ALL += -fvisibility=hidden -DRN_BUILDING_CLIENT
+# proto's objects go into the .so too; only the RN_EXPORT API may leave it.
+$(BUILD)/obj/proto/%.o: CFLAGS_ALL += -fvisibility=hidden
 $(LIBCLIENT_SO): $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
 	$(call say,LD,$@)
 	$(Q)$(CC) -shared -Wl,-soname,librmsnorm_client.so.$(SOVERSION) -Wl,--no-undefined \
-	    -o $@ $^ $(LDFLAGS_ALL) $(LIBNN) $(LIBMP) $(SYSLIBS)
+	    -o $@ $^ $(LDFLAGS_ALL) $(LIBNN) $(LIBMP) $(CLIENT_CUDA) $(SYSLIBS)
 	$(Q)ln -sf librmsnorm_client.so.$(VERSION) $(BUILD)/librmsnorm_client.so.$(SOVERSION)
 	$(Q)ln -sf librmsnorm_client.so.$(SOVERSION) $(BUILD)/librmsnorm_client.so
 
@@ -264,7 +273,7 @@ $(RMSNORMD): $(call obj,$(DAEMON_SRC)) $(LIBPROTO) $(LIBKCPU) $(LIBKCUDA)
 $(RMSNORMCTL): $(call obj,$(CTL_SRC)) $(LIBCLIENT_A) $(LIBKCPU)
 	$(call say,LD,$@)
 	$(Q)$(CC) -o $@ $(call obj,$(CTL_SRC)) $(LIBCLIENT_A) $(LIBKCPU) $(LDFLAGS_ALL) \
-	    $(LIBNN) $(LIBMP) $(SYSLIBS)
+	    $(LIBNN) $(LIBMP) $(CLIENT_CUDA) $(SYSLIBS)
 
 # Test and bench programs link everything a test may need; the linker keeps
 # only what is used.
@@ -307,3 +316,85 @@ fuzz: $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRC))
 	done
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ---- install / uninstall ---------------------------------------------------
+# `make install PREFIX=/usr/local DESTDIR=`: the daemon goes to sbin (systemd
+# starts it, users do not), rmsnormctl to bin, libclient (shared with its
+# SONAME links, and static), the one public header, the pkg-config file, the
+# man pages, the systemd units (system and user), the sysusers.d and
+# tmpfiles.d entries and the example configuration (a documentation file:
+# installing never writes /etc).  The units name the daemon by its installed
+# path: /usr/local/sbin/rmsnormd in the sources becomes $(SBINDIR)/rmsnormd.
+# The pkg-config file is made afresh here, so it names the PREFIX of this
+# install even when the build used another.  The directories systemd searches
+# include /usr/local/lib/systemd/{system,user}, /usr/local/lib/sysusers.d and
+# /usr/local/lib/tmpfiles.d, so the default PREFIX works as it is.
+BINDIR ?= $(PREFIX)/bin
+SBINDIR ?= $(PREFIX)/sbin
+LIBDIR := $(PREFIX)/lib
+INCLUDEDIR := $(PREFIX)/include
+MANDIR ?= $(PREFIX)/share/man
+DOCDIR ?= $(PREFIX)/share/doc/rmsnormd
+SYSTEMD_SYSTEMDIR ?= $(PREFIX)/lib/systemd/system
+SYSTEMD_USERDIR ?= $(PREFIX)/lib/systemd/user
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
+
+SYSTEM_UNITS := systemd/rmsnormd@.service systemd/nvidia-cuda-mps.service
+USER_UNITS := systemd/user/rmsnormd@.service systemd/user/nvidia-cuda-mps.service
+MAN_PAGES := systemd/man/rmsnormd.8 systemd/man/rmsnormctl.1 systemd/man/rmsnorm_client.3
+DOC_FILES := systemd/rmsnormd.conf.example systemd/README.md \
+             systemd/kubernetes/rmsnormd-daemonset.yaml
+
+ifeq ($(DEPS_OK),yes)
+install: $(RMSNORMD) $(RMSNORMCTL) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(PUBLIC_H)
+	$(call say,INSTALL,$(DESTDIR)$(PREFIX))
+	$(Q)set -e; D='$(DESTDIR)'; \
+	install -d -m 0755 "$$D$(SBINDIR)" "$$D$(BINDIR)" "$$D$(LIBDIR)/pkgconfig" \
+	    "$$D$(INCLUDEDIR)" "$$D$(MANDIR)/man1" "$$D$(MANDIR)/man3" "$$D$(MANDIR)/man8" \
+	    "$$D$(DOCDIR)" "$$D$(SYSTEMD_SYSTEMDIR)" "$$D$(SYSTEMD_USERDIR)" \
+	    "$$D$(SYSUSERSDIR)" "$$D$(TMPFILESDIR)"; \
+	install -m 0755 $(RMSNORMD) "$$D$(SBINDIR)/rmsnormd"; \
+	install -m 0755 $(RMSNORMCTL) "$$D$(BINDIR)/rmsnormctl"; \
+	install -m 0644 $(LIBCLIENT_SO) "$$D$(LIBDIR)/librmsnorm_client.so.$(VERSION)"; \
+	ln -sfn librmsnorm_client.so.$(VERSION) "$$D$(LIBDIR)/librmsnorm_client.so.$(SOVERSION)"; \
+	ln -sfn librmsnorm_client.so.$(SOVERSION) "$$D$(LIBDIR)/librmsnorm_client.so"; \
+	install -m 0644 $(LIBCLIENT_A) "$$D$(LIBDIR)/librmsnorm_client.a"; \
+	install -m 0644 $(PUBLIC_H) "$$D$(INCLUDEDIR)/rmsnorm_client.h"; \
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' client/rmsnorm-client.pc.in \
+	    > "$$D$(LIBDIR)/pkgconfig/rmsnorm-client.pc"; \
+	chmod 0644 "$$D$(LIBDIR)/pkgconfig/rmsnorm-client.pc"; \
+	for m in $(MAN_PAGES); do \
+	    install -m 0644 "$$m" "$$D$(MANDIR)/man$${m##*.}/$$(basename "$$m")"; done; \
+	for u in $(SYSTEM_UNITS); do \
+	    sed 's|/usr/local/sbin/rmsnormd|$(SBINDIR)/rmsnormd|g' "$$u" \
+	        > "$$D$(SYSTEMD_SYSTEMDIR)/$$(basename "$$u")"; \
+	    chmod 0644 "$$D$(SYSTEMD_SYSTEMDIR)/$$(basename "$$u")"; done; \
+	for u in $(USER_UNITS); do \
+	    sed 's|/usr/local/sbin/rmsnormd|$(SBINDIR)/rmsnormd|g' "$$u" \
+	        > "$$D$(SYSTEMD_USERDIR)/$$(basename "$$u")"; \
+	    chmod 0644 "$$D$(SYSTEMD_USERDIR)/$$(basename "$$u")"; done; \
+	install -m 0644 systemd/sysusers.d/rmsnormd.conf "$$D$(SYSUSERSDIR)/rmsnormd.conf"; \
+	install -m 0644 systemd/tmpfiles.d/rmsnormd.conf "$$D$(TMPFILESDIR)/rmsnormd.conf"; \
+	install -m 0644 $(DOC_FILES) "$$D$(DOCDIR)/"
+	@if [ -z '$(DESTDIR)' ]; then \
+	    echo "installed under $(PREFIX); next, as root: ldconfig; systemd-sysusers;"; \
+	    echo "  systemd-tmpfiles --create; systemctl daemon-reload; systemctl enable --now rmsnormd@0"; \
+	fi
+endif
+
+uninstall:
+	$(call say,RM,$(DESTDIR)$(PREFIX))
+	$(Q)D='$(DESTDIR)'; rm -f "$$D$(SBINDIR)/rmsnormd" "$$D$(BINDIR)/rmsnormctl" \
+	    "$$D$(LIBDIR)/librmsnorm_client.so.$(VERSION)" \
+	    "$$D$(LIBDIR)/librmsnorm_client.so.$(SOVERSION)" "$$D$(LIBDIR)/librmsnorm_client.so" \
+	    "$$D$(LIBDIR)/librmsnorm_client.a" "$$D$(LIBDIR)/pkgconfig/rmsnorm-client.pc" \
+	    "$$D$(INCLUDEDIR)/rmsnorm_client.h" \
+	    $(foreach m,$(MAN_PAGES),"$$D$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m))") \
+	    $(foreach u,$(SYSTEM_UNITS),"$$D$(SYSTEMD_SYSTEMDIR)/$(notdir $(u))") \
+	    $(foreach u,$(USER_UNITS),"$$D$(SYSTEMD_USERDIR)/$(notdir $(u))") \
+	    "$$D$(SYSUSERSDIR)/rmsnormd.conf" "$$D$(TMPFILESDIR)/rmsnormd.conf" \
+	    $(foreach f,$(DOC_FILES),"$$D$(DOCDIR)/$(notdir $(f))"); \
+	rmdir "$$D$(DOCDIR)" 2>/dev/null; true
+
+.PHONY: uninstall

@@ -4,6 +4,16 @@
  * benchmarks.  No C++ and no CUDA headers here, so C code includes it freely.
  *
  * kernels/ depends on nothing of ours.  Internal names use the prefix rnk_.
+ * What lives there:
+ *   rnk_host.c      dtype sizes, argument checks, chunk geometry, bf16/fp16
+ *                   conversions, the fp64 reference
+ *   cpu_twin.c      the CPU backend (pthreads), same dw order as the GPU
+ *   rnk_verify.c    issue 3's accuracy rules, shared by every test
+ *   cuda_bwd.cu     per-device init, workspace, the one-launch entry point
+ *   bwd_kernel.cuh  the device code (fast and general paths, the finish)
+ *   cuda_launch.h   internal C++ glue between the .cu files
+ *   cuda_variants.cu  benchmark-only variants (-DRNK_BENCH_VARIANTS=1)
+ *   ref64.cu        GPU test helpers: fp64 reference, random fill, SM hog
  *
  * Math, per row i (fp32 inside, inputs upcast once):
  *   xhat = x * rstd           g  = dy * (w + weight_offset)   (g = dy without w)
@@ -93,7 +103,8 @@ int rnk_chunk_stripes(int64_t n);
 /*
  * Run the backward pass on the CPU with nthreads threads (<= 0: one per
  * online CPU).  Results are bitwise independent of nthreads.  Returns 0 or an
- * RNK_ status with a message in msg (msg may be NULL).
+ * RNK_ status with a message in msg (msg may be NULL).  Invalid arguments
+ * write nothing; on RNK_ENOMEM dx may be partly written and dw is not.
  */
 int rnk_cpu_bwd(const rnk_bwd_args *a, int nthreads, char *msg, size_t msglen);
 

@@ -71,7 +71,10 @@ for suite in $suites; do
             skipped=$((skipped + 1)); reasons+=("python: pytest is not installed (make deps installs python3-pytest)")
             continue
         fi
-        PYTHONPATH="$here/python" timeout -k 10 "$per_test_timeout" "$py" -m pytest -q python/tests >"$log" 2>&1; rc=$?
+        # A sanitizer build's libclient needs the ASan runtime loaded first.
+        san=; grep -qa 'libasan\.so' "$build/librmsnorm_client.so.0" 2>/dev/null && san=$(${CC:-cc} -print-file-name=libasan.so)
+        env ${san:+LD_PRELOAD=$san ASAN_OPTIONS=detect_leaks=0} PYTHONPATH="$here/python" \
+            timeout -k 10 "$per_test_timeout" "$py" -m pytest -q python/tests >"$log" 2>&1; rc=$?
         line=$(grep -E '^[=]* *[0-9]+ (passed|failed|skipped|error)' "$log" | tail -1)
         p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+'); p=${p:-0}
         f=$(echo "$line" | grep -oE '[0-9]+ (failed|error)' | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}')

@@ -379,9 +379,12 @@ static void test_chunk_geometry(void **state)
             int64_t nch = (ms[i] + c - 1) / c;
             assert_true(c >= 1);
             assert_true(nch <= 256);
-            assert_true((uint64_t)nch * (uint64_t)ns[j] * 4 <= (256u << 20) || nch == 1);
+            assert_true((uint64_t)nch * (uint64_t)ns[j] * rnk_chunk_stripes(ns[j]) * 4 <=
+                            (256u << 20) ||
+                        nch == 1);
             assert_int_equal(c, rnk_chunk_rows(ms[i], ns[j]));
         }
+    assert_int_equal(rnk_chunk_rows(4096, 4096), 16);
     assert_int_equal(rnk_chunk_rows(65536, 4096), 256);
     assert_int_equal(rnk_chunk_stripes(256), 8);
     assert_int_equal(rnk_chunk_stripes(1), 8);

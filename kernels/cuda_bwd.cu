@@ -1,0 +1,346 @@
+/*
+ * cuda_bwd.cu - the CUDA side of rnk.h: per-device init, workspace sizing,
+ * and the one-launch fused deterministic backward (device code in
+ * bwd_kernel.cuh).  Every CUDA call is checked; a failure returns RNK_ECUDA
+ * with "file:line: call: error" in msg and clears the sticky error state.
+ */
+#include "bwd_kernel.cuh"
+#include "cuda_launch.h"
+
+#include <mutex>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+using namespace rnk;
+
+struct occ_entry {
+    const void *fn;
+    int threads;
+    size_t smem;
+    int blocks;
+};
+
+struct rnk_device {
+    int device;
+    int sms;
+    int smem_per_block;  /* dynamic shared memory a block may opt in to */
+    int forced_grid;
+    std::mutex mu;
+    occ_entry occ[128];
+    int nocc;
+};
+
+int rnk::ck(cudaError_t e, const char *file, int line, const char *what, char *msg, size_t msglen)
+{
+    if (e == cudaSuccess)
+        return RNK_OK;
+    (void)cudaGetLastError(); /* clear a non-sticky error so the next call starts clean */
+    const char *base = strrchr(file, '/');
+    if (msg && msglen)
+        snprintf(msg, msglen, "%s:%d: %s: %s", base ? base + 1 : file, line, what,
+                 cudaGetErrorString(e));
+    return RNK_ECUDA;
+}
+
+static int einval(char *msg, size_t msglen, const char *fmt, ...)
+{
+    if (msg && msglen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, msglen, fmt, ap);
+        va_end(ap);
+    }
+    return RNK_EINVAL;
+}
+
+extern "C" int rnk_cuda_init(int device, rnk_device **out, char *msg, size_t msglen)
+{
+    int sms = 0, smem = 0;
+    CK(cudaSetDevice(device));
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    CK(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    rnk_device *d = new (std::nothrow) rnk_device();
+    if (!d) {
+        if (msg && msglen)
+            snprintf(msg, msglen, "cuda: out of host memory");
+        return RNK_ENOMEM;
+    }
+    d->device = device;
+    d->sms = sms;
+    d->smem_per_block = smem;
+    d->forced_grid = 0;
+    d->nocc = 0;
+    *out = d;
+    return RNK_OK;
+}
+
+extern "C" void rnk_cuda_fini(rnk_device *dev)
+{
+    delete dev;
+}
+
+extern "C" int rnk_cuda_sm_count(const rnk_device *dev)
+{
+    return dev ? dev->sms : 0;
+}
+
+extern "C" void rnk_cuda_force_grid(rnk_device *dev, int ctas)
+{
+    if (dev)
+        dev->forced_grid = ctas > 0 ? ctas : 0;
+}
+
+size_t rnk::ws_bytes(int64_t m, int64_t n)
+{
+    if (m <= 0 || n <= 0)
+        return WS_HEADER;
+    int64_t C = rnk_chunk_rows(m, n), nch = (m + C - 1) / C;
+    int64_t pst = (n + 3) / 4 * 4;
+    return WS_HEADER + (size_t)nch * (size_t)rnk_chunk_stripes(n) * (size_t)pst * 4 +
+           (size_t)pst * 4; /* + the benchmark's atomic accumulator */
+}
+
+extern "C" size_t rnk_cuda_workspace_size(const rnk_device *dev, int64_t m, int64_t n)
+{
+    (void)dev;
+    return ws_bytes(m, n);
+}
+
+extern "C" int rnk_cuda_workspace_init(void *ws, size_t bytes, void *stream, char *msg,
+                                       size_t msglen)
+{
+    if (!ws || bytes < WS_HEADER)
+        return einval(msg, msglen, "ws: NULL or smaller than %zu bytes", (size_t)WS_HEADER);
+    CK(cudaMemsetAsync(ws, 0, bytes, (cudaStream_t)stream));
+    return RNK_OK;
+}
+
+static bool aligned16(const void *p, int64_t stride, size_t es)
+{
+    return ((uintptr_t)p % 16) == 0 && ((size_t)stride * es) % 16 == 0;
+}
+
+int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb, Plan *pl,
+              char *msg, size_t msglen)
+{
+    int rc = rnk_check_args(a, msg, msglen);
+    if (rc)
+        return rc;
+    memset(pl, 0, sizeof *pl);
+    if (a->m == 0)
+        return RNK_OK;
+    if (!dev)
+        return einval(msg, msglen, "dev: NULL");
+    size_t need = ws_bytes(a->m, a->n);
+    if (!ws || wsb < need)
+        return einval(msg, msglen, "ws: %zu bytes given, %zu needed for %lld x %lld", wsb, need,
+                      (long long)a->m, (long long)a->n);
+    if ((uintptr_t)ws % 16)
+        return einval(msg, msglen, "ws: not 16-byte aligned");
+    Params &p = pl->p;
+    p.x = a->x;
+    p.dy = a->dy;
+    p.dx = a->dx;
+    p.w = a->w_dtype != RNK_NONE ? a->w : nullptr;
+    p.dres = a->dres_dtype != RNK_NONE ? a->dres : nullptr;
+    p.dw = a->dw_dtype != RNK_NONE ? a->dw : nullptr;
+    p.rstd = a->rstd;
+    p.m = a->m;
+    p.n = a->n;
+    p.xs = a->x_stride;
+    p.dys = a->dy_stride;
+    p.dxs = a->dx_stride;
+    p.drs = a->dres_stride;
+    p.x_dt = a->x_dtype;
+    p.dy_dt = a->dy_dtype;
+    p.dx_dt = a->dx_dtype;
+    p.w_dt = a->w_dtype;
+    p.dr_dt = a->dres_dtype;
+    p.dw_dt = a->dw_dtype;
+    p.eps = a->eps;
+    p.offset = a->weight_offset;
+    p.C = rnk_chunk_rows(a->m, a->n);
+    p.nchunks = (int)((a->m + p.C - 1) / p.C);
+    p.G = rnk_chunk_stripes(a->n);
+    p.pst = (a->n + 3) / 4 * 4;
+    p.cs = p.G * p.pst;
+    p.nslices = (int)((a->n + FIN_COLS - 1) / FIN_COLS);
+    p.ctr = (unsigned *)ws;
+    p.part = (float *)((char *)ws + WS_HEADER);
+    p.acc = p.part + (int64_t)p.nchunks * p.cs;
+
+    /* The fast path: x, dy, dx (and dres) of one dtype, 16-byte aligned rows,
+     * n a multiple of the vector width, rows that fit in registers. */
+    const rnk_dtype t = a->x_dtype;
+    const size_t es = rnk_dtype_size(t);
+    const int vec = (int)(16 / es);
+    bool fast = a->dy_dtype == t && a->dx_dtype == t &&
+                (a->dres_dtype == RNK_NONE || a->dres_dtype == t) &&
+                (a->w_dtype == RNK_NONE || a->w_dtype == RNK_F32 || a->w_dtype == t) &&
+                a->n % vec == 0 && aligned16(a->x, a->x_stride, es) &&
+                aligned16(a->dy, a->dy_stride, es) && aligned16(a->dx, a->dx_stride, es) &&
+                (a->dres_dtype == RNK_NONE || aligned16(a->dres, a->dres_stride, es));
+    pl->fast = false;
+    if (fast) {
+        static const int nvs[3] = {1, 2, 4};
+        int choose = 0, tpr = 0;
+        for (int i = 0; i < 3 && !choose; i++) {
+            int64_t need_t = (a->n / vec + nvs[i] - 1) / nvs[i];
+            int64_t tp = (need_t + 31) / 32 * 32;
+            if (tp * p.G <= 256) {
+                choose = nvs[i];
+                tpr = (int)tp;
+            }
+        }
+        /* Longer rows: up to 512 threads with two vectors each (four
+         * vectors need the registers of a 256-thread block). */
+        for (int i = 1; i < 2 && !choose; i++) {
+            int64_t need_t = (a->n / vec + nvs[i] - 1) / nvs[i];
+            int64_t tp = (need_t + 31) / 32 * 32;
+            if (tp * p.G <= 512) {
+                choose = nvs[i];
+                tpr = (int)tp;
+            }
+        }
+        if (choose) {
+            pl->fast = true;
+            pl->nv = choose;
+            p.tpr = tpr;
+        }
+    }
+    if (!pl->fast) {
+        int64_t tp = (a->n + 31) / 32 * 32;
+        if (tp > 1024 / p.G)
+            tp = 1024 / p.G;
+        p.tpr = (int)tp;
+    }
+    pl->threads = p.tpr * p.G;
+    size_t comb = p.G > 1 ? (size_t)p.G * (size_t)a->n * 4 : 0;
+    size_t tile = p.dw ? (size_t)(p.nchunks < 256 ? p.nchunks : 256) * FIN_COLS * 4 : 0;
+    pl->smem = comb > tile ? comb : tile;
+    if (pl->fast)
+        pl->smem += (size_t)p.pst * 4; /* w + weight_offset */
+    if (pl->smem + 1024 > (size_t)dev->smem_per_block) /* 1 KiB: the static arrays */
+        return einval(msg, msglen, "n: %lld needs %zu bytes of shared memory", (long long)a->n,
+                      pl->smem);
+    return RNK_OK;
+}
+
+int rnk::grid_for(rnk_device *dev, const void *fn, const Plan &pl, char *msg, size_t msglen,
+                  int *grid)
+{
+    int blocks = 0;
+    {
+        std::lock_guard<std::mutex> lock(dev->mu);
+        for (int i = 0; i < dev->nocc; i++)
+            if (dev->occ[i].fn == fn && dev->occ[i].threads == pl.threads &&
+                dev->occ[i].smem == pl.smem)
+                blocks = dev->occ[i].blocks;
+    }
+    if (!blocks) {
+        /* Past 48 KiB a kernel must opt in; opting in to the device's limit
+         * once covers every later size. */
+        cudaFuncAttributes fa;
+        CK(cudaFuncGetAttributes(&fa, fn));
+        CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                dev->smem_per_block - (int)fa.sharedSizeBytes));
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn, pl.threads, pl.smem));
+        if (blocks < 1)
+            blocks = 1;
+        std::lock_guard<std::mutex> lock(dev->mu);
+        if (dev->nocc < (int)(sizeof dev->occ / sizeof dev->occ[0]))
+            dev->occ[dev->nocc++] = occ_entry{fn, pl.threads, pl.smem, blocks};
+    }
+    /* Enough blocks to cover every resident slot, never more than there is
+     * work for: chunks first, then the finish's slices. */
+    int64_t g = (int64_t)dev->sms * blocks;
+    int64_t work = pl.p.nchunks > pl.p.nslices || !pl.p.dw ? pl.p.nchunks : pl.p.nslices;
+    if (g > work)
+        g = work;
+    if (dev->forced_grid > 0)
+        g = dev->forced_grid;
+    *grid = (int)g;
+    return RNK_OK;
+}
+
+template <class T, class TW>
+static const void *fast_fn(int nv)
+{
+    switch (nv) {
+    case 1: return (const void *)fast_kernel<T, TW, 1, MODE_FUSED>;
+    case 2: return (const void *)fast_kernel<T, TW, 2, MODE_FUSED>;
+    default: return (const void *)fast_kernel<T, TW, 4, MODE_FUSED>;
+    }
+}
+
+template <class T>
+static const void *fast_fn_w(int wdt, int nv)
+{
+    if (wdt == RNK_F32)
+        return fast_fn<T, float>(nv);
+    return fast_fn<T, T>(nv); /* weight of the rows' type, or none */
+}
+
+const void *rnk::production_fn(const Plan &pl)
+{
+    if (!pl.fast)
+        return (const void *)general_kernel;
+    switch (pl.p.x_dt) {
+    case RNK_BF16: return fast_fn_w<__nv_bfloat16>(pl.p.w_dt, pl.nv);
+    case RNK_F16: return fast_fn_w<__half>(pl.p.w_dt, pl.nv);
+    default: return fast_fn_w<float>(pl.p.w_dt, pl.nv);
+    }
+}
+
+int rnk::launch(rnk_device *dev, const void *fn, Plan &pl, cudaStream_t st, char *msg,
+                size_t msglen)
+{
+    int grid = 0;
+    int rc = grid_for(dev, fn, pl, msg, msglen, &grid);
+    if (rc)
+        return rc;
+    void *args[] = {&pl.p};
+    CK(cudaLaunchKernel(fn, dim3(grid), dim3(pl.threads), args, pl.smem, st));
+    CK(cudaGetLastError());
+    return RNK_OK;
+}
+
+extern "C" int rnk_cuda_bwd(const rnk_device *dev, const rnk_bwd_args *a, void *ws,
+                            size_t ws_bytes_given, void *stream, char *msg, size_t msglen)
+{
+    Plan pl;
+    int rc = plan(dev, a, ws, ws_bytes_given, &pl, msg, msglen);
+    if (rc || a->m == 0)
+        return rc;
+    /* grid_for caches occupancy in dev; the cache is internal state, so the
+     * const in the public signature holds for everything a caller sees. */
+    return launch(const_cast<rnk_device *>(dev), production_fn(pl), pl, (cudaStream_t)stream, msg,
+                  msglen);
+}
+
+extern "C" int rnk_cuda_describe(rnk_device *dev, const rnk_bwd_args *a, char *buf, size_t len)
+{
+    char msg[160];
+    size_t msglen = sizeof msg;
+    Plan pl;
+    /* Plan against a stand-in workspace: only its size and alignment count. */
+    int rc = plan(dev, a, (void *)(uintptr_t)256, ws_bytes(a->m, a->n), &pl, msg, msglen);
+    if (rc) {
+        snprintf(buf, len, "%s", msg);
+        return rc;
+    }
+    if (a->m == 0) {
+        snprintf(buf, len, "m = 0: no launch");
+        return RNK_OK;
+    }
+    int grid = 0;
+    rc = grid_for(dev, production_fn(pl), pl, buf, len, &grid);
+    if (rc)
+        return rc;
+    snprintf(buf, len, "%s nv=%d block=%d (G=%d x %d) grid=%d chunk=%lld nchunks=%d smem=%zu",
+             pl.fast ? "fast" : "general", pl.fast ? pl.nv : 0, pl.threads, pl.p.G, pl.p.tpr, grid,
+             (long long)pl.p.C, pl.p.nchunks, pl.smem);
+    return RNK_OK;
+}

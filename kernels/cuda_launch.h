@@ -1,0 +1,48 @@
+/*
+ * cuda_launch.h - internal glue between the CUDA entry points (cuda_bwd.cu)
+ * and the benchmark-only variants (cuda_variants.cu): the launch plan, the
+ * CUDA check macro and the helpers both use.  C++ only; not part of rnk.h.
+ */
+#ifndef RNK_CUDA_LAUNCH_H
+#define RNK_CUDA_LAUNCH_H
+
+#include <cuda_runtime.h>
+#include <new>
+
+#include "bwd_kernel.cuh"
+
+namespace rnk {
+
+/* What one call will launch: parameters, path, block shape, shared memory. */
+struct Plan {
+    Params p;
+    bool fast;      /* registers-resident fast path (else the general path) */
+    int nv;         /* fast path: 16-byte vectors per thread per row */
+    int threads;    /* block size: G stripes of tpr threads */
+    size_t smem;    /* dynamic shared memory */
+};
+
+/* Returns RNK_OK, or RNK_ECUDA with "file:line: what: error" in msg after
+ * clearing CUDA's last-error state. */
+int ck(cudaError_t e, const char *file, int line, const char *what, char *msg, size_t msglen);
+
+/* Check a CUDA call in a function with msg/msglen in scope; return on error. */
+#define CK(call)                                                                   \
+    do {                                                                           \
+        int ck_rc_ = rnk::ck((call), __FILE__, __LINE__, #call, msg, msglen);      \
+        if (ck_rc_)                                                                \
+            return ck_rc_;                                                         \
+    } while (0)
+
+size_t ws_bytes(int64_t m, int64_t n);
+int plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb, Plan *pl,
+         char *msg, size_t msglen);
+int grid_for(rnk_device *dev, const void *fn, const Plan &pl, char *msg, size_t msglen,
+             int *grid);
+const void *production_fn(const Plan &pl);
+int launch(rnk_device *dev, const void *fn, Plan &pl, cudaStream_t st, char *msg,
+           size_t msglen);
+
+} /* namespace rnk */
+
+#endif

@@ -1,0 +1,85 @@
+/*
+ * cuda_variants.cu - the benchmark's comparison points, built only with
+ * -DRNK_BENCH_VARIANTS=1 so that production builds carry none of their
+ * template instantiations:
+ *   SEPARATE: the fused kernel's first phase writes the partials, then a
+ *             second kernel adds them (the seed's two-kernel path);
+ *   ATOMIC:   chunk partials added into an fp32 accumulator with atomics,
+ *             converted by whichever block completes the last chunk (the
+ *             seed's fused, non-deterministic path).
+ * Both reuse the production kernel's code (bwd_kernel.cuh) so that the
+ * comparison measures only the way dw is finished.
+ */
+#include "cuda_launch.h"
+
+#include <stdio.h>
+
+using namespace rnk;
+
+#ifdef RNK_BENCH_VARIANTS
+
+template <int MODE>
+static const void *variant_fn(const Plan &pl)
+{
+    const bool wf = pl.p.w_dt == RNK_F32;
+    switch (pl.nv) {
+    case 1: return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 1, MODE>
+                      : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 1, MODE>;
+    case 2: return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 2, MODE>
+                      : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 2, MODE>;
+    default: return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 4, MODE>
+                       : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 4, MODE>;
+    }
+}
+
+extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void *ws,
+                                    size_t wsb, int variant, void *stream, char *msg,
+                                    size_t msglen)
+{
+    if (variant == RNK_VARIANT_FUSED)
+        return rnk_cuda_bwd(dev, a, ws, wsb, stream, msg, msglen);
+    Plan pl;
+    int rc = plan(dev, a, ws, wsb, &pl, msg, msglen);
+    if (rc || a->m == 0)
+        return rc;
+    if (!pl.fast || a->x_dtype != RNK_BF16 || !pl.p.dw) {
+        snprintf(msg, msglen, "variant: only bf16 fast-path shapes with dw");
+        return RNK_EINVAL;
+    }
+    cudaStream_t st = (cudaStream_t)stream;
+    if (variant == RNK_VARIANT_SEPARATE) {
+        /* First kernel: no finish tile needed, only w and the stripe combine. */
+        size_t comb = pl.p.G > 1 ? (size_t)pl.p.G * (size_t)a->n * 4 : 0;
+        pl.smem = (size_t)pl.p.pst * 4 + comb;
+        rc = launch(dev, variant_fn<MODE_PARTIALS_ONLY>(pl), pl, st, msg, msglen);
+        if (rc)
+            return rc;
+        int grid = pl.p.nslices < 4 * rnk_cuda_sm_count(dev) ? pl.p.nslices
+                                                              : 4 * rnk_cuda_sm_count(dev);
+        void *args[] = {&pl.p};
+        CK(cudaLaunchKernel((const void *)finish_kernel, dim3(grid), dim3(256), args,
+                            (size_t)(pl.p.nchunks < 256 ? pl.p.nchunks : 256) * FIN_COLS * 4, st));
+        CK(cudaGetLastError());
+        return RNK_OK;
+    }
+    if (variant == RNK_VARIANT_ATOMIC) {
+        /* The stripe combine runs through shared memory for every G here. */
+        pl.smem = (size_t)pl.p.pst * 4 + (size_t)pl.p.G * (size_t)a->n * 4;
+        return launch(dev, variant_fn<MODE_ATOMIC>(pl), pl, st, msg, msglen);
+    }
+    snprintf(msg, msglen, "variant: %d unknown", variant);
+    return RNK_EINVAL;
+}
+
+#else
+
+extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void *ws,
+                                    size_t wsb, int variant, void *stream, char *msg,
+                                    size_t msglen)
+{
+    (void)dev, (void)a, (void)ws, (void)wsb, (void)variant, (void)stream;
+    snprintf(msg, msglen, "variant: not built (needs NVCCFLAGS=-DRNK_BENCH_VARIANTS=1)");
+    return RNK_EINVAL;
+}
+
+#endif
