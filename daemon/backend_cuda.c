@@ -653,6 +653,15 @@ static int cuda_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *er
     int rc, v = 0;
     cudaError_t e;
 
+    /*
+     * Load every kernel variant now, before the first CUDA call creates the
+     * context.  With lazy loading the first launch of a variant loads its
+     * module, which waits for work already queued on the device - including
+     * a session stream blocked on a client's unready input - and so stalls
+     * the loop thread for as long as that client takes.
+     */
+    setenv("CUDA_MODULE_LOADING", "EAGER", 1);
+
     b = calloc(1, sizeof *b);
     if (!b)
         return rnp_fail(err, RN_NOMEM, "backend: out of memory");
