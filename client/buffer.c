@@ -141,6 +141,31 @@ int rnc_register(rn_client *c, rnc_buf *b)
     return 0;
 }
 
+/*
+ * Let the daemon open fd when it runs as another user (a system service):
+ * give the object the group of the daemon's socket file, which the caller
+ * must belong to in order to connect at all, and make it group read-write.
+ * Other members of that group can then open the buffer too: the socket's
+ * group is the trust boundary, as it is for the daemon itself.  When the
+ * daemon runs as the caller's own user the object stays 0600.
+ */
+static int share_with_daemon(rn_client *c, int fd, const char *name)
+{
+    const char *path = c->endpoint;
+    struct stat st;
+
+    if (strncmp(path, "ipc://", 6) != 0)
+        return 0;
+    path += 6;
+    if (stat(path, &st) != 0 || st.st_uid == geteuid())
+        return 0;
+    if (fchown(fd, (uid_t)-1, st.st_gid) != 0 || fchmod(fd, 0660) != 0)
+        return rnc_fail(c, RN_SYSTEM,
+                        "buffer: sharing %s with the daemon (group %u of %s): %s", name,
+                        (unsigned)st.st_gid, path, strerror(errno));
+    return 0;
+}
+
 /* Create, size and map a fresh shm object. */
 static int create_shm(rn_client *c, size_t bytes, rnc_buf *out)
 {
@@ -159,6 +184,8 @@ static int create_shm(rn_client *c, size_t bytes, rnc_buf *out)
         if (errno != EEXIST || tries > 1000)
             return rnc_fail(c, RN_SYSTEM, "buffer: shm_open(%s): %s", b.name, strerror(errno));
     }
+    if ((rv = share_with_daemon(c, fd, b.name)) != 0)
+        goto fail;
     /* Reserve the memory now: a full /dev/shm is an error here, not a
      * SIGBUS on first touch later. */
     if ((e = posix_fallocate(fd, 0, (off_t)bytes)) != 0) {

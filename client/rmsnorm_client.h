@@ -120,6 +120,12 @@ RN_EXPORT const char *rn_default_endpoint(char *buf, size_t len);
  * rn_connect of the same user removes names whose pid no longer exists, or
  * remove them by hand (rm /dev/shm/rmsnormd.<pid>.*).  The daemon releases
  * its own mappings of a dead client's buffers by itself.
+ *
+ * Permissions: the object is 0600 when the daemon runs as the caller's user.
+ * When the daemon's socket belongs to another user (a system service), the
+ * object gets the socket file's group and mode 0660, so the daemon can open
+ * it; other members of that group could open it too, as they can talk to the
+ * daemon: the socket's group is the trust boundary.
  */
 RN_EXPORT int rn_buffer_alloc(rn_client *c, size_t bytes, void **ptr);
 
