@@ -13,6 +13,9 @@
 
 .SUFFIXES:
 .DELETE_ON_ERROR:
+# Keep every object: test and bench objects are intermediates of pattern
+# rules, and make would otherwise delete and rebuild them on every run.
+.SECONDARY:
 SHELL := /bin/bash
 
 VERSION := 0.1.0

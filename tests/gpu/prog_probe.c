@@ -4,11 +4,20 @@
  * why not and exits 1.  tests/run.sh runs the gpu suite only after it says yes.
  */
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <stdio.h>
 
 int main(void)
 {
     int count = 0;
+    /* Without the driver library cudart reports "driver version is
+     * insufficient", which reads like a version mismatch: say what it is. */
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!drv) {
+        printf("no NVIDIA driver on this host (libcuda.so.1 not found)\n");
+        return 1;
+    }
+    dlclose(drv);
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
         printf("no usable CUDA device: %s\n", cudaGetErrorString(e));
