@@ -76,7 +76,8 @@ struct rnd_job {
                                         * still runs once the work has ended */
     uint64_t start_ns, end_ns;         /* compute began and ended, CLOCK_MONOTONIC */
     bool region_fault;                 /* a region shrank under the job: the server
-                                        * drops the job's regions */
+                                        * drops the region holding fault_addr */
+    uintptr_t fault_addr;              /* a page of the job's memory that faulted */
     /* private to the backend */
     rnd_job *next;
 };

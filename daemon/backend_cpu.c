@@ -33,11 +33,16 @@
  * touching the mapping past the new end then raises SIGBUS (BUS_ADRERR) in
  * whichever thread computes.  Rather than let one client kill the daemon,
  * the handler maps a private zero page over the faulting page, so the
- * access completes, and counts the fault; a job during which a fault
- * happened is answered with an error instead of its (void) results.  Any
- * other SIGBUS keeps its default action.
+ * access completes, and records the page in a ring.  When a job ends, it
+ * looks for recorded pages inside its own tensors: one there means its
+ * results are void (it read zero pages, now or because an earlier job
+ * faulted them in), and the server drops the region that holds the page.
+ * Faults in other clients' regions leave the job alone.  Any other SIGBUS
+ * keeps its default action.
  */
-static atomic_uint_fast64_t bus_faults;
+#define FAULT_RING 64
+static _Atomic uintptr_t fault_pages[FAULT_RING];
+static atomic_uint_fast64_t fault_next;    /* ring slots claimed */
 static uintptr_t page_size;
 
 static void on_sigbus(int sig, siginfo_t *si, void *uc)
@@ -46,7 +51,8 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
         void *page = (void *)((uintptr_t)si->si_addr & ~(page_size - 1));
         if (mmap(page, page_size, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS,
                  -1, 0) != MAP_FAILED) {
-            atomic_fetch_add(&bus_faults, 1);
+            uint_fast64_t k = atomic_fetch_add(&fault_next, 1);
+            atomic_store(&fault_pages[k % FAULT_RING], (uintptr_t)page);
             return;
         }
     }
@@ -79,6 +85,40 @@ typedef struct cpu_backend {
     char cpu_name[RNP_MAX_NAME];
 } cpu_backend;
 
+/* Does [p, p + bytes) overlap the page at pg? */
+static bool span_hits(const void *p, uint64_t bytes, uintptr_t pg)
+{
+    uintptr_t lo = (uintptr_t)p;
+    return p && bytes && pg < lo + bytes && lo < pg + page_size;
+}
+
+/* A recorded fault page inside one of a's tensors, or 0. */
+static uintptr_t faulted_page(const rnk_bwd_args *a)
+{
+    uint_fast64_t n = atomic_load(&fault_next);
+    if (n == 0 || a->m == 0)
+        return 0;
+    uint64_t rows = (uint64_t)(a->m - 1), n_ = (uint64_t)a->n;
+    struct { const void *p; uint64_t bytes; } t[] = {
+        {a->x, (rows * (uint64_t)a->x_stride + n_) * rnk_dtype_size(a->x_dtype)},
+        {a->dy, (rows * (uint64_t)a->dy_stride + n_) * rnk_dtype_size(a->dy_dtype)},
+        {a->dx, (rows * (uint64_t)a->dx_stride + n_) * rnk_dtype_size(a->dx_dtype)},
+        {a->dres, a->dres ? (rows * (uint64_t)a->dres_stride + n_) * rnk_dtype_size(a->dres_dtype) : 0},
+        {a->w, n_ * rnk_dtype_size(a->w_dtype)},
+        {a->dw, n_ * rnk_dtype_size(a->dw_dtype)},
+        {a->rstd, a->rstd ? (uint64_t)a->m * sizeof(float) : 0},
+    };
+    /* Past FAULT_RING faults the oldest pages are forgotten; their regions
+     * were dropped when the jobs that faulted them ended. */
+    for (uint_fast64_t k = n > FAULT_RING ? n - FAULT_RING : 0; k < n; k++) {
+        uintptr_t pg = atomic_load(&fault_pages[k % FAULT_RING]);
+        for (size_t i = 0; pg && i < sizeof t / sizeof t[0]; i++)
+            if (span_hits(t[i].p, t[i].bytes, pg))
+                return pg;
+    }
+    return 0;
+}
+
 static void *worker(void *arg)
 {
     cpu_backend *b = arg;
@@ -105,14 +145,11 @@ static void *worker(void *arg)
         pthread_mutex_unlock(&b->mu);
 
         char msg[RNP_MAX_ERRMSG] = "";
-        uint_fast64_t faults = atomic_load(&bus_faults);
         job->start_ns = rnd_now_ns();
         int rc = rnk_cpu_bwd(&job->args, nt, msg, sizeof msg);
         job->end_ns = rnd_now_ns();
         job->done_slot = -1;
-        if (atomic_load(&bus_faults) != faults) {
-            /* Possibly another job's region, but this job cannot prove its
-             * results sound: refuse them. */
+        if ((job->fault_addr = faulted_page(&job->args)) != 0) {
             job->status = RN_OUT_OF_BOUNDS;
             job->region_fault = true;
             snprintf(job->msg, sizeof job->msg,

@@ -38,6 +38,7 @@ static const flag_def flags[] = {
     {"socket-group", "NAME", "group of the socket file (default: unchanged)"},
     {"max-sessions", "N", "client sessions at once (default 64)"},
     {"max-regions", "N", "registered regions per session (default 256)"},
+    {"max-mapped-gib", "N", "GiB of regions one session may have mapped (default 1024)"},
     {"max-inflight", "N", "requests in flight per session (default 64)"},
     {"max-inflight-total", "N", "requests in flight in all (default 1024)"},
     {"max-m", "N", "largest M (rows) of a request (default 16777216)"},
@@ -71,6 +72,7 @@ void rnd_config_defaults(rnd_config *cfg)
     cfg->socket_mode = 0660;
     cfg->max_sessions = 64;
     cfg->max_regions = 256;
+    cfg->max_mapped_gib = 1024;
     cfg->max_inflight = 64;
     cfg->max_inflight_total = 1024;
     cfg->max_m = 16777216;
@@ -182,6 +184,8 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, char *er
         NUM(max_sessions, 1, 65536);
     if (strcmp(f->name, "max-regions") == 0)
         NUM(max_regions, 1, 1u << 20);
+    if (strcmp(f->name, "max-mapped-gib") == 0)
+        NUM(max_mapped_gib, 1, 1u << 20);
     if (strcmp(f->name, "max-inflight") == 0)
         NUM(max_inflight, 1, 1u << 20);
     if (strcmp(f->name, "max-inflight-total") == 0)

@@ -28,6 +28,10 @@ typedef struct rnd_config {
     char socket_group[64];             /* "" = leave the group unchanged */
     uint32_t max_sessions;
     uint32_t max_regions;
+    /* Address space (CPU backend) or device memory (CUDA) one session may
+     * have mapped: sparse shm objects cost a client nothing and could
+     * otherwise exhaust the daemon's address space for everyone. */
+    uint64_t max_mapped_gib;
     uint32_t max_inflight;
     uint32_t max_inflight_total;
     uint64_t max_m;

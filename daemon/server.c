@@ -100,9 +100,12 @@ static void send_reply(rnd_server *srv, void *control, rnp_reply *rep)
     hdr.msg_control = &control;
     hdr.msg_controllen = NN_MSG;
     if (nn_sendmsg(srv->sock, &hdr, NN_DONTWAIT) < 0) {
+        /* Not nn_freemsg(control): once nn_sendmsg has taken the header into
+         * its message it frees it on failure itself.  A raw REP socket drops
+         * replies to vanished peers silently, so this happens only while the
+         * socket closes, where a leaked header does no harm. */
         rnd_debug("Failed to send the reply to %s id %llu: %s", rnp_op_name((int)rep->op),
                   (unsigned long long)rep->id, nn_strerror(nn_errno()));
-        nn_freemsg(control);
     }
 }
 
@@ -470,10 +473,12 @@ static void on_job_done(rnd_job *job)
 
     if (job->region_fault) {
         /* The mapping now holds private zero pages where the client's memory
-         * was: unregister the request's regions so that no later request
-         * computes on them. */
+         * was: unregister the region that faulted so that no later request
+         * computes on it.  The request's other regions are intact. */
         for (int t = 0; t < RNP_T_COUNT; t++) {
-            if (p->regs[t] && !p->regs[t]->unlinked) {
+            rnd_region *r = p->regs[t];
+            if (r && !r->unlinked && job->fault_addr >= (uintptr_t)r->map.base &&
+                job->fault_addr - (uintptr_t)r->map.base < r->map.size) {
                 rnd_warn("Region %u of a session of '%s' shrank below its registered size: "
                          "unregistered", p->regs[t]->id, s->name);
                 rnd_region_remove(s, p->regs[t]->id, NULL);

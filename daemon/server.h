@@ -65,6 +65,7 @@ struct rnd_session {
     void *bsess;
     rnd_region **regions;          /* linked regions, unordered */
     uint32_t nregions;
+    uint64_t mapped_bytes;         /* sum of the sizes of the regions still mapped */
     uint32_t next_region_id;
     uint32_t inflight;
     rnd_pending *running;

@@ -145,6 +145,7 @@ static void region_close(rnd_region *r)
     rnd_server *srv = s->srv;
 
     srv->be->ops->region_close(srv->be, s->bsess, &r->map);
+    s->mapped_bytes -= r->map.size;
     srv->regions_active--;
     free(r);
 }
@@ -173,6 +174,12 @@ int rnd_region_add(rnd_session *s, const rnp_register_req *req, uint32_t *id, rn
         return rnp_fail(err, RN_BUSY,
                         "register: the session has %u regions, the limit (--max-regions)",
                         s->nregions);
+    uint64_t cap = srv->cfg.max_mapped_gib << 30;
+    if (s->mapped_bytes > cap || req->size > cap - s->mapped_bytes)
+        return rnp_fail(err, RN_BUSY,
+                        "register.size: %llu more bytes would pass the session's %llu GiB of "
+                        "mapped regions (--max-mapped-gib)",
+                        (unsigned long long)req->size, (unsigned long long)srv->cfg.max_mapped_gib);
     if (!s->regions) {
         s->regions = calloc(srv->cfg.max_regions, sizeof *s->regions);
         if (!s->regions)
@@ -190,6 +197,7 @@ int rnd_region_add(rnd_session *s, const rnp_register_req *req, uint32_t *id, rn
         r->id = s->next_region_id++;
     } while (r->id == 0 || rnd_region_find(s, r->id));
     s->regions[s->nregions++] = r;
+    s->mapped_bytes += r->map.size;
     srv->regions_active++;
     *id = r->id;
     return 0;
