@@ -99,7 +99,7 @@ static int build_bwd(rn_client *c, const rn_bwd_args *a, int mode)
     return 0;
 }
 
-static int check_args(rn_client *c, const rn_bwd_args *a)
+int rnc_check_bwd_args(rn_client *c, const rn_bwd_args *a)
 {
     int rv;
     if (a == NULL)
@@ -132,7 +132,7 @@ int rn_rmsnorm_bwd_host(rn_client *c, const rn_bwd_args *a, rn_timing *t)
     if (c == NULL)
         return RN_INVALID_ARGUMENT;
     pthread_mutex_lock(&c->mu);
-    if ((rv = check_args(c, a)) != 0)
+    if ((rv = rnc_check_bwd_args(c, a)) != 0)
         goto out;
     /* A lost session (daemon restart) shows as UNKNOWN_SESSION: open a new
      * one, register the buffers again and retry once. */

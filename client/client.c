@@ -171,6 +171,9 @@ static int check_endpoint(const char *ep)
 
 /* ---- exchange ---------------------------------------------------------------------- */
 
+static int open_socket(rn_client *c);
+static void reopen_socket(rn_client *c);
+
 static int set_timeouts(rn_client *c, int ms)
 {
     int v = ms;
@@ -190,6 +193,15 @@ int rnc_transact(rn_client *c, int timeout_ms)
     uint32_t op = c->req.op;
     uint64_t id = ++c->next_id;
 
+    if (c->sock < 0) {
+        /* The last timeout's fresh socket could not be opened: try again. */
+        if ((rv = open_socket(c)) != 0) {
+            if (c->sock >= 0)
+                nn_close(c->sock);
+            c->sock = -1;
+            return rv;
+        }
+    }
     c->req.version = RNP_VERSION;
     c->req.id = id;
     rv = rnp_encode_request(&c->req, c->tx, sizeof c->tx, &len, &err);
@@ -236,6 +248,10 @@ int rnc_transact(rn_client *c, int timeout_ms)
                  ? rnc_fail(c, RN_TIMEOUT, "%s: no reply from %s within %d ms",
                             rnp_op_name((int)op), c->endpoint, timeout_ms)
                  : rnc_fail(c, RN_SYSTEM, "%s: receive: %s", rnp_op_name((int)op), nn_strerror(e));
+        if (rv == RN_TIMEOUT) {
+            reopen_socket(c);
+            retimed = false;   /* the new socket has c's own timeouts */
+        }
         goto out;
     }
     rv = rnp_decode_reply(msg, (size_t)n, &c->rep, &err);
@@ -263,7 +279,7 @@ int rnc_transact(rn_client *c, int timeout_ms)
 out:
     if (msg)
         nn_freemsg(msg);
-    if (timeout_ms != c->timeout_ms || retimed)
+    if (c->sock >= 0 && (timeout_ms != c->timeout_ms || retimed))
         set_timeouts(c, c->timeout_ms);
     return rv;
 }
@@ -285,6 +301,22 @@ static int hello(rn_client *c)
     return 0;
 }
 
+/* End c's session, best effort: a dead daemon delays this by BYE_TIMEOUT_MS
+ * at most.  Keeps c->last_error as it was. */
+static void send_bye(rn_client *c)
+{
+    char keep[RN_ERRMSG_LEN];
+    int t = c->timeout_ms < 0 || c->timeout_ms > BYE_TIMEOUT_MS ? BYE_TIMEOUT_MS : c->timeout_ms;
+
+    snprintf(keep, sizeof keep, "%s", c->last_error);
+    memset(&c->req, 0, sizeof c->req);
+    c->req.op = RN_OP_BYE;
+    c->req.u.bye = c->session;
+    (void)rnc_transact(c, t);
+    c->have_session = false;
+    snprintf(c->last_error, sizeof c->last_error, "%s", keep);
+}
+
 int rnc_ensure_session(rn_client *c)
 {
     int rv;
@@ -297,9 +329,11 @@ int rnc_ensure_session(rn_client *c)
         if ((rv = rnc_register(c, &c->bufs[i])) != 0) {
             char why[RN_ERRMSG_LEN];
             snprintf(why, sizeof why, "%s", c->last_error);
-            /* Leave the half-built session to the daemon's pid watch; the
-             * next call starts over with a fresh HELLO. */
-            c->have_session = false;
+            /* End the half-built session now: the process lives on, so the
+             * daemon's pid watch would not, and each retry would hold
+             * another session until the idle timeout.  The next call
+             * starts over with a fresh HELLO. */
+            send_bye(c);
             return rnc_fail(c, rv, "re-registering buffer %s after a new session: %s",
                             c->bufs[i].name, why);
         }
@@ -307,12 +341,47 @@ int rnc_ensure_session(rn_client *c)
     return 0;
 }
 
+/* Open c's REQ socket with its options and connect it (c->sock < 0 before). */
+static int open_socket(rn_client *c)
+{
+    int v = RNP_MAX_MSG, sock = nn_socket(AF_SP, NN_REQ);
+
+    if (sock < 0)
+        return rnc_fail(c, RN_SYSTEM, "nn_socket: %s", nn_strerror(nn_errno()));
+    c->sock = sock;
+    if (nn_setsockopt(sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &v, sizeof v) != 0)
+        return rnc_fail(c, RN_SYSTEM, "NN_RCVMAXSIZE: %s", nn_strerror(nn_errno()));
+    if (set_timeouts(c, c->timeout_ms) != 0)
+        return RN_SYSTEM;
+    if (nn_connect(sock, c->endpoint) < 0)
+        return rnc_fail(c, RN_ENDPOINT, "endpoint %s: %s", c->endpoint, nn_strerror(nn_errno()));
+    return 0;
+}
+
+/*
+ * After a timeout the REQ socket still holds the request and would send it
+ * again after NN_REQ_RESEND_IVL (60 s), long after this call gave up: a
+ * HELLO or REGISTER sent that way would open a session or pin memory that
+ * no one knows of.  A fresh socket drops it.  Failing to open one leaves
+ * c->sock < 0, and the next call reports it.
+ */
+static void reopen_socket(rn_client *c)
+{
+    if (c->sock >= 0)
+        nn_close(c->sock);
+    c->sock = -1;
+    if (open_socket(c) != 0 && c->sock >= 0) {
+        nn_close(c->sock);
+        c->sock = -1;
+    }
+}
+
 int rn_connect(const rn_connect_opts *opts, rn_client **out)
 {
     rn_connect_opts o = {0};
     char epbuf[256];
     rn_client *c = NULL;
-    int rv, v;
+    int rv;
 
     connect_error[0] = '\0';
     if (out == NULL)
@@ -344,22 +413,8 @@ int rn_connect(const rn_connect_opts *opts, rn_client **out)
     else
         snprintf(c->name, sizeof c->name, "pid %ld", (long)getpid());
 
-    c->sock = nn_socket(AF_SP, NN_REQ);
-    if (c->sock < 0) {
-        rv = connect_fail(RN_SYSTEM, "nn_socket: %s", nn_strerror(nn_errno()));
-        goto fail;
-    }
-    v = RNP_MAX_MSG;
-    if (nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &v, sizeof v) != 0) {
-        rv = connect_fail(RN_SYSTEM, "NN_RCVMAXSIZE: %s", nn_strerror(nn_errno()));
-        goto fail;
-    }
-    if (set_timeouts(c, c->timeout_ms) != 0) {
-        rv = connect_fail(RN_SYSTEM, "%s", c->last_error);
-        goto fail;
-    }
-    if (nn_connect(c->sock, c->endpoint) < 0) {
-        rv = connect_fail(RN_ENDPOINT, "endpoint %s: %s", c->endpoint, nn_strerror(nn_errno()));
+    if ((rv = open_socket(c)) != 0) {
+        connect_fail(rv, "%s", c->last_error);
         goto fail;
     }
     rnc_sweep_stale();
@@ -391,18 +446,13 @@ void rn_close(rn_client *c)
     rnc_cuda_release(c);
 #endif
     pthread_mutex_lock(&c->mu);
-    if (c->have_session) {
-        memset(&c->req, 0, sizeof c->req);
-        c->req.op = RN_OP_BYE;
-        c->req.u.bye = c->session;
-        int t =
-            c->timeout_ms < 0 || c->timeout_ms > BYE_TIMEOUT_MS ? BYE_TIMEOUT_MS : c->timeout_ms;
-        (void)rnc_transact(c, t);
-    }
+    if (c->have_session)
+        send_bye(c);
     for (size_t i = 0; i < c->nbufs; i++)
         rnc_buf_release(&c->bufs[i]);
     free(c->bufs);
-    nn_close(c->sock);
+    if (c->sock >= 0)
+        nn_close(c->sock);
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_destroy(&c->mu);
     free(c);

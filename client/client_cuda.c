@@ -383,23 +383,6 @@ static int map_dev_ptr(rn_client *c, cstate *s, const char *field, const void *p
 
 /* ---- the calls ------------------------------------------------------------------------------- */
 
-static int check_args(rn_client *c, const rn_bwd_args *a)
-{
-    if (a == NULL)
-        return rnc_fail(c, RN_INVALID_ARGUMENT, "args: must not be NULL");
-    if (a->m < 0)
-        return rnc_fail(c, RN_INVALID_ARGUMENT, "m: %lld is negative", (long long)a->m);
-    if (a->n < 1 || a->n > UINT32_MAX)
-        return rnc_fail(c, RN_INVALID_ARGUMENT, "n: %lld is outside 1..%u", (long long)a->n,
-                        UINT32_MAX);
-    if (a->x_stride < 0 || a->dy_stride < 0 || a->dx_stride < 0 ||
-        (a->dres_dtype != RN_DTYPE_NONE && a->dres_stride < 0))
-        return rnc_fail(c, RN_INVALID_ARGUMENT, "%s: stride is negative",
-                        a->x_stride < 0 ? "x_stride" : a->dy_stride < 0 ? "dy_stride"
-                        : a->dx_stride < 0 ? "dx_stride" : "dres_stride");
-    return 0;
-}
-
 /* Map every tensor into b (registering new allocations). */
 static int map_tensors(rn_client *c, cstate *s, const rn_bwd_args *a, rnp_bwd_req *b)
 {
@@ -441,7 +424,7 @@ static int bwd_call(rn_client *c, const rn_bwd_args *a, void *stream, int mode, 
         return RN_INVALID_ARGUMENT;
     pthread_once(&drv_once, drv_init);
     pthread_mutex_lock(&c->mu);
-    if ((rv = check_args(c, a)) != 0)
+    if ((rv = rnc_check_bwd_args(c, a)) != 0)
         goto out;
     if (!(s = state_of(c))) {
         rv = rnc_fail(c, RN_NOMEM, "out of memory for the client's CUDA state");

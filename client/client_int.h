@@ -67,6 +67,10 @@ int rnc_ensure_session(rn_client *c);
 /* Register buffer b in the current session; sets b->region. */
 int rnc_register(rn_client *c, rnc_buf *b);
 
+/* Check the arguments every backward call shares (shape, dtypes, strides);
+ * the pointers are checked where they are mapped. */
+int rnc_check_bwd_args(rn_client *c, const rn_bwd_args *a);
+
 /* Remove this user's shm names of processes that no longer exist. */
 void rnc_sweep_stale(void);
 
