@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""The training part of the GPU cycle (gpu_run.sh runs it): start one CUDA
+rmsnormd, wait for its READY=1 on a notify socket of our own, run
+train_mp.py four times (daemon, daemon again, PyTorch's RMSNorm twice), judge them
+with compare_runs.py, stop the daemon with SIGTERM and check it exits 0.
+
+    gpu_cycle.py OUTDIR [train_mp.py options...]
+
+Writes OUTDIR/{daemon1,daemon2,torch,torch2}.json, OUTDIR/daemon.log and
+OUTDIR/summary.md; exit status 0 when every step passed.
+"""
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def start_daemon(build, workdir, log_path):
+    endpoint = "ipc://%s/d.sock" % workdir
+    notify = os.path.join(workdir, "notify")
+    conf = os.path.join(workdir, "empty.conf")
+    open(conf, "w").close()
+    ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ns.bind(notify)
+    env = dict(os.environ, NOTIFY_SOCKET=notify)
+    log = open(log_path, "ab")
+    proc = subprocess.Popen([os.path.join(build, "rmsnormd"), "--backend", "cuda", "--endpoint",
+                             endpoint, "--config", conf, "--log-level", "info"],
+                            stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 60
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or proc.poll() is not None:
+                proc.kill()
+                sys.exit("gpu_cycle: daemon not ready (exit %s); see %s" % (proc.poll(), log_path))
+            r, _, _ = select.select([ns], [], [], min(left, 0.2))
+            if r and "READY=1" in ns.recv(4096).decode("utf-8", "replace").split("\n"):
+                return proc, endpoint
+    finally:
+        ns.close()
+
+
+def main():
+    out = os.path.abspath(sys.argv[1])
+    # A run that takes a minute has hung: fail it rather than the whole cycle.
+    extra = ["--timeout", "60"] + sys.argv[2:]
+    build = os.path.abspath(os.environ.get("RN_BUILD", os.path.join(REPO, "build")))
+    os.makedirs(out, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="rncyc-", dir="/tmp")
+    daemon, endpoint = start_daemon(build, workdir, os.path.join(out, "daemon.log"))
+    env = dict(os.environ, RMSNORMD_ENDPOINT=endpoint,
+               PYTHONPATH=os.path.join(REPO, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    failures = []
+    try:
+        for name, impl in (("daemon1", "daemon"), ("daemon2", "daemon"), ("torch", "torch"),
+                           ("torch2", "torch")):
+            t0 = time.monotonic()
+            r = subprocess.run([sys.executable, os.path.join(HERE, "train_mp.py"), "--impl", impl,
+                                "--out", os.path.join(out, name + ".json")] + extra, env=env)
+            print("gpu_cycle: %s finished with %d in %.1f s" % (name, r.returncode,
+                                                              time.monotonic() - t0), flush=True)
+            if r.returncode != 0:
+                failures.append(name)
+        if not failures:
+            r = subprocess.run([sys.executable, os.path.join(HERE, "compare_runs.py"),
+                                os.path.join(out, "daemon1.json"), os.path.join(out, "daemon2.json"),
+                                os.path.join(out, "torch.json"), os.path.join(out, "torch2.json"), "--md",
+                                os.path.join(out, "summary.md"), "--label",
+                                "MPS: %s." % os.environ.get("RN_MPS_STATE", "unknown")],
+                               env=env)
+            if r.returncode != 0:
+                failures.append("compare")
+        r = subprocess.run([os.path.join(build, "rmsnormctl"), "--endpoint", endpoint, "stats"],
+                           env=env, capture_output=True, text=True)
+        print(r.stdout + r.stderr, flush=True)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        try:
+            code = daemon.wait(30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            code = "killed"
+        print("gpu_cycle: daemon exited with %s" % code, flush=True)
+        if code != 0:
+            failures.append("daemon exit %s" % code)
+    if failures:
+        sys.exit("gpu_cycle: FAILED: %s" % ", ".join(failures))
+    print("gpu_cycle: all passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Train a small transformer-like model in several worker processes on one
+GPU, with RMSNorm's backward pass in rmsnormd (--impl daemon) or PyTorch's own
+torch.nn.RMSNorm (--impl torch), and write each worker's loss curve, step
+times and a hash of its final parameters to a JSON file.
+
+    python3 train_mp.py --impl daemon --workers 4 --steps 300 --out run.json
+
+Every worker trains its own model on its own synthetic data (a fixed random
+Markov chain over the vocabulary, so the loss has something to learn), seeded
+from --seed and its rank, with PyTorch's deterministic algorithms on: two runs
+with the same arguments must give the same bits.  compare_runs.py judges the
+files.  The daemon is found at $RMSNORMD_ENDPOINT (or the default endpoint);
+the workers are spawned (not forked) as libclient requires.
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import queue as queue_mod
+import sys
+import time
+
+import torch
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, norm):
+        super().__init__()
+        self.heads = heads
+        self.n1 = norm(d)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.proj = nn.Linear(d, d, bias=False)
+        self.n2 = norm(d)
+        self.up = nn.Linear(d, 4 * d, bias=False)
+        self.down = nn.Linear(4 * d, d, bias=False)
+
+    def forward(self, x, mask):
+        b, t, d = x.shape
+        h = self.n1(x)
+        q, k, v = self.qkv(h).view(b, t, 3, self.heads, d // self.heads).unbind(2)
+        q, k, v = (z.transpose(1, 2) for z in (q, k, v))
+        # Plain attention (matmul + softmax): every kernel of it is
+        # deterministic, so runs can be compared bit for bit.
+        att = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d // self.heads))
+        att = att.masked_fill(mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.down(F.silu(self.up(self.n2(x))))
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab, d, heads, layers, seq, norm):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.randn(seq, d) * 0.02)
+        self.blocks = nn.ModuleList(Block(d, heads, norm) for _ in range(layers))
+        self.norm = norm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.register_buffer("mask", torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1),
+                             persistent=False)
+
+    def forward(self, idx):
+        # The embedding as a one-hot product: its backward is a matmul, with
+        # no scatter-add whose order could vary between runs.
+        x = F.one_hot(idx, self.emb.num_embeddings).to(self.pos.dtype) @ self.emb.weight
+        x = x + self.pos[: idx.shape[1]]
+        for blk in self.blocks:
+            x = blk(x, self.mask[: idx.shape[1], : idx.shape[1]])
+        return self.head(self.norm(x))
+
+
+def make_data(seed, vocab, steps, batch, seq):
+    """Sequences from a sparse random Markov chain (each token has 4 likely
+    successors): learnable structure, no files.  Made on the CPU, where every
+    step is sequential, so the data are the same bits in every run."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.full((vocab, vocab), -4.0)
+    succ = torch.randint(0, vocab, (vocab, 4), generator=gen)
+    for k, v in enumerate((3.0, 2.0, 1.0, 0.5)):
+        logits[torch.arange(vocab), succ[:, k]] = v
+    probs = logits.softmax(-1)
+    n = steps * batch
+    toks = torch.empty(n, seq + 1, dtype=torch.long)
+    toks[:, 0] = torch.randint(0, vocab, (n,), generator=gen)
+    for t in range(seq):
+        toks[:, t + 1] = torch.multinomial(probs[toks[:, t]], 1, generator=gen).squeeze(1)
+    return toks.view(steps, batch, seq + 1)
+
+
+def param_hash(model):
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def worker(rank, args, queue):
+    torch.cuda.set_device(args.device)
+    # warn_only: an op without a deterministic version shows up as a warning
+    # and as a difference between the two PyTorch runs, not as a crash.
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = torch.device("cuda", args.device)
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+
+    if args.impl == "daemon":
+        import rmsnormd.torch as rnt
+        norm = lambda d: rnt.RMSNorm(d, eps=1e-6)  # noqa: E731
+    else:
+        norm = lambda d: nn.RMSNorm(d, eps=1e-6)  # noqa: E731
+
+    seed = args.seed * 1000 + rank
+    torch.manual_seed(seed)
+    model = TinyLM(args.vocab, args.dim, args.heads, args.layers, args.seq, norm).to(dev, dtype)
+    data = make_data(seed, args.vocab, args.steps, args.batch, args.seq).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01,
+                            betas=(0.9, 0.95), eps=1e-6, foreach=False)
+
+    losses, times = [], []
+    queue.put(("ready", rank))
+    for step in range(args.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        lr = args.lr * min(1.0, (step + 1) / 20)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        batch = data[step]
+        logits = model(batch[:, :-1])
+        # Cross entropy through a one-hot mask (no gather/scatter: see above).
+        logp = logits.float().reshape(-1, args.vocab).log_softmax(-1)
+        target = F.one_hot(batch[:, 1:].reshape(-1), args.vocab).to(logp.dtype)
+        loss = -(logp * target).sum(-1).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=False)
+        opt.step()
+        lv = loss.item()  # synchronises: the step is complete
+        times.append(time.perf_counter() - t0)
+        losses.append(lv)
+    result = {
+        "rank": rank,
+        "losses": losses,
+        "loss_bits": [float.hex(v) for v in losses],
+        "step_ms": [1000 * t for t in times],
+        "param_sha256": param_hash(model),
+    }
+    if args.impl == "daemon":
+        from rmsnormd.torch import default_client
+        st = default_client().stats()
+        result["daemon"] = {"bwd_requests_seen": st.get("requests.bwd"),
+                            "backend": st.backend, "device": st.device}
+    queue.put(("done", result))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--impl", choices=["daemon", "torch"], required=True)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--dim", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=256)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--timeout", type=int, default=240, help="seconds for the whole run")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    t0 = time.perf_counter()
+    procs = [ctx.Process(target=worker, args=(r, args, queue)) for r in range(args.workers)]
+    for p in procs:
+        p.start()
+    results = {}
+    deadline = time.monotonic() + args.timeout
+    while len(results) < args.workers:
+        try:
+            kind, payload = queue.get(timeout=1.0)
+        except queue_mod.Empty:
+            # No message this second: fail at once if a worker died, rather
+            # than waiting for the deadline.
+            dead = [(p.pid, p.exitcode) for p in procs if p.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                for p in procs:
+                    if p.exitcode is None:
+                        p.kill()
+                sys.exit("train_mp: workers failed (pid, exit code): %s%s" % (
+                    dead, "" if dead else "; none finished within %d s" % args.timeout))
+            continue
+        if kind == "done":
+            results[payload["rank"]] = payload
+    for p in procs:
+        p.join(60)
+        if p.exitcode != 0:
+            sys.exit("train_mp: worker %d exited with %s" % (p.pid, p.exitcode))
+    out = {"args": vars(args), "wall_s": time.perf_counter() - t0,
+           "torch": torch.__version__, "gpu": torch.cuda.get_device_name(args.device),
+           "workers": [results[r] for r in sorted(results)]}
+    with open(args.out, "w") as f:
+        json.dump(out, f)
+    steady = [sum(w["step_ms"][20:]) / max(1, len(w["step_ms"][20:])) for w in out["workers"]]
+    print("train_mp: impl=%s workers=%d steps=%d final loss %s; mean step %.2f ms; wall %.1f s"
+          % (args.impl, args.workers, args.steps,
+             ["%.4f" % w["losses"][-1] for w in out["workers"]],
+             sum(steady) / len(steady), out["wall_s"]))
+
+
+if __name__ == "__main__":
+    main()

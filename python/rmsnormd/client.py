@@ -1,0 +1,360 @@
+"""The Client: one connection (session) to rmsnormd through libclient.
+
+Every failing call raises RNError carrying the status code, its symbolic
+name and the one-line message libclient kept (the daemon's own message when
+the daemon refused the request).  Nothing here needs PyTorch.
+"""
+
+import ctypes
+import dataclasses
+import math
+import os
+import threading
+
+from . import _lib
+
+
+class RNError(Exception):
+    """A call to rmsnormd failed.
+
+    code: the rn_status code (e.g. 402); name: its symbolic name
+    ("UNREACHABLE"); message: the one-line message naming the field at fault.
+    """
+
+    def __init__(self, code, name, message, op=None):
+        self.code = code
+        self.name = name
+        self.message = message
+        self.op = op
+        text = "%s (%d)" % (name, code)
+        if op:
+            text = "%s: %s" % (op, text)
+        if message:
+            text += ": " + message
+        super().__init__(text)
+
+
+def err_name(code):
+    """The symbolic name of a status code ("OUT_OF_BOUNDS")."""
+    return _lib.cstr(_lib.lib().rn_err_name(code))
+
+
+def strerror(code):
+    """The generic text of a status code."""
+    return _lib.cstr(_lib.lib().rn_strerror(code))
+
+
+def version():
+    """libclient's version, "MAJOR.MINOR.PATCH"."""
+    return _lib.cstr(_lib.lib().rn_version())
+
+
+def default_endpoint():
+    """The endpoint a client uses when none is given (see rn_default_endpoint)."""
+    buf = ctypes.create_string_buffer(512)
+    if _lib.lib().rn_default_endpoint(buf, len(buf)) is None:
+        raise RNError(100, "INVALID_ARGUMENT", "default endpoint: longer than 511 bytes")
+    return buf.value.decode()
+
+
+def _raise(code, handle, op):
+    msg = _lib.cstr(_lib.lib().rn_last_error(handle))
+    raise RNError(code, err_name(code), msg, op)
+
+
+def _timeout_ms(timeout):
+    """Seconds (float) to libclient's timeout_ms: None = library default,
+    math.inf = wait forever."""
+    if timeout is None:
+        return 0
+    if timeout == math.inf:
+        return -1
+    if not (timeout > 0):
+        raise ValueError("timeout: must be > 0 seconds, math.inf or None (got %r)" % (timeout,))
+    return max(1, min(int(round(timeout * 1000)), 2**31 - 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class Health:
+    state: int            # HEALTH_OK, HEALTH_DEGRADED or HEALTH_FAILING
+    state_name: str       # "ok", "degraded" or "failing"
+    mps: bool
+    backend: str
+    reasons: tuple
+
+    @property
+    def ok(self):
+        return self.state == _lib.HEALTH_OK
+
+
+@dataclasses.dataclass(frozen=True)
+class Histogram:
+    name: str
+    count: int
+    p50: int   # nanoseconds
+    p90: int
+    p99: int
+    max: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Stats:
+    backend: str
+    device: str
+    counters: dict   # name -> value, in the daemon's order
+    histograms: dict  # name -> Histogram
+
+    def get(self, name, default=0):
+        return self.counters.get(name, default)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerInfo:
+    endpoint: str
+    daemon_version: str
+    backend: str
+    device_name: str
+    device_uuid: bytes
+    sm_count: int
+    cc: tuple
+    mps: bool
+    protocol_version: int
+    max_sessions: int
+    max_regions: int
+    max_inflight: int
+    max_inflight_total: int
+    max_m: int
+    max_n: int
+    max_msg: int
+    event_slots: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    queue_ns: int
+    compute_ns: int
+    total_ns: int
+
+
+_STATE_NAMES = {0: "ok", 1: "degraded", 2: "failing"}
+
+
+class HostBuffer:
+    """Memory shared with the daemon (CPU backend): a POSIX shared-memory
+    object that libclient mapped here and registered.  `address` is the
+    pointer to put into BwdArgs; `view()` is a writable memoryview of it.
+    The buffer belongs to its Client: free() it, or Client.close() does."""
+
+    def __init__(self, client, address, nbytes):
+        self._client = client
+        self.address = address
+        self.nbytes = nbytes
+
+    def view(self):
+        """A writable memoryview of the whole buffer (bytes)."""
+        self._check()
+        arr = (ctypes.c_char * self.nbytes).from_address(self.address)
+        return memoryview(arr).cast("B")
+
+    def _check(self):
+        if self.address is None:
+            raise ValueError("buffer: already freed")
+        self._client._handle_or_raise()
+
+    def free(self):
+        """Unregister, unmap and unlink the buffer.  A second free is a no-op."""
+        if self.address is None:
+            return
+        c = self._client
+        if c._handle is not None:
+            rv = _lib.lib().rn_buffer_free(c._handle, self.address)
+            self.address = None
+            c._buffers.discard(self)
+            if rv != 0:
+                _raise(rv, c._handle, "buffer_free")
+        self.address = None
+
+
+class Client:
+    """A session with rmsnormd.
+
+    Client(endpoint=None, timeout=None, name=None):
+      endpoint  "ipc:///path"; None: default_endpoint()
+      timeout   seconds per request (float); None: libclient's default (10 s);
+                math.inf: wait forever
+      name      shown in the daemon's log; None: "pid <pid>"
+
+    A Client may be shared by threads (libclient serialises its calls).  It
+    must not be used in a child process after fork(): open a new one there.
+    Use it as a context manager, or call close().
+    """
+
+    def __init__(self, endpoint=None, timeout=None, name=None):
+        lib = _lib.lib()
+        self._handle = None
+        self._pid = os.getpid()
+        self._buffers = set()
+        self._lock = threading.Lock()
+        opts = _lib.ConnectOpts()
+        opts.endpoint = endpoint.encode() if endpoint is not None else None
+        opts.timeout_ms = _timeout_ms(timeout)
+        opts.client_name = name.encode() if name is not None else None
+        out = ctypes.c_void_p()
+        rv = lib.rn_connect(ctypes.byref(opts), ctypes.byref(out))
+        if rv != 0:
+            _raise(rv, None, "connect")
+        self._handle = out
+
+    # ---- lifetime -----------------------------------------------------------
+
+    def close(self):
+        """End the session and free every buffer.  Idempotent."""
+        with self._lock:
+            h, self._handle = self._handle, None
+        if h is None:
+            return
+        for b in list(self._buffers):
+            b.address = None
+        self._buffers.clear()
+        # A forked child does not own the parent's connection: closing it
+        # here would tear down state that belongs to the parent.
+        if os.getpid() == self._pid:
+            _lib.lib().rn_close(h)
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _handle_or_raise(self):
+        h = self._handle
+        if h is None:
+            raise ValueError("client: closed")
+        if os.getpid() != self._pid:
+            raise RuntimeError(
+                "client: opened in process %d and used in %d after fork(); "
+                "open a new Client in the child" % (self._pid, os.getpid()))
+        return h
+
+    def _call(self, op, fn, *args):
+        h = self._handle_or_raise()
+        rv = fn(h, *args)
+        if rv != 0:
+            _raise(rv, h, op)
+
+    @property
+    def handle(self):
+        """The rn_client * as a ctypes.c_void_p (for other ctypes code)."""
+        return self._handle_or_raise()
+
+    def last_error(self):
+        """The one-line message of the last failed call on this client."""
+        return _lib.cstr(_lib.lib().rn_last_error(self._handle_or_raise()))
+
+    # ---- observation ----------------------------------------------------------
+
+    def ping(self):
+        """One round trip; returns its duration in nanoseconds."""
+        rtt = ctypes.c_uint64()
+        self._call("ping", _lib.lib().rn_ping, ctypes.byref(rtt))
+        return rtt.value
+
+    def health(self):
+        h = _lib.HealthInfo()
+        self._call("health", _lib.lib().rn_health, ctypes.byref(h))
+        n = min(h.nreasons, _lib.MAX_REASONS)
+        return Health(
+            state=h.state,
+            state_name=_STATE_NAMES.get(h.state, "state %d" % h.state),
+            mps=bool(h.mps),
+            backend=_lib.cstr(h.backend),
+            reasons=tuple(_lib.cstr(h.reasons[i]) for i in range(n)),
+        )
+
+    def stats(self):
+        s = _lib.StatsInfo()
+        self._call("stats", _lib.lib().rn_stats, ctypes.byref(s))
+        counters = {}
+        for i in range(min(s.nstats, _lib.MAX_STATS)):
+            counters[_lib.cstr(s.stats[i].name)] = s.stats[i].value
+        hists = {}
+        for i in range(min(s.nhists, _lib.MAX_HISTS)):
+            x = s.hists[i]
+            name = _lib.cstr(x.name)
+            hists[name] = Histogram(name, x.count, x.p50, x.p90, x.p99, x.max)
+        return Stats(_lib.cstr(s.backend), _lib.cstr(s.device), counters, hists)
+
+    def server_info(self):
+        i = _lib.ServerInfo()
+        self._call("server_info", _lib.lib().rn_server_info, ctypes.byref(i))
+        return ServerInfo(
+            endpoint=_lib.cstr(i.endpoint),
+            daemon_version=_lib.cstr(i.daemon_version),
+            backend=_lib.cstr(i.backend),
+            device_name=_lib.cstr(i.device_name),
+            device_uuid=bytes(i.device_uuid),
+            sm_count=i.sm_count,
+            cc=(i.cc_major, i.cc_minor),
+            mps=bool(i.mps),
+            protocol_version=i.protocol_version,
+            max_sessions=i.max_sessions,
+            max_regions=i.max_regions,
+            max_inflight=i.max_inflight,
+            max_inflight_total=i.max_inflight_total,
+            max_m=i.max_m,
+            max_n=i.max_n,
+            max_msg=i.max_msg,
+            event_slots=i.event_slots,
+        )
+
+    # ---- buffers and the backward pass ---------------------------------------------
+
+    def alloc(self, nbytes):
+        """A HostBuffer of nbytes (> 0) shared with the daemon, zero filled."""
+        if not isinstance(nbytes, int) or nbytes <= 0:
+            raise ValueError("nbytes: must be a positive int (got %r)" % (nbytes,))
+        p = ctypes.c_void_p()
+        self._call("buffer_alloc", _lib.lib().rn_buffer_alloc, ctypes.c_size_t(nbytes),
+                   ctypes.byref(p))
+        b = HostBuffer(self, p.value, nbytes)
+        self._buffers.add(b)
+        return b
+
+    def bwd_host(self, args):
+        """Run the backward pass on host buffers (CPU backend) and wait for it.
+        args: a BwdArgs whose pointers lie in this client's HostBuffers.
+        Returns Timing."""
+        t = _lib.Timing()
+        self._call("rmsnorm_bwd_host", _lib.lib().rn_rmsnorm_bwd_host, ctypes.byref(args),
+                   ctypes.byref(t))
+        return Timing(t.queue_ns, t.compute_ns, t.total_ns)
+
+    def bwd(self, args, stream):
+        """Enqueue the backward pass on a CUDA stream (an int cudaStream_t; 0 is
+        the legacy default stream) on device pointers; returns at once."""
+        self._call("rmsnorm_bwd", _lib.lib().rn_rmsnorm_bwd, ctypes.byref(args),
+                   ctypes.c_void_p(stream))
+
+    def bwd_sync(self, args, stream):
+        """As bwd(), but returns after completion, with Timing."""
+        t = _lib.Timing()
+        self._call("rmsnorm_bwd_sync", _lib.lib().rn_rmsnorm_bwd_sync, ctypes.byref(args),
+                   ctypes.c_void_p(stream), ctypes.byref(t))
+        return Timing(t.queue_ns, t.compute_ns, t.total_ns)
+
+
+def connect(endpoint=None, timeout=None, name=None):
+    """Client(endpoint, timeout, name)."""
+    return Client(endpoint, timeout, name)

@@ -1,0 +1,314 @@
+"""RMSNorm for PyTorch with its backward pass in rmsnormd.
+
+rms_norm(x, weight, eps) is an autograd.Function: the forward runs in
+PyTorch (fp32 inside) and saves rstd in fp32; the backward hands x, dy, w and
+rstd to the daemon on the current CUDA stream (rn_rmsnorm_bwd), which writes
+dx and dw there without a host synchronisation.  RMSNorm is an nn.Module with
+torch.nn.RMSNorm's constructor and state_dict, so it replaces it in place;
+replace_rmsnorm(model) swaps every torch.nn.RMSNorm of a model.
+
+Requirements:
+ - CUDA tensors from PyTorch's default caching allocator WITHOUT expandable
+   segments.  Expandable segments (PYTORCH_CUDA_ALLOC_CONF=
+   expandable_segments:True) map memory with cuMemCreate, which has no
+   classic CUDA IPC handle, so the daemon cannot open it: the call fails with
+   RNError NOT_SHARED, and rms_norm refuses up front when the environment asks
+   for them.
+ - A daemon on the same GPU (by UUID), ideally under MPS with the workers.
+Tensors on the CPU take PyTorch's own path (there is no daemon to use).
+
+The last dimension(s) being normalised must be contiguous; other dimensions
+may have any row stride (x and dy are copied only when they are not).
+"""
+
+import math
+import os
+import threading
+
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch.autograd.function import once_differentiable
+except ImportError as e:  # pragma: no cover - exercised where torch is absent
+    raise ImportError(
+        "rmsnormd.torch needs PyTorch (import torch failed: %s); the rest of the "
+        "rmsnormd package works without it" % e) from e
+
+from . import _lib
+from .client import Client, RNError
+
+_DTYPES = {
+    torch.float32: _lib.DTYPE_F32,
+    torch.float16: _lib.DTYPE_F16,
+    torch.bfloat16: _lib.DTYPE_BF16,
+}
+
+# ---- the process's default client --------------------------------------------------
+
+_default_lock = threading.Lock()
+_default = None
+
+
+def default_client():
+    """The Client rms_norm uses when none is given: connected on first use to
+    rmsnormd's default endpoint ($RMSNORMD_ENDPOINT, ...), one per process
+    (a forked child gets its own)."""
+    global _default
+    c = _default
+    if c is not None and not c.closed and c._pid == os.getpid():
+        return c
+    with _default_lock:
+        c = _default
+        if c is None or c.closed or c._pid != os.getpid():
+            c = Client(name="torch pid %d" % os.getpid())
+            _default = c
+        return c
+
+
+def set_default_client(client):
+    """Use `client` (a Client, or None to connect on next use) by default."""
+    global _default
+    with _default_lock:
+        _default = client
+
+
+# ---- checks ------------------------------------------------------------------------------
+
+def _expandable_segments_requested():
+    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        conf = os.environ.get(var, "")
+        for item in conf.replace(" ", "").split(","):
+            k, _, v = item.partition(":")
+            if k == "expandable_segments" and v.lower() == "true":
+                return var
+    return None
+
+
+_EXPANDABLE_HINT = (
+    "PyTorch's expandable segments allocate with cuMemCreate, which has no CUDA IPC "
+    "handle the daemon can open; unset expandable_segments:True in %s")
+
+
+def _check_allocator():
+    var = _expandable_segments_requested()
+    if var:
+        raise RNError(110, "NOT_SHARED", _EXPANDABLE_HINT % var, "rms_norm")
+
+
+def _dtype_code(t, field):
+    try:
+        return _DTYPES[t.dtype]
+    except KeyError:
+        raise TypeError("rms_norm: %s has dtype %s; supported: float32, float16, bfloat16"
+                        % (field, t.dtype)) from None
+
+
+def _rows(t, n):
+    """t as a [M, n] view with unit column stride and a row stride >= n,
+    copying only when no such view exists (broadcast or permuted grads)."""
+    t2 = t.reshape(-1, n)
+    if t2.stride(1) != 1 or (t2.size(0) > 1 and t2.stride(0) < n):
+        t2 = t2.contiguous()
+    return t2
+
+
+# ---- the autograd function --------------------------------------------------------------
+
+class _RMSNormFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, n, eps, weight_offset, dw_dtype, client):
+        x2 = x.reshape(-1, n)
+        xf = x2.float()
+        rstd = torch.rsqrt(xf.square().mean(dim=1) + eps)
+        y = xf * rstd.unsqueeze(1)
+        out_dtype = x.dtype
+        if weight is not None:
+            wf = weight.reshape(n).float()
+            if weight_offset:
+                wf = wf + weight_offset
+            y = y * wf
+            out_dtype = torch.promote_types(x.dtype, weight.dtype)
+        ctx.save_for_backward(x, weight, rstd)
+        ctx.n = n
+        ctx.eps = eps
+        ctx.weight_offset = weight_offset
+        ctx.dw_dtype = dw_dtype
+        ctx.client = client
+        return y.to(out_dtype).reshape(x.shape)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy):
+        x, weight, rstd = ctx.saved_tensors
+        n = ctx.n
+        want_dw = weight is not None and ctx.needs_input_grad[1]
+        x2 = _rows(x, n)
+        dy2 = _rows(dy, n)
+        m = x2.size(0)
+        dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
+        dw = None
+        if want_dw:
+            dw_t = ctx.dw_dtype if ctx.dw_dtype is not None else weight.dtype
+            dw = torch.empty(n, dtype=dw_t, device=x.device)
+        if m == 0:
+            if dw is not None:
+                dw.zero_()
+        else:
+            a = _lib.BwdArgs()
+            a.m = m
+            a.n = n
+            a.x_dtype = _dtype_code(x2, "x")
+            a.dy_dtype = _dtype_code(dy2, "dy")
+            a.dx_dtype = a.x_dtype
+            a.x, a.x_stride = x2.data_ptr(), x2.stride(0)
+            a.dy, a.dy_stride = dy2.data_ptr(), dy2.stride(0)
+            a.dx, a.dx_stride = dx.data_ptr(), dx.stride(0)
+            w = None
+            if weight is not None:
+                w = weight.reshape(n).contiguous()
+                a.w_dtype = _dtype_code(w, "weight")
+                a.w = w.data_ptr()
+            if dw is not None:
+                a.dw_dtype = _dtype_code(dw, "dw")
+                a.dw = dw.data_ptr()
+            a.rstd = rstd.data_ptr()
+            a.eps = ctx.eps
+            a.weight_offset = ctx.weight_offset
+            client = ctx.client if ctx.client is not None else default_client()
+            stream = torch.cuda.current_stream(x.device).cuda_stream
+            try:
+                with torch.cuda.device(x.device):
+                    client.bwd(a, stream)
+            except RNError as e:
+                if e.name == "NOT_SHARED" and _expandable_segments_requested():
+                    raise RNError(e.code, e.name, "%s (%s)" % (
+                        e.message, _EXPANDABLE_HINT % _expandable_segments_requested()),
+                        e.op) from None
+                raise
+            # x2, dy2 and w may be copies: the caching allocator may hand their
+            # memory to the next allocation on this stream, which is ordered
+            # after the daemon's kernel by the stream wait rn_rmsnorm_bwd left
+            # there, so nothing needs to be kept alive past this point.
+        dx = dx.reshape(x.shape)
+        if dw is not None:
+            dw = dw.reshape(weight.shape)
+            if dw.dtype != weight.dtype:
+                dw = dw.to(weight.dtype)
+        return dx, dw, None, None, None, None, None
+
+
+def rms_norm(x, weight=None, eps=None, *, normalized_shape=None, weight_offset=0.0,
+             dw_dtype=None, client=None):
+    """RMSNorm over the last dims of x, backward in rmsnormd.
+
+    x:                CUDA tensor, float32/float16/bfloat16
+    weight:           None or a tensor of shape normalized_shape (any of the
+                      three dtypes); y = x * rstd * (weight + weight_offset)
+    eps:              None: torch.finfo(x.dtype).eps, as torch.nn.RMSNorm
+    normalized_shape: the trailing dims normalised together; default
+                      weight.shape, or x's last dim without a weight
+    dw_dtype:         dtype the daemon writes dw in: None (the weight's) or
+                      torch.float32 (returned cast to the weight's dtype)
+    client:           a rmsnormd Client; None: default_client()
+    """
+    source = "as given"
+    if normalized_shape is None:
+        source = "the weight's shape" if weight is not None else "x's last dim"
+        normalized_shape = tuple(weight.shape) if weight is not None else (x.shape[-1],)
+    elif isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    normalized_shape = tuple(normalized_shape)
+    k = len(normalized_shape)
+    if k == 0 or k > x.dim() or tuple(x.shape[x.dim() - k:]) != normalized_shape:
+        raise ValueError("rms_norm: x has shape %s; its trailing dims must equal "
+                         "normalized_shape %s (%s)" % (tuple(x.shape), normalized_shape, source))
+    if weight is not None and tuple(weight.shape) != normalized_shape:
+        raise ValueError("rms_norm: weight has shape %s, expected %s"
+                         % (tuple(weight.shape), normalized_shape))
+    if eps is None:
+        eps = torch.finfo(x.dtype).eps
+    if not x.is_cuda:
+        if weight_offset:
+            weight = weight + weight_offset if weight is not None else None
+        return F.rms_norm(x, normalized_shape, weight, eps)
+    _dtype_code(x, "x")
+    if weight is not None:
+        _dtype_code(weight, "weight")
+        if weight.device != x.device:
+            raise ValueError("rms_norm: weight is on %s, x on %s" % (weight.device, x.device))
+    if dw_dtype not in (None, torch.float32) and (weight is None or dw_dtype != weight.dtype):
+        raise TypeError("rms_norm: dw_dtype must be None, torch.float32 or the weight's dtype")
+    _check_allocator()
+    n = math.prod(normalized_shape)
+    return _RMSNormFn.apply(x, weight, n, float(eps), float(weight_offset), dw_dtype, client)
+
+
+class RMSNorm(torch.nn.Module):
+    """Drop-in for torch.nn.RMSNorm whose backward runs in rmsnormd.
+
+    Same constructor (normalized_shape, eps=None, elementwise_affine=True,
+    device=None, dtype=None), the same parameter name (`weight`) and so the
+    same state_dict.  Extra keywords: weight_offset (y = xhat * (w + offset),
+    e.g. 1.0 for Gemma-style norms) and client (a Client; None: the
+    process's default client).
+    """
+
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None,
+                 dtype=None, *, weight_offset=0.0, client=None):
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        self.weight_offset = weight_offset
+        self.client = client
+        if elementwise_affine:
+            self.weight = torch.nn.Parameter(
+                torch.empty(self.normalized_shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        if self.weight is not None:
+            torch.nn.init.ones_(self.weight)
+
+    def forward(self, x):
+        return rms_norm(x, self.weight, self.eps, normalized_shape=self.normalized_shape,
+                        weight_offset=self.weight_offset, client=self.client)
+
+    def extra_repr(self):
+        return "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(
+            **self.__dict__)
+
+    @classmethod
+    def from_torch(cls, m, client=None):
+        """An RMSNorm sharing m's weight Parameter (so optimizers holding it
+        keep working)."""
+        new = cls.__new__(cls)
+        torch.nn.Module.__init__(new)
+        new.normalized_shape = tuple(m.normalized_shape)
+        new.eps = m.eps
+        new.elementwise_affine = m.elementwise_affine
+        new.weight_offset = 0.0
+        new.client = client
+        if m.weight is not None:
+            new.weight = m.weight
+        else:
+            new.register_parameter("weight", None)
+        new.train(m.training)
+        return new
+
+
+def replace_rmsnorm(module, client=None):
+    """Replace every torch.nn.RMSNorm inside module (and module itself, if it
+    is one) with rmsnormd's RMSNorm, sharing the weights.  Returns the module
+    (the new one when module itself was replaced)."""
+    if isinstance(module, torch.nn.RMSNorm) and not isinstance(module, RMSNorm):
+        return RMSNorm.from_torch(module, client)
+    for name, child in list(module.named_children()):
+        new = replace_rmsnorm(child, client)
+        if new is not child:
+            setattr(module, name, new)
+    return module
