@@ -44,15 +44,9 @@ static int check_stride(rn_client *c, const char *field, int64_t s)
     return 0;
 }
 
-/* Build the BWD request from a in c->req (session and region ids as of now). */
-static int build_bwd(rn_client *c, const rn_bwd_args *a, int mode)
+void rnc_fill_bwd(rn_client *c, const rn_bwd_args *a, int mode, int32_t ready_slot,
+                  rnp_bwd_req *b)
 {
-    rnp_bwd_req *b;
-    int rv;
-
-    memset(&c->req, 0, sizeof c->req);
-    c->req.op = RN_OP_BWD;
-    b = &c->req.u.bwd;
     b->session = c->session;
     b->seq = ++c->next_seq;
     b->m = (uint64_t)a->m;
@@ -65,9 +59,21 @@ static int build_bwd(rn_client *c, const rn_bwd_args *a, int mode)
     b->dw_dtype = (uint8_t)a->dw_dtype;
     b->eps = a->eps;
     b->weight_offset = a->weight_offset;
-    b->ready_slot = -1;
+    b->ready_slot = ready_slot;
     b->mode = (uint32_t)mode;
     b->ordering = RNP_ORDER_EVENTS;
+}
+
+/* Build the BWD request from a in c->req (session and region ids as of now). */
+static int build_bwd(rn_client *c, const rn_bwd_args *a, int mode)
+{
+    rnp_bwd_req *b;
+    int rv;
+
+    memset(&c->req, 0, sizeof c->req);
+    c->req.op = RN_OP_BWD;
+    b = &c->req.u.bwd;
+    rnc_fill_bwd(c, a, mode, -1, b);
 
     if ((rv = map_ptr(c, "x", a->x, &b->x)) != 0 || (rv = map_ptr(c, "dy", a->dy, &b->dy)) != 0 ||
         (rv = map_ptr(c, "dx", a->dx, &b->dx)) != 0)

@@ -463,21 +463,7 @@ static int bwd_call(rn_client *c, const rn_bwd_args *a, void *stream, int mode, 
             rv = cuda_fail(c, "recording the ready event on the stream", e);
             break;
         }
-        b.session = c->session;
-        b.seq = ++c->next_seq;
-        b.m = (uint64_t)a->m;
-        b.n = (uint32_t)a->n;
-        b.x_dtype = (uint8_t)a->x_dtype;
-        b.dy_dtype = (uint8_t)a->dy_dtype;
-        b.dx_dtype = (uint8_t)a->dx_dtype;
-        b.w_dtype = (uint8_t)a->w_dtype;
-        b.dres_dtype = (uint8_t)a->dres_dtype;
-        b.dw_dtype = (uint8_t)a->dw_dtype;
-        b.eps = a->eps;
-        b.weight_offset = a->weight_offset;
-        b.ready_slot = (int32_t)k;
-        b.mode = (uint32_t)mode;
-        b.ordering = RNP_ORDER_EVENTS;
+        rnc_fill_bwd(c, a, mode, (int32_t)k, &b);
         memset(&c->req, 0, sizeof c->req);
         c->req.op = RN_OP_BWD;
         c->req.u.bwd = b;

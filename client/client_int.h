@@ -67,6 +67,11 @@ int rnc_ensure_session(rn_client *c);
 /* Register buffer b in the current session; sets b->region. */
 int rnc_register(rn_client *c, rnc_buf *b);
 
+/* Fill the fields of a BWD request that come from a (shape, dtypes, scalars),
+ * with c's session and the next seq; the tensors are the caller's. */
+void rnc_fill_bwd(rn_client *c, const rn_bwd_args *a, int mode, int32_t ready_slot,
+                  rnp_bwd_req *b);
+
 /* Check the arguments every backward call shares (shape, dtypes, strides);
  * the pointers are checked where they are mapped. */
 int rnc_check_bwd_args(rn_client *c, const rn_bwd_args *a);
