@@ -238,6 +238,36 @@ static int cuda_err(cuda_backend *b, rnp_error *err, cudaError_t e, const char *
                     cudaGetErrorString(e));
 }
 
+/*
+ * The failure of a call whose input comes from a client (an IPC handle) is
+ * the client's unless the context itself is broken, which a query of one of
+ * our own streams tells: a stale or forged handle can make the driver answer
+ * cudaErrorUnknown, and that must not take the daemon down for every client.
+ */
+static int client_cuda_err(cuda_backend *b, rnp_error *err, cudaError_t e, const char *file,
+                           int line, const char *call, const char *what)
+{
+    (void)cudaGetLastError();
+    if (sticky(e) && b->nstreams > 0) {
+        cudaError_t p = cudaStreamQuery(b->streams[0].st);
+        (void)cudaGetLastError();
+        if (p != cudaSuccess && p != cudaErrorNotReady && sticky(p))
+            return cuda_err(b, err, p, file, line, call, what);
+    }
+    return rnp_fail(err, e == cudaErrorMemoryAllocation ? RN_NOMEM : RN_CUDA, "%s: %s:%d: %s: %s",
+                    what, base_name(file), line, call, cudaGetErrorString(e));
+}
+
+/* CU for calls on a client's input: see client_cuda_err. */
+#define CU_CLIENT(call, what, label)                                                    \
+    do {                                                                                \
+        cudaError_t cu_e_ = (call);                                                     \
+        if (cu_e_ != cudaSuccess) {                                                     \
+            rc = client_cuda_err(b, err, cu_e_, __FILE__, __LINE__, #call, what);       \
+            goto label;                                                                 \
+        }                                                                               \
+    } while (0)
+
 /* Check a CUDA call: on failure set rc and err, and go to the cleanup label. */
 #define CU(call, what, label)                                                           \
     do {                                                                                \
@@ -920,7 +950,8 @@ static int cuda_region_open(rnd_backend *be, void *bsess, const rnp_register_req
     memcpy(&h, req->ipc_handle, sizeof h);
     /* Opening a handle this process has open already only counts it again
      * (same address); each region closes its own count. */
-    CU(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "register.ipc_handle", out_free);
+    CU_CLIENT(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "register.ipc_handle",
+              out_free);
     if (b->get_range(&base, &size, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS) {
         rc = rnp_fail(err, RN_CUDA, "register.ipc_handle: cuMemGetAddressRange of the mapping failed");
         goto out_close;
@@ -990,7 +1021,7 @@ static int cuda_events(rnd_backend *be, void *bsess, const rnp_events_req *req,
     destroy_events(cs);
     for (i = 0; i < req->n; i++) {
         memcpy(&h, req->ready[i], sizeof h);
-        CU(cudaIpcOpenEventHandle(&cs->ready[i], h), "events.ready", undo);
+        CU_CLIENT(cudaIpcOpenEventHandle(&cs->ready[i], h), "events.ready", undo);
         CU(cudaEventCreateWithFlags(&cs->done[i], cudaEventDisableTiming | cudaEventInterprocess),
            "events", undo);
         CU(cudaIpcGetEventHandle(&h, cs->done[i]), "events", undo);
