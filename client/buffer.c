@@ -216,14 +216,20 @@ int rn_buffer_alloc(rn_client *c, size_t bytes, void **ptr)
     int rv;
     if (c == NULL)
         return RN_INVALID_ARGUMENT;
-    if (ptr == NULL)
-        return rnc_fail(c, RN_INVALID_ARGUMENT, "ptr: must not be NULL");
-    if (bytes == 0)
-        return rnc_fail(c, RN_INVALID_ARGUMENT, "bytes: must be > 0");
-    if (bytes > (size_t)INT64_MAX)
-        return rnc_fail(c, RN_INVALID_ARGUMENT, "bytes: %zu is too large", bytes);
-
+    /* Under the lock from here: even an argument error writes c's message. */
     pthread_mutex_lock(&c->mu);
+    if (ptr == NULL) {
+        rv = rnc_fail(c, RN_INVALID_ARGUMENT, "ptr: must not be NULL");
+        goto out;
+    }
+    if (bytes == 0) {
+        rv = rnc_fail(c, RN_INVALID_ARGUMENT, "bytes: must be > 0");
+        goto out;
+    }
+    if (bytes > (size_t)INT64_MAX) {
+        rv = rnc_fail(c, RN_INVALID_ARGUMENT, "bytes: %zu is too large", bytes);
+        goto out;
+    }
     if (c->nbufs == c->capbufs) {
         size_t cap = c->capbufs ? 2 * c->capbufs : 8;
         rnc_buf *nb = realloc(c->bufs, cap * sizeof *nb);

@@ -482,9 +482,12 @@ int rn_health(rn_client *c, rn_health_info *h)
     int rv;
     if (c == NULL)
         return RN_INVALID_ARGUMENT;
-    if (h == NULL)
-        return rnc_fail(c, RN_INVALID_ARGUMENT, "h: must not be NULL");
     pthread_mutex_lock(&c->mu);
+    if (h == NULL) {
+        rv = rnc_fail(c, RN_INVALID_ARGUMENT, "h: must not be NULL");
+        pthread_mutex_unlock(&c->mu);
+        return rv;
+    }
     memset(&c->req, 0, sizeof c->req);
     c->req.op = RN_OP_HEALTH;
     rv = rnc_transact(c, c->timeout_ms);
@@ -509,9 +512,12 @@ int rn_stats(rn_client *c, rn_stats_info *s)
     int rv;
     if (c == NULL)
         return RN_INVALID_ARGUMENT;
-    if (s == NULL)
-        return rnc_fail(c, RN_INVALID_ARGUMENT, "s: must not be NULL");
     pthread_mutex_lock(&c->mu);
+    if (s == NULL) {
+        rv = rnc_fail(c, RN_INVALID_ARGUMENT, "s: must not be NULL");
+        pthread_mutex_unlock(&c->mu);
+        return rv;
+    }
     memset(&c->req, 0, sizeof c->req);
     c->req.op = RN_OP_STATS;
     rv = rnc_transact(c, c->timeout_ms);
@@ -555,9 +561,12 @@ int rn_server_info(rn_client *c, struct rn_server_info *i)
     int rv;
     if (c == NULL)
         return RN_INVALID_ARGUMENT;
-    if (i == NULL)
-        return rnc_fail(c, RN_INVALID_ARGUMENT, "i: must not be NULL");
     pthread_mutex_lock(&c->mu);
+    if (i == NULL) {
+        rv = rnc_fail(c, RN_INVALID_ARGUMENT, "i: must not be NULL");
+        pthread_mutex_unlock(&c->mu);
+        return rv;
+    }
     /* After a daemon restart, describe the daemon that runs now. */
     rv = rnc_ensure_session(c);
     if (rv == 0) {
