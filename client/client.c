@@ -301,9 +301,7 @@ static int hello(rn_client *c)
     return 0;
 }
 
-/* End c's session, best effort: a dead daemon delays this by BYE_TIMEOUT_MS
- * at most.  Keeps c->last_error as it was. */
-static void send_bye(rn_client *c)
+void rnc_end_session(rn_client *c)
 {
     char keep[RN_ERRMSG_LEN];
     int t = c->timeout_ms < 0 || c->timeout_ms > BYE_TIMEOUT_MS ? BYE_TIMEOUT_MS : c->timeout_ms;
@@ -333,7 +331,7 @@ int rnc_ensure_session(rn_client *c)
              * daemon's pid watch would not, and each retry would hold
              * another session until the idle timeout.  The next call
              * starts over with a fresh HELLO. */
-            send_bye(c);
+            rnc_end_session(c);
             return rnc_fail(c, rv, "re-registering buffer %s after a new session: %s",
                             c->bufs[i].name, why);
         }
@@ -447,7 +445,7 @@ void rn_close(rn_client *c)
 #endif
     pthread_mutex_lock(&c->mu);
     if (c->have_session)
-        send_bye(c);
+        rnc_end_session(c);
     for (size_t i = 0; i < c->nbufs; i++)
         rnc_buf_release(&c->bufs[i]);
     free(c->bufs);

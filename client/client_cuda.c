@@ -432,9 +432,18 @@ static int bwd_call(rn_client *c, const rn_bwd_args *a, void *stream, int mode, 
     }
     /* A lost session (daemon restart) shows as UNKNOWN_SESSION: open a new
      * one, map and exchange everything again, and retry once. */
-    for (int attempt = 0;; attempt++) {
+    for (int attempt = 0, fresh = 0;; attempt++) {
         if ((rv = rnc_ensure_session(c)) != 0)
             break;
+        if (c->hello.limits.event_slots == 0 && !fresh) {
+            /* What HELLO said may be old: a daemon that fell back to the
+             * CPU (--backend auto before the GPU was ready) may have come
+             * back with CUDA since.  Ask once more before refusing. */
+            rnc_end_session(c);
+            fresh = 1;
+            attempt--;
+            continue;
+        }
         if (c->hello.limits.event_slots == 0) {
             rv = rnc_fail(c, RN_UNSUPPORTED,
                           "the daemon runs the %s backend, which has no CUDA; use "

@@ -64,6 +64,13 @@ int rnc_transact(rn_client *c, int timeout_ms);
  */
 int rnc_ensure_session(rn_client *c);
 
+/*
+ * End c's session with BYE, best effort: a dead daemon delays this by
+ * BYE_TIMEOUT_MS at most.  Keeps c->last_error as it was.  The next call
+ * opens a new session (rnc_ensure_session).
+ */
+void rnc_end_session(rn_client *c);
+
 /* Register buffer b in the current session; sets b->region. */
 int rnc_register(rn_client *c, rnc_buf *b);
 
