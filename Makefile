@@ -184,7 +184,9 @@ all: cuda-note $(ALL_BINS)
 endif
 
 cuda-note:
-ifeq ($(HAVE_CUDA),)
+ifeq ($(CUDA),0)
+	@echo "note: CUDA=0: building the CPU-only parts"
+else ifeq ($(HAVE_CUDA),)
 	@echo "note: no CUDA Toolkit found (CUDA_HOME, /usr/local/cuda, nvcc on PATH): building the CPU-only parts"
 endif
 
