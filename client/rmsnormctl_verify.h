@@ -65,6 +65,27 @@ int rnv_compare(const rn_bwd_args *a, const rnv_expect *e, bool bitwise, double 
 /* Quick check for the bench: outputs bitwise equal to the twin's. */
 bool rnv_equal_twin(const rn_bwd_args *a, const rnv_expect *e);
 
+/*
+ * Where a case's tensors live (rmsnormctl_mem.c): a shared-memory buffer
+ * for the CPU backend; for the CUDA backend a host copy, where the case is
+ * laid out and checked, and device memory the daemon computes on.
+ */
+typedef struct rnv_mem {
+    void *host;   /* rnv_setup lays the case out here; results are compared here */
+    void *dev;    /* device copy (CUDA backend), else NULL */
+    size_t bytes;
+} rnv_mem;
+
+/* Allocate bytes for a daemon on the CUDA backend (cuda) or the CPU backend.
+ * Returns 0 or an rn_status with a message. */
+int rnv_mem_alloc(rn_client *c, bool cuda, size_t bytes, rnv_mem *m, char *msg, size_t len);
+void rnv_mem_free(rn_client *c, rnv_mem *m);
+
+/* Run the backward of a (pointers into m->host) through the daemon, leaving
+ * the outputs in m->host.  Returns 0 or an rn_status with a message. */
+int rnv_mem_run(rn_client *c, rnv_mem *m, const rn_bwd_args *a, rn_timing *t, char *msg,
+                size_t len);
+
 /* "bf16", "f16", "f32", "none"; and back (-1 if unknown). */
 const char *rnv_dtype_name(rn_dtype dt);
 int rnv_parse_dtype(const char *s);
