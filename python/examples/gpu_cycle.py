@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 
-def start_daemon(build, workdir, log_path):
+def start_daemon(build, workdir, log_path, backend):
     endpoint = "ipc://%s/d.sock" % workdir
     notify = os.path.join(workdir, "notify")
     conf = os.path.join(workdir, "empty.conf")
@@ -32,7 +32,7 @@ def start_daemon(build, workdir, log_path):
     ns.bind(notify)
     env = dict(os.environ, NOTIFY_SOCKET=notify)
     log = open(log_path, "ab")
-    proc = subprocess.Popen([os.path.join(build, "rmsnormd"), "--backend", "cuda", "--endpoint",
+    proc = subprocess.Popen([os.path.join(build, "rmsnormd"), "--backend", backend, "--endpoint",
                              endpoint, "--config", conf, "--log-level", "info"],
                             stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 60
@@ -56,7 +56,12 @@ def main():
     build = os.path.abspath(os.environ.get("RN_BUILD", os.path.join(REPO, "build")))
     os.makedirs(out, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="rncyc-", dir="/tmp")
-    daemon, endpoint = start_daemon(build, workdir, os.path.join(out, "daemon.log"))
+    # RN_CYCLE_BACKEND=cpu runs the same cycle on the CPU (a smoke test of
+    # the scripts on a host without a GPU: add small train_mp.py options).
+    backend = os.environ.get("RN_CYCLE_BACKEND", "cuda")
+    if backend == "cpu":
+        extra = ["--device", "-1"] + extra
+    daemon, endpoint = start_daemon(build, workdir, os.path.join(out, "daemon.log"), backend)
     env = dict(os.environ, RMSNORMD_ENDPOINT=endpoint,
                PYTHONPATH=os.path.join(REPO, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     failures = []

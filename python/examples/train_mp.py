@@ -104,18 +104,28 @@ def param_hash(model):
 
 
 def worker(rank, args, queue):
-    torch.cuda.set_device(args.device)
+    cuda = args.device >= 0
+    if cuda:
+        torch.cuda.set_device(args.device)
+    else:
+        torch.set_num_threads(1)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     # warn_only: an op without a deterministic version shows up as a warning
     # and as a difference between the two PyTorch runs, not as a crash.
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    dev = torch.device("cuda", args.device)
+    dev = torch.device("cuda", args.device) if cuda else torch.device("cpu")
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
 
+    client = None
     if args.impl == "daemon":
+        import rmsnormd
         import rmsnormd.torch as rnt
-        norm = lambda d: rnt.RMSNorm(d, eps=1e-6)  # noqa: E731
+        # CUDA tensors use the process's default client; CPU tensors go to
+        # the daemon (its CPU backend) only with a client given explicitly.
+        client = None if cuda else rmsnormd.Client(name="train_mp rank %d" % rank)
+        norm = lambda d: rnt.RMSNorm(d, eps=1e-6, client=client)  # noqa: E731
     else:
         norm = lambda d: nn.RMSNorm(d, eps=1e-6)  # noqa: E731
 
@@ -129,7 +139,7 @@ def worker(rank, args, queue):
     losses, times = [], []
     queue.put(("ready", rank))
     for step in range(args.steps):
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         lr = args.lr * min(1.0, (step + 1) / 20)
         for g in opt.param_groups:
@@ -156,7 +166,7 @@ def worker(rank, args, queue):
     }
     if args.impl == "daemon":
         from rmsnormd.torch import default_client
-        st = default_client().stats()
+        st = (client or default_client()).stats()
         result["daemon"] = {"bwd_requests_seen": st.get("requests.bwd"),
                             "backend": st.backend, "device": st.device}
     queue.put(("done", result))
@@ -176,7 +186,8 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--device", type=int, default=0,
+                    help="CUDA device; -1: the CPU (and the daemon's CPU backend), for a smoke test")
     ap.add_argument("--timeout", type=int, default=240, help="seconds for the whole run")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
@@ -211,7 +222,8 @@ def main():
         if p.exitcode != 0:
             sys.exit("train_mp: worker %d exited with %s" % (p.pid, p.exitcode))
     out = {"args": vars(args), "wall_s": time.perf_counter() - t0,
-           "torch": torch.__version__, "gpu": torch.cuda.get_device_name(args.device),
+           "torch": torch.__version__,
+           "gpu": torch.cuda.get_device_name(args.device) if args.device >= 0 else "CPU",
            "workers": [results[r] for r in sorted(results)]}
     with open(args.out, "w") as f:
         json.dump(out, f)

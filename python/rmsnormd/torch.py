@@ -15,7 +15,9 @@ Requirements:
    RNError NOT_SHARED, and rms_norm refuses up front when the environment asks
    for them.
  - A daemon on the same GPU (by UUID), ideally under MPS with the workers.
-Tensors on the CPU take PyTorch's own path (there is no daemon to use).
+Tensors on the CPU take PyTorch's own path, unless a client is given
+explicitly: then the backward runs on the daemon's CPU backend (through a
+shared staging buffer), which is how hosts without a GPU use it.
 
 The last dimension(s) being normalised must be contiguous; other dimensions
 may have any row stride (x and dy are copied only when they are not).
@@ -175,6 +177,9 @@ class _RMSNormFn(torch.autograd.Function):
             a.eps = ctx.eps
             a.weight_offset = ctx.weight_offset
             client = ctx.client if ctx.client is not None else default_client()
+            if not x.is_cuda:
+                _bwd_host(client, a, x2, dy2, dx, w, rstd, dw)
+                return _grads(dx, dw, x, weight)
             stream = torch.cuda.current_stream(x.device).cuda_stream
             try:
                 with torch.cuda.device(x.device):
@@ -189,12 +194,73 @@ class _RMSNormFn(torch.autograd.Function):
             # memory to the next allocation on this stream, which is ordered
             # after the daemon's kernel by the stream wait rn_rmsnorm_bwd left
             # there, so nothing needs to be kept alive past this point.
-        dx = dx.reshape(x.shape)
+        return _grads(dx, dw, x, weight)
+
+
+def _grads(dx, dw, x, weight):
+    dx = dx.reshape(x.shape)
+    if dw is not None:
+        dw = dw.reshape(weight.shape)
+        if dw.dtype != weight.dtype:
+            dw = dw.to(weight.dtype)
+    return dx, dw, None, None, None, None, None
+
+
+# ---- CPU tensors through the daemon's CPU backend ----------------------------------------
+
+_host_lock = threading.Lock()
+_host_buffers = {}  # id(client) -> (client, HostBuffer): one growing staging area each
+
+
+def _staging(client, nbytes):
+    key = id(client)
+    hit = _host_buffers.get(key)
+    if hit is not None and hit[0] is client and not client.closed and hit[1].address is not None \
+            and hit[1].nbytes >= nbytes:
+        return hit[1]
+    if hit is not None and hit[0] is client and hit[1].address is not None:
+        hit[1].free()
+    buf = client.alloc(max(nbytes, 1 << 20))
+    _host_buffers[key] = (client, buf)
+    return buf
+
+
+def _bwd_host(client, a, x2, dy2, dx, w, rstd, dw):
+    """The backward of CPU tensors on the daemon's CPU backend: the tensors
+    are copied into a shared staging buffer (the daemon reads only memory
+    from rn_buffer_alloc), the call runs there, dx and dw are copied back."""
+    m, n = dx.shape
+    parts = [("x", x2, (m, n)), ("dy", dy2, (m, n)), ("dx", dx, (m, n)), ("rstd", rstd, (m,))]
+    if w is not None:
+        parts.append(("w", w, (n,)))
+    if dw is not None:
+        parts.append(("dw", dw, (n,)))
+    layout, off = {}, 0
+    for name, t, shape in parts:
+        layout[name] = off
+        off += -(-math.prod(shape) * t.element_size() // 64) * 64
+    with _host_lock:
+        buf = _staging(client, off)
+        raw = torch.frombuffer(buf.view(), dtype=torch.uint8, count=off)
+        views = {}
+        for name, t, shape in parts:
+            o = layout[name]
+            k = math.prod(shape) * t.element_size()
+            views[name] = raw[o:o + k].view(t.dtype).view(shape)
+            if name not in ("dx", "dw"):
+                views[name].copy_(t)
+        a.x, a.x_stride = buf.address + layout["x"], n
+        a.dy, a.dy_stride = buf.address + layout["dy"], n
+        a.dx, a.dx_stride = buf.address + layout["dx"], n
+        a.rstd = buf.address + layout["rstd"]
+        if w is not None:
+            a.w = buf.address + layout["w"]
         if dw is not None:
-            dw = dw.reshape(weight.shape)
-            if dw.dtype != weight.dtype:
-                dw = dw.to(weight.dtype)
-        return dx, dw, None, None, None, None, None
+            a.dw = buf.address + layout["dw"]
+        client.bwd_host(a)
+        dx.copy_(views["dx"])
+        if dw is not None:
+            dw.copy_(views["dw"])
 
 
 def rms_norm(x, weight=None, eps=None, *, normalized_shape=None, weight_offset=0.0,
@@ -209,7 +275,8 @@ def rms_norm(x, weight=None, eps=None, *, normalized_shape=None, weight_offset=0
                       weight.shape, or x's last dim without a weight
     dw_dtype:         dtype the daemon writes dw in: None (the weight's) or
                       torch.float32 (returned cast to the weight's dtype)
-    client:           a rmsnormd Client; None: default_client()
+    client:           a rmsnormd Client; None: default_client() for CUDA
+                      tensors and PyTorch's own RMSNorm for CPU tensors
     """
     source = "as given"
     if normalized_shape is None:
@@ -227,7 +294,7 @@ def rms_norm(x, weight=None, eps=None, *, normalized_shape=None, weight_offset=0
                          % (tuple(weight.shape), normalized_shape))
     if eps is None:
         eps = torch.finfo(x.dtype).eps
-    if not x.is_cuda:
+    if not x.is_cuda and client is None:
         if weight_offset:
             weight = weight + weight_offset if weight is not None else None
         return F.rms_norm(x, normalized_shape, weight, eps)
@@ -238,7 +305,8 @@ def rms_norm(x, weight=None, eps=None, *, normalized_shape=None, weight_offset=0
             raise ValueError("rms_norm: weight is on %s, x on %s" % (weight.device, x.device))
     if dw_dtype not in (None, torch.float32) and (weight is None or dw_dtype != weight.dtype):
         raise TypeError("rms_norm: dw_dtype must be None, torch.float32 or the weight's dtype")
-    _check_allocator()
+    if x.is_cuda:
+        _check_allocator()
     n = math.prod(normalized_shape)
     return _RMSNormFn.apply(x, weight, n, float(eps), float(weight_offset), dw_dtype, client)
 

@@ -66,3 +66,86 @@ def test_expandable_segments_setting_is_recognised(monkeypatch):
     assert ei.value.name == "NOT_SHARED" and "expandable" in ei.value.message
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False")
     assert rnt._expandable_segments_requested() is None
+
+
+# ---- CPU tensors through the daemon's CPU backend (client given explicitly) -------------
+
+from torchref import judge, reference  # noqa: E402
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def _run(client, x, w, dy, eps=1e-6, **kw):
+    xr = x.detach().clone().requires_grad_(True)
+    wr = w.detach().clone().requires_grad_(True) if w is not None else None
+    rnt.rms_norm(xr, wr, eps, client=client, **kw).backward(dy)
+    return xr.grad, (wr.grad if wr is not None else None)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("wkind", ["same", "f32", "none"])
+def test_cpu_daemon_gradients_match_fp64_autograd(client, dtype, wkind):
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn(37, 129, generator=g) * 2 + 0.5).to(dtype)
+    dy = torch.randn(37, 129, generator=g).to(dtype)
+    w = None
+    if wkind != "none":
+        w = (1 + 0.2 * torch.randn(129, generator=g)).to(dtype if wkind == "same" else torch.float32)
+    before = client.stats().get("requests.bwd")
+    dx, dw = _run(client, x, w, dy)
+    assert client.stats().get("requests.bwd") == before + 1   # the daemon did it
+    ref_dx, fl, ref_dw, dfl = reference(x, w, dy, 1e-6, (129,))
+    assert dx.dtype == dtype and dx.shape == x.shape
+    problems = [judge("dx", dx, ref_dx, fl)]
+    if w is not None:
+        assert dw.dtype == w.dtype
+        problems.append(judge("dw", dw, ref_dw, dfl))
+    problems = [p for p in problems if p]
+    assert not problems, "\n".join(problems)
+
+
+def test_cpu_daemon_strided_rows_offset_and_multi_dim(client):
+    base = torch.randn(20, 300, dtype=torch.bfloat16)
+    x = base[:, 44:172]
+    dy = torch.randn(20, 128, dtype=torch.bfloat16)
+    w = torch.randn(128, dtype=torch.bfloat16)
+    dx, dw = _run(client, x, w, dy, weight_offset=1.0, dw_dtype=torch.float32)
+    ref_dx, fl, ref_dw, dfl = reference(x, w.double() + 1.0, dy, 1e-6, (128,))
+    assert judge("dx", dx, ref_dx, fl) is None
+    assert dw.dtype == torch.bfloat16 and judge("dw", dw, ref_dw, dfl) is None
+
+    x3 = torch.randn(3, 5, 4, 16)
+    dy3 = torch.randn_like(x3)
+    w3 = torch.randn(4, 16)
+    dx3, dw3 = _run(client, x3, w3, dy3, normalized_shape=(4, 16))
+    ref_dx3, fl3, ref_dw3, dfl3 = reference(x3, w3, dy3, 1e-6, (4, 16))
+    assert dw3.shape == (4, 16)
+    assert judge("dx", dx3, ref_dx3, fl3) is None and judge("dw", dw3, ref_dw3, dfl3) is None
+
+
+def test_cpu_daemon_module_trains_like_torch(client):
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.RMSNorm(64), torch.nn.Linear(64, 4))
+    ours = torch.nn.Sequential(torch.nn.Linear(16, 64), rnt.RMSNorm(64, client=client),
+                               torch.nn.Linear(64, 4))
+    ours.load_state_dict(ref.state_dict())
+    opt_r = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt_o = torch.optim.SGD(ours.parameters(), lr=0.1)
+    x, t = torch.randn(32, 16), torch.randn(32, 4)
+    for _ in range(5):
+        for m, o in ((ref, opt_r), (ours, opt_o)):
+            o.zero_grad()
+            F.mse_loss(m(x), t).backward()
+            o.step()
+    for (name, a), (_, b) in zip(ref.named_parameters(), ours.named_parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_cpu_daemon_refusal_is_an_rnerror(daemon_factory):
+    d = daemon_factory("--max-n", "64")
+    with rmsnormd.Client(d.endpoint) as c:
+        x = torch.randn(4, 128, requires_grad=True)
+        y = rnt.rms_norm(x, None, client=c)
+        with pytest.raises(rmsnormd.RNError) as ei:
+            y.sum().backward()
+    assert ei.value.name == "TOO_LARGE" and "n" in ei.value.message

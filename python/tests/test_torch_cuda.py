@@ -23,6 +23,7 @@ import rmsnormd  # noqa: E402
 import rmsnormd.torch as rnt  # noqa: E402
 
 from conftest import Daemon  # noqa: E402
+from torchref import judge, reference  # noqa: E402
 
 PYDIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEV = torch.device("cuda", 0)
@@ -53,66 +54,6 @@ def gclient(gpu_daemon):
     c.close()
 
 
-# ---- tolerances (issue 3's, as kernels/rnk.h states them) --------------------------------
-
-_MANT = {torch.float16: (10, -14), torch.bfloat16: (7, -126), torch.float32: (23, -126)}
-
-
-def _ulp(dt, r):
-    mant, min_exp = _MANT[dt]
-    e = torch.frexp(r.abs())[1].to(torch.float64) - 1
-    e = torch.where(r == 0, torch.full_like(e, min_exp), e).clamp(min=min_exp)
-    return torch.exp2(e - mant)
-
-
-def _judge(name, got, ref, floor):
-    """None if got (any dtype) is within tolerance of the fp64 ref, else why."""
-    dt = got.dtype
-    g = got.double()
-    if not torch.isfinite(g).all():
-        return "%s: non-finite values" % name
-    if dt == torch.float32:
-        excess = ((g - ref).abs() - floor).clamp(min=0)
-        rel = (excess.norm() / ref.norm().clamp(min=1e-300)).item()
-        return None if rel <= 1e-5 else "%s: relative norm error %.3g > 1e-5" % (name, rel)
-    rounded = ref.to(dt).double()
-    u = _ulp(dt, rounded)
-    err = (g - rounded).abs()
-    within_floor = (g - ref).abs() <= floor
-    over2 = ((err > 2 * u) & ~within_floor).sum().item()
-    over1 = ((err > u) & ~within_floor).sum().item()
-    if over2:
-        i = ((err > 2 * u) & ~within_floor).nonzero()[0].tolist()
-        return "%s: %d elements beyond 2 ulp (first at %s: %r vs %r)" % (
-            name, over2, i, g[tuple(i)].item(), ref[tuple(i)].item())
-    if over1 > got.numel() * 1e-4:
-        return "%s: %d of %d elements beyond 1 ulp" % (name, over1, got.numel())
-    return None
-
-
-def _reference(x, w, dy, eps, n_shape):
-    """fp64 gradients by torch.autograd of F.rms_norm, and the floors."""
-    x64 = x.detach().double().requires_grad_(True)
-    w64 = w.detach().double().requires_grad_(True) if w is not None else None
-    y = F.rms_norm(x64, n_shape, w64, eps)
-    y.backward(dy.double())
-    n = 1
-    for s in n_shape:
-        n *= s
-    x2 = x64.detach().reshape(-1, n)
-    dy2 = dy.double().reshape(-1, n)
-    rstd = torch.rsqrt(x2.square().mean(1, keepdim=True) + eps)
-    xhat = x2 * rstd
-    g = dy2 * (w64.detach().reshape(n) if w is not None else 1.0)
-    c = (xhat * g).mean(1, keepdim=True)
-    cabs = (xhat * g).abs().mean(1, keepdim=True)
-    dx_floor = 64 * 2.0 ** -24 * rstd * (g.abs() + xhat.abs() * (c.abs() + cabs))
-    dw_floor = 64 * 2.0 ** -24 * (dy2 * xhat).abs().sum(0)
-    dw = w64.grad if w is not None else None
-    return (x64.grad, dx_floor.reshape(x.shape), dw,
-            dw_floor.reshape(w.shape) if w is not None else None)
-
-
 def _run(x, w, dy, eps=1e-6, n_shape=None, **kw):
     xr = x.detach().requires_grad_(True)
     wr = w.detach().requires_grad_(True) if w is not None else None
@@ -141,11 +82,11 @@ def test_gradients_match_fp64_autograd(gclient, shape, dtype, wkind):
         w = (1 + 0.2 * torch.randn(n, device=DEV, generator=g)).to(wdt)
     eps = 1e-6
     dx, dw, y = _run(x, w, dy, eps)
-    ref_dx, dx_floor, ref_dw, dw_floor = _reference(x, w, dy, eps, (n,))
-    problems = [_judge("dx", dx, ref_dx, dx_floor)]
+    ref_dx, dx_floor, ref_dw, dw_floor = reference(x, w, dy, eps, (n,))
+    problems = [judge("dx", dx, ref_dx, dx_floor)]
     if w is not None:
         assert dw.dtype == w.dtype
-        problems.append(_judge("dw", dw, ref_dw, dw_floor))
+        problems.append(judge("dw", dw, ref_dw, dw_floor))
     problems = [p for p in problems if p]
     assert not problems, "\n".join(problems)
     # The forward is PyTorch's own math: it agrees with F.rms_norm.
@@ -161,11 +102,11 @@ def test_dw_in_fp32_and_weight_offset(gclient, dtype):
     w = (0.1 * torch.randn(n, device=DEV)).to(dtype)
     dx, dw, _ = _run(x, w, dy, 1e-5, weight_offset=1.0, dw_dtype=torch.float32)
     # y = xhat * (w + 1): the reference sees the weight w + 1 (in fp64).
-    ref_dx, dx_floor, ref_dw, dw_floor = _reference(x, w.double() + 1.0, dy, 1e-5, (n,))
-    assert _judge("dx", dx, ref_dx, dx_floor) is None
+    ref_dx, dx_floor, ref_dw, dw_floor = reference(x, w.double() + 1.0, dy, 1e-5, (n,))
+    assert judge("dx", dx, ref_dx, dx_floor) is None
     assert dw.dtype == dtype
     # dw came back in fp32 and was rounded once to the weight's dtype.
-    assert _judge("dw", dw, ref_dw, dw_floor) is None
+    assert judge("dw", dw, ref_dw, dw_floor) is None
 
 
 def test_strided_rows_and_multi_dim_normalized_shape(gclient):
@@ -175,18 +116,18 @@ def test_strided_rows_and_multi_dim_normalized_shape(gclient):
     dy = torch.randn(50, 512, device=DEV, dtype=torch.bfloat16)
     w = torch.randn(512, device=DEV, dtype=torch.bfloat16)
     dx, dw, _ = _run(x, w, dy)
-    ref_dx, fl, ref_dw, dfl = _reference(x, w, dy, 1e-6, (512,))
-    assert _judge("dx", dx, ref_dx, fl) is None
-    assert _judge("dw", dw, ref_dw, dfl) is None
+    ref_dx, fl, ref_dw, dfl = reference(x, w, dy, 1e-6, (512,))
+    assert judge("dx", dx, ref_dx, fl) is None
+    assert judge("dw", dw, ref_dw, dfl) is None
 
     x3 = torch.randn(6, 4, 16, 32, device=DEV)
     dy3 = torch.randn_like(x3)
     w3 = torch.randn(16, 32, device=DEV)
     dx3, dw3, _ = _run(x3, w3, dy3, n_shape=(16, 32))
-    ref_dx3, fl3, ref_dw3, dfl3 = _reference(x3, w3, dy3, 1e-6, (16, 32))
+    ref_dx3, fl3, ref_dw3, dfl3 = reference(x3, w3, dy3, 1e-6, (16, 32))
     assert dw3.shape == (16, 32)
-    assert _judge("dx", dx3, ref_dx3, fl3) is None
-    assert _judge("dw", dw3, ref_dw3, dfl3) is None
+    assert judge("dx", dx3, ref_dx3, fl3) is None
+    assert judge("dw", dw3, ref_dw3, dfl3) is None
 
 
 def test_broadcast_grad_and_empty_batch(gclient):
