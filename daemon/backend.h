@@ -17,6 +17,7 @@
 #ifndef RND_BACKEND_H
 #define RND_BACKEND_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
@@ -67,6 +68,9 @@ struct rnd_job {
     int32_t ready_slot;                /* -1: nothing to wait on */
     uint32_t mode;                     /* rnp_mode */
     rnd_job_done_fn done;              /* called exactly once, on the loop thread */
+    atomic_bool cancelled;             /* set when the client died: a backend may skip
+                                        * the work if it has not started (status
+                                        * RN_PEER_DIED; done still runs) */
     /* out: set by the backend before done */
     int status;                        /* rn_status */
     char msg[RNP_MAX_ERRMSG];          /* when status != 0 */

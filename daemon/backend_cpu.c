@@ -145,11 +145,16 @@ static void *worker(void *arg)
         pthread_mutex_unlock(&b->mu);
 
         char msg[RNP_MAX_ERRMSG] = "";
+        bool skip = atomic_load(&job->cancelled);
         job->start_ns = rnd_now_ns();
-        int rc = rnk_cpu_bwd(&job->args, nt, msg, sizeof msg);
+        int rc = skip ? RNK_OK : rnk_cpu_bwd(&job->args, nt, msg, sizeof msg);
         job->end_ns = rnd_now_ns();
         job->done_slot = -1;
-        if ((job->fault_addr = faulted_page(&job->args)) != 0) {
+        if (skip) {
+            job->status = RN_PEER_DIED;
+            snprintf(job->msg, sizeof job->msg,
+                     "bwd: the client exited before the request ran; skipped");
+        } else if ((job->fault_addr = faulted_page(&job->args)) != 0) {
             job->status = RN_OUT_OF_BOUNDS;
             job->region_fault = true;
             snprintf(job->msg, sizeof job->msg,

@@ -31,11 +31,19 @@ static void session_hex(const rnd_session *s, char out[9])
     out[8] = '\0';
 }
 
+/* The client is gone: nobody waits for its queued requests, so let the
+ * backend skip those it has not started rather than compute for no one. */
+static void client_died(rnd_session *s)
+{
+    s->srv->stats.clients_died++;
+    for (rnd_pending *p = s->running; p; p = p->next)
+        atomic_store(&p->job.cancelled, true);
+    rnd_session_end(s, "client process exited");
+}
+
 static void on_pid_exit(uv_poll_t *h, int status, int events)
 {
-    rnd_session *s = h->data;
-    s->srv->stats.clients_died++;
-    rnd_session_end(s, "client process exited");
+    client_died(h->data);
 }
 
 int rnd_session_create(rnd_server *srv, const rnp_hello_req *hello, rnd_session **out,
@@ -304,9 +312,7 @@ void rnd_sessions_check_pids(rnd_server *srv)
         next = s->next;
         if (s->ending || s->pidfd >= 0 || s->pid == 0)
             continue;
-        if (kill((pid_t)s->pid, 0) != 0 && errno == ESRCH) {
-            srv->stats.clients_died++;
-            rnd_session_end(s, "client process exited");
-        }
+        if (kill((pid_t)s->pid, 0) != 0 && errno == ESRCH)
+            client_died(s);
     }
 }

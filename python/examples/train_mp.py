@@ -99,7 +99,12 @@ def param_hash(model):
     h = hashlib.sha256()
     for name, p in sorted(model.state_dict().items()):
         h.update(name.encode())
-        h.update(p.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes())
+        u8 = p.detach().contiguous().view(-1).view(torch.uint8).cpu()
+        try:
+            data = u8.numpy().tobytes()
+        except RuntimeError:  # PyTorch without numpy: slower, same bytes
+            data = bytes(u8.tolist())
+        h.update(data)
     return h.hexdigest()
 
 
