@@ -77,10 +77,12 @@ def main():
     sd, st = median_step(d1), median_step(tr)
     args = d1["args"]
     out = []
+    where = ("the CPU (the daemon's CPU backend)" if d1["gpu"] == "CPU"
+             else "one GPU (%s)" % d1["gpu"])
     out.append("Model: %d layers, d=%d, %d heads, seq %d, batch %d, vocab %d, %s; %d workers "
-               "on one GPU (%s), %d steps, torch %s."
+               "on %s, %d steps, torch %s."
                % (args["layers"], args["dim"], args["heads"], args["seq"], args["batch"],
-                  args["vocab"], args["dtype"], args["workers"], d1["gpu"], args["steps"],
+                  args["vocab"], args["dtype"], args["workers"], where, args["steps"],
                   d1["torch"]))
     out.append("")
     out.append("| worker | loss step 0 (daemon / torch) | mean loss last 50 (daemon / torch) "

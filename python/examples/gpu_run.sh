@@ -13,8 +13,8 @@
 #
 # Usage: python/examples/gpu_run.sh [BUILD_DIR] [train_mp.py options...]
 #   BUILD_DIR: where make put rmsnormd and libclient (default build); the
-#   shared libraries a bare GPU host lacks are looked for in .gpu-libs
-#   (shared/gpu-runtime-libs.sh makes that folder).
+#   shared libraries a bare GPU host lacks (libuv, libnanomsg, libmsgpackc)
+#   are looked for in .gpu-libs/ as well.
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$here" || exit 2
