@@ -37,7 +37,7 @@ static const flag_def flags[] = {
     {"socket-mode", "OCTAL", "permissions of the socket file (default 0660)"},
     {"socket-group", "NAME", "group of the socket file (default: unchanged)"},
     {"max-sessions", "N", "client sessions at once (default 64)"},
-    {"max-regions", "N", "registered regions per session (default 256)"},
+    {"max-regions", "N", "registered regions per session (default 4096)"},
     {"max-mapped-gib", "N", "GiB of regions one session may have mapped (default 1024)"},
     {"max-inflight", "N", "requests in flight per session (default 64)"},
     {"max-inflight-total", "N", "requests in flight in all (default 1024)"},
@@ -71,7 +71,7 @@ void rnd_config_defaults(rnd_config *cfg)
     snprintf(cfg->device, sizeof cfg->device, "0");
     cfg->socket_mode = 0660;
     cfg->max_sessions = 64;
-    cfg->max_regions = 256;
+    cfg->max_regions = 4096;
     cfg->max_mapped_gib = 1024;
     cfg->max_inflight = 64;
     cfg->max_inflight_total = 1024;

@@ -75,7 +75,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.socket_mode, 0660);
     assert_string_equal(c.socket_group, "");
     assert_int_equal(c.max_sessions, 64);
-    assert_int_equal(c.max_regions, 256);
+    assert_int_equal(c.max_regions, 4096);
     assert_int_equal(c.max_inflight, 64);
     assert_int_equal(c.max_inflight_total, 1024);
     assert_int_equal(c.max_m, 16777216);
