@@ -93,7 +93,7 @@ static void fill_mat(rn_dtype dt, void *base, int64_t m, int64_t n, int64_t stri
             rnk_store((rnk_dtype)dt, base, i * stride + j, (float)(lo + (hi - lo) * rnd(s)));
 }
 
-static rnk_bwd_args to_rnk(const rn_bwd_args *a)
+rnk_bwd_args rnv_to_rnk(const rn_bwd_args *a)
 {
     rnk_bwd_args k;
     memset(&k, 0, sizeof k);
@@ -237,7 +237,7 @@ void rnv_expect_fini(rnv_expect *e)
 int rnv_expect_init(rnv_expect *e, const rn_bwd_args *a, int nthreads, char *msg, size_t len)
 {
     rnv_expect x = {0};
-    rnk_bwd_args k = to_rnk(a);
+    rnk_bwd_args k = rnv_to_rnk(a);
     size_t mn = (size_t)a->m * (size_t)a->n;
     int rv;
 
@@ -258,7 +258,7 @@ int rnv_expect_init(rnv_expect *e, const rn_bwd_args *a, int nthreads, char *msg
     k.dw = a->dw_dtype != RN_DTYPE_NONE ? x.dw_twin : NULL;
     if ((rv = rnk_cpu_bwd(&k, nthreads, msg, len)) != 0)
         goto fail;
-    k = to_rnk(a);
+    k = rnv_to_rnk(a);
     if ((rv = rnk_ref64_bwd(&k, x.dx_ref, a->dw_dtype != RN_DTYPE_NONE ? x.dw_ref : NULL)) != 0) {
         snprintf(msg, len, "fp64 reference failed (%d)", rv);
         goto fail;

@@ -26,6 +26,11 @@ typedef struct rnv_case {
     float eps, weight_offset;
 } rnv_case;
 
+/* The kernel's arguments for the same call (same field names; absent
+ * tensors as NULL). */
+struct rnk_bwd_args;
+struct rnk_bwd_args rnv_to_rnk(const rn_bwd_args *a);
+
 /* Bytes of one buffer holding every tensor of the case. */
 size_t rnv_bytes(const rnv_case *k);
 

@@ -28,6 +28,7 @@
 #include "gpu/e2e_cuda.h"
 #include "integration/raw.h"
 #include "rmsnorm_client.h"
+#include "rmsnormctl_verify.h"
 #include "rnk.h"
 
 static const char *endpoint;
@@ -56,33 +57,6 @@ static uint64_t rnd(void)
     return rng_state;
 }
 
-static rnk_bwd_args to_rnk(const rn_bwd_args *a)
-{
-    rnk_bwd_args k;
-    memset(&k, 0, sizeof k);
-    k.m = a->m;
-    k.n = a->n;
-    k.x_dtype = (rnk_dtype)a->x_dtype;
-    k.dy_dtype = (rnk_dtype)a->dy_dtype;
-    k.dx_dtype = (rnk_dtype)a->dx_dtype;
-    k.w_dtype = (rnk_dtype)a->w_dtype;
-    k.dres_dtype = (rnk_dtype)a->dres_dtype;
-    k.dw_dtype = (rnk_dtype)a->dw_dtype;
-    k.x = a->x;
-    k.x_stride = a->x_stride;
-    k.dy = a->dy;
-    k.dy_stride = a->dy_stride;
-    k.dx = a->dx;
-    k.dx_stride = a->dx_stride;
-    k.w = a->w;
-    k.rstd = a->rstd;
-    k.dres = a->dres;
-    k.dres_stride = a->dres_stride;
-    k.dw = a->dw;
-    k.eps = a->eps;
-    k.weight_offset = a->weight_offset;
-    return k;
-}
 
 /* Carve a's tensors out of one allocation (as a caching allocator would
  * hand them out), 256-byte aligned; returns the bytes used. */
@@ -152,7 +126,7 @@ static void poison_outputs(const rn_bwd_args *a)
 /* Judge a's outputs on the GPU against the fp64 reference. */
 static bool verify(const rn_bwd_args *a, const char *what)
 {
-    rnk_bwd_args k = to_rnk(a);
+    rnk_bwd_args k = rnv_to_rnk(a);
     rnk_verdict v;
     char msg[200] = "";
 
