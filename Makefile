@@ -181,6 +181,24 @@ all test test-unit test-integration test-gpu demo run fuzz install:
 	@$(MAKE) --no-print-directory $@
 else
 all: cuda-note $(ALL_BINS)
+
+test: all
+	@tests/run.sh $(BUILD)
+
+test-unit: all
+	@tests/run.sh $(BUILD) unit fuzz
+
+test-integration: all
+	@tests/run.sh $(BUILD) integration python
+
+test-gpu: all
+	@tests/run.sh $(BUILD) gpu
+
+demo: all
+	@tests/demo.sh $(BUILD)
+
+run: all
+	$(RMSNORMD) --backend auto
 endif
 
 cuda-note:
@@ -203,24 +221,6 @@ deps:
 	export DEBIAN_FRONTEND=noninteractive; \
 	apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null && \
 	echo "deps: installed$$missing"
-
-test: all
-	@tests/run.sh $(BUILD)
-
-test-unit: all
-	@tests/run.sh $(BUILD) unit fuzz
-
-test-integration: all
-	@tests/run.sh $(BUILD) integration python
-
-test-gpu: all
-	@tests/run.sh $(BUILD) gpu
-
-demo: all
-	@tests/demo.sh $(BUILD)
-
-run: all
-	$(RMSNORMD) --backend auto
 
 clean:
 	rm -rf build
@@ -312,6 +312,7 @@ build/fuzz/%: tests/fuzz/%.c $(PROTO_SRC)
 	@mkdir -p $(@D)
 	$(Q)clang $(FUZZ_CFLAGS) -o $@ $< $(PROTO_SRC) $(LIBMP) -lm
 
+ifeq ($(DEPS_OK),yes)
 fuzz: $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRC))
 	@for f in $^; do \
 	  name=$$(basename $$f); mkdir -p build/fuzz/corpus-$$name; \
@@ -319,6 +320,7 @@ fuzz: $(patsubst tests/fuzz/%.c,build/fuzz/%,$(FUZZ_SRC))
 	  $$f -max_total_time=$(FUZZ_TIME) -print_final_stats=1 -max_len=4096 \
 	      -artifact_prefix=build/fuzz/ build/fuzz/corpus-$$name tests/fuzz/corpus || exit 1; \
 	done
+endif
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
