@@ -248,6 +248,10 @@ $(BUILD)/%.a:
 	@mkdir -p $(@D)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+# The CPU twin's dw must equal the GPU's bit for bit: no fused multiply-add
+# may merge its products and sums, whatever -std or -march a build adds.
+$(BUILD)/obj/kernels/%.o: CFLAGS_ALL += -ffp-contract=off
+
 # libclient: hidden visibility, only RN_EXPORT symbols leave the .so.
 $(BUILD)/obj/client/%.o: CFLAGS_ALL += -fvisibility=hidden -DRN_BUILDING_CLIENT
 # proto's objects go into the .so too; only the RN_EXPORT API may leave it.

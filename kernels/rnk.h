@@ -94,7 +94,9 @@ int64_t rnk_chunk_rows(int64_t m, int64_t n);
  * With rstd given, the CPU twin's dw is bitwise the GPU kernel's dw.  With
  * rstd recomputed, and for dx always, the per-row sums (sum of x^2, sum of
  * xhat * g) are added in a different order on each backend, so those results
- * agree within rounding, not bitwise.
+ * agree within rounding, not bitwise.  NaN results are NaN on both backends,
+ * but not always with the same bits (the CPU keeps sign and payload, CUDA
+ * returns its canonical NaN).
  */
 int rnk_chunk_stripes(int64_t n);
 
@@ -143,7 +145,8 @@ int rnk_ref64_bwd(const rnk_bwd_args *a, double *dx_ref, double *dw_ref);
 typedef struct rnk_verdict {
     int ok;                /* 1: every tolerance holds */
     int64_t dx_count;      /* elements compared */
-    int64_t dx_nonfinite;  /* non-finite where the reference is finite */
+    int64_t dx_nonfinite;  /* finite where the reference is not, or the other way,
+                            * or a different NaN/infinity class */
     int64_t dx_over1;      /* 16-bit dx beyond 1 ulp (and the cancellation floor) */
     int64_t dx_over2;      /* ... beyond 2 ulp */
     double dx_max_ulp;     /* largest ulp distance seen (16-bit dx) */
@@ -218,6 +221,13 @@ int rnk_cuda_workspace_init(void *ws, size_t bytes, void *stream, char *msg, siz
  * Launch the fused backward pass on stream (a cudaStream_t) with a
  * caller-owned workspace of at least rnk_cuda_workspace_size() bytes.
  * Exactly one kernel launch.  Returns 0 or RNK_EINVAL / RNK_ECUDA with msg.
+ *
+ * Determinism: the same inputs at the same addresses give the same dx and dw
+ * bits on every run, whatever the grid.  The 16-byte fast path is chosen from
+ * the tensors' alignment, and it reduces each row in another order than the
+ * general path: moving a tensor to a differently aligned address can change
+ * dx's last bits (and dw's when rstd is recomputed).  m == 0 writes nothing,
+ * dw included.
  */
 int rnk_cuda_bwd(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t ws_bytes,
                  void *stream, char *msg, size_t msglen);

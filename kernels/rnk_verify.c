@@ -88,6 +88,22 @@ int64_t rnk_ulp_dist16(rnk_dtype dt, uint16_t a, uint16_t b)
     return d < 0 ? -d : d;
 }
 
+/*
+ * An output that is not finite must match a reference that is not finite
+ * (NaN for NaN, the same infinity), and the other way round.  Without this a
+ * NaN reference would make every error comparison false, and any output
+ * would pass.  Returns 1 for a mismatch, 0 for two equal non-finite values,
+ * -1 when both are finite (compare them as numbers).
+ */
+static int nonfinite_cmp(double got, double ref)
+{
+    if (isfinite(got) && isfinite(ref))
+        return -1;
+    if (isnan(got) || isnan(ref))
+        return isnan(got) != isnan(ref);
+    return got != ref;
+}
+
 static double ld(rnk_dtype dt, const void *p, int64_t i)
 {
     return (double)rnk_load(dt, p, i);
@@ -135,8 +151,9 @@ void rnk_judge(const rnk_bwd_args *a, rnk_verdict *v, const void *dw, const doub
         for (int64_t j = 0; j < n; j++) {
             double ref = dw_ref[j];
             double got = ld(a->dw_dtype, dw, j);
-            if (!isfinite(got) && isfinite(ref)) {
-                v->dw_nonfinite++;
+            int nf = nonfinite_cmp(got, ref);
+            if (nf >= 0) {
+                v->dw_nonfinite += nf;
                 continue;
             }
             double wslack = chain * u24 * dws[j];
@@ -232,8 +249,9 @@ int rnk_verify(const rnk_bwd_args *a, const double *dx_ref, const double *dw_ref
             v.dx_count++;
             if (dws)
                 dws[j] += fabs(dy * xh);
-            if (!isfinite(got) && isfinite(ref)) {
-                v.dx_nonfinite++;
+            int nf = nonfinite_cmp(got, ref);
+            if (nf >= 0) {
+                v.dx_nonfinite += nf;
                 continue;
             }
             double err = got - ref;

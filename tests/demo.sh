@@ -72,6 +72,12 @@ step "the daemon's statistics"
 
 step "stopping rmsnormd with SIGTERM"
 kill -TERM "$pid"
+# A drain that does not end within a minute is a failure, not a hang.
+for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$pid" 2>/dev/null; then
+    echo "rmsnormd did not exit within 60 s of SIGTERM; killing it" >&2
+    kill -KILL "$pid"
+fi
 wait "$pid"
 rc=$?
 pid=""

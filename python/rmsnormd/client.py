@@ -167,6 +167,9 @@ class HostBuffer:
             return
         c = self._client
         if c._handle is not None:
+            # After fork() the buffer is the parent's: freeing it here would
+            # unlink the parent's memory behind its back.
+            c._handle_or_raise()
             rv = _lib.lib().rn_buffer_free(c._handle, self.address)
             self.address = None
             c._buffers.discard(self)

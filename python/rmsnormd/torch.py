@@ -30,7 +30,6 @@ import threading
 try:
     import torch
     import torch.nn.functional as F
-    from torch.autograd.function import once_differentiable
 except ImportError as e:  # pragma: no cover - exercised where torch is absent
     raise ImportError(
         "rmsnormd.torch needs PyTorch (import torch failed: %s); the rest of the "
@@ -139,8 +138,14 @@ class _RMSNormFn(torch.autograd.Function):
         return y.to(out_dtype).reshape(x.shape)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, dy):
+        # Autograd runs a backward with grad mode on only for create_graph=True.
+        # The daemon's gradients carry no graph, so a gradient penalty built
+        # on them would silently lose its terms: refuse instead.
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "rmsnormd: the RMSNorm backward runs in the daemon and is not differentiable; "
+                "double backward (create_graph=True) needs torch.nn.RMSNorm")
         x, weight, rstd = ctx.saved_tensors
         n = ctx.n
         want_dw = weight is not None and ctx.needs_input_grad[1]
@@ -185,6 +190,12 @@ class _RMSNormFn(torch.autograd.Function):
                 with torch.cuda.device(x.device):
                     client.bwd(a, stream)
             except RNError as e:
+                if e.code // 100 not in (1, 2, 3) and e.name != "NO_CUDA":
+                    # Not a refusal: the request may have reached the daemon,
+                    # whose kernel can still read the inputs and write dx and
+                    # dw after this returns, with no wait on our stream for
+                    # it.  Their memory must never be handed out again.
+                    _in_doubt.append((x2, dy2, dx, dw, w, rstd))
                 if e.name == "NOT_SHARED" and _expandable_segments_requested():
                     raise RNError(e.code, e.name, "%s (%s)" % (
                         e.message, _EXPANDABLE_HINT % _expandable_segments_requested()),
@@ -195,6 +206,12 @@ class _RMSNormFn(torch.autograd.Function):
             # after the daemon's kernel by the stream wait rn_rmsnorm_bwd left
             # there, so nothing needs to be kept alive past this point.
         return _grads(dx, dw, x, weight)
+
+
+# Tensors of CUDA calls that failed after they may have reached the daemon
+# (a timeout, a lost connection, a CUDA error): kept for the life of the
+# process, so that a late kernel never writes into reused memory.
+_in_doubt = []
 
 
 def _grads(dx, dw, x, weight):

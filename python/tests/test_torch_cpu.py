@@ -141,6 +141,19 @@ def test_cpu_daemon_module_trains_like_torch(client):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=name)
 
 
+def test_double_backward_is_refused(client):
+    # A gradient penalty differentiates the backward; the daemon's gradients
+    # carry no graph, so this must fail loudly rather than drop the term.
+    x = torch.randn(4, 16, requires_grad=True)
+    w = torch.randn(16, requires_grad=True)
+    y = rnt.rms_norm(x, w, client=client)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad((y * torch.randn(4, 16)).sum(), x, create_graph=True)
+    # The same graph still works for an ordinary backward.
+    gx, = torch.autograd.grad((y * torch.randn(4, 16)).sum(), x)
+    assert gx.shape == x.shape
+
+
 def test_cpu_daemon_refusal_is_an_rnerror(daemon_factory):
     d = daemon_factory("--max-n", "64")
     with rmsnormd.Client(d.endpoint) as c:
