@@ -11,11 +11,12 @@
  * accumulated in double: more accurate than the GPU's fp32 tree, and, being
  * inside one row, just as independent of the thread count.
  *
- * Must be compiled without floating-point contraction (ISO C mode, which the
- * Makefile uses, implies -ffp-contract=off), so that dy * xhat and the sums
- * are each rounded once, exactly like the kernel's __fmul_rn / __fadd_rn.
+ * Must be compiled without floating-point contraction (the Makefile gives
+ * kernels/ -ffp-contract=off), so that dy * xhat and the sums are each
+ * rounded once, exactly like the kernel's __fmul_rn / __fadd_rn.
  */
 #include "rnk.h"
+#include "rnk_conv.h"
 
 #include <errno.h>
 #include <math.h>
@@ -38,9 +39,10 @@ typedef struct twin_job {
 
 enum { COL_BLOCK = 1024 };
 
-/* Phase 1 for one chunk: rows [r0, r1). */
-static void run_chunk(twin_job *job, int64_t k, float *xf, float *yf, const float *wv,
-                      float *stripe)
+/* Phase 1 for one chunk: rows [r0, r1).  xf, yf: the row's x and dy; of:
+ * its dx before rounding; rf: its dresidual_out (scratch rows of n floats). */
+static void run_chunk(twin_job *job, int64_t k, float *xf, float *yf, float *of, float *rf,
+                      const float *wv, float *stripe)
 {
     const rnk_bwd_args *a = job->a;
     const int64_t n = a->n, G = job->stripes;
@@ -53,10 +55,11 @@ static void run_chunk(twin_job *job, int64_t k, float *xf, float *yf, const floa
             stripe[j] = 0.0f;
     for (int64_t i = r0; i < r1; i++) {
         const int64_t xo = i * a->x_stride, yo = i * a->dy_stride, dxo = i * a->dx_stride;
-        for (int64_t j = 0; j < n; j++) {
-            xf[j] = rnk_load(a->x_dtype, a->x, xo + j);
-            yf[j] = rnk_load(a->dy_dtype, a->dy, yo + j);
-        }
+        /* The whole row is read before any of dx is written: dx may be dy. */
+        rnk_load_row(a->x_dtype, a->x, xo, n, xf);
+        rnk_load_row(a->dy_dtype, a->dy, yo, n, yf);
+        if (a->dres_dtype != RNK_NONE)
+            rnk_load_row(a->dres_dtype, a->dres, i * a->dres_stride, n, rf);
         float rstd;
         if (a->rstd) {
             rstd = a->rstd[i];
@@ -79,13 +82,14 @@ static void run_chunk(twin_job *job, int64_t k, float *xf, float *yf, const floa
             float g = wv ? yf[j] * wv[j] : yf[j];
             float d = rstd * (g - xh * c);
             if (a->dres_dtype != RNK_NONE)
-                d = d + rnk_load(a->dres_dtype, a->dres, i * a->dres_stride + j);
-            rnk_store(a->dx_dtype, a->dx, dxo + j, d);
+                d = d + rf[j];
+            of[j] = d;
             if (srow) {
                 float p = yf[j] * xh;
                 srow[j] = srow[j] + p;
             }
         }
+        rnk_store_row(a->dx_dtype, a->dx, dxo, n, of);
     }
     if (stripe) {
         float *part = job->partials + k * n;
@@ -105,14 +109,15 @@ static void *phase1(void *arg)
     const int64_t n = a->n;
     const int want_dw = job->partials != NULL;
     const int have_w = a->w_dtype != RNK_NONE;
-    size_t floats = (size_t)n * (2 + (have_w ? 1 : 0) + (want_dw ? job->stripes : 0));
+    size_t floats = (size_t)n * (4 + (have_w ? 1 : 0) + (want_dw ? job->stripes : 0));
     float *buf = malloc(floats * sizeof(float));
     if (!buf) {
         atomic_store(&job->failed, 1);
         return NULL;
     }
-    float *xf = buf, *yf = buf + n, *wv = have_w ? buf + 2 * n : NULL;
-    float *stripe = want_dw ? buf + (2 + (have_w ? 1 : 0)) * n : NULL;
+    float *xf = buf, *yf = buf + n, *of = buf + 2 * n, *rf = buf + 3 * n;
+    float *wv = have_w ? buf + 4 * n : NULL;
+    float *stripe = want_dw ? buf + (4 + (have_w ? 1 : 0)) * n : NULL;
     if (wv)
         for (int64_t j = 0; j < n; j++)
             wv[j] = rnk_load(a->w_dtype, a->w, j) + a->weight_offset;
@@ -122,7 +127,7 @@ static void *phase1(void *arg)
         int64_t k = atomic_fetch_add(&job->next, 1);
         if (k >= job->nchunks)
             break;
-        run_chunk(job, k, xf, yf, wv, stripe);
+        run_chunk(job, k, xf, yf, of, rf, wv, stripe);
     }
     free(buf);
     return NULL;

@@ -4,6 +4,7 @@
  * conversions and the fp64 reference.  Pure C, no CUDA, no logging.
  */
 #include "rnk.h"
+#include "rnk_conv.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -148,83 +149,12 @@ int rnk_chunk_stripes(int64_t n)
     return 8;
 }
 
-/* ---- bf16 / fp16 <-> float ------------------------------------------------ */
-
-static uint32_t f2u(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
-static float u2f(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t u = f2u(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x0040u); /* NaN stays a (quiet) NaN */
-    /* Round to nearest, ties to even; a carry into the exponent is correct,
-     * up to and including overflow to infinity. */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float bf16_to_f32(uint16_t h)
-{
-    return u2f((uint32_t)h << 16);
-}
-
-static uint16_t f32_to_f16(float f)
-{
-    uint32_t x = f2u(f);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u)
-        return sign | 0x7e00u | (uint16_t)((ax >> 13) & 0x3ffu);
-    if (ax >= 0x477ff000u) /* >= 65520 rounds to infinity */
-        return sign | 0x7c00u;
-    if (ax >= 0x38800000u) { /* a normal fp16 (>= 2^-14): rebias, round */
-        uint32_t r = ax - 0x38000000u;
-        r += 0xfffu + ((r >> 13) & 1u);
-        return sign | (uint16_t)(r >> 13);
-    }
-    uint32_t e = ax >> 23;
-    if (e < 102) /* below 2^-25: rounds to zero */
-        return sign;
-    /* Subnormal fp16: the value in units of 2^-24 is mant * 2^(e - 126). */
-    uint32_t mant = (ax & 0x7fffffu) | 0x800000u;
-    uint32_t s = 126 - e; /* 14 .. 24 */
-    uint32_t q = mant >> s, rem = mant & ((1u << s) - 1), half = 1u << (s - 1);
-    if (rem > half || (rem == half && (q & 1u)))
-        q++;
-    return sign | (uint16_t)q;
-}
-
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1f)
-        return u2f(sign | 0x7f800000u | (m << 13));
-    if (e == 0) {
-        float v = (float)m * 0x1p-24f; /* exact */
-        return sign ? -v : v;
-    }
-    return u2f(sign | ((e + 112) << 23) | (m << 13));
-}
-
 float rnk_load(rnk_dtype dt, const void *base, int64_t i)
 {
     switch (dt) {
     case RNK_F32: return ((const float *)base)[i];
-    case RNK_F16: return f16_to_f32(((const uint16_t *)base)[i]);
-    case RNK_BF16: return bf16_to_f32(((const uint16_t *)base)[i]);
+    case RNK_F16: return rnk_f16_to_f32(((const uint16_t *)base)[i]);
+    case RNK_BF16: return rnk_bf16_to_f32(((const uint16_t *)base)[i]);
     default: return 0.0f;
     }
 }
@@ -233,8 +163,8 @@ void rnk_store(rnk_dtype dt, void *base, int64_t i, float v)
 {
     switch (dt) {
     case RNK_F32: ((float *)base)[i] = v; break;
-    case RNK_F16: ((uint16_t *)base)[i] = f32_to_f16(v); break;
-    case RNK_BF16: ((uint16_t *)base)[i] = f32_to_bf16(v); break;
+    case RNK_F16: ((uint16_t *)base)[i] = rnk_f32_to_f16(v); break;
+    case RNK_BF16: ((uint16_t *)base)[i] = rnk_f32_to_bf16(v); break;
     default: break;
     }
 }
