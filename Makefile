@@ -145,7 +145,8 @@ CUDA_DEFS := $(if $(HAVE_CUDA),-DRN_HAVE_CUDA=1 $(CUDA_INC))
 KLIBS := $(LIBKCUDA) $(LIBKCPU) $(if $(HAVE_CUDA),$(LIBCUDART) -lstdc++)
 SYSLIBS := -lm -lrt -ldl
 # libclient's CUDA part (client/*_cuda.c) reaches the driver through a static
-# cudart, as NCCL does, so a worker needs no CUDA link flags of its own.
+# cudart, as NCCL does, so a worker linking the .so needs no CUDA link flags
+# of its own; the static library names them in the .pc file's Libs.private.
 CLIENT_CUDA := $(if $(HAVE_CUDA),$(LIBCUDART) -lstdc++)
 
 TEST_SUITES := unit integration gpu
@@ -272,7 +273,7 @@ $(PUBLIC_H): client/rmsnorm_client.h proto/rn_wire.h
 
 $(BUILD)/rmsnorm-client.pc: client/rmsnorm-client.pc.in
 	@mkdir -p $(@D)
-	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@CUDA_LIBS@|$(CLIENT_CUDA)|g' $< > $@
 
 $(RMSNORMD): $(call obj,$(DAEMON_SRC)) $(LIBPROTO) $(LIBKCPU) $(LIBKCUDA)
 	$(call say,LD,$@)
@@ -372,7 +373,8 @@ install: $(RMSNORMD) $(RMSNORMCTL) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(PUBLIC_H)
 	ln -sfn librmsnorm_client.so.$(SOVERSION) "$$D$(LIBDIR)/librmsnorm_client.so"; \
 	install -m 0644 $(LIBCLIENT_A) "$$D$(LIBDIR)/librmsnorm_client.a"; \
 	install -m 0644 $(PUBLIC_H) "$$D$(INCLUDEDIR)/rmsnorm_client.h"; \
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' client/rmsnorm-client.pc.in \
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+	    -e 's|@CUDA_LIBS@|$(CLIENT_CUDA)|g' client/rmsnorm-client.pc.in \
 	    > "$$D$(LIBDIR)/pkgconfig/rmsnorm-client.pc"; \
 	chmod 0644 "$$D$(LIBDIR)/pkgconfig/rmsnorm-client.pc"; \
 	for m in $(MAN_PAGES); do \
