@@ -166,16 +166,17 @@ class HostBuffer:
         if self.address is None:
             return
         c = self._client
-        if c._handle is not None:
-            # After fork() the buffer is the parent's: freeing it here would
-            # unlink the parent's memory behind its back.
-            c._handle_or_raise()
-            rv = _lib.lib().rn_buffer_free(c._handle, self.address)
+        with c._lock:
+            if c._handle is not None:
+                # After fork() the buffer is the parent's: freeing it here
+                # would unlink the parent's memory behind its back.
+                c._handle_or_raise()
+                rv = _lib.lib().rn_buffer_free(c._handle, self.address)
+                self.address = None
+                c._buffers.discard(self)
+                if rv != 0:
+                    _raise(rv, c._handle, "buffer_free")
             self.address = None
-            c._buffers.discard(self)
-            if rv != 0:
-                _raise(rv, c._handle, "buffer_free")
-        self.address = None
 
 
 class Client:
@@ -197,7 +198,9 @@ class Client:
         self._handle = None
         self._pid = os.getpid()
         self._buffers = set()
-        self._lock = threading.Lock()
+        # Held across every C call (see _call); re-entrant, so that code run
+        # while a thread holds it (a finaliser, say) cannot deadlock that thread.
+        self._lock = threading.RLock()
         opts = _lib.ConnectOpts()
         opts.endpoint = endpoint.encode() if endpoint is not None else None
         opts.timeout_ms = _timeout_ms(timeout)
@@ -212,17 +215,19 @@ class Client:
 
     def close(self):
         """End the session and free every buffer.  Idempotent."""
+        # Under the lock that every call holds: another thread's call must
+        # not be inside libclient while the client is freed.
         with self._lock:
             h, self._handle = self._handle, None
-        if h is None:
-            return
-        for b in list(self._buffers):
-            b.address = None
-        self._buffers.clear()
-        # A forked child does not own the parent's connection: closing it
-        # here would tear down state that belongs to the parent.
-        if os.getpid() == self._pid:
-            _lib.lib().rn_close(h)
+            if h is None:
+                return
+            for b in list(self._buffers):
+                b.address = None
+            self._buffers.clear()
+            # A forked child does not own the parent's connection: closing it
+            # here would tear down state that belongs to the parent.
+            if os.getpid() == self._pid:
+                _lib.lib().rn_close(h)
 
     @property
     def closed(self):
@@ -252,10 +257,13 @@ class Client:
         return h
 
     def _call(self, op, fn, *args):
-        h = self._handle_or_raise()
-        rv = fn(h, *args)
-        if rv != 0:
-            _raise(rv, h, op)
+        # Held across the C call so that close() cannot free the client under
+        # it; libclient serialises the calls of one client anyway.
+        with self._lock:
+            h = self._handle_or_raise()
+            rv = fn(h, *args)
+            if rv != 0:
+                _raise(rv, h, op)
 
     @property
     def handle(self):
@@ -264,7 +272,8 @@ class Client:
 
     def last_error(self):
         """The one-line message of the last failed call on this client."""
-        return _lib.cstr(_lib.lib().rn_last_error(self._handle_or_raise()))
+        with self._lock:
+            return _lib.cstr(_lib.lib().rn_last_error(self._handle_or_raise()))
 
     # ---- observation ----------------------------------------------------------
 
