@@ -34,7 +34,7 @@
  *
  * Failures: a sticky CUDA error (the context is unusable), or a request that
  * has been on the GPU longer than the deadline (RMSNORMD_KERNEL_DEADLINE_MS,
- * default 10 s, counted from submission, so inputs that never become ready
+ * default 60 s, counted from submission, so inputs that never become ready
  * count too), marks the backend failed: every request still waiting for the
  * GPU is answered RN_DEVICE_FAILING, HEALTH reports failing, and the
  * server's fatal hook drains and exits with status 2 for systemd to restart.
@@ -57,7 +57,7 @@
 /* Streams in the pool (and so sessions that each get a stream of their own). */
 #define RND_CUDA_STREAMS 16
 /* A request on the GPU longer than this marks the device failing. */
-#define RND_CUDA_DEADLINE_MS 10000
+#define RND_CUDA_DEADLINE_MS 60000
 /* How often the loop looks for sticky errors and overdue requests. */
 #define RND_CUDA_WATCH_MS 200
 /* Workspace each stream gets at start-up; a larger request grows it
