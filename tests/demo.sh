@@ -44,7 +44,10 @@ for _ in $(seq 1 100); do
     if ! kill -0 "$pid" 2>/dev/null; then
         echo "demo: rmsnormd exited during start-up:" >&2; cat "$log" >&2; exit 1
     fi
-    if "$ctl" --endpoint "$endpoint" --timeout 1000 health -q 2>/dev/null; then
+    # health -q: 0 ok, 1 degraded (serving; a CUDA daemon without MPS says
+    # so), 2 unreachable or failing.
+    "$ctl" --endpoint "$endpoint" --timeout 1000 health -q 2>/dev/null
+    if [ $? -le 1 ]; then
         ready=1; break
     fi
     sleep 0.1
@@ -55,7 +58,8 @@ fi
 "$ctl" --endpoint "$endpoint" info || exit 1
 
 step "health"
-"$ctl" --endpoint "$endpoint" health || exit 1
+"$ctl" --endpoint "$endpoint" health
+[ $? -le 1 ] || exit 1
 
 step "selftest: a grid of shapes and dtypes against the CPU twin and fp64"
 "$ctl" --endpoint "$endpoint" selftest || { cat "$log" >&2; exit 1; }
