@@ -8,15 +8,18 @@
  *   1. blocks claim chunks of C = rnk_chunk_rows(m, n) rows from an atomic
  *      counter; a block works on G = rnk_chunk_stripes(n) rows at once (one
  *      stripe each), writes dx, and keeps fp32 dw sums per stripe in
- *      registers (fast path) or in the chunk's workspace slots (general
- *      path); at the chunk's end it adds the stripes in order into the
- *      chunk's partial row and bumps a "done" counter (release);
+ *      registers (fast path: rows arrive through a ring of STAGES row slots
+ *      in shared memory, filled with cp.async STAGES - 1 rows ahead) or in
+ *      the chunk's workspace slots (general path); at the chunk's end it adds
+ *      the stripes in order into the chunk's partial row and bumps a "done"
+ *      counter (release);
  *   2. a block that finds no chunk left waits (acquire) until done ==
  *      nchunks.  This cannot deadlock however few blocks are resident: every
  *      claimed chunk belongs to a block that is already running and never
  *      waits before finishing it;
- *   3. blocks claim 32-column slices and add the partials of each column in
- *      chunk order, rounding once to dw's dtype;
+ *   3. blocks take 32-column slices and add the partials of each column in
+ *      rnk.h's fixed two-level order (groups of RNK_DW_GROUP chunks in
+ *      parallel, then the groups), rounding once to dw's dtype;
  *   4. the last block to exit resets every counter to zero, so the next
  *      launch (or a graph replay) starts clean without a memset.
  * dx and dw are bitwise deterministic and dw does not depend on the grid:
@@ -165,6 +168,21 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned *p)
     return v;
 }
 
+/* Asynchronous 16-byte copies, global to shared (sm_80 and later). */
+__device__ __forceinline__ void cp_async16(void *sdst, const void *gsrc)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(sdst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gsrc) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
 /*
  * Sum (a, b) over the tpr threads of stripe g in a fixed order: a shuffle
  * tree inside each warp, then the stripe's warps in order.  When a stripe
@@ -229,36 +247,44 @@ __device__ __forceinline__ unsigned claim_issue(const Params &p)
 
 /*
  * Finish 32 columns [sl*32, sl*32+32): stage up to 256 chunks' partials at a
- * time in shared memory (32 loads in flight per thread), then one warp adds
- * them in chunk order; round once at the end.  tile: 256 * 32 floats.
+ * time in shared memory (cp.async, all in flight at once); each warp adds whole
+ * groups of RNK_DW_GROUP partials in chunk order, then warp 0 adds the group
+ * sums in order (rnk.h's two-level order); round once at the end.
+ * tile: 256 * 32 floats.
  */
+static_assert(256 % RNK_DW_GROUP == 0, "a staged batch holds whole groups");
 __device__ __forceinline__ void finish_slice(const Params &p, int sl, float *tile)
 {
+    __shared__ float gsum[256 / RNK_DW_GROUP][FIN_COLS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int64_t col = (int64_t)sl * FIN_COLS + lane;
     const bool ok = col < p.n;
     float d = 0.0f;
     for (int base = 0; base < p.nchunks; base += 256) {
         const int cnt = p.nchunks - base < 256 ? p.nchunks - base : 256;
-        for (int b2 = 0; b2 < cnt; b2 += 32 * nw) {
-            float v[32];
-#pragma unroll
-            for (int i = 0; i < 32; i++) {
-                int k = b2 + i * nw + warp;
-                v[i] = (ok && k < cnt) ? __ldcg(p.part + (int64_t)(base + k) * p.cs + col) : 0.0f;
-            }
-#pragma unroll
-            for (int i = 0; i < 32; i++) {
-                int k = b2 + i * nw + warp;
-                if (k < cnt)
-                    tile[k * FIN_COLS + lane] = v[i];
-            }
+        /* 8 copies of 16 bytes per chunk, all in flight at once; columns
+         * past n are left as they are and never stored. */
+        for (int it = threadIdx.x; it < cnt * 8; it += blockDim.x) {
+            const int k = it >> 3, q = it & 7;
+            const int64_t c0 = (int64_t)sl * FIN_COLS + 4 * q;
+            if (c0 < p.n)
+                cp_async16(tile + k * FIN_COLS + 4 * q, p.part + (int64_t)(base + k) * p.cs + c0);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        const int ng = (cnt + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
+        for (int q = warp; q < ng; q += nw) {
+            const int k1 = (q + 1) * RNK_DW_GROUP < cnt ? (q + 1) * RNK_DW_GROUP : cnt;
+            float gs = 0.0f;
+            for (int k = q * RNK_DW_GROUP; k < k1; k++)
+                gs = __fadd_rn(gs, tile[k * FIN_COLS + lane]);
+            gsum[q][lane] = gs;
         }
         __syncthreads();
         if (warp == 0) {
-#pragma unroll 8
-            for (int k = 0; k < cnt; k++)
-                d = __fadd_rn(d, tile[k * FIN_COLS + lane]);
+            for (int q = 0; q < ng; q++)
+                d = __fadd_rn(d, gsum[q][lane]);
         }
         __syncthreads();
     }
@@ -317,7 +343,7 @@ __device__ __forceinline__ void atomic_tail(const Params &p, int *s_last)
     __syncthreads();
 }
 
-/* ---- the fast path: aligned rows of one dtype, held in registers ---------- */
+/* ---- the fast path: aligned rows of one dtype, staged in shared memory ---- */
 
 template <int VEC>
 __device__ __forceinline__ void load_w(const float *w, float (&out)[VEC])
@@ -332,23 +358,34 @@ __device__ __forceinline__ void load_w(const float *w, float (&out)[VEC])
     }
 }
 
-/* Issue one row's loads (x, dy, rstd) without waiting for them.  dres is
- * loaded when it is used: prefetching it too would cost registers that the
- * common case (no dres) needs. */
+/*
+ * Rows reach the block through a ring of STAGES row slots in shared memory,
+ * filled with cp.async (16 bytes per copy, L2 only): STAGES - 1 rows of each
+ * stripe are in flight while one is reduced, and the bytes in flight cost no
+ * registers.  Each thread copies, and later reads, only its own vectors of a
+ * row (slot j of stage s at ring[(s * 2 * NV + j) * blockDim.x + tid]: x's
+ * vectors are j < NV, dy's j >= NV), so cp.async.wait_group alone orders the
+ * copy before the read; no barrier is needed for the ring.
+ */
+#ifndef RNK_STAGES
+#define RNK_STAGES 3
+#endif
+enum { STAGES = RNK_STAGES };
+static_assert(STAGES >= 2 && STAGES <= 8, "RNK_STAGES: 2 to 8");
+
+/* Start copying one row's vectors of x and dy into a stage. */
 template <class T, int NV>
-__device__ __forceinline__ void load_row(const Params &p, int64_t r, const int64_t (&col)[NV],
-                                         const bool (&ok)[NV], uint4 (&bx)[NV], uint4 (&by)[NV],
-                                         float &rs)
+__device__ __forceinline__ void stage_row(const Params &p, int64_t r, const int64_t (&col)[NV],
+                                          const bool (&ok)[NV], uint4 *stage)
 {
 #pragma unroll
     for (int v = 0; v < NV; v++) {
         if (ok[v]) {
-            bx[v] = ld16((const T *)p.x + r * p.xs + col[v]);
-            by[v] = ld16((const T *)p.dy + r * p.dys + col[v]);
+            cp_async16(stage + v * blockDim.x + threadIdx.x, (const T *)p.x + r * p.xs + col[v]);
+            cp_async16(stage + (NV + v) * blockDim.x + threadIdx.x,
+                       (const T *)p.dy + r * p.dys + col[v]);
         }
     }
-    if (p.rstd)
-        rs = __ldg(p.rstd + r);
 }
 
 /* One row of a stripe: the two row sums, rstd and c, then dx and dw's sums. */
@@ -403,8 +440,25 @@ __device__ __forceinline__ void process_row(const Params &p, int64_t r, bool val
     }
 }
 
+/*
+ * Block shapes (measured on the H200, bench/RESULTS.md): a one-vector block
+ * (NV = 1) of up to 512 threads when it covers several rows (G > 1), which
+ * doubles the bytes in flight per SM over 256 at N = 1024; but at most 256
+ * over a single row (G = 1), where 512 threads of one vector were 20 % slower
+ * than 256 threads of two (N = 4096).  64 registers per thread either way.
+ */
+#ifndef RNK_NV1_THREADS
+#define RNK_NV1_THREADS 512 /* most threads of a one-vector block */
+#endif
+#ifndef RNK_NV1_THREADS_G1
+#define RNK_NV1_THREADS_G1 256 /* the same, when the block covers one row (G = 1) */
+#endif
+#ifndef RNK_NV1_MINB
+#define RNK_NV1_MINB 4 /* blocks of 256 threads per SM the registers must allow */
+#endif
 template <class T, class TW, int NV, int MODE>
-__global__ void __launch_bounds__(NV == 4 ? 256 : 512)
+__global__ void __launch_bounds__(NV == 1 ? RNK_NV1_THREADS : 512,
+                                  NV == 1 ? RNK_NV1_MINB * 256 / RNK_NV1_THREADS : 1)
 fast_kernel(Params p)
 {
     constexpr int VEC = Vec<T>::N;
@@ -419,7 +473,8 @@ fast_kernel(Params p)
     unsigned nxt = claim_issue(p); /* overlaps the weight staging below */
     /* w + weight_offset in shared memory (1 without a weight): registers
      * are kept for rows in flight. */
-    float *wsm = smem, *work = smem + p.pst;
+    float *wsm = smem, *work = smem + p.pst; /* work: the ring, or comb / tile */
+    uint4 *ring = reinterpret_cast<uint4 *>(work);
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
         wsm[j] = p.w ? ld_any(Vec<TW>::DT, p.w, j) + p.offset : 1.0f;
     if (threadIdx.x == 0)
@@ -445,28 +500,54 @@ fast_kernel(Params p)
             for (int e = 0; e < VEC; e++)
                 acc[v][e] = 0.0f;
 
-        /* Two rows of the stripe in flight: the next row's loads are issued
-         * before the current row is reduced.  Stripes step in lockstep (a
-         * stripe past the chunk's end joins the barriers with no row). */
-        uint4 cx[NV], cy[NV];
-        float crs = 0.0f;
+        /* STAGES - 1 rows of the stripe in flight (see stage_row).  Stripes
+         * step in lockstep (a stripe past the chunk's end joins the barriers
+         * with no row).  One commit group per step, empty or not, so that
+         * wait_group<STAGES - 1> always means "this step's row is here".
+         * rstd is prefetched as far ahead, in registers (rsq[0]: this step). */
         const int64_t steps = (r1 - r0 + G - 1) / G;
-        int64_t r = r0 + g;
-        if (r < r1)
-            load_row<T, NV>(p, r, col, ok, cx, cy, crs);
-        for (int64_t t = 0; t < steps; t++, r += G) {
-            uint4 nx[NV], ny[NV];
-            float nrs = 0.0f;
-            if (r + G < r1)
-                load_row<T, NV>(p, r + G, col, ok, nx, ny, nrs);
-            process_row<T, NV>(p, r, r < r1, (int)(t & 1), g, col, ok, cx, cy, crs, wsm, acc, red);
+        const int64_t rg = r0 + g;
+        const int slot = 2 * NV * (int)blockDim.x;
+        float rsq[STAGES];
+#pragma unroll
+        for (int i = 0; i < STAGES; i++)
+            rsq[i] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < STAGES - 1; i++) {
+            const int64_t r = rg + (int64_t)i * G;
+            if (i < steps && r < r1) {
+                stage_row<T, NV>(p, r, col, ok, ring + i * slot);
+                if (p.rstd)
+                    rsq[i] = __ldg(p.rstd + r);
+            }
+            cp_async_commit();
+        }
+        int sa = STAGES - 1, sc = 0; /* stage being filled, being read */
+        for (int64_t t = 0; t < steps; t++) {
+            const int64_t ta = t + STAGES - 1, ra = rg + ta * G;
+            if (ta < steps && ra < r1) {
+                stage_row<T, NV>(p, ra, col, ok, ring + sa * slot);
+                if (p.rstd)
+                    rsq[STAGES - 1] = __ldg(p.rstd + ra);
+            }
+            cp_async_commit();
+            cp_async_wait<STAGES - 1>();
+            const int64_t r = rg + t * G;
+            const uint4 *st = ring + sc * slot + threadIdx.x;
+            sa = sa + 1 == STAGES ? 0 : sa + 1;
+            sc = sc + 1 == STAGES ? 0 : sc + 1;
+            uint4 cx[NV], cy[NV];
 #pragma unroll
             for (int v = 0; v < NV; v++) {
-                cx[v] = nx[v];
-                cy[v] = ny[v];
+                cx[v] = ok[v] && r < r1 ? st[v * blockDim.x] : make_uint4(0, 0, 0, 0);
+                cy[v] = ok[v] && r < r1 ? st[(NV + v) * blockDim.x] : make_uint4(0, 0, 0, 0);
             }
-            crs = nrs;
+            process_row<T, NV>(p, r, r < r1, (int)(t & 1), g, col, ok, cx, cy, rsq[0], wsm, acc, red);
+#pragma unroll
+            for (int i = 0; i < STAGES - 1; i++)
+                rsq[i] = rsq[i + 1];
         }
+        cp_async_wait<0>();
 
         if (threadIdx.x == 0)
             s_claim[(it + 1) & 1] = (int)nxt;
@@ -489,7 +570,9 @@ fast_kernel(Params p)
                 }
             }
         } else {
-            float *comb = work; /* [G][n] */
+            float *comb = work; /* [G][n], over the ring: wait until every
+                                 * thread has read its last row from it */
+            __syncthreads();
 #pragma unroll
             for (int v = 0; v < NV; v++)
                 if (ok[v])

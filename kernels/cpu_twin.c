@@ -144,9 +144,15 @@ static void *phase2(void *arg)
             break;
         int64_t j1 = (b + 1) * COL_BLOCK < n ? (b + 1) * COL_BLOCK : n;
         for (int64_t j = b * COL_BLOCK; j < j1; j++) {
+            /* rnk.h: groups of RNK_DW_GROUP partials, then the groups */
             float d = 0.0f;
-            for (int64_t k = 0; k < job->nchunks; k++)
-                d = d + job->partials[k * n + j];
+            for (int64_t q = 0; q < job->nchunks; q += RNK_DW_GROUP) {
+                int64_t qe = q + RNK_DW_GROUP < job->nchunks ? q + RNK_DW_GROUP : job->nchunks;
+                float g = 0.0f;
+                for (int64_t k = q; k < qe; k++)
+                    g = g + job->partials[k * n + j];
+                d = d + g;
+            }
             rnk_store(a->dw_dtype, a->dw, j, d);
         }
     }

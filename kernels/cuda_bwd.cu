@@ -184,22 +184,16 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
                 (a->dres_dtype == RNK_NONE || aligned16(a->dres, a->dres_stride, es));
     pl->fast = false;
     if (fast) {
-        static const int nvs[3] = {1, 2, 4};
+        /* One vector per thread while a block of 256 does; else two, with
+         * up to 512 threads (n <= 8192 for 16-bit rows, 4096 for fp32).
+         * Longer rows take the general path. */
+        static const int nvs[2] = {1, 2};
         int choose = 0, tpr = 0;
-        for (int i = 0; i < 3 && !choose; i++) {
+        for (int i = 0; i < 2 && !choose; i++) {
             int64_t need_t = (a->n / vec + nvs[i] - 1) / nvs[i];
             int64_t tp = (need_t + 31) / 32 * 32;
-            if (tp * p.G <= 256) {
-                choose = nvs[i];
-                tpr = (int)tp;
-            }
-        }
-        /* Longer rows: up to 512 threads with two vectors each (four
-         * vectors need the registers of a 256-thread block). */
-        for (int i = 1; i < 2 && !choose; i++) {
-            int64_t need_t = (a->n / vec + nvs[i] - 1) / nvs[i];
-            int64_t tp = (need_t + 31) / 32 * 32;
-            if (tp * p.G <= 512) {
+            const int cap = nvs[i] == 2 ? 512 : p.G > 1 ? RNK_NV1_THREADS : RNK_NV1_THREADS_G1;
+            if (tp * p.G <= cap) {
                 choose = nvs[i];
                 tpr = (int)tp;
             }
@@ -220,8 +214,13 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
     size_t comb = p.G > 1 ? (size_t)p.G * (size_t)a->n * 4 : 0;
     size_t tile = p.dw ? (size_t)(p.nchunks < 256 ? p.nchunks : 256) * FIN_COLS * 4 : 0;
     pl->smem = comb > tile ? comb : tile;
-    if (pl->fast)
+    if (pl->fast) {
+        /* the row ring (bwd_kernel.cuh), which comb and tile reuse */
+        size_t ring = ring_bytes(*pl);
+        if (ring > pl->smem)
+            pl->smem = ring;
         pl->smem += (size_t)p.pst * 4; /* w + weight_offset */
+    }
     if (pl->smem + 1024 > (size_t)dev->smem_per_block) /* 1 KiB: the static arrays */
         return einval(msg, msglen, "n: %lld needs %zu bytes of shared memory", (long long)a->n,
                       pl->smem);
@@ -268,11 +267,8 @@ int rnk::grid_for(rnk_device *dev, const void *fn, const Plan &pl, char *msg, si
 template <class T, class TW>
 static const void *fast_fn(int nv)
 {
-    switch (nv) {
-    case 1: return (const void *)fast_kernel<T, TW, 1, MODE_FUSED>;
-    case 2: return (const void *)fast_kernel<T, TW, 2, MODE_FUSED>;
-    default: return (const void *)fast_kernel<T, TW, 4, MODE_FUSED>;
-    }
+    return nv == 1 ? (const void *)fast_kernel<T, TW, 1, MODE_FUSED>
+                   : (const void *)fast_kernel<T, TW, 2, MODE_FUSED>;
 }
 
 template <class T>

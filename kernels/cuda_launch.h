@@ -16,7 +16,7 @@ namespace rnk {
 /* What one call will launch: parameters, path, block shape, shared memory. */
 struct Plan {
     Params p;
-    bool fast;      /* registers-resident fast path (else the general path) */
+    bool fast;      /* aligned rows through the shared-memory ring (else the general path) */
     int nv;         /* fast path: 16-byte vectors per thread per row */
     int threads;    /* block size: G stripes of tpr threads */
     size_t smem;    /* dynamic shared memory */
@@ -35,6 +35,11 @@ int ck(cudaError_t e, const char *file, int line, const char *what, char *msg, s
     } while (0)
 
 size_t ws_bytes(int64_t m, int64_t n);
+/* Fast path: bytes of the row ring (STAGES rows of x and dy per stripe). */
+inline size_t ring_bytes(const Plan &pl)
+{
+    return (size_t)STAGES * (size_t)pl.threads * (size_t)pl.nv * 32;
+}
 int plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb, Plan *pl,
          char *msg, size_t msglen);
 int grid_for(rnk_device *dev, const void *fn, const Plan &pl, char *msg, size_t msglen,

@@ -22,14 +22,11 @@ template <int MODE>
 static const void *variant_fn(const Plan &pl)
 {
     const bool wf = pl.p.w_dt == RNK_F32;
-    switch (pl.nv) {
-    case 1: return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 1, MODE>
-                      : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 1, MODE>;
-    case 2: return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 2, MODE>
-                      : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 2, MODE>;
-    default: return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 4, MODE>
-                       : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 4, MODE>;
-    }
+    if (pl.nv == 1)
+        return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 1, MODE>
+                  : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 1, MODE>;
+    return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 2, MODE>
+              : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 2, MODE>;
 }
 
 extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void *ws,
@@ -48,9 +45,10 @@ extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void
     }
     cudaStream_t st = (cudaStream_t)stream;
     if (variant == RNK_VARIANT_SEPARATE) {
-        /* First kernel: no finish tile needed, only w and the stripe combine. */
+        /* First kernel: no finish tile needed, only w, the ring and the
+         * stripe combine (which reuses the ring). */
         size_t comb = pl.p.G > 1 ? (size_t)pl.p.G * (size_t)a->n * 4 : 0;
-        pl.smem = (size_t)pl.p.pst * 4 + comb;
+        pl.smem = (size_t)pl.p.pst * 4 + (comb > ring_bytes(pl) ? comb : ring_bytes(pl));
         rc = launch(dev, variant_fn<MODE_PARTIALS_ONLY>(pl), pl, st, msg, msglen);
         if (rc)
             return rc;
@@ -64,7 +62,8 @@ extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void
     }
     if (variant == RNK_VARIANT_ATOMIC) {
         /* The stripe combine runs through shared memory for every G here. */
-        pl.smem = (size_t)pl.p.pst * 4 + (size_t)pl.p.G * (size_t)a->n * 4;
+        size_t comb = (size_t)pl.p.G * (size_t)a->n * 4;
+        pl.smem = (size_t)pl.p.pst * 4 + (comb > ring_bytes(pl) ? comb : ring_bytes(pl));
         return launch(dev, variant_fn<MODE_ATOMIC>(pl), pl, st, msg, msglen);
     }
     snprintf(msg, msglen, "variant: %d unknown", variant);

@@ -78,9 +78,12 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen);
  * The deterministic row-chunk size for dw's partial sums.  Depends only on
  * (m, n), never on the grid, the SM count or the thread count: the CPU twin
  * and the GPU kernel both sum rows [k*C, (k+1)*C) into partial k, then add the
- * partials in order k = 0, 1, ... .
+ * partials in a fixed order (groups of RNK_DW_GROUP chunks, below).
  */
 int64_t rnk_chunk_rows(int64_t m, int64_t n);
+
+/* Partials added per group in dw's two-level sum (see below). */
+#define RNK_DW_GROUP 16
 
 /*
  * Inside a chunk, rows are dealt round-robin to G = rnk_chunk_stripes(n)
@@ -89,8 +92,12 @@ int64_t rnk_chunk_rows(int64_t m, int64_t n);
  *   stripe s:  acc = +0.0f; for each row of the stripe, in row order:
  *              acc = acc + (dy * (x * rstd))      (each operation rounded once)
  *   partial k: p = +0.0f; for s = 0 .. G-1: p = p + stripe_s
- *   dw:        d = +0.0f; for k = 0 .. nchunks-1: d = d + partial_k;
+ *   group q:   g = +0.0f; for k = q*RNK_DW_GROUP .. min((q+1)*RNK_DW_GROUP,
+ *              nchunks)-1: g = g + partial_k
+ *   dw:        d = +0.0f; for q = 0, 1, ...: d = d + group_q;
  *              rounded once to dw's dtype.
+ * (Groups of 16 chunks cut the GPU's dependent chain of additions per column
+ * from nchunks to 16 + nchunks/16; the order is still fixed.)
  * With rstd given, the CPU twin's dw is bitwise the GPU kernel's dw.  With
  * rstd recomputed, and for dx always, the per-row sums (sum of x^2, sum of
  * xhat * g) are added in a different order on each backend, so those results

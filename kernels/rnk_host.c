@@ -112,21 +112,39 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen)
 }
 
 /*
- * About 256 chunks: enough to give every multiprocessor of a 132-SM H200
- * two chunks on small M, while the partial rows (written and read once, 8
- * bytes per column per chunk, mostly in L2) stay a small fraction of the 6
- * bytes per element of the main pass: 4/(3C), 0.5 % at C = 256.  The finish
- * adds up to 256 partials per column in one chain, so more chunks would slow
- * it down.  (Measured on the H200: C capped at 64 with up to 1024 chunks was
- * 10 % slower at 65536 x 4096.)  C above 8 is a multiple of 8 so the stripes
- * of a chunk stay equally long.  The workspace (nchunks * G * n * 4 bytes)
- * is capped at 256 MiB.
+ * Chunk geometry; both backends follow it, so dw is the same on both.
+ *
+ * At most RNK_MAX_CHUNKS = 256 chunks: enough to give every multiprocessor of
+ * a 132-SM H200 about two on small M, while the partial rows (written and
+ * read once, 8 bytes per column per chunk, mostly in L2) stay a small
+ * fraction of the 6 bytes per element of the main pass: 4/(3C), 0.5 % at
+ * C = 256.  (Measured on the H200: 512 chunks were 10-25 % slower at M <=
+ * 16384 and N <= 256 and no faster at N = 4096; only 65536 x 1024 gained,
+ * and a wider block gains that too.)  C above 8 is a multiple of 8 so the
+ * stripes of a chunk stay equally long.  The workspace (nchunks * G * n * 4
+ * bytes) is capped at 256 MiB.
+ *
+ * A GPU block covers about RNK_STRIPE_COLS = 4096 columns of rows at once: a
+ * whole row for n >= 2048... n >= 4096, else G rows, one stripe each, at most
+ * RNK_MAX_STRIPES.  Wider blocks keep more bytes in flight per SM while the
+ * grid stays at one block per chunk (measured: 65536 x 1024 bf16 159 us with
+ * 2048 columns, 139 us with 4096).
  */
+#ifndef RNK_MAX_CHUNKS
+#define RNK_MAX_CHUNKS 256
+#endif
+#ifndef RNK_STRIPE_COLS
+#define RNK_STRIPE_COLS 4096
+#endif
+#ifndef RNK_MAX_STRIPES
+#define RNK_MAX_STRIPES 8
+#endif
+
 int64_t rnk_chunk_rows(int64_t m, int64_t n)
 {
     if (m <= 0 || n <= 0)
         return 1;
-    int64_t maxchunks = 256;
+    int64_t maxchunks = RNK_MAX_CHUNKS;
     int64_t cap = ((int64_t)1 << 26) / (n * rnk_chunk_stripes(n));
     if (cap < maxchunks)
         maxchunks = cap < 1 ? 1 : cap;
@@ -136,17 +154,14 @@ int64_t rnk_chunk_rows(int64_t m, int64_t n)
     return c;
 }
 
-/* A GPU block covers about 2048 columns of rows at once: a whole row for n
- * >= 2048, else several rows, one stripe each. */
+/* Stripes per GPU block: the largest power of two g <= RNK_MAX_STRIPES with
+ * g * n <= RNK_STRIPE_COLS, or 1 (see above). */
 int rnk_chunk_stripes(int64_t n)
 {
-    if (n >= 2048)
-        return 1;
-    if (n >= 1024)
-        return 2;
-    if (n >= 512)
-        return 4;
-    return 8;
+    int g = 1;
+    while (g < RNK_MAX_STRIPES && n * g * 2 <= RNK_STRIPE_COLS)
+        g *= 2;
+    return g;
 }
 
 float rnk_load(rnk_dtype dt, const void *base, int64_t i)

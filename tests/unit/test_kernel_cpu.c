@@ -547,6 +547,7 @@ static void test_thread_invariance(void **state)
 static void test_dw_documented_order(void **state)
 {
     (void)state;
+    /* 1000 x 256: 250 chunks, so 15 full groups of RNK_DW_GROUP and one of 10 */
     int64_t shapes[][2] = {{1000, 256}, {3000, 1024}, {77, 3000}, {9, 5}};
     for (size_t si = 0; si < 4; si++) {
         int64_t m = shapes[si][0], n = shapes[si][1];
@@ -557,7 +558,7 @@ static void test_dw_documented_order(void **state)
         int64_t C = rnk_chunk_rows(m, n), G = rnk_chunk_stripes(n);
         int64_t nch = (m + C - 1) / C;
         for (int64_t j = 0; j < n; j++) {
-            float d = 0.0f;
+            float d = 0.0f, grp = 0.0f;
             for (int64_t k = 0; k < nch; k++) {
                 float part = 0.0f;
                 for (int64_t g = 0; g < G; g++) {
@@ -569,7 +570,11 @@ static void test_dw_documented_order(void **state)
                     }
                     part = part + acc;
                 }
-                d = d + part;
+                grp = grp + part;
+                if ((k + 1) % RNK_DW_GROUP == 0 || k + 1 == nch) {
+                    d = d + grp;
+                    grp = 0.0f;
+                }
             }
             float got = ((float *)p.dw)[j];
             if (memcmp(&got, &d, 4) != 0)
