@@ -1,100 +1,290 @@
 #!/usr/bin/env python3
 """PyTorch's side of the kernel benchmark (bench/bench_kernel.c reads its CSV).
 
-For the same grid (M in 4096..65536, N in 256..8192, bf16 x/dy/dx, an fp32
-or a bf16 weight, rstd given where the formula needs it) it times, with CUDA
-events, the median of many calls over input sets rotated so that L2 cannot
-serve them:
-  eager    torch.autograd.grad of F.rms_norm (PyTorch's own backward)
-  compile  torch.compile of the backward formula (fp32 math, dx in bf16, dw in
-           the weight's dtype), M marked dynamic so each N compiles once.
-Writes m,n,w,eager_us,compile_us lines.  Usage: kernel_torch.py OUT.csv [--quick]
+Grid: M in {4096, 8192, 16384, 32768, 65536} x N in {256 .. 8192}, bf16 x, dy
+and dx, with an fp32 weight (w "f32": fp32 dw) and with a bf16 weight (w
+"bf16": bf16 dw); --quick keeps the same subset bench_kernel --quick does
+(every other M and N).  For each shape it times two things:
+
+  eager    torch.autograd.grad(y, (x, w), dy) with y = F.rms_norm(x, (N,), w,
+           1e-5) from a forward pass done beforehand, i.e. PyTorch's own
+           RMSNorm backward as a training step runs it (with an fp32 weight
+           and bf16 x PyTorch does not use its fused kernel).
+  compile  torch.compile(bwd_formula, dynamic=False): the backward formula with
+           the kernel's semantics (rstd given as fp32 [M]; all math in fp32;
+           dx in x's dtype, dw = sum over rows of dy * xhat in fp32, then in
+           the weight's dtype), compiled for static shapes, i.e. one graph
+           and one set of Inductor kernels specialised to each (M, N, weight
+           dtype), which is what torch.compile does best for a shape it knows
+           in advance.  The mode is --mode (or $KERNEL_TORCH_MODE): "default"
+           (Inductor's default mode, the default here: 0.1-1 s of compiling a
+           shape, all 60 shapes in about 70 s on an H200, from a cold cache)
+           or "max-autotune-no-cudagraphs" (its coordinate-descent tuning
+           benchmarks many kernel configs per shape: on an H200 up to 1.44x
+           faster kernels at some shapes, e.g. 8192x8192 bf16 174 us against
+           249 us, none at others, but 4-35 s of compiling a shape, so the
+           whole grid needs far more than run_kernel.sh's default 300 s).
+           Dynamo's recompile limits are raised so that no shape falls back
+           to eager; a shape that fails to compile gets 0 (absent) and a
+           message on stderr.
+
+Timing, the same for both: after warm-up calls, many calls (--reps, default
+60) are queued behind a GPU sleep long enough that all of them are enqueued
+before the GPU reaches the first (so the host's call rate does not show);
+each call sits between two CUDA events and the median interval is the
+result, in microseconds.  The calls rotate over enough input sets (random,
+never zeros) that they read >= 240 MB, 4x the H200's 60 MB L2, so L2 cannot
+serve the inputs.  Shapes run largest first; each shape's tensors are freed
+before the next.
+
+Writes OUT.csv: the header m,n,w,eager_us,compile_us, then one row per shape,
+flushed as it is measured (a run cut short keeps its rows); progress goes to
+stderr.  0 in a column means not measured.
+
+Usage: kernel_torch.py OUT.csv [--quick] [--mode default|max-autotune-no-cudagraphs]
+                       [--reps N] [--shape M,N,f32|bf16 ...]
 """
+import argparse
 import math
+import os
 import statistics
 import sys
 import time
+import traceback
 
 import torch
 import torch.nn.functional as F
 
 EPS = 1e-5
+MS = [4096, 8192, 16384, 32768, 65536]
+NS = [256, 512, 1024, 2048, 4096, 8192]
+WDTYPES = (("f32", torch.float32), ("bf16", torch.bfloat16))  # bench_kernel's spelling
+ROTATE_BYTES = 240e6  # bytes read over one rotation of the input sets: 4x a 60 MB L2
+MAX_SETS = 64
+RECOMPILE_LIMIT = 256  # > the 60 shapes, so that no shape falls back to eager
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
 
 
 def bwd_formula(x, dy, w, rstd):
+    """RMSNorm backward with the kernel's semantics (see kernels/rnk.h)."""
     xf = x.float()
     dyf = dy.float()
-    xhat = xf * rstd.unsqueeze(1)
+    r = rstd.unsqueeze(1)
+    xhat = xf * r
     g = dyf * w.float()
     c = (xhat * g).mean(dim=1, keepdim=True)
-    dx = rstd.unsqueeze(1) * (g - xhat * c)
+    dx = r * (g - xhat * c)
     dw = (dyf * xhat).sum(dim=0)
     return dx.to(x.dtype), dw.to(w.dtype)
 
 
-compiled = torch.compile(bwd_formula)
+def raise_recompile_limits():
+    cfg = torch._dynamo.config
+    for name in ("cache_size_limit", "recompile_limit",
+                 "accumulated_cache_size_limit", "accumulated_recompile_limit"):
+        if hasattr(cfg, name):
+            try:
+                setattr(cfg, name, max(int(getattr(cfg, name)), RECOMPILE_LIMIT))
+            except Exception as e:  # an alias that refuses to be set: the other one is
+                log(f"note: torch._dynamo.config.{name} not set: {e!r}")
+    # hitting the limit anyway: an error (recorded as 0), not a silent eager run
+    if hasattr(cfg, "fail_on_recompile_limit_hit"):
+        cfg.fail_on_recompile_limit_hit = True
 
 
-def time_calls(fn, sets, reps):
-    for i in range(3):
+def unique_graphs():
+    try:
+        return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+    except Exception:
+        return -1
+
+
+class Sleeper:
+    """torch.cuda._sleep takes clock cycles; this converts microseconds."""
+
+    def __init__(self):
+        self.ok = hasattr(torch.cuda, "_sleep")
+        self.cycles_per_us = 2000.0
+        if not self.ok:
+            log("note: torch.cuda._sleep missing: calls are not queued behind a sleep")
+            return
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        cycles = 20_000_000
+        for _ in range(2):  # the second, with the clocks up
+            a.record()
+            torch.cuda._sleep(cycles)
+            b.record()
+            b.synchronize()
+            us = a.elapsed_time(b) * 1e3
+        if us > 0:
+            self.cycles_per_us = cycles / us
+
+    def __call__(self, us):
+        if self.ok:
+            torch.cuda._sleep(int(us * self.cycles_per_us))
+
+
+def time_calls(fn, sets, reps, sleep, label):
+    """Median microseconds of one call, rotating over sets (see the docstring)."""
+    for i in range(max(3, min(len(sets), 8))):  # warm-up
         fn(*sets[i % len(sets)])
     torch.cuda.synchronize()
-    ev = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
-    # queue behind a short sleep so the host's call rate does not show
-    torch.cuda._sleep(2_000_000)
+    k = 10  # host time to issue one call, to size the sleep
+    t = time.perf_counter()
+    for i in range(k):
+        fn(*sets[i % len(sets)])
+    host_us = (time.perf_counter() - t) / k * 1e6
+    torch.cuda.synchronize()
+    sleep_us = min(max(2000.0, 1.5 * reps * host_us + 1000.0), 1e6)
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 2)]
+    ev[-1].record()
+    sleep(sleep_us)
     ev[0].record()
+    t = time.perf_counter()
     for i in range(reps):
         fn(*sets[i % len(sets)])
         ev[i + 1].record()
+    issue_ms = (time.perf_counter() - t) * 1e3
     torch.cuda.synchronize()
-    return statistics.median(ev[i].elapsed_time(ev[i + 1]) * 1e3 for i in range(reps))
+    slept_ms = ev[-1].elapsed_time(ev[0])
+    iv = [ev[i].elapsed_time(ev[i + 1]) * 1e3 for i in range(reps)]
+    med = statistics.median(iv)
+    # Issuing outlasts the sleep when the launch queue fills (eager with an
+    # fp32 weight launches many kernels a call); the GPU waits for the host
+    # only if, on top of that, the host is slower per call than the GPU, and
+    # then the later calls are the slower ones.
+    first, last = statistics.median(iv[: reps // 2]), statistics.median(iv[reps // 2:])
+    if sleep.ok and issue_ms > slept_ms and host_us > med and last > 1.1 * first:
+        log(f"  note: {label}: the host's rate may show: {host_us:.1f} us a call on the host, "
+            f"median {first:.1f} us over the first half of the calls, {last:.1f} us over "
+            f"the second")
+    return med
+
+
+def rel_err(a, b):
+    a, b = a.float(), b.float()
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+
+
+def bench_shape(m, n, wname, wdt, compiled, reps, sleep, dev):
+    label = f"{m}x{n} w={wname}"
+    per_set = 4 * m * n  # bytes of x and dy that one call reads
+    nsets = max(2, min(MAX_SETS, math.ceil(ROTATE_BYTES / per_set)))
+    w = (1.0 + 0.3 * torch.randn(n, device=dev)).to(wdt)
+    eager_sets, comp_sets = [], []
+    for _ in range(nsets):
+        x = torch.randn(m, n, device=dev, dtype=torch.bfloat16)
+        dy = torch.randn(m, n, device=dev, dtype=torch.bfloat16)
+        xr = x.detach().requires_grad_(True)
+        wr = w.detach().requires_grad_(True)
+        y = F.rms_norm(xr, (n,), wr, EPS)
+        eager_sets.append((y, xr, wr, dy))
+        rstd = torch.rsqrt(x.float().pow(2).mean(dim=1) + EPS)
+        comp_sets.append((x, dy, w, rstd))
+
+    def eager(y, xr, wr, dy):
+        return torch.autograd.grad(y, (xr, wr), dy, retain_graph=True)
+
+    e_us = c_us = 0.0
+    try:
+        e_us = time_calls(eager, eager_sets, reps, sleep, label + " eager")
+    except Exception as e:
+        log(f"  {label}: eager failed: {e!r}")
+
+    try:
+        g0 = unique_graphs()
+        t = time.perf_counter()
+        dx_c, dw_c = compiled(*comp_sets[0])
+        torch.cuda.synchronize()
+        compile_s = time.perf_counter() - t
+        g1 = unique_graphs()
+        if g0 > 0 and g1 == g0:
+            # nothing new was compiled for a new static shape: Dynamo ran it eagerly
+            raise RuntimeError("torch.compile compiled no graph for this shape (fell back to eager?)")
+        try:  # the formula against PyTorch's backward, same inputs
+            dx_e, dw_e = eager(*eager_sets[0])
+            ex, ew = rel_err(dx_c, dx_e), rel_err(dw_c, dw_e)
+            if not (ex < 0.03 and ew < 0.03):
+                log(f"  {label}: WARNING: compiled formula differs from autograd: "
+                    f"dx {ex:.3g}, dw {ew:.3g} (relative to max |value|)")
+            del dx_e, dw_e
+        except Exception as e:
+            log(f"  {label}: check against autograd skipped: {e!r}")
+        del dx_c, dw_c
+        c_us = time_calls(compiled, comp_sets, reps, sleep, label + " compile")
+        log(f"  {label}: compiled in {compile_s:.1f} s (graphs {g0} -> {g1})")
+    except Exception as e:
+        c_us = 0.0
+        msg = "".join(traceback.format_exception_only(type(e), e)).strip()
+        log(f"  {label}: torch.compile failed, compile_us = 0: {msg[:2000]}")
+    del eager_sets, comp_sets, w
+    return e_us, c_us
 
 
 def main():
-    out = sys.argv[1]
-    quick = "--quick" in sys.argv
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out", help="CSV to write")
+    ap.add_argument("--quick", action="store_true", help="the subset bench_kernel --quick runs")
+    ap.add_argument("--mode", default=os.environ.get("KERNEL_TORCH_MODE", "default"),
+                    choices=["default", "max-autotune-no-cudagraphs"],
+                    help="torch.compile mode (default: $KERNEL_TORCH_MODE, else default); modes "
+                         "with CUDA graphs are not offered: they copy the rotated inputs into "
+                         "static buffers")
+    ap.add_argument("--reps", type=int, default=60, help="timed calls per shape and variant")
+    ap.add_argument("--shape", action="append", default=[], metavar="M,N,W",
+                    help="only this shape, e.g. 65536,4096,bf16 (repeatable)")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        log("kernel_torch.py: no CUDA device")
+        return 1
     dev = torch.device("cuda")
-    ms = [4096, 8192, 16384, 32768, 65536]
-    ns = [256, 512, 1024, 2048, 4096, 8192]
+    torch.manual_seed(0)
+    raise_recompile_limits()
+    compiled = torch.compile(bwd_formula, dynamic=False,
+                             mode=None if args.mode == "default" else args.mode)
+    shapes = [(m, n, wname, wdt)
+              for wname, wdt in WDTYPES
+              for i, m in enumerate(MS)
+              for j, n in enumerate(NS)
+              if not (args.quick and (i % 2 or j % 2))]
+    if args.shape:
+        want = {tuple(x.strip() for x in s.split(",")) for s in args.shape}
+        shapes = [s for s in shapes if (str(s[0]), str(s[1]), s[2]) in want]
+    shapes.sort(key=lambda s: (-s[0] * s[1], -s[1], s[2]))  # largest first
+    log(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}; compile mode {args.mode}, "
+        f"static shapes; {len(shapes)} shapes, {args.reps} calls each")
+    sleep = Sleeper()
     t0 = time.time()
-    f = open(out, "w")  # written row by row: a cut-short run still leaves its rows
-    f.write("m,n,w,eager_us,compile_us\n")
-    for wname, wdt in (("f32", torch.float32), ("bf16", torch.bfloat16)):
-        for i, m in enumerate(ms):
-            for j, n in enumerate(ns):
-                if quick and (i % 2 or j % 2):
-                    continue
-                setb = 3 * m * n * 2
-                nsets = max(2, min(64, math.ceil(240e6 / setb)))
-                w = (1.0 + 0.3 * torch.randn(n, device=dev)).to(wdt)
-                eager_sets, comp_sets = [], []
-                for s in range(nsets):
-                    x = torch.randn(m, n, device=dev, dtype=torch.bfloat16)
-                    dy = torch.randn(m, n, device=dev, dtype=torch.bfloat16)
-                    xr = x.detach().requires_grad_(True)
-                    wr = w.detach().requires_grad_(True)
-                    y = F.rms_norm(xr, (n,), wr, EPS)
-                    eager_sets.append((y, xr, wr, dy))
-                    rstd = torch.rsqrt(x.float().pow(2).mean(dim=1) + EPS)
-                    torch._dynamo.mark_dynamic(x, 0)
-                    torch._dynamo.mark_dynamic(dy, 0)
-                    torch._dynamo.mark_dynamic(rstd, 0)
-                    comp_sets.append((x, dy, w, rstd))
+    done = 0
+    with open(args.out, "w") as f:  # written row by row: a cut-short run still leaves its rows
+        f.write("m,n,w,eager_us,compile_us\n")
+        f.flush()
+        for m, n, wname, wdt in shapes:
+            try:
+                e_us, c_us = bench_shape(m, n, wname, wdt, compiled, args.reps, sleep, dev)
+            except Exception as e:  # e.g. out of memory making the inputs
+                log(f"  {m}x{n} w={wname}: failed: {e!r}")
+                e_us = c_us = 0.0
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            f.write(f"{m},{n},{wname},{e_us:.3f},{c_us:.3f}\n")
+            f.flush()
+            done += 1
+            nbytes = 6 * m * n + 4 * m + 2 * n * (4 if wname == "f32" else 2)  # as bench_kernel
 
-                def eager(y, xr, wr, dy):
-                    return torch.autograd.grad(y, (xr, wr), dy, retain_graph=True)
+            def tbps(us):
+                return nbytes / (us * 1e-6) / 1e12 if us > 0 else 0.0
 
-                reps = 40
-                e_us = time_calls(eager, eager_sets, reps)
-                c_us = time_calls(compiled, comp_sets, reps)
-                f.write(f"{m},{n},{wname},{e_us:.3f},{c_us:.3f}\n")
-                f.flush()
-                print(f"torch {m:6d} x {n:5d} w={wname:4s}: eager {e_us:9.2f} us, "
-                      f"compile {c_us:9.2f} us  ({time.time() - t0:.0f} s)", flush=True)
-                del eager_sets, comp_sets
-                torch.cuda.empty_cache()
-    f.close()
+            log(f"torch {m:6d} x {n:5d} w={wname:4s}: eager {e_us:9.2f} us, compile {c_us:9.2f} us"
+                f" ({tbps(e_us):.2f} / {tbps(c_us):.2f} TB/s)"
+                f"  [{done}/{len(shapes)}, {time.time() - t0:.0f} s]")
+    log(f"kernel_torch.py: {done} shapes in {time.time() - t0:.0f} s -> {args.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
