@@ -8,7 +8,25 @@
  *     (bf16 x, dy, dx, w; fp32 dw; rstd given), through the daemon and with
  *     the kernel linked into the client process (rnk_cuda_bwd on the same
  *     stream), in the same process, alternating;
- *  2. host time per stream-ordered call (rn_rmsnorm_bwd), p50 and p99;
+ *  2. host time per stream-ordered call (rn_rmsnorm_bwd, CLOCK_MONOTONIC
+ *     around the call only), p50 and p99, twice:
+ *     - free-running (host_p50_us, host_p99_us): in the steady-state loop of
+ *       1, the host issuing as fast as it can.  Where the GPU is the
+ *       bottleneck the client gets ahead, the daemon's queue and event
+ *       rings fill, and the call waits for the GPU (back-pressure): this
+ *       number then tracks the GPU time per iteration, not the call's cost;
+ *     - paced (paced_host_p50_us, paced_host_p99_us): the same iteration,
+ *       but before each call the host spins (cudaEventQuery, so no
+ *       blocking-sync wake-up is added) until an event recorded after the
+ *       previous consumer has fired, so the GPU is idle and nothing of
+ *       this client is queued in the daemon when the call starts (the
+ *       daemon's completion thread may still be handing over the previous
+ *       request): the call's own cost (record the ready event, request, the
+ *       daemon's submit, reply, stream wait) when the GPU is not the
+ *       bottleneck;
+ *     and, as the floor of one request/reply over nanomsg, the round trip
+ *     of a bare PING (rn_ping) on the same connection, back to back with
+ *     the GPU idle (ping_p50_us, ping_p99_us);
  *  3. the GPU-side gap per hop: the consumer's stamp minus the producer's
  *     stamp, through the daemon minus in-process, halved (two hops: producer
  *     -> daemon kernel, daemon kernel -> consumer).  A 300 us spin before each
@@ -16,6 +34,11 @@
  *     waits, not the host's round trip.  The daemon's kernel is not stamped
  *     itself: its time is taken to be the in-process kernel's;
  *  4. throughput with K = 1, 2, 4, 8 client processes at once.
+ *
+ * The paced loop and the pings (--iters of each per shape, after 10 and 20
+ * warm-up ones) cost about iters x (GPU iteration + call) + iters x PING:
+ * roughly 0.5 s for the three shapes at 1000 iterations with MPS, 2-3 s
+ * without (each hop a context switch); a third of that at 300.
  *
  * Run it twice for "with and without MPS": once plainly, once with
  * CUDA_MPS_PIPE_DIRECTORY naming a running MPS server (--label says which).
@@ -199,9 +222,60 @@ static double loop(work *w, bool inproc, int iters, uint64_t spin_ns, uint64_t *
     CK(cudaMemcpy(hstamps, stamps, sizeof *stamps * 2 * (size_t)iters, cudaMemcpyDeviceToHost));
     for (int i = 0; i < iters; i++)
         gaps[i] = hstamps[2 * i + 1] - hstamps[2 * i];
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
     return (double)ms * 1000.0 / iters;
+}
+
+/* Spin until e has fired: cudaEventQuery, so no blocking-sync wake-up. */
+static void spin_event(cudaEvent_t e)
+{
+    cudaError_t r;
+    while ((r = cudaEventQuery(e)) == cudaErrorNotReady)
+        ;
+    CK(r);
+}
+
+/*
+ * iters iterations of stamp -> bwd -> stamp through the daemon, each one
+ * issued only once the GPU has finished the previous one (an event recorded
+ * after the previous consumer), after 10 such warm-up iterations; host[i] =
+ * host time of the call itself.
+ */
+static void loop_paced(work *w, int iters, uint64_t *host)
+{
+    cudaEvent_t done;
+
+    CK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CK(cudaStreamSynchronize(st));
+    CK(cudaEventRecord(done, st));
+    for (int i = -10; i < iters; i++) {
+        uint64_t *sp = stamps + 2 * (i < 0 ? 0 : i);
+        spin_event(done);
+        CK(rne_stamp(&kern, sp, st));
+        one_call(w, false, i < 0 ? NULL : host + i);
+        CK(rne_stamp(&kern, sp + 1, st));
+        CK(cudaEventRecord(done, st));
+    }
+    spin_event(done);
+    CK(cudaEventDestroy(done));
+}
+
+/* iters back-to-back PINGs on cli after 20 warm-up ones; rtt[i] = host time
+ * of one rn_ping (the whole call). */
+static void loop_ping(int iters, uint64_t *rtt)
+{
+    for (int i = -20; i < iters; i++) {
+        uint64_t t0 = now_ns();
+        int rc = rn_ping(cli, NULL);
+        uint64_t dt = now_ns() - t0;
+        if (rc) {
+            fprintf(stderr, "rn_ping: %s: %s\n", rn_err_name(rc), rn_last_error(cli));
+            exit(1);
+        }
+        if (i >= 0)
+            rtt[i] = dt;
+    }
 }
 
 static void client_init(const char *endpoint, int iters)
@@ -229,6 +303,7 @@ static int client_single(const char *endpoint, int iters)
     static const int64_t shapes[][2] = {{4096, 256}, {16384, 1024}, {32768, 4096}};
     uint64_t *gaps = calloc((size_t)iters, sizeof *gaps), *host = calloc((size_t)iters, sizeof *host);
     uint64_t *gaps2 = calloc((size_t)iters, sizeof *gaps2);
+    uint64_t *paced = calloc((size_t)iters, sizeof *paced), *rtt = calloc((size_t)iters, sizeof *rtt);
     struct rn_server_info si;
 
     client_init(endpoint, iters);
@@ -244,18 +319,25 @@ static int client_single(const char *endpoint, int iters)
             d_it[r] = loop(&w, false, iters, 0, gaps2, host);
         }
         double hp50 = pct(host, iters, 0.5) / 1e3, hp99 = pct(host, iters, 0.99) / 1e3;
+        /* The call's own cost: paced, the GPU idle at each call; then the
+         * floor, a bare request/reply on the same connection. */
+        loop_paced(&w, iters, paced);
+        double pp50 = pct(paced, iters, 0.5) / 1e3, pp99 = pct(paced, iters, 0.99) / 1e3;
+        loop_ping(iters, rtt);
+        double rp50 = pct(rtt, iters, 0.5) / 1e3, rp99 = pct(rtt, iters, 0.99) / 1e3;
         /* GPU-side gaps with the host ahead of the GPU. */
         loop(&w, true, iters, 300000, gaps, NULL);
         loop(&w, false, iters, 300000, gaps2, NULL);
         double gin = pct(gaps, iters, 0.5) / 1e3, gd = pct(gaps2, iters, 0.5) / 1e3;
         double gd99 = pct(gaps2, iters, 0.99) / 1e3;
         printf("shape m=%lld n=%lld inproc_us=%.2f,%.2f daemon_us=%.2f,%.2f ratio=%.3f "
-               "host_p50_us=%.1f host_p99_us=%.1f span_inproc_p50_us=%.2f span_daemon_p50_us=%.2f "
+               "host_p50_us=%.1f host_p99_us=%.1f paced_host_p50_us=%.1f paced_host_p99_us=%.1f "
+               "ping_p50_us=%.1f ping_p99_us=%.1f span_inproc_p50_us=%.2f span_daemon_p50_us=%.2f "
                "span_daemon_p99_us=%.2f hop_p50_us=%.2f\n",
                (long long)shapes[s][0], (long long)shapes[s][1], in_it[0], in_it[1], d_it[0],
                d_it[1], (d_it[0] < d_it[1] ? d_it[0] : d_it[1]) /
                             (in_it[0] < in_it[1] ? in_it[0] : in_it[1]),
-               hp50, hp99, gin, gd, gd99, (gd - gin) / 2);
+               hp50, hp99, pp50, pp99, rp50, rp99, gin, gd, gd99, (gd - gin) / 2);
         /* The daemon's side: receipt to the recorded done event. */
         rn_stats_info si2;
         if (rn_stats(cli, &si2) == 0)
@@ -439,17 +521,27 @@ int main(int argc, char **argv)
         return 1;
     if (outp && !(out = fopen(outp, "a")))
         perror(outp);
-    printf("== %s: steady state, host time per call, GPU gaps (%d iterations) ==\n", label, iters);
+    printf("== %s: steady state, host time per call (free-running, paced), PING round trip, "
+           "GPU gaps (%d iterations) ==\n", label, iters);
+    if (out)
+        fprintf(out, "<!-- %s: columns: label | shape | in-process us/iter | daemon us/iter | ratio "
+                     "| host p50 us | host p99 us | paced host p50 us | paced host p99 us "
+                     "| ping p50 us | ping p99 us | extra span p50 us | gap per hop p50 us -->\n",
+                label);
     {
         child c;
         spawn(&c, "single", endpoint, iters);
         while (fgets(line, sizeof line, c.out)) {
             fputs(line, stdout);
             if (out && strncmp(line, "shape", 5) == 0)
-                fprintf(out, "| %s | %.0fx%.0f | %.1f | %.1f | %.3f | %.1f | %.1f | %.2f | %.2f |\n",
+                fprintf(out, "| %s | %.0fx%.0f | %.1f | %.1f | %.3f | %.1f | %.1f | %.1f | %.1f "
+                             "| %.1f | %.1f | %.2f | %.2f |\n",
                         label, field(line, "m"), field(line, "n"), field(line, "inproc_us"),
                         field(line, "daemon_us"), field(line, "ratio"), field(line, "host_p50_us"),
-                        field(line, "host_p99_us"), field(line, "span_daemon_p50_us") - field(line, "span_inproc_p50_us"),
+                        field(line, "host_p99_us"), field(line, "paced_host_p50_us"),
+                        field(line, "paced_host_p99_us"), field(line, "ping_p50_us"),
+                        field(line, "ping_p99_us"),
+                        field(line, "span_daemon_p50_us") - field(line, "span_inproc_p50_us"),
                         field(line, "hop_p50_us"));
             else if (out && strncmp(line, "info", 4) == 0)
                 fprintf(out, "<!-- %s: %s -->\n", label, line);
