@@ -97,6 +97,9 @@ typedef struct rnd_backend_ops {
     void (*info)(rnd_backend *be, rnd_device_info *out);
     int (*session_open)(rnd_backend *be, void **bsess, rnp_error *err);
     void (*session_close)(rnd_backend *be, void *bsess);     /* NULL is fine */
+    /* The session's client is gone or said BYE; requests may still be in
+     * flight (session_close follows once they are done).  NULL is fine. */
+    void (*session_ending)(rnd_backend *be, void *bsess);
     /* Map a region; the error names the register.* field at fault. */
     int (*region_open)(rnd_backend *be, void *bsess, const rnp_register_req *req,
                        rnd_mapping *out, rnp_error *err);

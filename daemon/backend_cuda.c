@@ -12,11 +12,14 @@
  * work.  Past that, sessions share streams: still correct, but a client that
  * is slow to produce its inputs then delays the others on its stream.
  *
- * One request: wait on the client's ready event, launch, record a done
- * event of the session's ring, record a completion event.  Async mode is
- * answered right after the records (the client waits on the done event on
- * its own stream), so the reply never waits for the GPU; sync mode is
- * answered at completion, with the kernel time from a pair of timing events.
+ * One request: wait on the client's ready event, record a start event,
+ * launch, record a done event of the session's ring, record a completion
+ * event.  Async mode is answered right after the records (the client waits
+ * on the done event on its own stream), so the reply never waits for the
+ * GPU; sync mode is answered at completion, with the kernel time from a pair
+ * of timing events.  Start and completion events come from pools of
+ * timing-disabled events, reused, so a request creates none once the pools
+ * have grown to the number of requests in flight.
  *
  * Completion: one thread per stream waits (cudaEventSynchronize, blocking
  * sync) on the completion events of its stream in order, queues each
@@ -32,12 +35,32 @@
  * submitted before the close has completed; a session's events are likewise
  * freed only after its last kernel.
  *
- * Failures: a sticky CUDA error (the context is unusable), or a request that
- * has been on the GPU longer than the deadline (RMSNORMD_KERNEL_DEADLINE_MS,
- * default 60 s, counted from submission, so inputs that never become ready
- * count too), marks the backend failed: every request still waiting for the
- * GPU is answered RN_DEVICE_FAILING, HEALTH reports failing, and the
- * server's fatal hook drains and exits with status 2 for systemd to restart.
+ * The deadline (RMSNORMD_KERNEL_DEADLINE_MS, default 60 s) is a kernel's:
+ * a timer on the loop (every RND_CUDA_WATCH_MS, or a quarter of the deadline
+ * when that is shorter) polls, with cudaEventQuery only, the start event of
+ * every request that has not started yet, and takes the host time at which
+ * it first sees the event complete as the request's start.  The start event
+ * completes once the client's inputs are ready and the work queued before on
+ * the stream has ended, so from then on the stream runs our kernel (or waits
+ * for SMs that other work holds).  A request that has started longer than
+ * the deadline ago marks the backend failed (below).  A request whose inputs
+ * are still not ready a deadline after its submission only logs a warning,
+ * once, naming its session and stream, and goes on waiting: a slow or
+ * stalled client holds up its own stream (and sessions sharing it), never
+ * the daemon.  Unless its session has ended (the client died or said BYE):
+ * then the ready event may never come and the stream would stay blocked for
+ * the sessions that share it later, so that marks the backend failed.
+ *
+ * Failures: a sticky CUDA error (the context is unusable), or a kernel
+ * running past the deadline, marks the backend failed: every request still
+ * waiting for the GPU is answered RN_DEVICE_FAILING, HEALTH reports failing,
+ * and the server's fatal hook drains and exits with status 2 for systemd to
+ * restart.
+ *
+ * Debugging: RMSNORMD_DEBUG_FORCE_GRID=N (read at init) makes every launch
+ * use N CTAs (rnk_cuda_force_grid): same results, bit for bit, but with a
+ * small N a large request runs for long, which the GPU tests use to reach
+ * the deadline.
  */
 #include "backend.h"
 
@@ -56,9 +79,10 @@
 
 /* Streams in the pool (and so sessions that each get a stream of their own). */
 #define RND_CUDA_STREAMS 16
-/* A request on the GPU longer than this marks the device failing. */
+/* A kernel running longer than this marks the device failing. */
 #define RND_CUDA_DEADLINE_MS 60000
-/* How often the loop looks for sticky errors and overdue requests. */
+/* How often the loop looks for sticky errors, started requests and overdue
+ * kernels (at most; a quarter of a shorter deadline, at least 1 ms). */
 #define RND_CUDA_WATCH_MS 200
 /* Workspace each stream gets at start-up; a larger request grows it
  * (stream-ordered, so kernels already queued keep the old one). */
@@ -82,11 +106,14 @@ typedef struct cmap {
 typedef struct gjob {
     rnd_job *job;                  /* sync: answered at completion; async: NULL */
     csess *cs;
-    uint64_t submit_ns;
+    uint64_t submit_ns;            /* handed to the stream */
+    uint64_t start_ns;             /* the watch first saw started complete; 0: not yet */
+    bool unready_warned;           /* "inputs not ready" logged (once per request) */
+    cudaEvent_t started;           /* recorded after the wait on the ready event */
     cudaEvent_t t0, t1;            /* sync mode: kernel timing; else NULL */
     cudaEvent_t fin;               /* completion, waited on by the stream's thread */
     cudaError_t err;               /* what the wait returned */
-    struct gjob *prev, *next;      /* outstanding list (loop thread) */
+    struct gjob *prev, *next;      /* outstanding list, oldest first (loop thread) */
     struct gjob *fnext;            /* the stream's FIFO (under mu) */
     struct gjob *qnext;            /* completion queue (under mu) */
 } gjob;
@@ -106,6 +133,7 @@ struct cstream {
 
 struct csess {
     cuda_backend *b;
+    uint32_t id;                   /* for the log: "session #id" */
     int stream;                    /* index into the pool */
     uint32_t nev;                  /* events exchanged (ready and done rings) */
     cudaEvent_t ready[RNP_MAX_EVENTS];
@@ -114,6 +142,7 @@ struct csess {
     uint64_t submitted, completed; /* requests handed to / finished on the GPU */
     cmap *closes;                  /* mappings waiting for their last kernel */
     bool closed;                   /* the server is done with it */
+    bool ending;                   /* its client is gone or said BYE */
     csess *prev, *next;            /* all sessions, for fini */
 };
 
@@ -121,6 +150,13 @@ typedef struct tpair {
     cudaEvent_t t0, t1;
     struct tpair *next;
 } tpair;
+
+/* Free events of one kind, reused from request to request. */
+typedef struct evpool {
+    cudaEvent_t *v;
+    size_t n, cap;
+    unsigned flags;                /* for cudaEventCreateWithFlags */
+} evpool;
 
 typedef CUresult (*pfn_get_range)(CUdeviceptr *base, size_t *size, CUdeviceptr p);
 
@@ -150,13 +186,15 @@ struct cuda_backend {
                                     * threads must not touch the loop any more */
 
     rnd_job *answers, *answers_tail;  /* async jobs to answer (loop thread) */
-    gjob *outstanding;             /* on the GPU (loop thread) */
+    gjob *outstanding, *outstanding_tail;  /* on the GPU, oldest first (loop thread) */
     uint32_t noutstanding, max_jobs;
     tpair *tfree;                  /* timing event pairs */
-    cudaEvent_t *fins;             /* completion events, free */
-    size_t nfins, capfins;
+    evpool fins;                   /* completion events (blocking sync) */
+    evpool starts;                 /* start events */
     csess *sessions;
-    uint64_t deadline_ns;
+    uint32_t next_sess_id;
+    uint64_t deadline_ns;          /* a kernel's, from its start */
+    uint64_t watch_ms;
 
     bool failed, fatal_pending;
     char fail_msg[RNP_REASON_LEN];
@@ -477,23 +515,43 @@ static void tpair_put(cuda_backend *b, gjob *g)
     g->t0 = g->t1 = NULL;
 }
 
-static void fin_put(cuda_backend *b, gjob *g)
+/* An event from the pool, or a new one. */
+static cudaError_t pool_get(evpool *p, cudaEvent_t *out)
 {
-    if (!g->fin)
+    if (p->n) {
+        *out = p->v[--p->n];
+        return cudaSuccess;
+    }
+    return cudaEventCreateWithFlags(out, p->flags);
+}
+
+/* Back to the pool (destroyed if the pool cannot grow); *ev becomes NULL. */
+static void pool_put(evpool *p, cudaEvent_t *ev)
+{
+    if (!*ev)
         return;
-    if (b->nfins == b->capfins) {
-        size_t cap = b->capfins ? b->capfins * 2 : 64;
-        cudaEvent_t *n = realloc(b->fins, cap * sizeof *n);
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 64;
+        cudaEvent_t *n = realloc(p->v, cap * sizeof *n);
         if (!n) {
-            cudaEventDestroy(g->fin);
-            g->fin = NULL;
+            cudaEventDestroy(*ev);
+            *ev = NULL;
             return;
         }
-        b->fins = n;
-        b->capfins = cap;
+        p->v = n;
+        p->cap = cap;
     }
-    b->fins[b->nfins++] = g->fin;
-    g->fin = NULL;
+    p->v[p->n++] = *ev;
+    *ev = NULL;
+}
+
+static void pool_free(evpool *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        cudaEventDestroy(p->v[i]);
+    free(p->v);
+    p->v = NULL;
+    p->n = p->cap = 0;
 }
 
 static void outstanding_unlink(cuda_backend *b, gjob *g)
@@ -504,6 +562,9 @@ static void outstanding_unlink(cuda_backend *b, gjob *g)
         b->outstanding = g->next;
     if (g->next)
         g->next->prev = g->prev;
+    else
+        b->outstanding_tail = g->prev;
+    g->prev = g->next = NULL;
     b->noutstanding--;
 }
 
@@ -515,6 +576,10 @@ static void complete(cuda_backend *b, gjob *g)
 
     outstanding_unlink(b, g);
     cs->completed++;
+    if (g->unready_warned && g->err == cudaSuccess)
+        rnd_info("cuda session #%u (stream %d): the request whose inputs were late completed "
+                 "%" PRIu64 " ms after its submission", cs->id, cs->stream,
+                 (rnd_now_ns() - g->submit_ns) / 1000000);
     if (g->err != cudaSuccess) {
         mark_failed(b, "waiting for a kernel: %s", cudaGetErrorString(g->err));
         if (job) {
@@ -541,7 +606,8 @@ static void complete(cuda_backend *b, gjob *g)
         job->done(job);
     }
     tpair_put(b, g);
-    fin_put(b, g);
+    pool_put(&b->starts, &g->started);
+    pool_put(&b->fins, &g->fin);
     free(g);
     sess_settle(cs);
 }
@@ -610,10 +676,52 @@ static void on_check(uv_check_t *h)
     run_fatal(b);
 }
 
+/*
+ * A request not started a deadline after its submission: say so, once, and
+ * keep waiting.  head is the oldest request of its stream that has not
+ * started (g itself, or one before g); running: a request before head on
+ * the stream has started and not completed yet, so the stream waits for that
+ * kernel (which the deadline covers), not for inputs.
+ */
+static void warn_unready(cuda_backend *b, gjob *g, const gjob *head, bool running, uint64_t now)
+{
+    csess *cs = g->cs;
+
+    if (head == g) {
+        if (running)
+            return;
+        rnd_warn("cuda session #%u (stream %d): inputs not ready after %" PRIu64 " ms; "
+                 "waiting (the client's stream has not reached its ready event; the %"
+                 PRIu64 " ms kernel deadline counts from when it does)",
+                 cs->id, cs->stream, (now - g->submit_ns) / 1000000,
+                 b->deadline_ns / 1000000);
+    } else {
+        /* Queued behind another request on the same stream.  Behind the
+         * session's own request (warned about already) or behind a running
+         * kernel there is nothing new to say; behind another session's
+         * unready inputs (more sessions than streams) there is. */
+        if (head->cs == cs || !head->unready_warned)
+            return;
+        rnd_warn("cuda session #%u (stream %d): a request has waited %" PRIu64
+                 " ms behind one of session #%u, whose inputs are not ready (the two share "
+                 "the stream: more than %d sessions); waiting",
+                 cs->id, cs->stream, (now - g->submit_ns) / 1000000, head->cs->id, b->nstreams);
+    }
+    g->unready_warned = true;
+}
+
+/*
+ * The watch: sticky errors, the start of each request, overdue kernels, and
+ * inputs that take long to become ready.  Non-blocking: queries only.
+ */
 static void on_watch(uv_timer_t *t)
 {
     cuda_backend *b = t->data;
     uint64_t now = rnd_now_ns();
+    /* Per stream, in this pass: its oldest request not started yet, and
+     * whether a request before that one has started (its kernel runs). */
+    const gjob *head[RND_CUDA_STREAMS] = {NULL};
+    bool running[RND_CUDA_STREAMS] = {false};
 
     if (b->failed || !b->outstanding)
         return;
@@ -625,11 +733,42 @@ static void on_watch(uv_timer_t *t)
         mark_failed(b, "stream %d: %s", i, cudaGetErrorString(e));
         break;
     }
+    /* Oldest first, which is each stream's order: once a request of a
+     * stream has not started, none after it on that stream has. */
     for (gjob *g = b->outstanding; g && !b->failed; g = g->next) {
-        if (now - g->submit_ns > b->deadline_ns)
-            mark_failed(b, "a request has been on the GPU for %" PRIu64 " ms, past the %" PRIu64
-                        " ms deadline (its inputs never became ready, or the GPU hangs)",
-                        (now - g->submit_ns) / 1000000, b->deadline_ns / 1000000);
+        int si = g->cs->stream;
+        if (!g->start_ns && !head[si]) {
+            cudaError_t e = cudaEventQuery(g->started);
+            if (e == cudaSuccess) {
+                g->start_ns = now;
+            } else if (e == cudaErrorNotReady) {
+                head[si] = g;
+            } else {
+                (void)cudaGetLastError();
+                mark_failed(b, "stream %d: the start event of a request: %s", si,
+                            cudaGetErrorString(e));
+                break;
+            }
+        }
+        if (g->start_ns) {
+            running[si] = true;
+            if (now - g->start_ns > b->deadline_ns)
+                mark_failed(b, "kernel deadline: a kernel of session #%u (stream %d) has run %"
+                            PRIu64 " ms, past %" PRIu64 " ms (a hung or far too slow GPU)",
+                            g->cs->id, si, (now - g->start_ns) / 1000000,
+                            b->deadline_ns / 1000000);
+        } else if (now - g->submit_ns > b->deadline_ns) {
+            if ((g->cs->ending || g->cs->closed) && head[si] == g && !running[si])
+                /* Its client is gone (or said BYE) and the ready event has
+                 * not come: a dead process's event may never come, and the
+                 * stream, which later sessions share, would stay blocked. */
+                mark_failed(b, "cuda session #%u (stream %d): its client is gone and the "
+                            "inputs of its request were still not ready after %" PRIu64
+                            " ms: the stream is blocked for good", g->cs->id, si,
+                            (now - g->submit_ns) / 1000000);
+            else if (!g->unready_warned)
+                warn_unready(b, g, head[si], running[si], now);
+        }
     }
     run_fatal(b);
 }
@@ -700,9 +839,18 @@ static int cuda_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *er
     b->fatal = o->fatal;
     b->fatal_ctx = o->fatal_ctx;
     b->max_jobs = o->max_jobs ? o->max_jobs : 1024;
+    b->fins.flags = cudaEventDisableTiming | cudaEventBlockingSync;
+    b->starts.flags = cudaEventDisableTiming;
     b->deadline_ns = (uint64_t)RND_CUDA_DEADLINE_MS * 1000000u;
     if ((env = getenv("RMSNORMD_KERNEL_DEADLINE_MS")) && atol(env) > 0)
         b->deadline_ns = (uint64_t)atol(env) * 1000000u;
+    /* A start is seen at most one period late: a short deadline (the
+     * tests') gets a shorter period. */
+    b->watch_ms = b->deadline_ns / 4000000u;
+    if (b->watch_ms > RND_CUDA_WATCH_MS)
+        b->watch_ms = RND_CUDA_WATCH_MS;
+    if (b->watch_ms < 1)
+        b->watch_ms = 1;
     pthread_mutex_init(&b->mu, NULL);
 
     if ((rc = pick_device(b, o->device, err)) != 0)
@@ -727,6 +875,21 @@ static int cuda_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *er
     if (rnk_cuda_init(b->dev, &b->kdev, kmsg, sizeof kmsg) != RNK_OK) {
         rc = rnp_fail(err, RN_CUDA, "kernel init: %s", kmsg);
         goto fail;
+    }
+    if ((env = getenv("RMSNORMD_DEBUG_FORCE_GRID")) && *env) {
+        char *end;
+        long ctas;
+        errno = 0;
+        ctas = strtol(env, &end, 10);
+        if (errno || *end || ctas < 1 || ctas > INT32_MAX) {
+            rnd_warn("RMSNORMD_DEBUG_FORCE_GRID='%.40s' is not a positive number of CTAs: "
+                     "ignored", env);
+        } else {
+            rnk_cuda_force_grid(b->kdev, (int)ctas);
+            rnd_warn("Debugging knob RMSNORMD_DEBUG_FORCE_GRID is on: every kernel launches "
+                     "%ld CTA%s, whatever the shape (same results, far slower); never use it "
+                     "in production", ctas, ctas == 1 ? "" : "s");
+        }
     }
     size_t ws0 = rnk_cuda_workspace_size(b->kdev, RND_CUDA_WS_M, RND_CUDA_WS_N);
     while (b->nstreams < RND_CUDA_STREAMS) {
@@ -771,7 +934,7 @@ static int cuda_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *er
     uv_timer_init(o->loop, &b->watch);
     b->watch.data = b;
     b->handles++;
-    uv_timer_start(&b->watch, on_watch, RND_CUDA_WATCH_MS, RND_CUDA_WATCH_MS);
+    uv_timer_start(&b->watch, on_watch, b->watch_ms, b->watch_ms);
     uv_unref((uv_handle_t *)&b->watch);
 
     if (!b->mps)
@@ -818,10 +981,8 @@ static void cuda_fini(rnd_backend *be)
             cudaEventDestroy(t->t1);
             free(t);
         }
-        for (size_t i = 0; i < b->nfins; i++)
-            cudaEventDestroy(b->fins[i]);
-        free(b->fins);
-        b->fins = NULL;
+        pool_free(&b->fins);
+        pool_free(&b->starts);
         release_streams(b);
         rnk_cuda_fini(b->kdev);
         b->kdev = NULL;
@@ -897,14 +1058,26 @@ static int cuda_session_open(rnd_backend *be, void **bsess, rnp_error *err)
         if (b->streams[i].nsess < b->streams[best].nsess)
             best = i;
     cs->b = b;
+    cs->id = ++b->next_sess_id;
     cs->stream = best;
     b->streams[best].nsess++;
+    /* The server's "Session ... opened for" line follows: it names the
+     * client of this number. */
+    rnd_debug("cuda session #%u uses stream %d", cs->id, best);
     cs->next = b->sessions;
     if (b->sessions)
         b->sessions->prev = cs;
     b->sessions = cs;
     *bsess = cs;
     return 0;
+}
+
+static void cuda_session_ending(rnd_backend *be, void *bsess)
+{
+    csess *cs = bsess;
+    (void)be;
+    if (cs)
+        cs->ending = true;
 }
 
 static void cuda_session_close(rnd_backend *be, void *bsess)
@@ -1070,12 +1243,8 @@ static int events_get(cuda_backend *b, gjob *g, bool sync, rnp_error *err)
 {
     int rc;
 
-    if (b->nfins) {
-        g->fin = b->fins[--b->nfins];
-    } else {
-        CU(cudaEventCreateWithFlags(&g->fin, cudaEventDisableTiming | cudaEventBlockingSync),
-           "bwd: completion event", out);
-    }
+    CU(pool_get(&b->fins, &g->fin), "bwd: completion event", out);
+    CU(pool_get(&b->starts, &g->started), "bwd: start event", out);
     if (!sync)
         return 0;
     tpair *t = b->tfree;
@@ -1102,7 +1271,8 @@ static void events_put(cuda_backend *b, gjob *g)
             cudaEventDestroy(g->t0);
         g->t0 = NULL;
     }
-    fin_put(b, g);
+    pool_put(&b->starts, &g->started);
+    pool_put(&b->fins, &g->fin);
 }
 
 static int cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
@@ -1144,6 +1314,9 @@ static int cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
         goto fail_ev;
     if (job->ready_slot >= 0)
         CU(cudaStreamWaitEvent(s->st, cs->ready[job->ready_slot], 0), "bwd", fail_ev);
+    /* Complete once the inputs are ready and the stream's earlier work has
+     * ended: the watch counts the kernel deadline from then. */
+    CU(cudaEventRecord(g->started, s->st), "bwd", fail_ev);
     t_wait = rnd_now_ns();
     if (sync)
         CU(cudaEventRecord(g->t0, s->st), "bwd", fail_ev);
@@ -1166,10 +1339,12 @@ static int cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
      * counts as submitted even if what follows fails. */
     cs->submitted++;
     g->submit_ns = rnd_now_ns();
-    g->next = b->outstanding;
-    if (b->outstanding)
-        b->outstanding->prev = g;
-    b->outstanding = g;
+    g->prev = b->outstanding_tail;
+    if (b->outstanding_tail)
+        b->outstanding_tail->next = g;
+    else
+        b->outstanding = g;
+    b->outstanding_tail = g;
     b->noutstanding++;
     if (sync)
         CU(cudaEventRecord(g->t1, s->st), "bwd", fail_launched);
@@ -1228,6 +1403,7 @@ const rnd_backend_ops rnd_backend_cuda_ops = {
     .info = cuda_info,
     .session_open = cuda_session_open,
     .session_close = cuda_session_close,
+    .session_ending = cuda_session_ending,
     .region_open = cuda_region_open,
     .region_close = cuda_region_close,
     .events = cuda_events,

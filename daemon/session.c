@@ -244,6 +244,8 @@ void rnd_session_end(rnd_session *s, const char *why)
     session_hex(s, hx);
     rnd_info("Session %s of '%s' (pid %u) ends: %s%s", hx, s->name, (unsigned)s->pid, why,
              s->inflight ? "; releasing after its in-flight requests" : "");
+    if (s->srv->be->ops->session_ending)
+        s->srv->be->ops->session_ending(s->srv->be, s->bsess);
     /* Unlinking closes every region no request uses; the rest close as their
      * last request completes. */
     while (s->nregions)

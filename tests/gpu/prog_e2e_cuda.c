@@ -13,7 +13,15 @@
  *   prog_e2e_cuda ENDPOINT realloc           free + allocate at the same address
  *   prog_e2e_cuda ENDPOINT errors            each bad argument gets its error
  *   prog_e2e_cuda ENDPOINT stall MS          inputs that become ready only
- *                                            after MS ms (the daemon's deadline)
+ *                                            after MS ms: still a correct result
+ *                                            ("stalling" just before the call)
+ *   prog_e2e_cuda ENDPOINT slow M N          one sync call of M x N bf16 that
+ *                                            must be answered DEVICE_FAILING
+ *                                            (a daemon with a short kernel
+ *                                            deadline and a forced grid)
+ *   prog_e2e_cuda ENDPOINT wait MODE ...     set up (CUDA, connection), print
+ *                                            "waiting", read a line from stdin,
+ *                                            then run MODE
  *
  * Prints "ok ..." / "FAIL ..." lines on stdout and exits 0 when all passed.
  */
@@ -549,11 +557,19 @@ static int run_errors(void)
 
 /* ---- stall: the ready event comes late ---------------------------------------------------------- */
 
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
 static int run_stall(unsigned ms)
 {
     rn_bwd_args a;
     char *arena;
     rn_timing t;
+    struct timespec t0;
 
     memset(&a, 0, sizeof a);
     a.m = 64;
@@ -566,20 +582,70 @@ static int run_stall(unsigned ms)
     fill_inputs(&a, 9);
     /* A first call exchanges events and registers the memory, so that the
      * stalled call below is nothing but the wait. */
+    poison_outputs(&a);
     int rc = rn_rmsnorm_bwd_sync(cli, &a, st, &t);
     if (rc != 0) {
         printf("FAIL stall warm-up: %s: %s\n", rn_err_name(rc), rn_last_error(cli));
         return 1;
     }
+    if (!verify(&a, "stall warm-up"))
+        return 1;
+    /* The producer of the stalled call's inputs runs only after MS ms of
+     * spinning: a daemon that did not wait for it would compute on the
+     * warm-up's inputs, and the check below would fail. */
+    poison_outputs(&a);
     CK(rne_spin(&kern, (uint64_t)ms * 1000000u, st));
-    struct timespec t0, t1;
+    fill_inputs(&a, 10);
+    printf("stalling\n");
     clock_gettime(CLOCK_MONOTONIC, &t0);
     rc = rn_rmsnorm_bwd_sync(cli, &a, st, &t);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    printf("stall: %s after %.1f ms: %s\n", rn_err_name(rc),
-           (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
+    printf("stall: %s after %.1f ms%s%s\n", rn_err_name(rc), ms_since(&t0), rc ? ": " : "",
            rc ? rn_last_error(cli) : "");
-    return rc == RN_DEVICE_FAILING ? 0 : 1;
+    if (rc != 0) {
+        printf("FAIL stall: %s: %s\n", rn_err_name(rc), rn_last_error(cli));
+        return 1;
+    }
+    if (!verify(&a, "stall"))
+        return 1;
+    CK(cudaStreamSynchronize(st));
+    CK(cudaFree(arena));
+    printf("ok stall: a correct result after inputs that were %u ms late\n", ms);
+    return 0;
+}
+
+/* ---- slow: one kernel far past a short deadline ------------------------------------------------- */
+
+static int run_slow(int64_t m, int64_t n)
+{
+    rn_bwd_args a;
+    char *arena;
+    rn_timing t;
+    struct timespec t0;
+
+    memset(&a, 0, sizeof a);
+    a.m = m;
+    a.n = n;
+    a.x_dtype = a.dy_dtype = a.dx_dtype = a.w_dtype = RN_DTYPE_BF16;
+    a.dw_dtype = RN_DTYPE_F32;
+    a.eps = 1e-6f;
+    a.x_stride = a.dy_stride = a.dx_stride = a.n;
+    CK(cudaMalloc((void **)&arena, layout(&a, NULL, false)));
+    layout(&a, arena, false);
+    fill_inputs(&a, 11);
+    /* Inputs ready before the call: the daemon's deadline is the kernel's. */
+    CK(cudaStreamSynchronize(st));
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = rn_rmsnorm_bwd_sync(cli, &a, st, &t);
+    printf("slow %lldx%lld: %s after %.1f ms%s%s\n", (long long)m, (long long)n, rn_err_name(rc),
+           ms_since(&t0), rc ? ": " : "", rc ? rn_last_error(cli) : "");
+    if (rc != RN_DEVICE_FAILING) {
+        printf("FAIL slow: got %s, want DEVICE_FAILING\n", rn_err_name(rc));
+        return 1;
+    }
+    /* The daemon's kernel may still read the memory: the daemon exits, and
+     * the allocation goes with this process. */
+    printf("ok slow: DEVICE_FAILING\n");
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -588,8 +654,8 @@ int main(int argc, char **argv)
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) {
-        fprintf(stderr, "usage: %s ENDPOINT grid|order N SEED|flood|realloc|errors|stall MS\n",
-                argv[0]);
+        fprintf(stderr, "usage: %s ENDPOINT [wait] grid|order N SEED|flood|realloc|errors|"
+                "stall MS|slow M N\n", argv[0]);
         return 2;
     }
     endpoint = argv[1];
@@ -598,6 +664,18 @@ int main(int argc, char **argv)
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CK(rne_load(&kern));
     connect_or_die();
+    if (strcmp(argv[2], "wait") == 0 && argc >= 4) {
+        char go[64];
+        /* The context and the connection exist: what follows is the work. */
+        printf("waiting\n");
+        if (!fgets(go, sizeof go, stdin)) {
+            printf("FAIL wait: stdin closed\n");
+            rn_close(cli);
+            return 1;
+        }
+        argv++;
+        argc--;
+    }
     if (strcmp(argv[2], "grid") == 0)
         rc = run_grid();
     else if (strcmp(argv[2], "order") == 0 && argc >= 5)
@@ -610,6 +688,8 @@ int main(int argc, char **argv)
         rc = run_errors();
     else if (strcmp(argv[2], "stall") == 0 && argc >= 4)
         rc = run_stall((unsigned)atoi(argv[3]));
+    else if (strcmp(argv[2], "slow") == 0 && argc >= 5)
+        rc = run_slow(strtoll(argv[3], NULL, 10), strtoll(argv[4], NULL, 10));
     else {
         fprintf(stderr, "unknown mode %s\n", argv[2]);
         rc = 2;

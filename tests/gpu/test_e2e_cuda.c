@@ -16,7 +16,15 @@
  *    their error, and nothing else changes;
  *  - HELLO and HEALTH say whether the daemon is an MPS client (RN_EXPECT_MPS
  *    =0/1 makes the test insist), and without MPS the log warns;
- *  - inputs that never become ready within the kernel deadline mark the
+ *  - the kernel deadline (RMSNORMD_KERNEL_DEADLINE_MS) counts from the moment
+ *    a request's inputs are ready: inputs that become ready only after the
+ *    deadline give a warning in the log (once) and a correct result, the
+ *    daemon stays healthy, and another client is served meanwhile;
+ *  - a client killed while its inputs are not ready: the daemon either goes
+ *    on (mappings closed, healthy) or, if the dead client's ready event never
+ *    comes, restarts itself (exit 2); it never keeps the stream blocked;
+ *  - a kernel running past the deadline (a 5 ms deadline, and a large shape
+ *    slowed down to one CTA with RMSNORMD_DEBUG_FORCE_GRID=1) marks the
  *    daemon failing: the request is answered DEVICE_FAILING, exit status 2.
  *
  * Run it once plainly and once with an MPS server up, so that the same tests
@@ -84,6 +92,87 @@ static int run_client(const rnh_daemon *d, const char *const *args)
     if (spawn_client(d, args, &p) != 0)
         return -1;
     return finish_client(&p, args[0]);
+}
+
+/* Echo a client's lines until one equals want; 0, or -1 at its end or after
+ * timeout_ms. */
+static int await_line(rnh_proc *p, const char *name, const char *want, int timeout_ms)
+{
+    int64_t end = rnh_now_ms() + timeout_ms;
+    char line[512];
+
+    while (rnh_now_ms() < end) {
+        if (rnh_read_line(p, line, sizeof line, (int)(end - rnh_now_ms())) < 0)
+            break;
+        printf("  [%s %d] %s\n", name, (int)p->pid, line);
+        if (strcmp(line, want) == 0)
+            return 0;
+    }
+    printf("  [%s %d] no '%s' line\n", name, (int)p->pid, want);
+    return -1;
+}
+
+/* Times needle occurs in the daemon's log so far; -1 if unreadable. */
+static int log_count(const rnh_daemon *d, const char *needle)
+{
+    FILE *f = fopen(d->log_path, "r");
+    char *buf = NULL;
+    size_t len = 0, cap = 0, n;
+    int count = 0;
+
+    if (!f)
+        return -1;
+    do {
+        if (cap - len < 65536) {
+            char *nb = realloc(buf, cap + 65536 + 1);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return -1;
+            }
+            buf = nb;
+            cap += 65536;
+        }
+        n = fread(buf + len, 1, cap - len, f);
+        len += n;
+    } while (n > 0);
+    fclose(f);
+    buf[len] = '\0';
+    for (const char *p = buf; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+        count++;
+    free(buf);
+    return count;
+}
+
+/* Wait until needle is in the daemon's log; its count there, or 0 after
+ * timeout_ms. */
+static int await_log(const rnh_daemon *d, const char *needle, int timeout_ms)
+{
+    int64_t end = rnh_now_ms() + timeout_ms;
+    int n;
+
+    while ((n = log_count(d, needle)) <= 0 && rnh_now_ms() < end) {
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+    return n > 0 ? n : 0;
+}
+
+/* HEALTH is ok, or degraded only because the daemon is not an MPS client:
+ * in any case not failing. */
+static void assert_healthy(const rnh_daemon *d, const char *when)
+{
+    rn_health_info h;
+    rn_client *c;
+
+    assert_non_null(c = rnh_client(d));
+    assert_int_equal(rn_health(c, &h), 0);
+    printf("health %s: state %d, mps %d\n", when, h.state, h.mps);
+    for (unsigned i = 0; i < h.nreasons; i++)
+        printf("  reason: %s\n", h.reasons[i]);
+    assert_int_not_equal(h.state, RN_HEALTH_FAILING);
+    assert_true(h.state == RN_HEALTH_OK || (h.state == RN_HEALTH_DEGRADED && !h.mps));
+    rn_close(c);
 }
 
 static void test_grid_two_clients(void **state)
@@ -219,21 +308,123 @@ static void test_mps_flag(void **state)
     RNH_PASS(d);
 }
 
-static void test_deadline_fails_daemon(void **state)
+static void test_unready_inputs_warn(void **state)
 {
     rnh_daemon *d = *state;
-    const char *args[] = {"stall", "3000", NULL};
+    const char *stall[] = {"stall", "3000", NULL};
+    const char *other[] = {"wait", "order", "20", "4242", NULL};
+    const char *warning = "inputs not ready after";
+    rnh_proc a, b;
+    int64_t t0;
     int rc;
 
-    /* The client's inputs become ready only after 3 s; with a 1 s kernel
-     * deadline the daemon must report failing, answer the request with
-     * DEVICE_FAILING and exit 2 for systemd to restart it. */
+    /* The stalled client's inputs become ready only 3 s after its call,
+     * past a 1 s kernel deadline: the deadline is the kernel's, so the
+     * daemon warns once, keeps waiting, stays healthy and answers with the
+     * right result. */
     setenv("RMSNORMD_KERNEL_DEADLINE_MS", "1000", 1);
     rc = start_cuda(d);
     unsetenv("RMSNORMD_KERNEL_DEADLINE_MS");
     assert_int_equal(rc, 0);
+    /* The other client sets up its context and connection first, so that
+     * its work fits well inside the stall. */
+    assert_int_equal(spawn_client(d, other, &b), 0);
+    assert_int_equal(await_line(&b, "other", "waiting", 60000), 0);
+    assert_int_equal(spawn_client(d, stall, &a), 0);
+    assert_int_equal(await_line(&a, "stall", "stalling", 60000), 0);
+    t0 = rnh_now_ms();
+    assert_int_equal(rnh_wait_stat_ge(d, "inflight.current", 1, 10000), 0);
+    /* While the stalled request waits on its stream, the other client's
+     * requests run on theirs. */
+    assert_int_equal(write(b.in_fd, "go\n", 3), 3);
+    assert_int_equal(finish_client(&b, "other"), 0);
+    int64_t inflight = rnh_stat(d, "inflight.current");
+    printf("the other client was served %lld ms into the stall; %lld request(s) in flight\n",
+           (long long)(rnh_now_ms() - t0), (long long)inflight);
+    /* Past the deadline: one warning, and the daemon is healthy. */
+    int warned = await_log(d, warning, 10000);
+    if (warned == 1)
+        assert_healthy(d, "during the stall");
+    assert_int_equal(finish_client(&a, "stall"), 0);
+    printf("the stalled call ended %lld ms after it was made\n", (long long)(rnh_now_ms() - t0));
+    assert_int_equal(inflight, 1);
+    assert_int_equal(warned, 1);
+    assert_healthy(d, "after the stall");
+    /* One warning for the request, not one per look at it, and a note
+     * when it completed. */
+    assert_int_equal(log_count(d, warning), 1);
+    assert_int_equal(log_count(d, "whose inputs were late completed"), 1);
+    assert_int_equal(log_count(d, "Backend failed"), 0);
+    /* A clean drain: exit status 0. */
+    assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    RNH_PASS(d);
+}
+
+static void test_kill_stalled_client(void **state)
+{
+    rnh_daemon *d = *state;
+    const char *stall[] = {"stall", "20000", NULL};
+    const char *after[] = {"order", "20", "4242", NULL};
+    rnh_proc a;
+    int rc;
+
+    /* A client killed while the daemon's stream waits on its unready
+     * inputs.  Either the driver lets the stream go on (the mappings close,
+     * the daemon stays healthy and serves), or the ready event never comes
+     * and, the session being gone, the daemon restarts itself (exit 2)
+     * rather than keep a stream blocked for later sessions.  Hanging on is
+     * the one wrong outcome. */
+    setenv("RMSNORMD_KERNEL_DEADLINE_MS", "1000", 1);
+    rc = start_cuda(d);
+    unsetenv("RMSNORMD_KERNEL_DEADLINE_MS");
+    assert_int_equal(rc, 0);
+    assert_int_equal(spawn_client(d, stall, &a), 0);
+    assert_int_equal(await_line(&a, "stall", "stalling", 60000), 0);
+    assert_int_equal(rnh_wait_stat_ge(d, "inflight.current", 1, 10000), 0);
+    kill(a.pid, SIGKILL);
+    assert_int_equal(rnh_wait(&a, 10000), 128 + SIGKILL);
+    rnh_proc_close(&a);
+    assert_int_equal(rnh_wait_stat(d, "clients.died", 1, 20000), 0);
+    if (rnh_wait_stat(d, "regions.active", 0, 6000) == 0) {
+        printf("the stream went on after the client's death: mappings closed\n");
+        assert_int_equal(run_client(d, after), 0);
+        assert_healthy(d, "after the stalled client died");
+        assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    } else {
+        /* Without MPS the dead client's ready event never comes; under MPS
+         * the server may also fault the daemon's context when it tears the
+         * killed client down (a sticky error).  Either way: exit 2. */
+        assert_int_equal(rnh_wait_exit(d, 30000), 2);
+        if (log_count(d, "its client is gone") >= 1)
+            printf("the dead client's ready event never came: the daemon restarted\n");
+        else if (log_count(d, "Backend failed") >= 1)
+            printf("the daemon's context failed with the killed client (MPS): restarted\n");
+        else
+            fail_msg("exit 2 without a reason in the log");
+    }
+    RNH_PASS(d);
+}
+
+static void test_kernel_deadline_fails_daemon(void **state)
+{
+    rnh_daemon *d = *state;
+    const char *args[] = {"slow", "65536", "16384", NULL};
+    int rc;
+
+    /* One CTA for 65536 x 16384 bf16 (6 GiB of traffic through one SM)
+     * takes far longer than a 5 ms deadline: the daemon must report
+     * failing, answer the request with DEVICE_FAILING and exit 2 for
+     * systemd to restart it. */
+    setenv("RMSNORMD_DEBUG_FORCE_GRID", "1", 1);
+    setenv("RMSNORMD_KERNEL_DEADLINE_MS", "5", 1);
+    rc = start_cuda(d);
+    unsetenv("RMSNORMD_DEBUG_FORCE_GRID");
+    unsetenv("RMSNORMD_KERNEL_DEADLINE_MS");
+    assert_int_equal(rc, 0);
+    assert_int_equal(log_count(d, "RMSNORMD_DEBUG_FORCE_GRID is on"), 1);
     assert_int_equal(run_client(d, args), 0);
     assert_int_equal(rnh_wait_exit(d, 30000), 2);
+    assert_true(log_count(d, "kernel deadline: a kernel") >= 1);
     RNH_PASS(d);
 }
 
@@ -246,7 +437,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stream_order, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_realloc_same_address, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill_midflight, rnh_setup, rnh_teardown),
-        cmocka_unit_test_setup_teardown(test_deadline_fails_daemon, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_unready_inputs_warn, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_kernel_deadline_fails_daemon, rnh_setup,
+                                        rnh_teardown),
+        /* Last: under MPS, killing a client with a kernel running can leave
+         * the MPS server refusing new clients for a while. */
+        cmocka_unit_test_setup_teardown(test_kill_stalled_client, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
