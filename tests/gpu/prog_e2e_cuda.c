@@ -317,18 +317,24 @@ static int run_order(int iters, uint64_t seed)
 
 /* ---- flood: calls until killed ------------------------------------------------------------------ */
 
+/* m x n contiguous rows, bf16 x/dy/dx/w, fp32 dw; pointers from layout(). */
+static void bf16_args(rn_bwd_args *a, int64_t m, int64_t n)
+{
+    memset(a, 0, sizeof *a);
+    a->m = m;
+    a->n = n;
+    a->x_dtype = a->dy_dtype = a->dx_dtype = a->w_dtype = RN_DTYPE_BF16;
+    a->dw_dtype = RN_DTYPE_F32;
+    a->eps = 1e-6f;
+    a->x_stride = a->dy_stride = a->dx_stride = a->n;
+}
+
 static int run_flood(void)
 {
     rn_bwd_args a;
     char *arena;
 
-    memset(&a, 0, sizeof a);
-    a.m = 8192;
-    a.n = 4096;
-    a.x_dtype = a.dy_dtype = a.dx_dtype = a.w_dtype = RN_DTYPE_BF16;
-    a.dw_dtype = RN_DTYPE_F32;
-    a.eps = 1e-6f;
-    a.x_stride = a.dy_stride = a.dx_stride = a.n;
+    bf16_args(&a, 8192, 4096);
     CK(cudaMalloc((void **)&arena, layout(&a, NULL, true)));
     layout(&a, arena, true);
     fill_inputs(&a, 7);
@@ -622,13 +628,7 @@ static int run_slow(int64_t m, int64_t n)
     rn_timing t;
     struct timespec t0;
 
-    memset(&a, 0, sizeof a);
-    a.m = m;
-    a.n = n;
-    a.x_dtype = a.dy_dtype = a.dx_dtype = a.w_dtype = RN_DTYPE_BF16;
-    a.dw_dtype = RN_DTYPE_F32;
-    a.eps = 1e-6f;
-    a.x_stride = a.dy_stride = a.dx_stride = a.n;
+    bf16_args(&a, m, n);
     CK(cudaMalloc((void **)&arena, layout(&a, NULL, false)));
     layout(&a, arena, false);
     fill_inputs(&a, 11);

@@ -384,9 +384,10 @@ static void test_kill_stalled_client(void **state)
     kill(a.pid, SIGKILL);
     assert_int_equal(rnh_wait(&a, 10000), 128 + SIGKILL);
     rnh_proc_close(&a);
-    assert_int_equal(rnh_wait_stat(d, "clients.died", 1, 20000), 0);
+    /* (Under MPS the daemon may already be gone: see below.) */
     if (rnh_wait_stat(d, "regions.active", 0, 6000) == 0) {
         printf("the stream went on after the client's death: mappings closed\n");
+        assert_int_equal(rnh_stat(d, "clients.died"), 1);
         assert_int_equal(run_client(d, after), 0);
         assert_healthy(d, "after the stalled client died");
         assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
