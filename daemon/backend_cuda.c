@@ -33,7 +33,9 @@
  * backend counts, per session, the requests submitted to the GPU and those
  * completed there, and defers cudaIpcCloseMemHandle until every request
  * submitted before the close has completed; a session's events are likewise
- * freed only after its last kernel.
+ * freed only after its last kernel.  The close itself waits further, until
+ * no stream waits on a client (flush_unmaps): it blocks the calling thread
+ * while the device is busy.
  *
  * The deadline (RMSNORMD_KERNEL_DEADLINE_MS, default 60 s) is a kernel's:
  * a timer on the loop (every RND_CUDA_WATCH_MS, or a quarter of the deadline
@@ -192,6 +194,7 @@ struct cuda_backend {
     evpool fins;                   /* completion events (blocking sync) */
     evpool starts;                 /* start events */
     csess *sessions;
+    cmap *unmaps;                  /* mappings to close once no stream waits (loop thread) */
     uint32_t next_sess_id;
     uint64_t deadline_ns;          /* a kernel's, from its start */
     uint64_t watch_ms;
@@ -469,22 +472,67 @@ static void destroy_events(csess *cs)
     (void)cudaGetLastError();
 }
 
-/* Close the mappings whose last kernel has ended; free a closed session
- * once its last kernel has ended. */
+/*
+ * Whether a request on the GPU has not started yet: its stream still waits,
+ * on a client's ready event or on the request before it.  Queries only; a
+ * start seen here counts for the deadline too.
+ */
+static bool streams_waiting(cuda_backend *b)
+{
+    for (gjob *g = b->outstanding; g; g = g->next) {
+        if (g->start_ns)
+            continue;
+        cudaError_t e = cudaEventQuery(g->started);
+        if (e != cudaSuccess) {
+            if (e != cudaErrorNotReady)
+                (void)cudaGetLastError(); /* the watch reports it */
+            return true;
+        }
+        g->start_ns = rnd_now_ns();
+    }
+    return false;
+}
+
+/*
+ * Unmap what sess_settle released, unless a stream waits: closing an IPC
+ * mapping waits for the device (seen on the H200, with and without MPS: a
+ * session's close stalled the loop until another client's late inputs came,
+ * 3 s in the test), so while one client's inputs are not ready the closes
+ * wait here instead, and the loop keeps serving.  The mappings stay open
+ * that much longer; nothing reads them any more.
+ */
+static void flush_unmaps(cuda_backend *b)
+{
+    if (!b->unmaps || b->failed || streams_waiting(b))
+        return;   /* (a failed device: the process exits, which unmaps) */
+    while (b->unmaps) {
+        cmap *m = b->unmaps;
+        b->unmaps = m->next;
+        close_mapping(m);
+    }
+}
+
+/* Release the mappings whose last kernel has ended (flush_unmaps closes
+ * them); free a closed session once its last kernel has ended. */
 static void sess_settle(csess *cs)
 {
     cuda_backend *b = cs->b;
     cmap **pp = &cs->closes;
+    bool released = false;
 
     while (*pp) {
         cmap *m = *pp;
         if (m->ticket <= cs->completed) {
             *pp = m->next;
-            close_mapping(m);
+            m->next = b->unmaps;
+            b->unmaps = m;
+            released = true;
         } else {
             pp = &m->next;
         }
     }
+    if (released)
+        flush_unmaps(b);
     if (!cs->closed || cs->completed < cs->submitted || cs->closes)
         return;
     destroy_events(cs);
@@ -576,6 +624,10 @@ static void complete(cuda_backend *b, gjob *g)
 
     outstanding_unlink(b, g);
     cs->completed++;
+    if (job)
+        rnd_debug("cuda session #%u (stream %d): sync request done %" PRIu64 " us after its "
+                  "submission (started %s)", cs->id, cs->stream,
+                  (rnd_now_ns() - g->submit_ns) / 1000, g->start_ns ? "seen" : "not seen");
     if (g->unready_warned && g->err == cudaSuccess)
         rnd_info("cuda session #%u (stream %d): the request whose inputs were late completed "
                  "%" PRIu64 " ms after its submission", cs->id, cs->stream,
@@ -673,6 +725,7 @@ static void on_check(uv_check_t *h)
     cuda_backend *b = h->data;
 
     answer_async(b);
+    flush_unmaps(b);
     run_fatal(b);
 }
 
@@ -973,6 +1026,11 @@ static void cuda_fini(rnd_backend *be)
             cs->closed = true;
             cs->completed = cs->submitted;
             sess_settle(cs);
+        }
+        while (b->unmaps) {   /* the device is idle: nothing waits */
+            cmap *m = b->unmaps;
+            b->unmaps = m->next;
+            close_mapping(m);
         }
         while (b->tfree) {
             tpair *t = b->tfree;
