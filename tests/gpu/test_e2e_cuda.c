@@ -56,6 +56,21 @@ static int start_cuda(rnh_daemon *d)
     return rnh_start(d);
 }
 
+/* A daemon with RMSNORMD_KERNEL_DEADLINE_MS=ms and, unless grid is NULL,
+ * RMSNORMD_DEBUG_FORCE_GRID=grid (the test's environment is left as it was). */
+static int start_cuda_deadline(rnh_daemon *d, const char *ms, const char *grid)
+{
+    int rc;
+
+    setenv("RMSNORMD_KERNEL_DEADLINE_MS", ms, 1);
+    if (grid)
+        setenv("RMSNORMD_DEBUG_FORCE_GRID", grid, 1);
+    rc = start_cuda(d);
+    unsetenv("RMSNORMD_KERNEL_DEADLINE_MS");
+    unsetenv("RMSNORMD_DEBUG_FORCE_GRID");
+    return rc;
+}
+
 static int spawn_client(const rnh_daemon *d, const char *const *args, rnh_proc *p)
 {
     static char prog[PATH_MAX];
@@ -316,16 +331,12 @@ static void test_unready_inputs_warn(void **state)
     const char *warning = "inputs not ready after";
     rnh_proc a, b;
     int64_t t0;
-    int rc;
 
     /* The stalled client's inputs become ready only 3 s after its call,
      * past a 1 s kernel deadline: the deadline is the kernel's, so the
      * daemon warns once, keeps waiting, stays healthy and answers with the
      * right result. */
-    setenv("RMSNORMD_KERNEL_DEADLINE_MS", "1000", 1);
-    rc = start_cuda(d);
-    unsetenv("RMSNORMD_KERNEL_DEADLINE_MS");
-    assert_int_equal(rc, 0);
+    assert_int_equal(start_cuda_deadline(d, "1000", NULL), 0);
     /* The other client sets up its context and connection first, so that
      * its work fits well inside the stall. */
     assert_int_equal(spawn_client(d, other, &b), 0);
@@ -366,7 +377,6 @@ static void test_kill_stalled_client(void **state)
     const char *stall[] = {"stall", "20000", NULL};
     const char *after[] = {"order", "20", "4242", NULL};
     rnh_proc a;
-    int rc;
 
     /* A client killed while the daemon's stream waits on its unready
      * inputs.  Either the driver lets the stream go on (the mappings close,
@@ -374,10 +384,7 @@ static void test_kill_stalled_client(void **state)
      * and, the session being gone, the daemon restarts itself (exit 2)
      * rather than keep a stream blocked for later sessions.  Hanging on is
      * the one wrong outcome. */
-    setenv("RMSNORMD_KERNEL_DEADLINE_MS", "1000", 1);
-    rc = start_cuda(d);
-    unsetenv("RMSNORMD_KERNEL_DEADLINE_MS");
-    assert_int_equal(rc, 0);
+    assert_int_equal(start_cuda_deadline(d, "1000", NULL), 0);
     assert_int_equal(spawn_client(d, stall, &a), 0);
     assert_int_equal(await_line(&a, "stall", "stalling", 60000), 0);
     assert_int_equal(rnh_wait_stat_ge(d, "inflight.current", 1, 10000), 0);
@@ -410,18 +417,12 @@ static void test_kernel_deadline_fails_daemon(void **state)
 {
     rnh_daemon *d = *state;
     const char *args[] = {"slow", "65536", "16384", NULL};
-    int rc;
 
     /* One CTA for 65536 x 16384 bf16 (6 GiB of traffic through one SM)
      * takes far longer than a 5 ms deadline: the daemon must report
      * failing, answer the request with DEVICE_FAILING and exit 2 for
      * systemd to restart it. */
-    setenv("RMSNORMD_DEBUG_FORCE_GRID", "1", 1);
-    setenv("RMSNORMD_KERNEL_DEADLINE_MS", "5", 1);
-    rc = start_cuda(d);
-    unsetenv("RMSNORMD_DEBUG_FORCE_GRID");
-    unsetenv("RMSNORMD_KERNEL_DEADLINE_MS");
-    assert_int_equal(rc, 0);
+    assert_int_equal(start_cuda_deadline(d, "5", "1"), 0);
     assert_int_equal(log_count(d, "RMSNORMD_DEBUG_FORCE_GRID is on"), 1);
     assert_int_equal(run_client(d, args), 0);
     assert_int_equal(rnh_wait_exit(d, 30000), 2);
