@@ -144,7 +144,7 @@ struct csess {
     uint64_t submitted, completed; /* requests handed to / finished on the GPU */
     cmap *closes;                  /* mappings waiting for their last kernel */
     bool closed;                   /* the server is done with it */
-    bool ending;                   /* its client is gone or said BYE */
+    bool ending;                   /* its client is gone or said BYE (set before closed) */
     csess *prev, *next;            /* all sessions, for fini */
 };
 
@@ -501,15 +501,20 @@ static bool streams_waiting(cuda_backend *b)
  * wait here instead, and the loop keeps serving.  The mappings stay open
  * that much longer; nothing reads them any more.
  */
-static void flush_unmaps(cuda_backend *b)
+static void close_unmaps(cuda_backend *b)
 {
-    if (!b->unmaps || b->failed || streams_waiting(b))
-        return;   /* (a failed device: the process exits, which unmaps) */
     while (b->unmaps) {
         cmap *m = b->unmaps;
         b->unmaps = m->next;
         close_mapping(m);
     }
+}
+
+static void flush_unmaps(cuda_backend *b)
+{
+    if (!b->unmaps || b->failed || streams_waiting(b))
+        return;   /* (a failed device: the process exits, which unmaps) */
+    close_unmaps(b);
 }
 
 /* Release the mappings whose last kernel has ended (flush_unmaps closes
@@ -811,7 +816,7 @@ static void on_watch(uv_timer_t *t)
                             g->cs->id, si, (now - g->start_ns) / 1000000,
                             b->deadline_ns / 1000000);
         } else if (now - g->submit_ns > b->deadline_ns) {
-            if ((g->cs->ending || g->cs->closed) && head[si] == g && !running[si])
+            if (g->cs->ending && head[si] == g && !running[si])
                 /* Its client is gone (or said BYE) and the ready event has
                  * not come: a dead process's event may never come, and the
                  * stream, which later sessions share, would stay blocked. */
@@ -1027,11 +1032,7 @@ static void cuda_fini(rnd_backend *be)
             cs->completed = cs->submitted;
             sess_settle(cs);
         }
-        while (b->unmaps) {   /* the device is idle: nothing waits */
-            cmap *m = b->unmaps;
-            b->unmaps = m->next;
-            close_mapping(m);
-        }
+        close_unmaps(b);   /* the device is idle: nothing waits */
         while (b->tfree) {
             tpair *t = b->tfree;
             b->tfree = t->next;

@@ -214,13 +214,8 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
     size_t comb = p.G > 1 ? (size_t)p.G * (size_t)a->n * 4 : 0;
     size_t tile = p.dw ? (size_t)(p.nchunks < 256 ? p.nchunks : 256) * FIN_COLS * 4 : 0;
     pl->smem = comb > tile ? comb : tile;
-    if (pl->fast) {
-        /* the row ring (bwd_kernel.cuh), which comb and tile reuse */
-        size_t ring = ring_bytes(*pl);
-        if (ring > pl->smem)
-            pl->smem = ring;
-        pl->smem += (size_t)p.pst * 4; /* w + weight_offset */
-    }
+    if (pl->fast) /* the row ring (bwd_kernel.cuh), which comb and tile reuse, and w */
+        pl->smem = fast_smem(*pl, pl->smem);
     if (pl->smem + 1024 > (size_t)dev->smem_per_block) /* 1 KiB: the static arrays */
         return einval(msg, msglen, "n: %lld needs %zu bytes of shared memory", (long long)a->n,
                       pl->smem);

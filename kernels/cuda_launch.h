@@ -40,6 +40,13 @@ inline size_t ring_bytes(const Plan &pl)
 {
     return (size_t)STAGES * (size_t)pl.threads * (size_t)pl.nv * 32;
 }
+/* Fast path: the dynamic shared memory, w + weight_offset and then the
+ * ring, which `reuse` bytes (the stripe combine, the finish's tile) share. */
+inline size_t fast_smem(const Plan &pl, size_t reuse)
+{
+    size_t ring = ring_bytes(pl);
+    return (size_t)pl.p.pst * 4 + (reuse > ring ? reuse : ring);
+}
 int plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb, Plan *pl,
          char *msg, size_t msglen);
 int grid_for(rnk_device *dev, const void *fn, const Plan &pl, char *msg, size_t msglen,

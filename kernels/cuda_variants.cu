@@ -48,7 +48,7 @@ extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void
         /* First kernel: no finish tile needed, only w, the ring and the
          * stripe combine (which reuses the ring). */
         size_t comb = pl.p.G > 1 ? (size_t)pl.p.G * (size_t)a->n * 4 : 0;
-        pl.smem = (size_t)pl.p.pst * 4 + (comb > ring_bytes(pl) ? comb : ring_bytes(pl));
+        pl.smem = fast_smem(pl, comb);
         rc = launch(dev, variant_fn<MODE_PARTIALS_ONLY>(pl), pl, st, msg, msglen);
         if (rc)
             return rc;
@@ -62,8 +62,7 @@ extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void
     }
     if (variant == RNK_VARIANT_ATOMIC) {
         /* The stripe combine runs through shared memory for every G here. */
-        size_t comb = (size_t)pl.p.G * (size_t)a->n * 4;
-        pl.smem = (size_t)pl.p.pst * 4 + (comb > ring_bytes(pl) ? comb : ring_bytes(pl));
+        pl.smem = fast_smem(pl, (size_t)pl.p.G * (size_t)a->n * 4);
         return launch(dev, variant_fn<MODE_ATOMIC>(pl), pl, st, msg, msglen);
     }
     snprintf(msg, msglen, "variant: %d unknown", variant);
