@@ -68,7 +68,7 @@ LIBSD := $(shell pkg-config --libs libsystemd)
 LIBCMOCKA := $(shell pkg-config --libs cmocka)
 endif
 
-INCLUDES := -Iproto -Ikernels -Iclient -Idaemon -Itests
+INCLUDES := -Iproto -Ikernels -Iclient -Iclient/ctl -Idaemon -Itests
 CFLAGS_ALL := $(CSTD) $(OPT) $(WARN) $(SAN) -fPIC -pthread $(INCLUDES) $(PC_CFLAGS) \
               -DRN_VERSION='"$(VERSION)"' $(CFLAGS)
 LDFLAGS_ALL := $(SAN) -pthread $(LDFLAGS)
@@ -113,8 +113,9 @@ endif
 # ---- sources -----------------------------------------------------------------
 # Every folder's sources are picked up by wildcard: adding a file needs no edit
 # here.  Naming rules:
-#   daemon/*_cuda.c, client/*_cuda.c   only built with a CUDA Toolkit
-#   client/rmsnormctl*.c               the CLI; the rest of client/ is libclient
+#   daemon/cuda/*.c                    the CUDA backend, only built with a CUDA Toolkit
+#   daemon/*_cuda.c, client/*_cuda.c   likewise
+#   client/ctl/*.c                     rmsnormctl; client/*.c is libclient
 #   tests/<suite>/test_*.c             one test binary each (cmocka)
 #   tests/<suite>/prog_*.c             helper programs the tests run
 #   tests/<suite>/<other>.c            shared code linked into that suite's binaries
@@ -124,10 +125,9 @@ cuda_filter = $(if $(HAVE_CUDA),$(1),$(filter-out %_cuda.c,$(1)))
 PROTO_SRC := $(wildcard proto/*.c)
 KCPU_SRC := $(wildcard kernels/*.c)
 KCU_SRC := $(if $(HAVE_CUDA),$(wildcard kernels/*.cu))
-DAEMON_SRC := $(call cuda_filter,$(wildcard daemon/*.c))
-CLIENT_ALL := $(call cuda_filter,$(wildcard client/*.c))
-CTL_SRC := $(filter client/rmsnormctl%.c,$(CLIENT_ALL))
-CLIENT_SRC := $(filter-out client/rmsnormctl%.c,$(CLIENT_ALL))
+DAEMON_SRC := $(call cuda_filter,$(wildcard daemon/*.c)) $(if $(HAVE_CUDA),$(wildcard daemon/cuda/*.c))
+CTL_SRC := $(call cuda_filter,$(wildcard client/ctl/*.c))
+CLIENT_SRC := $(call cuda_filter,$(wildcard client/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(filter %.c,$(1))) \
       $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(filter %.cu,$(1)))
@@ -227,7 +227,7 @@ clean:
 	rm -rf build
 
 format:
-	clang-format -i $(wildcard proto/*.[ch] kernels/*.[ch] kernels/*.cu daemon/*.[ch] client/*.[ch] tests/*/*.[ch] bench/*.c)
+	clang-format -i $(wildcard proto/*.[ch] kernels/*.[ch] kernels/*.cu daemon/*.[ch] daemon/cuda/*.[ch] client/*.[ch] client/ctl/*.[ch] tests/*/*.[ch] bench/*.c)
 
 # ---- compile rules -------------------------------------------------------------
 $(BUILD)/obj/%.o: %.c

@@ -1,18 +1,33 @@
 /*
- * backend.h - the seam between the server and the hardware: a small table of
- * functions that each backend fills in.  backend_cpu.c maps POSIX shared
- * memory and runs the CPU twin on a worker pool; backend_cuda.c (built only
+ * backend.h - the seam between the request path and the hardware: a small
+ * table of functions that each backend fills in.  backend_cpu.c maps POSIX
+ * shared memory and runs the CPU twin on a worker pool; cuda/ (built only
  * with a CUDA Toolkit, RN_HAVE_CUDA) maps CUDA IPC memory and launches the
  * kernel.
  *
- * Threading: every function here is called on the loop thread.  A backend
- * may compute on its own threads, but it calls job->done on the loop thread
- * (uv_async_send, then the loop drains the whole completion queue).
+ * Threading: every function here is called on the loop thread, and a backend
+ * calls the job's events (below) on the loop thread only, never from inside
+ * a call of the server's (submit, region_close, session_close, ...): it queues
+ * them and runs them from a libuv callback of its own.
  *
- * Lifetimes: the server opens a region once per REGISTER and closes it once,
- * after the last in-flight request that used it has completed; it closes a
- * backend session only after all its regions; it calls fini only after every
- * submitted job's done callback ran.
+ * A job's two events, in this order:
+ *   acked  at most once: the work is queued on the device such that the
+ *          client can wait for it itself (async mode: the done event is
+ *          recorded); the request is answered now.  status, done_slot and
+ *          start_ns are set.  A backend that cannot acknowledge early (the
+ *          CPU backend, sync mode) never calls it.
+ *   done   exactly once: the work has ended (or will never run); after it the
+ *          backend no longer touches the job or the memory of its regions.
+ *          status, msg, start_ns and end_ns are set.  Without an earlier
+ *          acked, the request is answered now; after one, a failure is the
+ *          backend's to report (the client learns it on its next request).
+ * The server holds every region a job uses until done: a backend closes a
+ * mapping only when the server asks (region_close), never while a job that
+ * uses it is between submit and done.
+ *
+ * Lifetimes: the server closes a backend session only after every job of
+ * that session has had its done event, and calls fini only after every
+ * submitted job's done event.
  */
 #ifndef RND_BACKEND_H
 #define RND_BACKEND_H
@@ -43,10 +58,14 @@ typedef struct rnd_backend_opts {
     const char *device;                /* CUDA device: index or UUID */
     uint32_t threads;                  /* CPU workers; 0 = one per online CPU */
     uint32_t max_jobs;                 /* jobs submitted and not yet done, at most */
+    uint64_t kernel_deadline_ms;       /* CUDA: a kernel running longer fails the device */
+    uint32_t debug_force_grid;         /* CUDA: CTAs of every launch; 0 = the plan's */
+    uint32_t debug_fail_after;         /* debugging: the Nth submitted job fails the
+                                        * backend (0 = never); see rmsnormd(8) */
     /* A failure that makes the backend unusable (a sticky CUDA error).  Called
-     * on the loop thread; the server stops taking work, waits for every
-     * submitted job's done callback (the backend completes them, with an
-     * error status), and exits 2. */
+     * on the loop thread, outside the server's calls, after the backend has
+     * given every submitted job its done event (status RN_DEVICE_FAILING);
+     * the server stops taking work, answers what is left and exits 2. */
     void (*fatal)(void *ctx, const char *msg);
     void *fatal_ctx;
 } rnd_backend_opts;
@@ -56,34 +75,35 @@ typedef struct rnd_mapping {
     void *base;                        /* address the compute uses: host or device */
     uint64_t size;                     /* bytes usable from base */
     void *handle;                      /* the backend's own */
+    bool lost;                         /* set by the backend (loop thread, before a
+                                        * job's done): the memory behind it is gone
+                                        * (the client shrank it); the server drops
+                                        * the region */
 } rnd_mapping;
 
-typedef void (*rnd_job_done_fn)(rnd_job *job);
+typedef void (*rnd_job_event_fn)(rnd_job *job);
 
 /* One BWD request on its way through a backend.  The server owns the memory. */
 struct rnd_job {
     /* in */
     rnk_bwd_args args;                 /* pointers already resolved into mappings */
+    rnd_mapping *maps[RNP_T_COUNT];    /* the mapping of each tensor; NULL: absent */
     void *bsess;                       /* the backend's per-session state */
     int32_t ready_slot;                /* -1: nothing to wait on */
     uint32_t mode;                     /* rnp_mode */
-    rnd_job_done_fn done;              /* called exactly once, on the loop thread */
+    rnd_job_event_fn acked;            /* see the top of this file */
+    rnd_job_event_fn done;
     atomic_bool cancelled;             /* set when the client died: a backend may skip
                                         * the work if it has not started (status
                                         * RN_PEER_DIED; done still runs) */
-    /* out: set by the backend before done */
+    /* out: set by the backend before each event */
     int status;                        /* rn_status */
     char msg[RNP_MAX_ERRMSG];          /* when status != 0 */
     int32_t done_slot;                 /* -1: none */
-    bool acked;                        /* set by submit: the request may be answered
-                                        * now (async: done_slot is recorded); done
-                                        * still runs once the work has ended */
-    uint64_t start_ns, end_ns;         /* compute began and ended, CLOCK_MONOTONIC */
-    bool region_fault;                 /* a region shrank under the job: the server
-                                        * drops the region holding fault_addr */
-    uintptr_t fault_addr;              /* a page of the job's memory that faulted */
+    uint64_t start_ns, end_ns;         /* compute began and ended, CLOCK_MONOTONIC;
+                                        * at acked: both the acknowledgement time */
     /* private to the backend */
-    rnd_job *next;
+    void *priv;
 };
 
 typedef struct rnd_backend_ops {
@@ -97,20 +117,18 @@ typedef struct rnd_backend_ops {
     void (*info)(rnd_backend *be, rnd_device_info *out);
     int (*session_open)(rnd_backend *be, void **bsess, rnp_error *err);
     void (*session_close)(rnd_backend *be, void *bsess);     /* NULL is fine */
-    /* The session's client is gone or said BYE; requests may still be in
+    /* The session's client is gone or said BYE; jobs may still be in
      * flight (session_close follows once they are done).  NULL is fine. */
     void (*session_ending)(rnd_backend *be, void *bsess);
     /* Map a region; the error names the register.* field at fault. */
     int (*region_open)(rnd_backend *be, void *bsess, const rnp_register_req *req,
                        rnd_mapping *out, rnp_error *err);
+    /* No job that uses m is between submit and done. */
     void (*region_close)(rnd_backend *be, void *bsess, rnd_mapping *m);
     int (*events)(rnd_backend *be, void *bsess, const rnp_events_req *req,
                   rnp_events_rep *out, rnp_error *err);
-    /* 0: job->done will run exactly once, later (never from inside submit:
-     * the server registers the job after submit returns).  Else an rn_status
-     * with err, and done will not run.  In async mode a backend that has recorded the done
-     * event sets job->acked (and done_slot, start_ns) before returning: the
-     * server answers at once and done later only releases the references. */
+    /* 0: the job's events will run as described above, later (never from
+     * inside submit).  Else an rn_status with err, and no event runs. */
     int (*submit)(rnd_backend *be, rnd_job *job, rnp_error *err);
     /* Append reasons (at most max) and return an rnp_health_state. */
     int (*health)(rnd_backend *be, char (*reasons)[RNP_REASON_LEN], uint32_t max,

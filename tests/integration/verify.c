@@ -1,6 +1,6 @@
 /*
  * verify.c - the integration tests check results with the same code as
- * rmsnormctl's selftest and bench (client/rmsnormctl_verify.c), compiled
+ * rmsnormctl's selftest and bench (client/ctl/rmsnormctl_verify.c), compiled
  * into this suite so that both always agree on what "correct" means.
  */
-#include "../../client/rmsnormctl_verify.c"
+#include "../../client/ctl/rmsnormctl_verify.c"
