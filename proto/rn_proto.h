@@ -278,15 +278,32 @@ typedef struct rnp_bwd_plan {
     uint64_t bytes;                /* bytes the kernel reads and writes (for stats) */
 } rnp_bwd_plan;
 
-/*
- * Looks up a region's size for validation; returns false if the region does
- * not exist (in the caller's session).
- */
-typedef bool (*rnp_region_size_fn)(void *ctx, uint32_t region, uint64_t *size);
+/* The tensor t (enum rnp_tensor_index) of a BWD request, or NULL when the
+ * request does not carry it (w, rstd, dres, dw are optional).  NULL too for q
+ * NULL or t out of range.  The pointer is into q. */
+const rnp_tensor *rnp_bwd_tensor(const rnp_bwd_req *q, int t);
+
+/* A region_size entry for a tensor whose region the session does not have.
+ * It is also the one size no region can have: registered sizes are real
+ * mappings, far below 2^64 - 1 bytes. */
+#define RNP_NO_REGION UINT64_MAX
 
 /*
  * Validate a decoded BWD request against the daemon's limits and the
- * session's regions: dtypes, shape limits, strides (>= n), every tensor's
+ * session's regions.  region_size[t]: the size in bytes of the region that
+ * tensor t names, looked up by the caller in the requesting session;
+ * RNP_NO_REGION when that session has no such region (or the id is 0).
+ * Entries of absent tensors are ignored.  The caller fills the array with
+ * rnp_bwd_tensor, so each region is looked up once for validation and
+ * pinning alike:
+ *
+ *     uint64_t size[RNP_T_COUNT];
+ *     for (int t = 0; t < RNP_T_COUNT; t++) {
+ *         const rnp_tensor *x = rnp_bwd_tensor(q, t);
+ *         size[t] = x ? size_of(session, x->region.id) : RNP_NO_REGION;
+ *     }
+ *
+ * Checks: dtypes, shape limits, strides (>= n), every tensor's
  * extent inside its region with overflow-checked arithmetic, alignment of
  * offsets and strides to the element size, and aliasing (dx may alias dy
  * exactly; no other output may overlap any input or output).  Returns 0 and
@@ -300,7 +317,7 @@ typedef bool (*rnp_region_size_fn)(void *ctx, uint32_t region, uint64_t *size);
  *    (RN_TOO_LARGE; a limit of 0 means no limit).  m == 0 is a valid no-op,
  *    but its regions and offsets are still checked.
  *  - x, dy, dx, dres: stride >= n (elements).               RN_INVALID_ARGUMENT
- *  - region id 0 or unknown to region_size:                 RN_UNKNOWN_REGION
+ *  - region id 0 or region_size[t] == RNP_NO_REGION:       RN_UNKNOWN_REGION
  *  - offset a multiple of the element size (the stride, in elements, needs
  *    no check):                                             RN_MISALIGNED
  *  - offset + ((rows-1)*stride + len) * elemsize <= region size, with every
@@ -309,9 +326,12 @@ typedef bool (*rnp_region_size_fn)(void *ctx, uint32_t region, uint64_t *size);
  *    intersecting [begin, end) hulls), except that dx may equal dy exactly
  *    (region, offset, stride, dtype).                        RN_ALIASING
  * plan->bytes is the logical bytes read plus written (saturating).
+ * Rules are checked in this order (region, offset and bounds tensor by
+ * tensor, in enum order), and the first failure is the answer.  A NULL
+ * q, lim, region_size or plan is RN_INVALID_ARGUMENT.  *plan is written only
+ * on success.
  */
-int rnp_validate_bwd(const rnp_bwd_req *req, const rnp_limits *lim,
-                     rnp_region_size_fn region_size, void *ctx,
-                     rnp_bwd_plan *plan, rnp_error *err);
+int rnp_validate_bwd(const rnp_bwd_req *q, const rnp_limits *lim,
+                     const uint64_t region_size[RNP_T_COUNT], rnp_bwd_plan *plan, rnp_error *err);
 
 #endif /* RN_PROTO_H */

@@ -3,6 +3,10 @@
  * anything touches memory: dtypes, shape limits, strides, each tensor's byte
  * extent inside its region (overflow-checked), alignment and aliasing.
  *
+ * The caller looks every region up once, in the requesting session, and
+ * passes the sizes in: the same lookup then serves to validate and to pin,
+ * and this file stays pure (no callback into the daemon).
+ *
  * Spans are conservative: a strided tensor's span is the [begin, end) hull
  * from its first byte to its last, including the gaps between rows.  Two
  * tensors that interleave rows without touching the same bytes therefore
@@ -67,23 +71,21 @@ static bool extent(uint64_t rows, uint64_t n, uint64_t stride, size_t es, uint64
     return !__builtin_mul_overflow(elems, (uint64_t)es, bytes);
 }
 
+/* The shape of one tensor of the request; rnp_bwd_tensor says whether it is present. */
 typedef struct tdesc {
-    bool present;
-    const rnp_tensor *t;
     int dtype;
     bool two_d;
     uint64_t rows;     /* 2-D: m; 1-D: 1 */
     uint64_t len;      /* elements per row */
 } tdesc;
 
-static int check_tensor(const char *name, const tdesc *d, rnp_region_size_fn region_size,
-                        void *ctx, rnp_span *span, rnp_error *err)
+static int check_tensor(const char *name, const rnp_tensor *t, const tdesc *d, uint64_t size,
+                        rnp_span *span, rnp_error *err)
 {
     size_t es = rnp_dtype_size(d->dtype);
-    uint64_t size, bytes, end;
-    const rnp_tensor *t = d->t;
+    uint64_t bytes, end;
 
-    if (t->region.id == 0 || !region_size(ctx, t->region.id, &size))
+    if (t->region.id == 0 || size == RNP_NO_REGION)
         return rnp_fail(err, RN_UNKNOWN_REGION, "bwd.%s.region: %u is not a region of this session",
                         name, t->region.id);
     /* The stride is in elements, so an aligned offset keeps every row
@@ -126,8 +128,24 @@ static uint64_t sat_mul(uint64_t a, uint64_t b)
     return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
-int rnp_validate_bwd(const rnp_bwd_req *q, const rnp_limits *lim, rnp_region_size_fn region_size,
-                     void *ctx, rnp_bwd_plan *plan, rnp_error *err)
+const rnp_tensor *rnp_bwd_tensor(const rnp_bwd_req *q, int t)
+{
+    if (!q)
+        return NULL;
+    switch (t) {
+    case RNP_T_X: return &q->x;
+    case RNP_T_DY: return &q->dy;
+    case RNP_T_DX: return &q->dx;
+    case RNP_T_W: return q->has_w ? &q->w : NULL;
+    case RNP_T_RSTD: return q->has_rstd ? &q->rstd : NULL;
+    case RNP_T_DRES: return q->has_dres ? &q->dres : NULL;
+    case RNP_T_DW: return q->has_dw ? &q->dw : NULL;
+    }
+    return NULL;
+}
+
+int rnp_validate_bwd(const rnp_bwd_req *q, const rnp_limits *lim,
+                     const uint64_t region_size[RNP_T_COUNT], rnp_bwd_plan *plan, rnp_error *err)
 {
     rnp_bwd_plan p;
     int rc;
@@ -146,25 +164,25 @@ int rnp_validate_bwd(const rnp_bwd_req *q, const rnp_limits *lim, rnp_region_siz
                         (unsigned long long)q->m, (unsigned long long)lim->max_m);
 
     const tdesc td[RNP_T_COUNT] = {
-        [RNP_T_X] = { true, &q->x, q->x_dtype, true, q->m, q->n },
-        [RNP_T_DY] = { true, &q->dy, q->dy_dtype, true, q->m, q->n },
-        [RNP_T_DX] = { true, &q->dx, q->dx_dtype, true, q->m, q->n },
-        [RNP_T_W] = { q->has_w, &q->w, q->w_dtype, false, 1, q->n },
-        [RNP_T_RSTD] = { q->has_rstd, &q->rstd, RN_DTYPE_F32, false, 1, q->m },
-        [RNP_T_DRES] = { q->has_dres, &q->dres, q->dres_dtype, true, q->m, q->n },
-        [RNP_T_DW] = { q->has_dw, &q->dw, q->dw_dtype, false, 1, q->n },
+        [RNP_T_X] = { q->x_dtype, true, q->m, q->n },
+        [RNP_T_DY] = { q->dy_dtype, true, q->m, q->n },
+        [RNP_T_DX] = { q->dx_dtype, true, q->m, q->n },
+        [RNP_T_W] = { q->w_dtype, false, 1, q->n },
+        [RNP_T_RSTD] = { RN_DTYPE_F32, false, 1, q->m },
+        [RNP_T_DRES] = { q->dres_dtype, true, q->m, q->n },
+        [RNP_T_DW] = { q->dw_dtype, false, 1, q->n },
     };
     for (int i = 0; i < RNP_T_COUNT; i++) {
-        if (!td[i].present)
-            continue;
-        if (td[i].two_d && td[i].t->stride < q->n)
+        const rnp_tensor *t = rnp_bwd_tensor(q, i);
+        if (t && td[i].two_d && t->stride < q->n)
             return rnp_fail(err, RN_INVALID_ARGUMENT, "bwd.%s.stride: %llu is less than n (%u)",
-                            tnames[i], (unsigned long long)td[i].t->stride, q->n);
+                            tnames[i], (unsigned long long)t->stride, q->n);
     }
     for (int i = 0; i < RNP_T_COUNT; i++) {
-        if (!td[i].present)
+        const rnp_tensor *t = rnp_bwd_tensor(q, i);
+        if (!t)
             continue;
-        if ((rc = check_tensor(tnames[i], &td[i], region_size, ctx, &p.span[i], err)) != 0)
+        if ((rc = check_tensor(tnames[i], t, &td[i], region_size[i], &p.span[i], err)) != 0)
             return rc;
         p.present[i] = true;
         p.bytes = sat_add(p.bytes, sat_mul(sat_mul(td[i].rows, td[i].len), rnp_dtype_size(td[i].dtype)));

@@ -13,13 +13,23 @@
 /* Regions 1..8 of a fake session; size 0 means "no such region". */
 typedef struct regions { uint64_t size[9]; } regions;
 
-static bool region_size(void *ctx, uint32_t region, uint64_t *size)
+/* What the daemon does before validating: one lookup per present tensor. */
+static void lookup(const rnp_bwd_req *q, const regions *r, uint64_t size[RNP_T_COUNT])
 {
-    regions *r = ctx;
-    if (region == 0 || region > 8 || r->size[region] == 0)
-        return false;
-    *size = r->size[region];
-    return true;
+    for (int t = 0; t < RNP_T_COUNT; t++) {
+        const rnp_tensor *x = rnp_bwd_tensor(q, t);
+        uint32_t id = x ? x->region.id : 0;
+        size[t] = id >= 1 && id <= 8 && r->size[id] != 0 ? r->size[id] : RNP_NO_REGION;
+    }
+}
+
+/* rnp_validate_bwd with the sizes of r. */
+static int validate(const rnp_bwd_req *q, const rnp_limits *lim, const regions *r,
+                    rnp_bwd_plan *plan, rnp_error *err)
+{
+    uint64_t size[RNP_T_COUNT];
+    lookup(q, r, size);
+    return rnp_validate_bwd(q, lim, size, plan, err);
 }
 
 static const rnp_limits LIM = { .max_m = 1000, .max_n = 4096 };
@@ -56,7 +66,7 @@ static void expect(const rnp_bwd_req *q, const regions *r, int want, const char 
     rnp_bwd_plan plan;
     rnp_error err = { 0 };
     memset(&plan, 0x5a, sizeof plan);
-    int rc = rnp_validate_bwd(q, &LIM, region_size, (void *)r, &plan, &err);
+    int rc = validate(q, &LIM, r, &plan, &err);
     if (rc != want)
         fail_msg("line %d: expected %s, got %s (%s)", line, rnp_err_name(want), rnp_err_name(rc),
                  rc ? err.msg : "accepted");
@@ -78,7 +88,7 @@ static void test_valid(void **state)
     rnp_bwd_plan plan;
     rnp_error err;
     base(&q, &r);
-    assert_int_equal(rnp_validate_bwd(&q, &LIM, region_size, &r, &plan, &err), 0);
+    assert_int_equal(validate(&q, &LIM, &r, &plan, &err), 0);
     assert_true(plan.present[RNP_T_X] && plan.present[RNP_T_DY] && plan.present[RNP_T_DX]);
     assert_false(plan.present[RNP_T_W] || plan.present[RNP_T_RSTD] || plan.present[RNP_T_DRES] ||
                  plan.present[RNP_T_DW]);
@@ -88,7 +98,7 @@ static void test_valid(void **state)
     assert_int_equal(plan.bytes, 3 * 64);
 
     full(&q, &r);
-    assert_int_equal(rnp_validate_bwd(&q, &LIM, region_size, &r, &plan, &err), 0);
+    assert_int_equal(validate(&q, &LIM, &r, &plan, &err), 0);
     /* 3 x 64 (x, dy, dx) + 16 (w) + 16 (rstd) + 64 (dres) + 32 (dw) */
     assert_int_equal(plan.bytes, 192 + 16 + 16 + 64 + 32);
     assert_int_equal(plan.span[RNP_T_RSTD].begin, 16);
@@ -173,7 +183,7 @@ static void test_shape_limits(void **state)
         rnp_error err;
         q.m = 1000;
         q.n = 8;
-        assert_int_equal(rnp_validate_bwd(&q, &nolim, region_size, &r, &plan, &err), 0);
+        assert_int_equal(validate(&q, &nolim, &r, &plan, &err), 0);
     }
     /* m == 0: a no-op that still needs its regions to exist. */
     base(&q, &r), q.m = 0;
@@ -301,16 +311,17 @@ static void test_overflow(void **state)
     (void)state;
     rnp_bwd_req q;
     regions r;
-    base(&q, &r), r.size[1] = UINT64_MAX;
+    /* The largest region: RNP_NO_REGION (2^64 - 1) is no region at all. */
+    base(&q, &r), r.size[1] = UINT64_MAX - 1;
     q.x.offset = UINT64_MAX - 15; /* even, so aligned for bf16; + 64 bytes wraps */
     EXPECT(&q, &r, RN_OUT_OF_BOUNDS, "bwd.x");
     q.x.offset = UINT64_MAX - 62; /* odd: the misalignment is found first */
     EXPECT(&q, &r, RN_MISALIGNED, "bwd.x.offset");
-    q.x.offset = UINT64_MAX - 64; /* ends at UINT64_MAX - 1 + 1: fits exactly */
+    q.x.offset = UINT64_MAX - 64; /* ends at UINT64_MAX - 1: fits exactly */
     q.x.offset &= ~1ull;
     EXPECT(&q, &r, 0, NULL);
     /* (m - 1) * stride overflows. */
-    base(&q, &r), r.size[2] = UINT64_MAX;
+    base(&q, &r), r.size[2] = UINT64_MAX - 1;
     q.dy.stride = 1ull << 63;
     q.m = 3;
     EXPECT(&q, &r, RN_OUT_OF_BOUNDS, "bwd.dy");
@@ -327,8 +338,8 @@ static void test_overflow(void **state)
         rnp_error err;
         full(&q, &r);
         q.m = 1ull << 62;
-        r.size[1] = r.size[2] = r.size[3] = r.size[5] = UINT64_MAX;
-        assert_int_equal(rnp_validate_bwd(&q, &nolim, region_size, &r, &plan, &err), RN_OUT_OF_BOUNDS);
+        r.size[1] = r.size[2] = r.size[3] = r.size[5] = UINT64_MAX - 1;
+        assert_int_equal(validate(&q, &nolim, &r, &plan, &err), RN_OUT_OF_BOUNDS);
     }
 }
 
@@ -392,12 +403,68 @@ static void test_null_arguments(void **state)
     regions r;
     rnp_bwd_plan plan;
     rnp_error err;
+    uint64_t size[RNP_T_COUNT];
     base(&q, &r);
-    assert_int_equal(rnp_validate_bwd(NULL, &LIM, region_size, &r, &plan, &err), RN_INVALID_ARGUMENT);
-    assert_int_equal(rnp_validate_bwd(&q, NULL, region_size, &r, &plan, &err), RN_INVALID_ARGUMENT);
-    assert_int_equal(rnp_validate_bwd(&q, &LIM, NULL, &r, &plan, &err), RN_INVALID_ARGUMENT);
-    assert_int_equal(rnp_validate_bwd(&q, &LIM, region_size, &r, NULL, &err), RN_INVALID_ARGUMENT);
-    assert_int_equal(rnp_validate_bwd(&q, &LIM, region_size, &r, &plan, NULL), 0);
+    lookup(&q, &r, size);
+    assert_int_equal(rnp_validate_bwd(NULL, &LIM, size, &plan, &err), RN_INVALID_ARGUMENT);
+    assert_int_equal(rnp_validate_bwd(&q, NULL, size, &plan, &err), RN_INVALID_ARGUMENT);
+    assert_int_equal(rnp_validate_bwd(&q, &LIM, NULL, &plan, &err), RN_INVALID_ARGUMENT);
+    assert_int_equal(rnp_validate_bwd(&q, &LIM, size, NULL, &err), RN_INVALID_ARGUMENT);
+    assert_int_equal(rnp_validate_bwd(&q, &LIM, size, &plan, NULL), 0);
+}
+
+/* rnp_bwd_tensor: the mandatory tensors always, the optional ones when present. */
+static void test_bwd_tensor(void **state)
+{
+    (void)state;
+    rnp_bwd_req q;
+    regions r;
+    base(&q, &r);
+    assert_ptr_equal(rnp_bwd_tensor(&q, RNP_T_X), &q.x);
+    assert_ptr_equal(rnp_bwd_tensor(&q, RNP_T_DY), &q.dy);
+    assert_ptr_equal(rnp_bwd_tensor(&q, RNP_T_DX), &q.dx);
+    for (int t = RNP_T_W; t < RNP_T_COUNT; t++)
+        assert_null(rnp_bwd_tensor(&q, t));
+    full(&q, &r);
+    assert_ptr_equal(rnp_bwd_tensor(&q, RNP_T_W), &q.w);
+    assert_ptr_equal(rnp_bwd_tensor(&q, RNP_T_RSTD), &q.rstd);
+    assert_ptr_equal(rnp_bwd_tensor(&q, RNP_T_DRES), &q.dres);
+    assert_ptr_equal(rnp_bwd_tensor(&q, RNP_T_DW), &q.dw);
+    assert_null(rnp_bwd_tensor(&q, -1));
+    assert_null(rnp_bwd_tensor(&q, RNP_T_COUNT));
+    assert_null(rnp_bwd_tensor(NULL, RNP_T_X));
+}
+
+/* The sizes are per tensor and only those of present tensors are read;
+ * RNP_NO_REGION is the unknown region whatever the id, and the message is
+ * the one the daemon has always sent. */
+static void test_region_sizes(void **state)
+{
+    (void)state;
+    rnp_bwd_req q;
+    regions r;
+    rnp_bwd_plan plan;
+    rnp_error err;
+    uint64_t size[RNP_T_COUNT];
+    base(&q, &r);
+    lookup(&q, &r, size);
+    size[RNP_T_W] = size[RNP_T_RSTD] = size[RNP_T_DRES] = size[RNP_T_DW] = 0; /* ignored */
+    assert_int_equal(rnp_validate_bwd(&q, &LIM, size, &plan, &err), 0);
+    size[RNP_T_DY] = RNP_NO_REGION;
+    assert_int_equal(rnp_validate_bwd(&q, &LIM, size, &plan, &err), RN_UNKNOWN_REGION);
+    assert_string_equal(err.msg, "bwd.dy.region: 2 is not a region of this session");
+    /* Region id 0 is unknown even with a size. */
+    lookup(&q, &r, size);
+    q.x.region.id = 0;
+    assert_int_equal(rnp_validate_bwd(&q, &LIM, size, &plan, &err), RN_UNKNOWN_REGION);
+    assert_string_equal(err.msg, "bwd.x.region: 0 is not a region of this session");
+    /* The largest size a region can have: everything up to its last byte. */
+    base(&q, &r);
+    lookup(&q, &r, size);
+    size[RNP_T_X] = RNP_NO_REGION - 1;
+    q.x.offset = RNP_NO_REGION - 1 - 64;
+    assert_int_equal(rnp_validate_bwd(&q, &LIM, size, &plan, &err), 0);
+    assert_true(plan.span[RNP_T_X].end == RNP_NO_REGION - 1);
 }
 
 int main(void)
@@ -413,6 +480,8 @@ int main(void)
         cmocka_unit_test(test_overflow),
         cmocka_unit_test(test_aliasing),
         cmocka_unit_test(test_null_arguments),
+        cmocka_unit_test(test_bwd_tensor),
+        cmocka_unit_test(test_region_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
