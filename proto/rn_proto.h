@@ -1,7 +1,9 @@
 /*
  * rn_proto.h - rmsnormd's wire protocol: message structs, pure encode/decode
  * (bytes in, struct or error out; no I/O, no logging, no global state) and the
- * validation helpers the daemon applies to a decoded BWD request.
+ * validation helpers the daemon applies to a decoded BWD request; the error
+ * table as text; and the endpoint helpers that the daemon and libclient share
+ * (rnp_default_endpoint is the one function here that reads the environment).
  *
  * proto/ depends on msgpack-c and on nothing else of ours except rn_wire.h.
  * The specification is proto/PROTOCOL.md; where this header and it differ,
@@ -260,6 +262,30 @@ int rnp_decode_reply(const void *buf, size_t len, rnp_reply *out, rnp_error *err
 
 /* Fill a reply header for req with an error.  Convenience for the daemon. */
 void rnp_reply_error(rnp_reply *rep, const rnp_request *req, int code, const char *msg);
+
+/* ---- endpoint ------------------------------------------------------------ */
+
+#define RNP_SUN_PATH_MAX 108   /* sizeof sockaddr_un.sun_path: path plus NUL */
+
+/*
+ * The endpoint when none is configured: ipc://DIR/rmsnormd.sock with DIR the
+ * first entry of RUNTIME_DIRECTORY (systemd lists several separated by ':'),
+ * else XDG_RUNTIME_DIR; else ipc:///tmp/rmsnormd-$UID.sock.  An unset or
+ * empty variable (or an empty first entry) counts as absent.  Returns 0, or
+ * RN_ENDPOINT with err when it does not fit outlen (out NULL fits nothing);
+ * out is written only on success.  Reads no other variable
+ * (RMSNORMD_ENDPOINT is libclient's override, applied before calling this).
+ * The result is not checked: pass it to rnp_check_endpoint like any other.
+ */
+int rnp_default_endpoint(char *out, size_t outlen, rnp_error *err);
+
+/*
+ * Check an endpoint: ipc:// only, a non-empty socket path shorter than
+ * RNP_SUN_PATH_MAX.  On success *path (if path is not NULL) points at the
+ * path inside ep.  Returns 0 or RN_ENDPOINT with err (ep NULL included).
+ * Nothing is opened: whether a daemon listens is the caller's to find out.
+ */
+int rnp_check_endpoint(const char *ep, const char **path, rnp_error *err);
 
 /* ---- validation --------------------------------------------------------- */
 
