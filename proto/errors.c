@@ -21,24 +21,35 @@ int rnp_fail(rnp_error *err, int code, const char *fmt, ...)
     return code;
 }
 
+/* The error table as data, so that one lookup serves the name and the
+ * message. */
+static const struct errent {
+    int code;
+    const char *name, *msg;
+} errtab[] = {
+#define RNP_ERRENT_(c, name, msg) { c, #name, msg },
+    RN_ERRORS(RNP_ERRENT_)
+#undef RNP_ERRENT_
+};
+
+static const struct errent *find_error(int code)
+{
+    for (size_t i = 0; i < sizeof errtab / sizeof errtab[0]; i++)
+        if (errtab[i].code == code)
+            return &errtab[i];
+    return NULL;
+}
+
 const char *rnp_strerror(int code)
 {
-    switch (code) {
-#define RNP_STRERR_(c, name, msg) case c: return msg;
-        RN_ERRORS(RNP_STRERR_)
-#undef RNP_STRERR_
-    }
-    return "unknown error";
+    const struct errent *e = find_error(code);
+    return e ? e->msg : "unknown error";
 }
 
 const char *rnp_err_name(int code)
 {
-    switch (code) {
-#define RNP_ERRNAME_(c, name, msg) case c: return #name;
-        RN_ERRORS(RNP_ERRNAME_)
-#undef RNP_ERRNAME_
-    }
-    return "UNKNOWN";
+    const struct errent *e = find_error(code);
+    return e ? e->name : "UNKNOWN";
 }
 
 const char *rnp_op_name(int op)

@@ -47,9 +47,16 @@ typedef struct rnp_error {
 int rnp_fail(rnp_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* The error table, as text. */
-const char *rnp_strerror(int code);  /* "tensor extends past ..." ; never NULL */
-const char *rnp_err_name(int code);  /* "OUT_OF_BOUNDS"; "UNKNOWN" if not in table */
+/*
+ * The error table (rn_wire.h's RN_ERRORS) as text: the one place that makes
+ * names and messages of status codes.  libclient's rn_strerror and
+ * rn_err_name return exactly these.  Never NULL, and static: a code that is
+ * not in the table (a newer peer's, or garbage) gives "unknown error" and
+ * "UNKNOWN", so a caller may print the result without checking it.
+ */
+const char *rnp_strerror(int code);  /* RN_OUT_OF_BOUNDS: "tensor extends past ..."; else "unknown error" */
+const char *rnp_err_name(int code);  /* RN_OUT_OF_BOUNDS: "OUT_OF_BOUNDS"; else "UNKNOWN" */
+/* The small name tables, likewise static and never NULL. */
 const char *rnp_op_name(int op);     /* "bwd"; "unknown" */
 const char *rnp_dtype_name(int dt);  /* "bf16"; "none"; "invalid" */
 size_t rnp_dtype_size(int dt);       /* bytes per element; 0 for NONE/invalid */
