@@ -38,6 +38,7 @@
 #include <uv.h>
 
 #include "rn_proto.h"
+#include "rn_queue.h"
 #include "rnk.h"
 
 typedef struct rnd_backend rnd_backend;
@@ -104,6 +105,7 @@ struct rnd_job {
                                         * at acked: both the acknowledgement time */
     /* private to the backend */
     void *priv;
+    rn_queue link;
 };
 
 typedef struct rnd_backend_ops {

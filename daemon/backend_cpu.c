@@ -4,7 +4,13 @@
  * of worker threads fed by a bounded queue.  A finished job goes onto a
  * completion list and the loop is woken with uv_async_send; the loop drains
  * the whole list (uv_async_send coalesces wake-ups, so one wake-up may stand
- * for many jobs).
+ * for many jobs).  Jobs are never acknowledged early: each gets its done
+ * event once computed, and the reply goes then.
+ *
+ * Failure: the CPU has no failure mode that ends the backend, but the
+ * debugging knob debug-fail-after makes the Nth submitted job fail it as a
+ * broken GPU would, so that the server's failure path (every pending request
+ * answered DEVICE_FAILING, exit 2) is tested without a GPU.
  */
 #include "backend.h"
 
@@ -76,13 +82,19 @@ typedef struct cpu_backend {
     uv_async_t async;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    rnd_job *qhead, *qtail;            /* waiting for a worker */
+    rn_queue waiting;                  /* jobs waiting for a worker (under mu) */
     uint32_t queued, running, max_jobs;
-    rnd_job *dhead, *dtail;            /* finished, waiting for the loop */
+    rn_queue finished;                 /* jobs waiting for the loop (under mu) */
     pthread_t *threads;
     uint32_t nthreads, started;
     bool stop;
     char cpu_name[RNP_MAX_NAME];
+    /* debug-fail-after (loop thread, except failed: under mu too) */
+    uint32_t fail_after, submitted;
+    bool failed, fatal_sent;
+    char fail_msg[RNP_REASON_LEN];
+    void (*fatal)(void *ctx, const char *msg);
+    void *fatal_ctx;
 } cpu_backend;
 
 /* Does [p, p + bytes) overlap the page at pg? */
@@ -126,14 +138,12 @@ static void *worker(void *arg)
 
     pthread_mutex_lock(&b->mu);
     for (;;) {
-        while (!b->stop && !b->qhead)
+        while (!b->stop && rn_queue_empty(&b->waiting))
             pthread_cond_wait(&b->cv, &b->mu);
-        if (!b->qhead)
+        if (rn_queue_empty(&b->waiting))
             break;
-        job = b->qhead;
-        b->qhead = job->next;
-        if (!b->qhead)
-            b->qtail = NULL;
+        job = RN_QUEUE_DATA(rn_queue_head(&b->waiting), rnd_job, link);
+        rn_queue_remove(&job->link);
         b->queued--;
         b->running++;
         /* The twin's results do not depend on its thread count, so a large
@@ -146,17 +156,20 @@ static void *worker(void *arg)
 
         char msg[RNP_MAX_ERRMSG] = "";
         bool skip = atomic_load(&job->cancelled);
+        uintptr_t fault;
         job->start_ns = rnd_now_ns();
         int rc = skip ? RNK_OK : rnk_cpu_bwd(&job->args, nt, msg, sizeof msg);
         job->end_ns = rnd_now_ns();
         job->done_slot = -1;
+        job->priv = NULL;
         if (skip) {
             job->status = RN_PEER_DIED;
             snprintf(job->msg, sizeof job->msg,
                      "bwd: the client exited before the request ran; skipped");
-        } else if ((job->fault_addr = faulted_page(&job->args)) != 0) {
+        } else if ((fault = faulted_page(&job->args)) != 0) {
+            /* The loop marks the mapping lost (mark_lost). */
+            job->priv = (void *)fault;
             job->status = RN_OUT_OF_BOUNDS;
-            job->region_fault = true;
             snprintf(job->msg, sizeof job->msg,
                      "bwd: a shared memory region shrank below its registered size "
                      "while the request ran; results are void");
@@ -169,31 +182,57 @@ static void *worker(void *arg)
 
         pthread_mutex_lock(&b->mu);
         b->running--;
-        job->next = NULL;
-        if (b->dtail)
-            b->dtail->next = job;
-        else
-            b->dhead = job;
-        b->dtail = job;
+        rn_queue_push_back(&b->finished, &job->link);
         uv_async_send(&b->async);
     }
     pthread_mutex_unlock(&b->mu);
     return NULL;
 }
 
+/* The mapping of the job's tensor that holds the faulted page is lost. */
+static void mark_lost(rnd_job *job, uintptr_t page)
+{
+    for (int t = 0; t < RNP_T_COUNT; t++) {
+        rnd_mapping *m = job->maps[t];
+        if (m && span_hits(m->base, m->size, page))
+            m->lost = true;
+    }
+}
+
+static void fail_job(cpu_backend *b, rnd_job *job)
+{
+    job->status = RN_DEVICE_FAILING;
+    job->done_slot = -1;
+    snprintf(job->msg, sizeof job->msg, "bwd: the backend failed: %.150s", b->fail_msg);
+}
+
 static void on_async(uv_async_t *h)
 {
     cpu_backend *b = h->data;
-    rnd_job *list, *next;
+    rn_queue list, *q;
+    bool idle;
 
+    rn_queue_init(&list);
     pthread_mutex_lock(&b->mu);
-    list = b->dhead;
-    b->dhead = b->dtail = NULL;
+    rn_queue_move(&list, &b->finished);
+    if (b->failed)
+        /* Nothing waiting will run: they end with the failure. */
+        rn_queue_move(&list, &b->waiting), b->queued = 0;
+    idle = b->queued == 0 && b->running == 0;
     pthread_mutex_unlock(&b->mu);
-    for (; list; list = next) {
-        next = list->next;
-        list->next = NULL;
-        list->done(list);
+    while ((q = rn_queue_head(&list))) {
+        rnd_job *job = RN_QUEUE_DATA(q, rnd_job, link);
+        rn_queue_remove(q);
+        if (job->priv)
+            mark_lost(job, (uintptr_t)job->priv);
+        if (b->failed)
+            fail_job(b, job);
+        job->done(job);
+    }
+    /* The fatal hook comes after every job's done event. */
+    if (b->failed && idle && !b->fatal_sent) {
+        b->fatal_sent = true;
+        b->fatal(b->fatal_ctx, b->fail_msg);
     }
 }
 
@@ -237,6 +276,11 @@ static int cpu_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *err
         b->nthreads = ncpu > 0 ? (uint32_t)ncpu : 1;
     }
     b->max_jobs = o->max_jobs ? o->max_jobs : 1024;
+    b->fail_after = o->debug_fail_after;
+    b->fatal = o->fatal;
+    b->fatal_ctx = o->fatal_ctx;
+    rn_queue_init(&b->waiting);
+    rn_queue_init(&b->finished);
     read_cpu_name(b->cpu_name, sizeof b->cpu_name);
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv, NULL);
@@ -399,20 +443,27 @@ static int cpu_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
         return rnp_fail(err, RN_NO_EVENTS,
                         "bwd.ready_slot: the cpu backend has no events; send -1, not %d",
                         (int)job->ready_slot);
+    if (b->failed)
+        return rnp_fail(err, RN_DEVICE_FAILING, "bwd: the backend failed: %.150s", b->fail_msg);
     pthread_mutex_lock(&b->mu);
     if (b->queued + b->running >= b->max_jobs) {
         pthread_mutex_unlock(&b->mu);
         return rnp_fail(err, RN_BUSY, "bwd: the cpu backend's queue is full (%u jobs)",
                         b->max_jobs);
     }
-    job->next = NULL;
-    if (b->qtail)
-        b->qtail->next = job;
-    else
-        b->qhead = job;
-    b->qtail = job;
+    rn_queue_push_back(&b->waiting, &job->link);
     b->queued++;
-    pthread_cond_signal(&b->cv);
+    if (b->fail_after && ++b->submitted == b->fail_after) {
+        /* The knob: from here on the backend is failed.  The job just queued
+         * and every other one not yet finished end with DEVICE_FAILING
+         * (on_async, from the loop: never inside submit). */
+        b->failed = true;
+        snprintf(b->fail_msg, sizeof b->fail_msg,
+                 "debug-fail-after: job %u failed the backend on purpose", b->fail_after);
+        uv_async_send(&b->async);
+    } else {
+        pthread_cond_signal(&b->cv);
+    }
     pthread_mutex_unlock(&b->mu);
     return 0;
 }
@@ -420,7 +471,14 @@ static int cpu_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
 static int cpu_health(rnd_backend *be, char (*reasons)[RNP_REASON_LEN], uint32_t max,
                       uint32_t *n)
 {
-    return RNP_HEALTH_OK;
+    cpu_backend *b = (cpu_backend *)be;
+
+    *n = 0;
+    if (!b->failed)
+        return RNP_HEALTH_OK;
+    if (max > 0)
+        snprintf(reasons[(*n)++], RNP_REASON_LEN, "cpu: %.100s", b->fail_msg);
+    return RNP_HEALTH_FAILING;
 }
 
 const rnd_backend_ops rnd_backend_cpu_ops = {

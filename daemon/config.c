@@ -46,6 +46,11 @@ static const flag_def flags[] = {
     {"idle-timeout", "SEC", "end a session idle this long (default 600; 0 = never)"},
     {"threads", "N", "CPU backend worker threads (default: online CPUs)"},
     {"log-level", "LEVEL", "debug|info|notice|warning|error (default info)"},
+    {"kernel-deadline-ms", "MS", "cuda: a kernel running longer fails the device (default 60000)"},
+    {"debug-force-grid", "N", "cuda, debugging: launch every kernel with N CTAs (default 0: the\n"
+                              "                          plan's; same results, far slower)"},
+    {"debug-fail-after", "N", "debugging: the Nth request fails the backend as a broken device\n"
+                              "                          would (default 0: never); for failure tests"},
     {"config", "FILE", "configuration file (default " RND_DEFAULT_CONFIG ", skipped if missing)"},
     {"version", NULL, "print the version and exit"},
     {"help", NULL, "print this help and exit"},
@@ -80,6 +85,7 @@ void rnd_config_defaults(rnd_config *cfg)
     cfg->idle_timeout = 600;
     cfg->threads = 0;
     cfg->log_level = RND_LOG_INFO;
+    cfg->kernel_deadline_ms = 60000;
 }
 
 /* Keys compare with '-' and '_' ignored and leading dashes skipped, so
@@ -198,6 +204,12 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, char *er
         NUM(idle_timeout, 0, 365u * 24 * 3600);
     if (strcmp(f->name, "threads") == 0)
         NUM(threads, 1, 4096);
+    if (strcmp(f->name, "kernel-deadline-ms") == 0)
+        NUM(kernel_deadline_ms, 1, 24ull * 3600 * 1000);
+    if (strcmp(f->name, "debug-force-grid") == 0)
+        NUM(debug_force_grid, 0, INT32_MAX);
+    if (strcmp(f->name, "debug-fail-after") == 0)
+        NUM(debug_fail_after, 0, UINT32_MAX);
     if (strcmp(f->name, "log-level") == 0) {
         int l = rnd_log_level_parse(value);
         if (l < 0)

@@ -38,6 +38,9 @@ typedef struct rnd_config {
     uint32_t max_n;
     uint32_t idle_timeout;             /* seconds; 0 = never */
     uint32_t threads;                  /* 0 = one per online CPU */
+    uint64_t kernel_deadline_ms;       /* cuda: a longer kernel fails the device */
+    uint32_t debug_force_grid;         /* cuda: CTAs of every launch; 0 = the plan's */
+    uint32_t debug_fail_after;         /* the Nth request fails the backend; 0 = never */
     int log_level;                     /* rnd_log_level */
     char config_path[4096];            /* the file that was read, "" if none */
     bool log_level_from_flag;          /* SIGHUP leaves a flag's level alone */

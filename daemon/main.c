@@ -1,9 +1,12 @@
 /*
  * daemon/ - rmsnormd, the daemon: configuration (config.c), logging (log.c),
- * the libuv + nanomsg server (server.c), sessions (session.c), the duplicate
- * window (dedupe.c), statistics (stats.c), systemd notification (notify.c)
- * and the compute backends behind one table of functions (backend.h:
- * backend_cpu.c, and backend_cuda.c where a CUDA Toolkit exists).
+ * the daemon's life (server.c: start, timers, signals, the drain), the socket
+ * (transport.c), the request path (request.c: decode, the op table, the BWD
+ * request object; ops.c: the control operations), sessions and regions
+ * (session.c), health (health.c), the duplicate window (dedupe.c),
+ * statistics (stats.c), systemd notification (notify.c) and the compute
+ * backends behind one table of functions (backend.h: backend_cpu.c, and
+ * cuda/ where a CUDA Toolkit exists).  ctx.h is the state they share.
  *
  * daemon/ depends on proto/ and kernels/ and on nothing else of ours.  It is
  * the only part of the project that logs.  Internal non-static names use the
@@ -18,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "backend.h"
@@ -45,6 +49,9 @@ static int start_backend(const rnd_config *cfg, uv_loop_t *loop, rnd_backend **o
         .device = cfg->device,
         .threads = cfg->threads,
         .max_jobs = cfg->max_inflight_total,
+        .kernel_deadline_ms = cfg->kernel_deadline_ms,
+        .debug_force_grid = cfg->debug_force_grid,
+        .debug_fail_after = cfg->debug_fail_after,
         .fatal = rnd_server_fatal,
         .fatal_ctx = &server,
     };
@@ -53,6 +60,15 @@ static int start_backend(const rnd_config *cfg, uv_loop_t *loop, rnd_backend **o
 
     if (cfg->backend != RND_BACKEND_CPU) {
 #ifdef RN_HAVE_CUDA
+        /*
+         * Load every kernel variant when the context is created.  With lazy
+         * loading the first launch of a variant loads its module, which
+         * waits for work already queued on the device - including a session
+         * stream blocked on a client's unready input - and so stalls the loop
+         * thread for as long as that client takes.  A process-wide setting,
+         * so it is made here, before the first CUDA call.
+         */
+        setenv("CUDA_MODULE_LOADING", "EAGER", 1);
         rc = rnd_backend_cuda_ops.init(&o, out, &err);
         if (rc == 0)
             return 0;
@@ -86,6 +102,7 @@ int main(int argc, char **argv)
 {
     char err[RND_CFG_ERR + 64];
     char fallback[RNP_REASON_LEN] = "";
+    rnp_error serr = {0};
     rnd_config cfg;
     rnd_backend *be = NULL;
     uv_loop_t loop;
@@ -114,15 +131,15 @@ int main(int argc, char **argv)
     }
     if (start_backend(&cfg, &loop, &be, fallback, sizeof fallback) != 0)
         goto fail_loop;
-    if (rnd_server_start(&server, &loop, &cfg, be, err, sizeof err) != 0) {
-        rnd_err("%s", err);
+    if (rnd_server_start(&server, &loop, &cfg, be, &serr) != 0) {
+        rnd_err("%s", serr.msg);
         be->ops->fini(be);
         goto fail_loop;
     }
     rnd_server_set_fallback(&server, fallback);
     rnd_info("rmsnormd %s serving %s with the %s backend (%s, %u %s)%s%s", RN_VERSION,
-             cfg.endpoint, server.dev.backend, server.dev.device_name, server.dev.sm_count,
-             strcmp(server.dev.backend, "cpu") == 0 ? "threads" : "SMs",
+             cfg.endpoint, server.ctx.dev.backend, server.ctx.dev.device_name,
+             server.ctx.dev.sm_count, strcmp(server.ctx.dev.backend, "cpu") == 0 ? "threads" : "SMs",
              cfg.config_path[0] ? "; config " : "", cfg.config_path);
     rnd_server_announce(&server);
 
@@ -131,6 +148,15 @@ int main(int argc, char **argv)
     rc = uv_loop_close(&loop);
     if (rc != 0)
         rnd_warn("Event loop closed with handles still open: %s", uv_strerror(rc));
+    if (server.exit_code == 2) {
+        /* A failed device: every request has been answered and the socket
+         * closed.  Leave without the library destructors (cudart's among
+         * them), which may run into threads still inside a broken CUDA
+         * context and turn an orderly exit 2 into a crash. */
+        fflush(stdout);
+        fflush(stderr);
+        _exit(2);
+    }
     return server.exit_code;
 
 fail_loop:

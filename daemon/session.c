@@ -4,7 +4,7 @@
  * (client exit, BYE, idle timeout, drain), which releases regions and the
  * backend's state only after the session's in-flight work has completed.
  */
-#include "server.h"
+#include "session.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -35,9 +35,9 @@ static void session_hex(const rnd_session *s, char out[9])
  * backend skip those it has not started rather than compute for no one. */
 static void client_died(rnd_session *s)
 {
-    s->srv->stats.clients_died++;
-    for (rnd_pending *p = s->running; p; p = p->next)
-        atomic_store(&p->job.cancelled, true);
+    s->tab->stats->clients_died++;
+    if (s->tab->cancel)
+        s->tab->cancel(s);
     rnd_session_end(s, "client process exited");
 }
 
@@ -46,7 +46,19 @@ static void on_pid_exit(uv_poll_t *h, int status, int events)
     client_died(h->data);
 }
 
-int rnd_session_create(rnd_server *srv, const rnp_hello_req *hello, rnd_session **out,
+void rnd_sessions_init(rnd_sessions *tab, uv_loop_t *loop, rnd_backend *be,
+                       const rnd_config *cfg, rnd_stats *stats, void (*cancel)(rnd_session *))
+{
+    memset(tab, 0, sizeof *tab);
+    tab->loop = loop;
+    tab->be = be;
+    tab->cfg = cfg;
+    tab->stats = stats;
+    tab->cancel = cancel;
+    rn_queue_init(&tab->list);
+}
+
+int rnd_session_create(rnd_sessions *tab, const rnp_hello_req *hello, rnd_session **out,
                        rnp_error *err)
 {
     rnd_session *s;
@@ -56,8 +68,9 @@ int rnd_session_create(rnd_server *srv, const rnp_hello_req *hello, rnd_session 
     s = calloc(1, sizeof *s);
     if (!s)
         return rnp_fail(err, RN_NOMEM, "hello: out of memory");
-    s->srv = srv;
+    s->tab = tab;
     s->pidfd = -1;
+    rn_queue_init(&s->running);
     s->pid = hello->pid;
     snprintf(s->name, sizeof s->name, "%s", hello->client_name);
     s->next_region_id = 1;
@@ -88,15 +101,15 @@ int rnd_session_create(rnd_server *srv, const rnp_hello_req *hello, rnd_session 
         }
         got += n;
     }
-    if (rnd_dedupe_init(&s->dedupe, srv->cfg.max_inflight * 2 > 128 ? srv->cfg.max_inflight * 2
-                                                                     : 128) != 0) {
+    if (rnd_dedupe_init(&s->dedupe, tab->cfg->max_inflight * 2 > 128 ? tab->cfg->max_inflight * 2
+                                                                       : 128) != 0) {
         rc = rnp_fail(err, RN_NOMEM, "hello: out of memory");
         goto fail;
     }
-    if ((rc = srv->be->ops->session_open(srv->be, &s->bsess, err)) != 0)
+    if ((rc = tab->be->ops->session_open(tab->be, &s->bsess, err)) != 0)
         goto fail_dedupe;
     if (s->pidfd >= 0) {
-        int urc = uv_poll_init(srv->loop, &s->pid_poll, s->pidfd);
+        int urc = uv_poll_init(tab->loop, &s->pid_poll, s->pidfd);
         if (urc == 0) {
             s->pid_poll_init = true;
             s->pid_poll.data = s;
@@ -107,12 +120,9 @@ int rnd_session_create(rnd_server *srv, const rnp_hello_req *hello, rnd_session 
                      "or idle timeout only", (unsigned)hello->pid, uv_strerror(urc));
     }
     s->last_active_ns = rnd_now_ns();
-    s->next = srv->sessions;
-    if (srv->sessions)
-        srv->sessions->prev = s;
-    srv->sessions = s;
-    srv->nsessions++;
-    srv->stats.sessions_total++;
+    rn_queue_push_front(&tab->list, &s->link);
+    tab->n++;
+    tab->stats->sessions_total++;
     {
         char hx[9];
         session_hex(s, hx);
@@ -139,22 +149,29 @@ static bool cap_equal(const rnp_session *a, const rnp_session *b)
     return d == 0;
 }
 
-rnd_session *rnd_session_find(rnd_server *srv, const rnp_session *cap)
+#define SESSION_OF(q) RN_QUEUE_DATA(q, rnd_session, link)
+
+rnd_session *rnd_session_find(rnd_sessions *tab, const rnp_session *cap)
 {
-    for (rnd_session *s = srv->sessions; s; s = s->next)
-        if (!s->ending && cap_equal(&s->cap, cap))
+    rn_queue *q;
+    RN_QUEUE_FOREACH(q, &tab->list) {
+        rnd_session *s = SESSION_OF(q);
+        if (!s->ending && cap_equal(&s->cap, cap)) {
+            s->last_active_ns = rnd_now_ns();
             return s;
+        }
+    }
     return NULL;
 }
 
 static void region_close(rnd_region *r)
 {
     rnd_session *s = r->sess;
-    rnd_server *srv = s->srv;
+    rnd_sessions *tab = s->tab;
 
-    srv->be->ops->region_close(srv->be, s->bsess, &r->map);
+    tab->be->ops->region_close(tab->be, s->bsess, &r->map);
     s->mapped_bytes -= r->map.size;
-    srv->regions_active--;
+    tab->regions_active--;
     free(r);
 }
 
@@ -164,39 +181,32 @@ void rnd_region_unref(rnd_region *r)
         region_close(r);
 }
 
-rnd_region *rnd_region_find(rnd_session *s, uint32_t id)
-{
-    for (uint32_t i = 0; i < s->nregions; i++)
-        if (s->regions[i]->id == id)
-            return s->regions[i];
-    return NULL;
-}
-
 int rnd_region_add(rnd_session *s, const rnp_register_req *req, uint32_t *id, rnp_error *err)
 {
-    rnd_server *srv = s->srv;
+    const rnd_config *cfg = s->tab->cfg;
+    rnd_backend *be = s->tab->be;
     rnd_region *r;
     int rc;
 
-    if (s->nregions >= srv->cfg.max_regions)
+    if (s->nregions >= cfg->max_regions)
         return rnp_fail(err, RN_BUSY,
                         "register: the session has %u regions, the limit (--max-regions)",
                         s->nregions);
-    uint64_t cap = srv->cfg.max_mapped_gib << 30;
+    uint64_t cap = cfg->max_mapped_gib << 30;
     if (s->mapped_bytes > cap || req->size > cap - s->mapped_bytes)
         return rnp_fail(err, RN_BUSY,
                         "register.size: %llu more bytes would pass the session's %llu GiB of "
                         "mapped regions (--max-mapped-gib)",
-                        (unsigned long long)req->size, (unsigned long long)srv->cfg.max_mapped_gib);
+                        (unsigned long long)req->size, (unsigned long long)cfg->max_mapped_gib);
     if (!s->regions) {
-        s->regions = calloc(srv->cfg.max_regions, sizeof *s->regions);
+        s->regions = calloc(cfg->max_regions, sizeof *s->regions);
         if (!s->regions)
             return rnp_fail(err, RN_NOMEM, "register: out of memory");
     }
     r = calloc(1, sizeof *r);
     if (!r)
         return rnp_fail(err, RN_NOMEM, "register: out of memory");
-    if ((rc = srv->be->ops->region_open(srv->be, s->bsess, req, &r->map, err)) != 0) {
+    if ((rc = be->ops->region_open(be, s->bsess, req, &r->map, err)) != 0) {
         free(r);
         return rc;
     }
@@ -206,7 +216,7 @@ int rnd_region_add(rnd_session *s, const rnp_register_req *req, uint32_t *id, rn
     } while (r->id == 0 || rnd_region_find(s, r->id));
     s->regions[s->nregions++] = r;
     s->mapped_bytes += r->map.size;
-    srv->regions_active++;
+    s->tab->regions_active++;
     *id = r->id;
     return 0;
 }
@@ -244,8 +254,8 @@ void rnd_session_end(rnd_session *s, const char *why)
     session_hex(s, hx);
     rnd_info("Session %s of '%s' (pid %u) ends: %s%s", hx, s->name, (unsigned)s->pid, why,
              s->inflight ? "; releasing after its in-flight requests" : "");
-    if (s->srv->be->ops->session_ending)
-        s->srv->be->ops->session_ending(s->srv->be, s->bsess);
+    if (s->tab->be->ops->session_ending)
+        s->tab->be->ops->session_ending(s->tab->be, s->bsess);
     /* Unlinking closes every region no request uses; the rest close as their
      * last request completes. */
     while (s->nregions)
@@ -263,18 +273,13 @@ static void on_session_closed(uv_handle_t *h)
 
 void rnd_session_maybe_free(rnd_session *s)
 {
-    rnd_server *srv = s->srv;
+    rnd_sessions *tab = s->tab;
 
     if (!s->ending || s->inflight > 0)
         return;
-    if (s->prev)
-        s->prev->next = s->next;
-    else
-        srv->sessions = s->next;
-    if (s->next)
-        s->next->prev = s->prev;
-    srv->nsessions--;
-    srv->be->ops->session_close(srv->be, s->bsess);
+    rn_queue_remove(&s->link);
+    tab->n--;
+    tab->be->ops->session_close(tab->be, s->bsess);
     rnd_dedupe_fini(&s->dedupe);
     free(s->regions);
     s->regions = NULL;
@@ -288,33 +293,60 @@ void rnd_session_maybe_free(rnd_session *s)
     }
 }
 
-void rnd_sessions_expire(rnd_server *srv, uint64_t now_ns)
+/* Ending a session may free it (nothing running), so every walk that ends
+ * sessions holds the next node first. */
+void rnd_sessions_expire(rnd_sessions *tab, uint64_t now_ns)
 {
-    uint64_t limit = (uint64_t)srv->cfg.idle_timeout * 1000000000ull;
-    rnd_session *s, *next;
+    uint64_t limit = (uint64_t)tab->cfg->idle_timeout * 1000000000ull;
+    rn_queue *q, *n;
     char why[64];
 
     if (!limit)
         return;
-    for (s = srv->sessions; s; s = next) {
-        next = s->next;
+    RN_QUEUE_FOREACH_SAFE(q, n, &tab->list) {
+        rnd_session *s = SESSION_OF(q);
         if (s->ending || s->inflight || now_ns - s->last_active_ns < limit)
             continue;
-        srv->stats.sessions_expired++;
-        snprintf(why, sizeof why, "idle for %u s", srv->cfg.idle_timeout);
+        tab->stats->sessions_expired++;
+        snprintf(why, sizeof why, "idle for %u s", tab->cfg->idle_timeout);
         rnd_session_end(s, why);
     }
 }
 
-void rnd_sessions_check_pids(rnd_server *srv)
+void rnd_sessions_check_pids(rnd_sessions *tab)
 {
-    rnd_session *s, *next;
+    rn_queue *q, *n;
 
-    for (s = srv->sessions; s; s = next) {
-        next = s->next;
+    RN_QUEUE_FOREACH_SAFE(q, n, &tab->list) {
+        rnd_session *s = SESSION_OF(q);
         if (s->ending || s->pidfd >= 0 || s->pid == 0)
             continue;
         if (kill((pid_t)s->pid, 0) != 0 && errno == ESRCH)
             client_died(s);
     }
+}
+
+void rnd_sessions_end_all(rnd_sessions *tab, const char *why)
+{
+    rn_queue *q, *n;
+
+    RN_QUEUE_FOREACH_SAFE(q, n, &tab->list)
+        rnd_session_end(SESSION_OF(q), why);
+}
+
+uint64_t rnd_sessions_oldest(const rnd_sessions *tab)
+{
+    uint64_t oldest = 0;
+    const rn_queue *q;
+
+    /* Each running queue is in order of receipt: its head is its oldest. */
+    RN_QUEUE_FOREACH(q, &tab->list) {
+        const rn_queue *h = rn_queue_head(&SESSION_OF(q)->running);
+        if (h) {
+            uint64_t t = RN_QUEUE_DATA(h, rnd_running, link)->recv_ns;
+            if (!oldest || t < oldest)
+                oldest = t;
+        }
+    }
+    return oldest;
 }

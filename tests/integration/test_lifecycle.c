@@ -1,7 +1,8 @@
 /*
  * test_lifecycle - the daemon's life around its clients: a restart under a
- * running client, SIGTERM with requests in flight, and a duplicate (session,
- * seq) that must run once.
+ * running client, SIGTERM with requests in flight, a backend that fails with
+ * requests in flight (exit 2, every request answered), and a duplicate
+ * (session, seq) that must run once.
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -247,6 +248,63 @@ static void test_sigterm_drain(void **state)
     RNH_PASS(d);
 }
 
+/*
+ * A backend that fails with requests queued (--debug-fail-after: the Kth
+ * request fails it as a broken GPU would): every request gets exactly one
+ * answer - OK if it finished before the failure, DEVICE_FAILING otherwise -
+ * and the daemon drains and exits with status 2, not by a signal.
+ */
+static void test_backend_failure_answers_all(void **state)
+{
+    rnh_daemon *d = *state;
+    enum { K = 6 };
+    rnh_proc w[K];
+    char line[200];
+    int ok = 0, failing = 0;
+
+    rnh_arg(d, "--threads");
+    rnh_arg(d, "1");
+    rnh_arg(d, "--debug-fail-after");
+    rnh_arg(d, "6");
+    assert_int_equal(rnh_start(d), 0);
+    for (int i = 0; i < K; i++) {
+        char seed[16];
+        snprintf(seed, sizeof seed, "%d", i + 1);
+        const char *argv[] = {"prog_worker", "--endpoint", d->endpoint, "-r",        "1",
+                              "--m",         "2048",       "--n",       "4096",      "--dtype",
+                              "bf16",        "--seed",     seed,        "--wait-go", NULL};
+        assert_int_equal(rnh_spawn("prog_worker", argv, false, &w[i]), 0);
+    }
+    for (int i = 0; i < K; i++) {
+        assert_true(rnh_read_line(&w[i], line, sizeof line, 60000) >= 0);
+        assert_string_equal(line, "ready");
+    }
+    for (int i = 0; i < K; i++) {
+        assert_int_equal(write(w[i].in_fd, "g", 1), 1);
+        close(w[i].in_fd);
+        w[i].in_fd = -1;
+    }
+    assert_int_equal(rnh_wait_exit(d, RNH_STOP_TIMEOUT_MS * 3), 2);
+    for (int i = 0; i < K; i++) {
+        assert_true(rnh_read_line(&w[i], line, sizeof line, 30000) >= 0);
+        if (strcmp(line, "first") == 0)
+            assert_true(rnh_read_line(&w[i], line, sizeof line, 30000) >= 0);
+        printf("worker %d: %s\n", i, line);
+        if (strcmp(line, "done ok=1 failed=0 last=OK") == 0)
+            ok++;
+        else if (strcmp(line, "done ok=0 failed=1 last=DEVICE_FAILING") == 0)
+            failing++;
+        else
+            fail_msg("worker %d: unexpected '%s'", i, line);
+        rnh_wait(&w[i], 30000);
+        rnh_proc_close(&w[i]);
+    }
+    /* The sixth request failed the backend, so it at least was pending. */
+    assert_int_equal(ok + failing, K);
+    assert_true(failing >= 1);
+    RNH_PASS(d);
+}
+
 /* Build the BWD request of a case laid out in one shm region. */
 static void bwd_from_args(rnp_request *q, const rnp_session *s, uint32_t region, const void *base,
                           const rn_bwd_args *a, uint64_t seq)
@@ -370,6 +428,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_restart_kill9, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_shm_names, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_drain, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_backend_failure_answers_all, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_seq, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

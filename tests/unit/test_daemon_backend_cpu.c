@@ -2,8 +2,10 @@
  * test_daemon_backend_cpu.c - the daemon's CPU backend on its own: shared
  * memory regions with size checks and errors that name the field, jobs run
  * on the worker pool and completed on the loop thread, the bounded queue,
- * the refusal of CUDA-only features, and a client shrinking its region under
- * a running job (the daemon survives and the job fails).
+ * the refusal of CUDA-only features, a client shrinking its region under a
+ * running job (the daemon survives, the job fails and its mapping is marked
+ * lost), and the failure knob (debug-fail-after: every pending job ends
+ * DEVICE_FAILING before the fatal hook runs, once).
  */
 #include "rn_test.h"
 
@@ -24,11 +26,20 @@ typedef struct fixture {
     int ndone;
     pthread_t loop_thread;
     bool wrong_thread;
+    int nfatal;
+    int done_at_fatal;             /* ndone when the fatal hook ran */
 } fixture;
 
 static fixture *F;
 
-static int setup(void **state)
+static void on_fatal(void *ctx, const char *msg)
+{
+    fixture *f = ctx;
+    f->nfatal++;
+    f->done_at_fatal = f->ndone;
+}
+
+static int setup_with(void **state, uint32_t threads, uint32_t max_jobs, uint32_t fail_after)
 {
     fixture *f = calloc(1, sizeof *f);
     rnd_backend_opts o = {0};
@@ -36,14 +47,28 @@ static int setup(void **state)
 
     assert_int_equal(uv_loop_init(&f->loop), 0);
     o.loop = &f->loop;
-    o.threads = 2;
-    o.max_jobs = 2;
+    o.threads = threads;
+    o.max_jobs = max_jobs;
+    o.debug_fail_after = fail_after;
+    o.fatal = on_fatal;
+    o.fatal_ctx = f;
     assert_int_equal(rnd_backend_cpu_ops.init(&o, &f->be, &err), 0);
     snprintf(f->shm, sizeof f->shm, "/rnd-test-%d", (int)getpid());
     f->loop_thread = pthread_self();
     F = f;
     *state = f;
     return 0;
+}
+
+static int setup(void **state)
+{
+    return setup_with(state, 2, 2, 0);
+}
+
+/* One worker, room for four jobs, and the third submitted fails the backend. */
+static int setup_failing(void **state)
+{
+    return setup_with(state, 1, 4, 3);
 }
 
 static int teardown(void **state)
@@ -295,13 +320,51 @@ static void test_shrunk_region_fails_the_job(void **state)
     close(fd);
 
     make_job(&job, map.base, m, n);
+    job.maps[RNP_T_X] = job.maps[RNP_T_DY] = job.maps[RNP_T_DX] = &map;
+    job.maps[RNP_T_W] = job.maps[RNP_T_DW] = &map;
     assert_int_equal(rnd_backend_cpu_ops.submit(f->be, &job, &err), 0);
     while (F->ndone == 0)
         uv_run(&f->loop, UV_RUN_ONCE);
     assert_int_equal(job.status, RN_OUT_OF_BOUNDS);
-    assert_true(job.region_fault);
+    assert_true(map.lost);
     assert_non_null(strstr(job.msg, "shrank"));
     rnd_backend_cpu_ops.region_close(f->be, f->be, &map);
+}
+
+static void test_fail_after_answers_every_pending_job(void **state)
+{
+    fixture *f = *state;
+    const int64_t m = 2048, n = 2048;   /* tens of milliseconds each */
+    size_t bytes = job_bytes(m, n);
+    void *client = make_shm(f, bytes);
+    rnd_job jobs[3], late;
+    rnp_error err = {0};
+
+    for (int i = 0; i < 3; i++) {
+        make_job(&jobs[i], client, m, n);
+        jobs[i].args.dw = NULL;
+        jobs[i].args.dw_dtype = RNK_NONE;
+    }
+    /* One worker: the first runs, the second waits; the third fails the
+     * backend as it is submitted. */
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(rnd_backend_cpu_ops.submit(f->be, &jobs[i], &err), 0);
+    while (F->nfatal == 0)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    assert_int_equal(F->nfatal, 1);
+    assert_int_equal(F->done_at_fatal, 3);      /* every job had its done event first */
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(jobs[i].status, RN_DEVICE_FAILING);
+        assert_non_null(strstr(jobs[i].msg, "debug-fail-after"));
+    }
+    /* Failed for good: nothing new is taken. */
+    make_job(&late, client, m, n);
+    assert_int_equal(rnd_backend_cpu_ops.submit(f->be, &late, &err), RN_DEVICE_FAILING);
+    int h = rnd_backend_cpu_ops.health(f->be, NULL, 0, &(uint32_t){0});
+    assert_int_equal(h, RNP_HEALTH_FAILING);
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    assert_int_equal(F->nfatal, 1);
+    munmap(client, bytes);
 }
 
 int main(void)
@@ -314,6 +377,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_job_runs_and_completes_on_loop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_queue_is_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shrunk_region_fails_the_job, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fail_after_answers_every_pending_job, setup_failing,
+                                        teardown),
     };
     return cmocka_run_group_tests_name("daemon cpu backend", tests, NULL, NULL);
 }

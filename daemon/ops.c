@@ -1,0 +1,105 @@
+/*
+ * ops.c - the control operations: HELLO opens a session, REGISTER and
+ * UNREGISTER map and unmap client memory, EVENTS exchanges the IPC event
+ * rings, PING, HEALTH and STATS answer from the daemon's state, BYE ends a
+ * session.  BWD is request.c's.
+ */
+#include "ops.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "health.h"
+
+#ifndef RN_VERSION
+#define RN_VERSION "0.0.0"
+#endif
+
+int rnd_op_hello(rnd_ctx *ctx, rnd_session *unused, const rnp_request *req, rnp_reply *rep,
+                 rnp_error *err)
+{
+    rnp_hello_rep *h = &rep->u.hello;
+    rnd_session *s;
+    int rc;
+
+    if (ctx->sessions.n >= ctx->cfg.max_sessions)
+        return rnp_fail(err, RN_BUSY, "hello: %u sessions open, the limit (--max-sessions)",
+                        ctx->sessions.n);
+    if ((rc = rnd_session_create(&ctx->sessions, &req->u.hello, &s, err)) != 0)
+        return rc;
+    memset(h, 0, sizeof *h);
+    h->session = s->cap;
+    snprintf(h->daemon_version, sizeof h->daemon_version, "%s", RN_VERSION);
+    snprintf(h->backend, sizeof h->backend, "%s", ctx->dev.backend);
+    snprintf(h->device_name, sizeof h->device_name, "%s", ctx->dev.device_name);
+    memcpy(h->device_uuid, ctx->dev.uuid, sizeof h->device_uuid);
+    h->sm_count = ctx->dev.sm_count;
+    h->cc_major = ctx->dev.cc_major;
+    h->cc_minor = ctx->dev.cc_minor;
+    h->mps = ctx->dev.mps;
+    h->limits = ctx->limits;
+    return 0;
+}
+
+int rnd_op_register(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
+                    rnp_error *err)
+{
+    uint32_t id;
+    int rc;
+
+    if ((rc = rnd_region_add(s, &req->u.reg, &id, err)) != 0)
+        return rc;
+    rep->u.reg.region.id = id;
+    return 0;
+}
+
+int rnd_op_unregister(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
+                      rnp_error *err)
+{
+    return rnd_region_remove(s, req->u.unreg.region.id, err);
+}
+
+int rnd_op_events(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
+                  rnp_error *err)
+{
+    memset(&rep->u.events, 0, sizeof rep->u.events);
+    return ctx->be->ops->events(ctx->be, s->bsess, &req->u.events, &rep->u.events, err);
+}
+
+int rnd_op_ping(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
+                rnp_error *err)
+{
+    rep->u.ping.daemon_time_ns = rnd_now_ns();
+    return 0;
+}
+
+int rnd_op_health(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
+                  rnp_error *err)
+{
+    rnd_health_fill(ctx, &rep->u.health);
+    return 0;
+}
+
+int rnd_op_stats(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
+                 rnp_error *err)
+{
+    rnd_gauges g;
+
+    memset(&rep->u.stats, 0, sizeof rep->u.stats);
+    snprintf(rep->u.stats.backend, sizeof rep->u.stats.backend, "%s", ctx->dev.backend);
+    snprintf(rep->u.stats.device, sizeof rep->u.stats.device, "%s", ctx->dev.device_name);
+    g.sessions_active = ctx->sessions.n;
+    g.regions_active = ctx->sessions.regions_active;
+    g.inflight_current = ctx->inflight_total;
+    g.now_ns = rnd_now_ns();
+    /* The request is already counted (on receipt); its reply is not, since
+     * replies are counted as they are sent. */
+    rnd_stats_fill(&ctx->stats, &g, &rep->u.stats);
+    return 0;
+}
+
+int rnd_op_bye(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
+               rnp_error *err)
+{
+    return 0;
+}
