@@ -57,18 +57,6 @@ static const flag_def flags[] = {
 };
 #define NFLAGS (sizeof flags / sizeof flags[0])
 
-static int cfg_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int cfg_fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    if (err && errlen) {
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 void rnd_config_defaults(rnd_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -129,22 +117,22 @@ static int parse_u64(const char *v, uint64_t lo, uint64_t hi, int base, uint64_t
     return 0;
 }
 
-int rnd_config_set(rnd_config *cfg, const char *key, const char *value, char *err, size_t errlen)
+int rnd_config_set(rnd_config *cfg, const char *key, const char *value, rnp_error *err)
 {
     const flag_def *f = find_flag(key, strlen(key));
     uint64_t x;
 
     if (!f)
-        return cfg_fail(err, errlen, "unknown setting '%s' (see --help)", key);
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "unknown setting '%s' (see --help)", key);
     if (!f->arg)
-        return cfg_fail(err, errlen, "%s: not a setting", f->name);
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "%s: not a setting", f->name);
     if (!value)
-        return cfg_fail(err, errlen, "%s: needs a value (%s)", f->name, f->arg);
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "%s: needs a value (%s)", f->name, f->arg);
 
 #define NUM(field, lo, hi)                                                              \
     do {                                                                                \
         if (parse_u64(value, (lo), (hi), 10, &x) != 0)                                  \
-            return cfg_fail(err, errlen, "%s: expected an integer from %llu to %llu, got '%s'", \
+            return rnp_fail(err, RN_INVALID_ARGUMENT, "%s: expected an integer from %llu to %llu, got '%s'", \
                         f->name, (unsigned long long)(lo), (unsigned long long)(hi), value); \
         cfg->field = x;                                                                 \
         return 0;                                                                       \
@@ -152,7 +140,7 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, char *er
 
     if (strcmp(f->name, "endpoint") == 0) {
         if (strlen(value) >= sizeof cfg->endpoint)
-            return cfg_fail(err, errlen, "endpoint: longer than %zu bytes", sizeof cfg->endpoint - 1);
+            return rnp_fail(err, RN_INVALID_ARGUMENT, "endpoint: longer than %zu bytes", sizeof cfg->endpoint - 1);
         snprintf(cfg->endpoint, sizeof cfg->endpoint, "%s", value);
         return 0;
     }
@@ -164,25 +152,25 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, char *er
         else if (strcmp(value, "cpu") == 0)
             cfg->backend = RND_BACKEND_CPU;
         else
-            return cfg_fail(err, errlen, "backend: expected auto, cuda or cpu, got '%s'", value);
+            return rnp_fail(err, RN_INVALID_ARGUMENT, "backend: expected auto, cuda or cpu, got '%s'", value);
         return 0;
     }
     if (strcmp(f->name, "device") == 0) {
         if (!*value || strlen(value) >= sizeof cfg->device)
-            return cfg_fail(err, errlen, "device: expected an index or a UUID, got '%s'", value);
+            return rnp_fail(err, RN_INVALID_ARGUMENT, "device: expected an index or a UUID, got '%s'", value);
         snprintf(cfg->device, sizeof cfg->device, "%s", value);
         return 0;
     }
     if (strcmp(f->name, "socket-mode") == 0) {
         if (parse_u64(value, 0, 07777, 8, &x) != 0)
-            return cfg_fail(err, errlen, "socket-mode: expected an octal mode such as 0660, got '%s'",
+            return rnp_fail(err, RN_INVALID_ARGUMENT, "socket-mode: expected an octal mode such as 0660, got '%s'",
                         value);
         cfg->socket_mode = (mode_t)x;
         return 0;
     }
     if (strcmp(f->name, "socket-group") == 0) {
         if (strlen(value) >= sizeof cfg->socket_group)
-            return cfg_fail(err, errlen, "socket-group: name too long");
+            return rnp_fail(err, RN_INVALID_ARGUMENT, "socket-group: name too long");
         snprintf(cfg->socket_group, sizeof cfg->socket_group, "%s", value);
         return 0;
     }
@@ -213,7 +201,7 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, char *er
     if (strcmp(f->name, "log-level") == 0) {
         int l = rnd_log_level_parse(value);
         if (l < 0)
-            return cfg_fail(err, errlen,
+            return rnp_fail(err, RN_INVALID_ARGUMENT,
                         "log-level: expected debug, info, notice, warning or error, got '%s'",
                         value);
         cfg->log_level = l;
@@ -224,7 +212,7 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, char *er
         return 0;
     }
 #undef NUM
-    return cfg_fail(err, errlen, "%s: not settable", f->name);
+    return rnp_fail(err, RN_INVALID_ARGUMENT, "%s: not settable", f->name);
 }
 
 static char *trim(char *s)
@@ -242,26 +230,29 @@ static char *trim(char *s)
  * Walk the file's `key = value` lines, calling fn on each.  Shared by the
  * start-up read and the SIGHUP re-read.
  */
-typedef int (*line_fn)(void *ctx, const char *key, const char *value, char *err, size_t errlen);
+typedef int (*line_fn)(void *ctx, const char *key, const char *value, rnp_error *err);
 
-static int walk_file(const char *path, bool must_exist, line_fn fn, void *ctx, char *err,
-                     size_t errlen)
+static int walk_file(const char *path, bool must_exist, line_fn fn, void *ctx, bool *found,
+                     rnp_error *err)
 {
-    char line[4096], msg[RND_CFG_ERR];
+    char line[4096];
+    rnp_error inner = {0};
     FILE *f;
-    int lineno = 0, rc = -1;
+    int lineno = 0, rc = RN_INVALID_ARGUMENT;
 
+    *found = false;
     f = fopen(path, "re");
     if (!f) {
         if (errno == ENOENT && !must_exist)
-            return 1;
-        return cfg_fail(err, errlen, "config file %s: %s", path, strerror(errno));
+            return 0;
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "config file %s: %s", path, strerror(errno));
     }
+    *found = true;
     while (fgets(line, sizeof line, f)) {
         char *s, *eq, *hash;
         lineno++;
         if (!strchr(line, '\n') && !feof(f)) {
-            cfg_fail(err, errlen, "%s:%d: line too long", path, lineno);
+            rnp_fail(err, RN_INVALID_ARGUMENT, "%s:%d: line too long", path, lineno);
             goto out;
         }
         if ((hash = strchr(line, '#')))
@@ -271,17 +262,17 @@ static int walk_file(const char *path, bool must_exist, line_fn fn, void *ctx, c
             continue;
         eq = strchr(s, '=');
         if (!eq) {
-            cfg_fail(err, errlen, "%s:%d: expected 'key = value', got '%s'", path, lineno, s);
+            rnp_fail(err, RN_INVALID_ARGUMENT, "%s:%d: expected 'key = value', got '%s'", path, lineno, s);
             goto out;
         }
         *eq = '\0';
-        if (fn(ctx, trim(s), trim(eq + 1), msg, sizeof msg) != 0) {
-            cfg_fail(err, errlen, "%s:%d: %s", path, lineno, msg);
+        if (fn(ctx, trim(s), trim(eq + 1), &inner) != 0) {
+            rnp_fail(err, RN_INVALID_ARGUMENT, "%s:%d: %s", path, lineno, inner.msg);
             goto out;
         }
     }
     if (ferror(f)) {
-        cfg_fail(err, errlen, "config file %s: read error", path);
+        rnp_fail(err, RN_INVALID_ARGUMENT, "config file %s: read error", path);
         goto out;
     }
     rc = 0;
@@ -290,69 +281,70 @@ out:
     return rc;
 }
 
-static int set_from_file(void *ctx, const char *key, const char *value, char *err, size_t errlen)
+static int set_from_file(void *ctx, const char *key, const char *value, rnp_error *err)
 {
     const flag_def *f = find_flag(key, strlen(key));
     /* A file naming another file, or asking for help, is a mistake. */
     if (f && !strcmp(f->name, "config"))
-        return cfg_fail(err, errlen, "config: not allowed inside a configuration file");
-    return rnd_config_set(ctx, key, value, err, errlen);
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "config: not allowed inside a configuration file");
+    return rnd_config_set(ctx, key, value, err);
 }
 
-int rnd_config_read_file(rnd_config *cfg, const char *path, bool must_exist, char *err,
-                         size_t errlen)
+int rnd_config_read_file(rnd_config *cfg, const char *path, bool must_exist, rnp_error *err)
 {
-    int rc = walk_file(path, must_exist, set_from_file, cfg, err, errlen);
-    if (rc < 0)
-        return -1;
-    if (rc == 0)
+    bool found;
+    int rc = walk_file(path, must_exist, set_from_file, cfg, &found, err);
+    if (rc != 0)
+        return rc;
+    if (found)
         snprintf(cfg->config_path, sizeof cfg->config_path, "%s", path);
     return 0;
 }
 
-static int level_only(void *ctx, const char *key, const char *value, char *err, size_t errlen)
+static int level_only(void *ctx, const char *key, const char *value, rnp_error *err)
 {
     const flag_def *f = find_flag(key, strlen(key));
     if (f && strcmp(f->name, "log-level") == 0) {
         int l = rnd_log_level_parse(value);
         if (l < 0)
-            return cfg_fail(err, errlen, "log-level: expected debug, info, notice, warning or error, got '%s'", value);
+            return rnp_fail(err, RN_INVALID_ARGUMENT, "log-level: expected debug, info, notice, warning or error, got '%s'", value);
         *(int *)ctx = l;
     }
     return 0;
 }
 
-int rnd_config_reread_log_level(const char *path, int *level, char *err, size_t errlen)
+int rnd_config_reread_log_level(const char *path, int *level, rnp_error *err)
 {
-    int l = *level;
-    if (walk_file(path, true, level_only, &l, err, errlen) < 0)
-        return -1;
+    int l = *level, rc;
+    bool found;
+    if ((rc = walk_file(path, true, level_only, &l, &found, err)) != 0)
+        return rc;
     *level = l;
     return 0;
 }
 
 /* Split argv into (flag, value) pairs: "--key value" and "--key=value". */
 static int next_flag(int argc, char **argv, int *i, const flag_def **f, const char **value,
-                     char *err, size_t errlen)
+                     rnp_error *err)
 {
     const char *a = argv[*i];
     const char *eq;
 
     if (strncmp(a, "--", 2) != 0 || a[2] == '\0')
-        return cfg_fail(err, errlen, "unexpected argument '%s' (see --help)", a);
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "unexpected argument '%s' (see --help)", a);
     eq = strchr(a, '=');
     *f = find_flag(a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2));
     if (!*f)
-        return cfg_fail(err, errlen, "unknown option '%s' (see --help)", a);
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "unknown option '%s' (see --help)", a);
     if (!(*f)->arg) {
         if (eq)
-            return cfg_fail(err, errlen, "--%s takes no value", (*f)->name);
+            return rnp_fail(err, RN_INVALID_ARGUMENT, "--%s takes no value", (*f)->name);
         *value = NULL;
     } else if (eq) {
         *value = eq + 1;
     } else {
         if (*i + 1 >= argc)
-            return cfg_fail(err, errlen, "--%s needs a value (%s)", (*f)->name, (*f)->arg);
+            return rnp_fail(err, RN_INVALID_ARGUMENT, "--%s needs a value (%s)", (*f)->name, (*f)->arg);
         *value = argv[++*i];
     }
     (*i)++;
@@ -360,19 +352,19 @@ static int next_flag(int argc, char **argv, int *i, const flag_def **f, const ch
 }
 
 int rnd_config_load(rnd_config *cfg, int argc, char **argv, const char *default_file,
-                    int *action, char *err, size_t errlen)
+                    int *action, rnp_error *err)
 {
     const char *file = NULL;
     const flag_def *f;
     const char *value;
-    char msg[RND_CFG_ERR];
+    rnp_error inner = {0};
     rnd_config c;
 
     *action = RND_RUN;
     /* First pass: unknown flags, --help, --version and --config. */
     for (int i = 1; i < argc;) {
-        if (next_flag(argc, argv, &i, &f, &value, err, errlen) != 0)
-            return -1;
+        if (next_flag(argc, argv, &i, &f, &value, err) != 0)
+            return RN_INVALID_ARGUMENT;
         if (!strcmp(f->name, "help")) {
             *action = RND_SHOW_HELP;
             return 0;
@@ -387,58 +379,37 @@ int rnd_config_load(rnd_config *cfg, int argc, char **argv, const char *default_
 
     rnd_config_defaults(&c);
     if (file) {
-        if (rnd_config_read_file(&c, file, true, err, errlen) != 0)
-            return -1;
+        if (rnd_config_read_file(&c, file, true, err) != 0)
+            return RN_INVALID_ARGUMENT;
     } else if (default_file) {
-        if (rnd_config_read_file(&c, default_file, false, err, errlen) != 0)
-            return -1;
+        if (rnd_config_read_file(&c, default_file, false, err) != 0)
+            return RN_INVALID_ARGUMENT;
     }
     /* Second pass: flags win over the file. */
     for (int i = 1; i < argc;) {
-        next_flag(argc, argv, &i, &f, &value, NULL, 0);
+        next_flag(argc, argv, &i, &f, &value, NULL);
         if (!strcmp(f->name, "config"))
             continue;
-        if (rnd_config_set(&c, f->name, value, msg, sizeof msg) != 0)
-            return cfg_fail(err, errlen, "--%s", msg);
+        if (rnd_config_set(&c, f->name, value, &inner) != 0)
+            return rnp_fail(err, RN_INVALID_ARGUMENT, "--%s", inner.msg);
         if (!strcmp(f->name, "log-level"))
             c.log_level_from_flag = true;
     }
-    if (rnd_config_finish(&c, err, errlen) != 0)
-        return -1;
+    if (rnd_config_finish(&c, err) != 0)
+        return RN_INVALID_ARGUMENT;
     *cfg = c;
     return 0;
 }
 
-int rnd_config_finish(rnd_config *cfg, char *err, size_t errlen)
+int rnd_config_finish(rnd_config *cfg, rnp_error *err)
 {
     const char *path;
-    const char *dir;
+    int rc;
 
-    if (!cfg->endpoint[0]) {
-        if ((dir = getenv("RUNTIME_DIRECTORY")) && *dir) {
-            /* systemd may list several directories separated by ':'. */
-            size_t len = strcspn(dir, ":");
-            snprintf(cfg->endpoint, sizeof cfg->endpoint, "ipc://%.*s/rmsnormd.sock", (int)len, dir);
-        } else if ((dir = getenv("XDG_RUNTIME_DIR")) && *dir) {
-            snprintf(cfg->endpoint, sizeof cfg->endpoint, "ipc://%s/rmsnormd.sock", dir);
-        } else {
-            snprintf(cfg->endpoint, sizeof cfg->endpoint, "ipc:///tmp/rmsnormd-%u.sock",
-                     (unsigned)getuid());
-        }
-    }
-    if (strncmp(cfg->endpoint, "ipc://", 6) != 0)
-        return cfg_fail(err, errlen, "endpoint '%s': only ipc:// endpoints are supported",
-                    cfg->endpoint);
-    path = cfg->endpoint + 6;
-    if (!*path)
-        return cfg_fail(err, errlen, "endpoint '%s': the socket path is empty", cfg->endpoint);
-    /* nanomsg accepts some paths that do not fit sun_path and then aborts
-     * inside its ipc transport; refuse them here with a message instead. */
-    if (strlen(path) >= RND_SUN_PATH_MAX)
-        return cfg_fail(err, errlen,
-                    "endpoint '%s': the socket path is %zu bytes; a Unix socket path must be "
-                    "shorter than %d",
-                    cfg->endpoint, strlen(path), RND_SUN_PATH_MAX);
+    if (!cfg->endpoint[0] && (rc = rnp_default_endpoint(cfg->endpoint, sizeof cfg->endpoint, err)))
+        return rc;
+    if ((rc = rnp_check_endpoint(cfg->endpoint, &path, err)) != 0)
+        return rc;
     if (cfg->max_inflight > cfg->max_inflight_total)
         cfg->max_inflight = cfg->max_inflight_total;
     return 0;

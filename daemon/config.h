@@ -12,11 +12,11 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "rn_proto.h"
+
 #define RND_DEFAULT_CONFIG "/etc/rmsnormd/rmsnormd.conf"
-/* sizeof(struct sockaddr_un.sun_path): the path plus its NUL must fit. */
-#define RND_SUN_PATH_MAX 108
+#define RND_SUN_PATH_MAX RNP_SUN_PATH_MAX
 #define RND_ENDPOINT_MAX 512
-#define RND_CFG_ERR 256
 
 enum rnd_backend_choice { RND_BACKEND_AUTO = 0, RND_BACKEND_CUDA, RND_BACKEND_CPU };
 
@@ -53,41 +53,43 @@ void rnd_config_defaults(rnd_config *cfg);
 
 /*
  * Set one key (a long flag name, with or without the leading dashes; '-' and
- * '_' are interchangeable) from text.  Returns 0, or -1 with a one-line
+ * '_' are interchangeable) from text.  Returns 0, or an rn_status with a one-line
  * message in err naming the key.
  */
-int rnd_config_set(rnd_config *cfg, const char *key, const char *value, char *err, size_t errlen);
+int rnd_config_set(rnd_config *cfg, const char *key, const char *value, rnp_error *err);
 
 /*
  * Read a configuration file into cfg.  A missing file is an error only when
  * must_exist; then, as for any error, err says which file and line.
- * Returns 0 or -1.
+ * Returns 0 or an rn_status with err.
  */
-int rnd_config_read_file(rnd_config *cfg, const char *path, bool must_exist, char *err,
-                         size_t errlen);
+int rnd_config_read_file(rnd_config *cfg, const char *path, bool must_exist, rnp_error *err);
 
 /*
  * The whole start-up sequence: defaults, then the file (--config FILE, or
  * default_file which is skipped silently when missing), then the flags, then
  * rnd_config_finish.  *action says whether to print help or the version.
- * Returns 0 or -1 with err.
+ * Returns 0 or an rn_status with err.
  */
 int rnd_config_load(rnd_config *cfg, int argc, char **argv, const char *default_file,
-                    int *action, char *err, size_t errlen);
+                    int *action, rnp_error *err);
 
 /*
- * Fill the default endpoint from the environment (RUNTIME_DIRECTORY, then
- * XDG_RUNTIME_DIR, then /tmp/rmsnormd-$UID.sock) and check the endpoint:
- * ipc:// only, and a path short enough for a Unix socket.  Returns 0 or -1.
+ * Fill the default endpoint from the environment (RUNTIME_DIRECTORY's first
+ * directory, then XDG_RUNTIME_DIR, then /tmp/rmsnormd-$UID.sock) and check
+ * the endpoint:
+ * ipc:// only, and a path short enough for a Unix socket (proto's
+ * rnp_default_endpoint and rnp_check_endpoint, which libclient shares).
+ * Returns 0 or an rn_status with err.
  */
-int rnd_config_finish(rnd_config *cfg, char *err, size_t errlen);
+int rnd_config_finish(rnd_config *cfg, rnp_error *err);
 
 /* The path of an ipc:// endpoint (points into cfg->endpoint). */
 const char *rnd_config_ipc_path(const rnd_config *cfg);
 
 /* Re-read only the log level from the file (for SIGHUP).  Returns 0 and sets
- * *level (unchanged if the file does not set it), or -1 with err. */
-int rnd_config_reread_log_level(const char *path, int *level, char *err, size_t errlen);
+ * *level (unchanged if the file does not set it), or an rn_status with err. */
+int rnd_config_reread_log_level(const char *path, int *level, rnp_error *err);
 
 /* The --help text. */
 void rnd_config_usage(FILE *out, const char *argv0);

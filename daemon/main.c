@@ -100,17 +100,16 @@ static int start_backend(const rnd_config *cfg, uv_loop_t *loop, rnd_backend **o
 
 int main(int argc, char **argv)
 {
-    char err[RND_CFG_ERR + 64];
     char fallback[RNP_REASON_LEN] = "";
-    rnp_error serr = {0};
+    rnp_error err = {0};
     rnd_config cfg;
     rnd_backend *be = NULL;
     uv_loop_t loop;
     int action, rc;
 
     rnd_log_init();
-    if (rnd_config_load(&cfg, argc, argv, RND_DEFAULT_CONFIG, &action, err, sizeof err) != 0) {
-        fprintf(stderr, "rmsnormd: %s\n", err);
+    if (rnd_config_load(&cfg, argc, argv, RND_DEFAULT_CONFIG, &action, &err) != 0) {
+        fprintf(stderr, "rmsnormd: %s\n", err.msg);
         return 1;
     }
     if (action == RND_SHOW_HELP) {
@@ -131,8 +130,8 @@ int main(int argc, char **argv)
     }
     if (start_backend(&cfg, &loop, &be, fallback, sizeof fallback) != 0)
         goto fail_loop;
-    if (rnd_server_start(&server, &loop, &cfg, be, &serr) != 0) {
-        rnd_err("%s", serr.msg);
+    if (rnd_server_start(&server, &loop, &cfg, be, &err) != 0) {
+        rnd_err("%s", err.msg);
         be->ops->fini(be);
         goto fail_loop;
     }

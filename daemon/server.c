@@ -158,7 +158,7 @@ static void on_signal(uv_signal_t *h, int signum)
     rnd_server *srv = h->data;
 
     if (signum == SIGHUP) {
-        char err[RND_CFG_ERR];
+        rnp_error err = {0};
         int level = rnd_log_get_level();
         const rnd_config *cfg = &srv->ctx.cfg;
         if (cfg->log_level_from_flag) {
@@ -170,8 +170,9 @@ static void on_signal(uv_signal_t *h, int signum)
                        rnd_log_level_name(level));
             return;
         }
-        if (rnd_config_reread_log_level(cfg->config_path, &level, err, sizeof err) != 0) {
-            rnd_err("SIGHUP: %s; log level stays %s", err, rnd_log_level_name(rnd_log_get_level()));
+        if (rnd_config_reread_log_level(cfg->config_path, &level, &err) != 0) {
+            rnd_err("SIGHUP: %s; log level stays %s", err.msg,
+                    rnd_log_level_name(rnd_log_get_level()));
             return;
         }
         rnd_log_set_level(level);

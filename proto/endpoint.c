@@ -56,11 +56,13 @@ int rnp_check_endpoint(const char *ep, const char **path, rnp_error *err)
         return rnp_fail(err, RN_ENDPOINT, "endpoint '%s': the socket path is empty", ep);
     /* nanomsg accepts some paths that do not fit sun_path and then aborts
      * inside its ipc transport; they are refused here with a message. */
+    /* The message names the size before the (long) endpoint, so that a
+     * message cut at RNP_MAX_ERRMSG still says what is wrong. */
     if (strlen(p) >= RNP_SUN_PATH_MAX)
         return rnp_fail(err, RN_ENDPOINT,
-                        "endpoint '%s': the socket path is %zu bytes; a Unix socket path must be "
-                        "shorter than %d",
-                        ep, strlen(p), RNP_SUN_PATH_MAX);
+                        "endpoint: the socket path is %zu bytes; a Unix socket path must be "
+                        "shorter than %d ('%.80s...')",
+                        strlen(p), RNP_SUN_PATH_MAX, ep);
     if (path)
         *path = p;
     return 0;

@@ -56,13 +56,16 @@ static int load(rnd_config *cfg, int *action, char *err, const char *default_fil
         argv[argc++] = (char *)a;
     va_end(ap);
     argv[argc] = NULL;
-    return rnd_config_load(cfg, argc, argv, default_file, action, err, RND_CFG_ERR);
+    rnp_error e = {0};
+    int rc = rnd_config_load(cfg, argc, argv, default_file, action, &e);
+    snprintf(err, RNP_MAX_ERRMSG, "%s", e.msg);
+    return rc == 0 ? 0 : -1;
 }
 
 static void test_defaults(void **state)
 {
     rnd_config c;
-    char err[RND_CFG_ERR] = "";
+    char err[RNP_MAX_ERRMSG] = "";
     int action = -1;
     char missing[128];
 
@@ -90,7 +93,7 @@ static void test_defaults(void **state)
 static void test_file_then_flags(void **state)
 {
     rnd_config c;
-    char err[RND_CFG_ERR] = "";
+    char err[RNP_MAX_ERRMSG] = "";
     int action;
     const char *path = write_file("a.conf",
                                   "# rmsnormd settings\n"
@@ -127,7 +130,7 @@ static void test_file_then_flags(void **state)
 static void test_errors_name_the_setting(void **state)
 {
     rnd_config c;
-    char err[RND_CFG_ERR];
+    char err[RNP_MAX_ERRMSG];
     int action;
     char missing[128];
     const char *path;
@@ -186,7 +189,7 @@ static void test_errors_name_the_setting(void **state)
 static void test_help_and_version(void **state)
 {
     rnd_config c;
-    char err[RND_CFG_ERR];
+    char err[RNP_MAX_ERRMSG];
     int action;
 
     assert_int_equal(load(&c, &action, err, NULL, "--max-sessions", "3", "--help", NULL), 0);
@@ -198,7 +201,7 @@ static void test_help_and_version(void **state)
 static void test_endpoint_defaults(void **state)
 {
     rnd_config c;
-    char err[RND_CFG_ERR];
+    char err[RNP_MAX_ERRMSG];
     char want[128];
     int action;
 
@@ -228,7 +231,7 @@ static void test_endpoint_defaults(void **state)
 static void test_endpoint_checks(void **state)
 {
     rnd_config c;
-    char err[RND_CFG_ERR];
+    char err[RNP_MAX_ERRMSG];
     char ep[RND_ENDPOINT_MAX];
     int action;
 
@@ -262,28 +265,28 @@ static void test_endpoint_checks(void **state)
 
 static void test_reread_log_level(void **state)
 {
-    char err[RND_CFG_ERR];
+    rnp_error err = {0};
     int level = RND_LOG_INFO;
     const char *path;
 
     path = write_file("hup.conf", "threads = 2\nlog-level = warning\n");
-    assert_int_equal(rnd_config_reread_log_level(path, &level, err, sizeof err), 0);
+    assert_int_equal(rnd_config_reread_log_level(path, &level, &err), 0);
     assert_int_equal(level, RND_LOG_WARNING);
 
     path = write_file("hup2.conf", "threads = 2\n");
-    assert_int_equal(rnd_config_reread_log_level(path, &level, err, sizeof err), 0);
+    assert_int_equal(rnd_config_reread_log_level(path, &level, &err), 0);
     assert_int_equal(level, RND_LOG_WARNING);  /* not set: unchanged */
 
     path = write_file("hup3.conf", "log-level = shouting\n");
-    assert_int_equal(rnd_config_reread_log_level(path, &level, err, sizeof err), -1);
+    assert_int_equal(rnd_config_reread_log_level(path, &level, &err), RN_INVALID_ARGUMENT);
     assert_int_equal(level, RND_LOG_WARNING);
-    assert_non_null(strstr(err, "log-level"));
+    assert_non_null(strstr(err.msg, "log-level"));
 }
 
 static void test_limits_consistent(void **state)
 {
     rnd_config c;
-    char err[RND_CFG_ERR];
+    char err[RNP_MAX_ERRMSG];
     int action;
 
     /* A per-session limit above the total is capped to it. */
