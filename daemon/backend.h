@@ -137,6 +137,19 @@ typedef struct rnd_backend_ops {
                   uint32_t *n);
 } rnd_backend_ops;
 
+/* The rn_status of a kernel library result (rnk_status): the one mapping
+ * between the two, for both backends. */
+static inline int rnd_status_of_rnk(int krc)
+{
+    switch (krc) {
+    case RNK_OK: return RN_OK;
+    case RNK_EINVAL: return RN_INVALID_ARGUMENT;
+    case RNK_ENOMEM: return RN_NOMEM;
+    case RNK_ECUDA: return RN_CUDA;
+    }
+    return RN_INTERNAL;
+}
+
 /* Each backend's state starts with this. */
 struct rnd_backend {
     const rnd_backend_ops *ops;

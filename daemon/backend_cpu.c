@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "rn_check.h"
 #include "stats.h"
 
 /* Below this many elements a request runs on one thread: starting helper
@@ -176,7 +177,7 @@ static void *worker(void *arg)
         } else if (rc == RNK_OK) {
             job->status = RN_OK;
         } else {
-            job->status = rc == RNK_ENOMEM ? RN_NOMEM : RN_INVALID_ARGUMENT;
+            job->status = rnd_status_of_rnk(rc);
             snprintf(job->msg, sizeof job->msg, "bwd: %.190s", msg[0] ? msg : "the CPU twin failed");
         }
 
@@ -263,6 +264,8 @@ static void cpu_fini(rnd_backend *be);
 static int cpu_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *err)
 {
     cpu_backend *b;
+    char fmsg[160];
+    rn_fault f;
     long ncpu;
     int rc;
 
@@ -282,8 +285,8 @@ static int cpu_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *err
     rn_queue_init(&b->waiting);
     rn_queue_init(&b->finished);
     read_cpu_name(b->cpu_name, sizeof b->cpu_name);
-    pthread_mutex_init(&b->mu, NULL);
-    pthread_cond_init(&b->cv, NULL);
+    RN_PT_GOTO(pthread_mutex_init(&b->mu, NULL), &f, fail_free);
+    RN_PT_GOTO(pthread_cond_init(&b->cv, NULL), &f, fail_cond);
     b->threads = calloc(b->nthreads, sizeof *b->threads);
     if (!b->threads) {
         rc = rnp_fail(err, RN_NOMEM, "backend: out of memory");
@@ -314,6 +317,11 @@ fail:
     free(b->threads);
     free(b);
     return rc;
+fail_cond:
+    pthread_mutex_destroy(&b->mu);
+fail_free:
+    free(b);
+    return rnp_fail(err, RN_SYSTEM, "backend: %s", rn_fault_format(&f, fmsg, sizeof fmsg));
 }
 
 static void on_async_closed(uv_handle_t *h)
