@@ -9,22 +9,13 @@
 
 #include "ctx.h"
 
-int rnd_op_hello(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
-                 rnp_error *err);
-int rnd_op_register(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
-                    rnp_error *err);
-int rnd_op_unregister(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
+typedef int rnd_op_fn(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
                       rnp_error *err);
-int rnd_op_events(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
-                  rnp_error *err);
-int rnd_op_ping(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
-                rnp_error *err);
-int rnd_op_health(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
-                  rnp_error *err);
-int rnd_op_stats(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
-                 rnp_error *err);
-/* BYE: the reply goes first, then the session ends (see request.c). */
-int rnd_op_bye(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
-               rnp_error *err);
+
+rnd_op_fn rnd_op_hello, rnd_op_register, rnd_op_unregister, rnd_op_events, rnd_op_ping,
+    rnd_op_health, rnd_op_stats;
+/* BYE: the reply goes first, then the session ends (the op table's
+ * OPF_ENDS_SESSION). */
+rnd_op_fn rnd_op_bye;
 
 #endif

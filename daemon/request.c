@@ -401,11 +401,9 @@ enum {
     OPF_ENDS_SESSION = 1 << 3,     /* the session ends after the reply */
 };
 
-typedef int (*op_fn)(rnd_ctx *, rnd_session *, const rnp_request *, rnp_reply *, rnp_error *);
-
 typedef struct op_entry {
     unsigned flags;
-    op_fn run;                     /* NULL: BWD, which replies on its own */
+    rnd_op_fn *run;                /* NULL: BWD, which replies on its own */
 } op_entry;
 
 static const op_entry op_table[RN_OP_MAX + 1] = {
