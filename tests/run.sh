@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Run test suites and print one summary line: "N passed, N failed, N skipped".
-# Usage: tests/run.sh BUILD_DIR [SUITE...]   (suites: unit fuzz integration python gpu)
+# Usage: tests/run.sh BUILD_DIR [SUITE...]   (suites: layers unit fuzz integration python gpu)
 # Each test binary is cmocka; its log goes to BUILD_DIR/test-logs/ and is
 # printed when it fails.  Skipped tests give their reason on a line starting
 # "skip-reason:" (tests/rn_test.h's RN_SKIP).
 set -u
 build=${1:?usage: tests/run.sh BUILD_DIR [SUITE...]}; shift
-suites=${*:-unit fuzz integration python gpu}
+suites=${*:-layers unit fuzz integration python gpu}
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here" || exit 2
 logs="$build/test-logs"; mkdir -p "$logs"
@@ -54,6 +54,18 @@ run_bins() {  # run_bins SUITE: every build/tests/SUITE/test_* binary
 for suite in $suites; do
     case $suite in
     unit|integration) echo "suite $suite"; run_bins "$suite" ;;
+    layers)
+        # The structure rules (tests/check_layers.py): no call or include
+        # circle between files, no source over 700 lines, folders used as
+        # the README's layout says.  One test.
+        echo "suite layers"
+        log="$logs/layers.log"
+        py=/usr/bin/python3; [ -x "$py" ] || py=python3
+        if "$py" tests/check_layers.py "$build" >"$log" 2>&1; then
+            passed=$((passed + 1)); echo "  ok    layers ($(tail -1 "$log" | sed 's/^layers: //'))"
+        else
+            failed=$((failed + 1)); failures+=(layers); echo "  FAIL  layers"; sed 's/^/  | /' "$log"
+        fi ;;
     fuzz)
         echo "suite fuzz (replay of the corpus and the regression inputs)"
         for b in "$build/tests/fuzz"/replay_*; do
