@@ -73,8 +73,9 @@ static void release_all(rnd_cuda *b)
     b->kdev = NULL;
 }
 
-/* The device, the kernel library and the streams, each with its workspace;
- * everything the first request needs exists when this returns. */
+/* The device, the kernel library and the streams, each with its workspace:
+ * everything the first request needs exists before the daemon says
+ * READY=1. */
 static int open_device(rnd_cuda *b, const rnd_backend_opts *o, rnp_error *err)
 {
     char kmsg[RNP_MAX_ERRMSG] = "";
@@ -102,6 +103,9 @@ static int open_device(rnd_cuda *b, const rnd_backend_opts *o, rnp_error *err)
         return rnp_fail(err, RN_CUDA, "device: the driver has no cuMemGetAddressRange");
     if (rnk_cuda_init(b->dev, &b->kdev, kmsg, sizeof kmsg) != RNK_OK)
         return rnp_fail(err, RN_CUDA, "kernel init: %s", kmsg);
+    /* Every launch with N CTAs (rnk_cuda_force_grid): same results, bit for
+     * bit, but with a small N a large request runs for long, which the GPU
+     * tests use to reach the deadline. */
     if (o->debug_force_grid) {
         uint32_t ctas = o->debug_force_grid > INT32_MAX ? INT32_MAX : o->debug_force_grid;
         rnk_cuda_force_grid(b->kdev, (int)ctas);
@@ -179,8 +183,9 @@ static int cuda_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *er
     b->fins.flags = cudaEventDisableTiming | cudaEventBlockingSync;
     b->starts.flags = cudaEventDisableTiming;
     b->timing.flags = cudaEventDefault;
+    b->deadline_ns = o->kernel_deadline_ms ? o->kernel_deadline_ms : RND_CUDA_DEADLINE_MS;
     b->deadline_ns =
-        (o->kernel_deadline_ms ? o->kernel_deadline_ms : RND_CUDA_DEADLINE_MS) * (uint64_t)1000000u;
+        b->deadline_ns > UINT64_MAX / 1000000u ? UINT64_MAX : b->deadline_ns * 1000000u;
     /* A start is seen at most one period late: a short deadline (the
      * tests') gets a shorter period. */
     b->watch_ms = b->deadline_ns / 4000000u;

@@ -156,7 +156,7 @@ struct rnd_cuda {
     uint32_t fail_after;           /* rnd_backend_opts.debug_fail_after */
 
     bool failed, fatal_pending;
-    char fail_msg[RNP_REASON_LEN];
+    char fail_msg[RNP_MAX_ERRMSG]; /* for the fatal hook; HEALTH shows the start */
 };
 
 /* device.c */
