@@ -16,16 +16,20 @@
  *    their error, and nothing else changes;
  *  - HELLO and HEALTH say whether the daemon is an MPS client (RN_EXPECT_MPS
  *    =0/1 makes the test insist), and without MPS the log warns;
- *  - the kernel deadline (RMSNORMD_KERNEL_DEADLINE_MS) counts from the moment
- *    a request's inputs are ready: inputs that become ready only after the
+ *  - the kernel deadline (--kernel-deadline-ms) counts from the moment a
+ *    request's inputs are ready: inputs that become ready only after the
  *    deadline give a warning in the log (once) and a correct result, the
  *    daemon stays healthy, and another client is served meanwhile;
  *  - a client killed while its inputs are not ready: the daemon either goes
  *    on (mappings closed, healthy) or, if the dead client's ready event never
- *    comes, restarts itself (exit 2); it never keeps the stream blocked;
+ *    comes, restarts itself (exit 2, after answering another client's
+ *    pending request DEVICE_FAILING); it never keeps the stream blocked;
  *  - a kernel running past the deadline (a 5 ms deadline, and a large shape
- *    slowed down to one CTA with RMSNORMD_DEBUG_FORCE_GRID=1) marks the
- *    daemon failing: the request is answered DEVICE_FAILING, exit status 2.
+ *    slowed down to one CTA with --debug-force-grid 1) marks the daemon
+ *    failing: the request is answered DEVICE_FAILING, exit status 2;
+ *  - the failure path on demand (--debug-fail-after N): every request still
+ *    pending, sync or async, is answered DEVICE_FAILING and the daemon exits
+ *    with status 2, not by a signal.
  *
  * Run it once plainly and once with an MPS server up, so that the same tests
  * cover daemon and clients as MPS clients:
@@ -56,19 +60,20 @@ static int start_cuda(rnh_daemon *d)
     return rnh_start(d);
 }
 
-/* A daemon with RMSNORMD_KERNEL_DEADLINE_MS=ms and, unless grid is NULL,
- * RMSNORMD_DEBUG_FORCE_GRID=grid (the test's environment is left as it was). */
-static int start_cuda_deadline(rnh_daemon *d, const char *ms, const char *grid)
+/* A daemon started with each knob that is not NULL: --kernel-deadline-ms
+ * ms, --debug-force-grid grid, --debug-fail-after n. */
+static int start_cuda_knobs(rnh_daemon *d, const char *ms, const char *grid, const char *n)
 {
-    int rc;
+    const char *knobs[][2] = {
+        {"--kernel-deadline-ms", ms}, {"--debug-force-grid", grid}, {"--debug-fail-after", n}};
 
-    setenv("RMSNORMD_KERNEL_DEADLINE_MS", ms, 1);
-    if (grid)
-        setenv("RMSNORMD_DEBUG_FORCE_GRID", grid, 1);
-    rc = start_cuda(d);
-    unsetenv("RMSNORMD_KERNEL_DEADLINE_MS");
-    unsetenv("RMSNORMD_DEBUG_FORCE_GRID");
-    return rc;
+    for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; i++) {
+        if (knobs[i][1]) {
+            rnh_arg(d, knobs[i][0]);
+            rnh_arg(d, knobs[i][1]);
+        }
+    }
+    return start_cuda(d);
 }
 
 static int spawn_client(const rnh_daemon *d, const char *const *args, rnh_proc *p)
@@ -109,9 +114,10 @@ static int run_client(const rnh_daemon *d, const char *const *args)
     return finish_client(&p, args[0]);
 }
 
-/* Echo a client's lines until one equals want; 0, or -1 at its end or after
- * timeout_ms. */
-static int await_line(rnh_proc *p, const char *name, const char *want, int timeout_ms)
+/* Echo a client's lines until one starts with want, and copy that line to
+ * out (unless NULL); 0, or -1 at its end or after timeout_ms. */
+static int await_line(rnh_proc *p, const char *name, const char *want, char *out, size_t outlen,
+                      int timeout_ms)
 {
     int64_t end = rnh_now_ms() + timeout_ms;
     char line[512];
@@ -120,11 +126,25 @@ static int await_line(rnh_proc *p, const char *name, const char *want, int timeo
         if (rnh_read_line(p, line, sizeof line, (int)(end - rnh_now_ms())) < 0)
             break;
         printf("  [%s %d] %s\n", name, (int)p->pid, line);
-        if (strcmp(line, want) == 0)
+        if (strncmp(line, want, strlen(want)) == 0) {
+            if (out)
+                snprintf(out, outlen, "%s", line);
             return 0;
+        }
     }
     printf("  [%s %d] no '%s' line\n", name, (int)p->pid, want);
     return -1;
+}
+
+/* Wait for the daemon's own exit after a failure: an orderly one, status 2,
+ * not a signal (128 + n: the crash this guards against was a SIGSEGV) and
+ * not a hang (-1). */
+static void assert_exit_2(rnh_daemon *d)
+{
+    int rc = rnh_wait_exit(d, 30000);
+
+    printf("the daemon exited with status %d%s\n", rc, rc > 128 ? " (a signal)" : "");
+    assert_int_equal(rc, 2);
 }
 
 /* Times needle occurs in the daemon's log so far; -1 if unreadable. */
@@ -336,13 +356,13 @@ static void test_unready_inputs_warn(void **state)
      * past a 1 s kernel deadline: the deadline is the kernel's, so the
      * daemon warns once, keeps waiting, stays healthy and answers with the
      * right result. */
-    assert_int_equal(start_cuda_deadline(d, "1000", NULL), 0);
+    assert_int_equal(start_cuda_knobs(d, "1000", NULL, NULL), 0);
     /* The other client sets up its context and connection first, so that
      * its work fits well inside the stall. */
     assert_int_equal(spawn_client(d, other, &b), 0);
-    assert_int_equal(await_line(&b, "other", "waiting", 60000), 0);
+    assert_int_equal(await_line(&b, "other", "waiting", NULL, 0, 60000), 0);
     assert_int_equal(spawn_client(d, stall, &a), 0);
-    assert_int_equal(await_line(&a, "stall", "stalling", 60000), 0);
+    assert_int_equal(await_line(&a, "stall", "stalling", NULL, 0, 60000), 0);
     t0 = rnh_now_ms();
     assert_int_equal(rnh_wait_stat_ge(d, "inflight.current", 1, 10000), 0);
     /* While the stalled request waits on its stream, the other client's
@@ -375,40 +395,62 @@ static void test_kill_stalled_client(void **state)
 {
     rnh_daemon *d = *state;
     const char *stall[] = {"stall", "20000", NULL};
+    /* Another client's request, pending while the first client dies: it is
+     * answered whatever the daemon does, with a correct result or with
+     * DEVICE_FAILING. */
+    const char *other[] = {"stall", "10000", "sync", "OK,DEVICE_FAILING", NULL};
     const char *after[] = {"order", "20", "4242", NULL};
-    rnh_proc a;
+    char line[512];
+    int64_t regions_a, regions_b;
+    rnh_proc a, b;
 
     /* A client killed while the daemon's stream waits on its unready
      * inputs.  Either the driver lets the stream go on (the mappings close,
      * the daemon stays healthy and serves), or the ready event never comes
      * and, the session being gone, the daemon restarts itself (exit 2)
-     * rather than keep a stream blocked for later sessions.  Hanging on is
-     * the one wrong outcome. */
-    assert_int_equal(start_cuda_deadline(d, "1000", NULL), 0);
+     * rather than keep a stream blocked for later sessions.  Hanging on, or
+     * dying of a signal, is wrong. */
+    assert_int_equal(start_cuda_knobs(d, "1000", NULL, NULL), 0);
     assert_int_equal(spawn_client(d, stall, &a), 0);
-    assert_int_equal(await_line(&a, "stall", "stalling", 60000), 0);
+    assert_int_equal(await_line(&a, "stall", "stalling", NULL, 0, 60000), 0);
     assert_int_equal(rnh_wait_stat_ge(d, "inflight.current", 1, 10000), 0);
+    regions_a = rnh_stat(d, "regions.active");
+    assert_int_equal(spawn_client(d, other, &b), 0);
+    assert_int_equal(await_line(&b, "other", "stalling", NULL, 0, 60000), 0);
+    assert_int_equal(rnh_wait_stat_ge(d, "inflight.current", 2, 10000), 0);
+    regions_b = rnh_stat(d, "regions.active") - regions_a;
     kill(a.pid, SIGKILL);
     assert_int_equal(rnh_wait(&a, 10000), 128 + SIGKILL);
     rnh_proc_close(&a);
     /* (Under MPS the daemon may already be gone: see below.) */
-    if (rnh_wait_stat(d, "regions.active", 0, 6000) == 0) {
+    if (rnh_wait_stat(d, "regions.active", regions_b, 6000) == 0) {
         printf("the stream went on after the client's death: mappings closed\n");
         assert_int_equal(rnh_stat(d, "clients.died"), 1);
         assert_int_equal(run_client(d, after), 0);
         assert_healthy(d, "after the stalled client died");
+        /* The other client's inputs come, and its request completes. */
+        assert_int_equal(await_line(&b, "other", "stall: ", line, sizeof line, 60000), 0);
+        assert_int_equal(strncmp(line, "stall: OK ", 10), 0);
+        assert_int_equal(finish_client(&b, "other"), 0);
         assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
     } else {
         /* Without MPS the dead client's ready event never comes; under MPS
          * the server may also fault the daemon's context when it tears the
-         * killed client down (a sticky error).  Either way: exit 2. */
-        assert_int_equal(rnh_wait_exit(d, 30000), 2);
+         * killed client down (a sticky error).  Either way: every pending
+         * request answered, then exit 2. */
+        assert_exit_2(d);
         if (log_count(d, "its client is gone") >= 1)
             printf("the dead client's ready event never came: the daemon restarted\n");
         else if (log_count(d, "Backend failed") >= 1)
             printf("the daemon's context failed with the killed client (MPS): restarted\n");
         else
             fail_msg("exit 2 without a reason in the log");
+        /* The other client's pending request was answered before the exit.
+         * (Its exit status is not judged: under MPS its own context may
+         * have failed together with the daemon's.) */
+        assert_int_equal(await_line(&b, "other", "stall: ", line, sizeof line, 30000), 0);
+        assert_int_equal(strncmp(line, "stall: DEVICE_FAILING ", 22), 0);
+        finish_client(&b, "other");
     }
     RNH_PASS(d);
 }
@@ -422,11 +464,47 @@ static void test_kernel_deadline_fails_daemon(void **state)
      * takes far longer than a 5 ms deadline: the daemon must report
      * failing, answer the request with DEVICE_FAILING and exit 2 for
      * systemd to restart it. */
-    assert_int_equal(start_cuda_deadline(d, "5", "1"), 0);
-    assert_int_equal(log_count(d, "RMSNORMD_DEBUG_FORCE_GRID is on"), 1);
+    assert_int_equal(start_cuda_knobs(d, "5", "1", NULL), 0);
+    assert_int_equal(log_count(d, "--debug-force-grid is on"), 1);
     assert_int_equal(run_client(d, args), 0);
-    assert_int_equal(rnh_wait_exit(d, 30000), 2);
+    assert_exit_2(d);
     assert_true(log_count(d, "kernel deadline: a kernel") >= 1);
+    RNH_PASS(d);
+}
+
+static void test_debug_fail_after(void **state)
+{
+    rnh_daemon *d = *state;
+    /* Each client makes a sync warm-up request and then one whose inputs
+     * are held back for 8 s, so that it is still pending when the backend
+     * fails: requests 1-2 (a), 3-4 (b) and 5-6 (c).  The 6th, c's async
+     * request, fails the backend: its acknowledgement must not go out, and
+     * a's and b's sync requests must not wait for their kernels. */
+    const char *held_sync[] = {"wait", "stall", "8000", "sync", "DEVICE_FAILING", NULL};
+    const char *held_async[] = {"wait", "stall", "8000", "async", "DEVICE_FAILING", NULL};
+    rnh_proc p[3];
+    const char *name[3] = {"a", "b", "c"};
+
+    assert_int_equal(start_cuda_knobs(d, NULL, NULL, "6"), 0);
+    assert_int_equal(log_count(d, "--debug-fail-after is on"), 1);
+    /* Contexts and connections first, so that the requests follow each
+     * other closely and in this order. */
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(spawn_client(d, i < 2 ? held_sync : held_async, &p[i]), 0);
+        assert_int_equal(await_line(&p[i], name[i], "waiting", NULL, 0, 60000), 0);
+    }
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(write(p[i].in_fd, "go\n", 3), 3);
+        if (i == 2)
+            break;
+        assert_int_equal(await_line(&p[i], name[i], "stalling", NULL, 0, 60000), 0);
+        assert_int_equal(rnh_wait_stat_ge(d, "inflight.current", i + 1, 10000), 0);
+    }
+    /* Each client checks that its request was answered DEVICE_FAILING. */
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(finish_client(&p[i], name[i]), 0);
+    assert_exit_2(d);
+    assert_true(log_count(d, "debug-fail-after: request 6 ") >= 1);
     RNH_PASS(d);
 }
 
@@ -442,6 +520,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unready_inputs_warn, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kernel_deadline_fails_daemon, rnh_setup,
                                         rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_debug_fail_after, rnh_setup, rnh_teardown),
         /* Last: under MPS, killing a client with a kernel running can leave
          * the MPS server refusing new clients for a while. */
         cmocka_unit_test_setup_teardown(test_kill_stalled_client, rnh_setup, rnh_teardown),

@@ -1,0 +1,205 @@
+/*
+ * daemon/cuda/ - the CUDA backend (built only with a CUDA Toolkit,
+ * RN_HAVE_CUDA): one device per daemon (index or UUID), CUDA IPC memory
+ * handles as regions, IPC events for the ordering between a client's stream
+ * and ours, and the fused kernel (kernels/rnk.h) on a pool of streams.  It
+ * fills in rnd_backend_cuda_ops (backend.h) and depends on proto/, kernels/,
+ * the daemon's log.h and stats.h, the CUDA runtime and libuv.
+ *
+ *   backend.c   the ops table, init/fini, info, health, sessions
+ *   device.c    device choice, UUIDs, sticky errors, the failed state, and
+ *               the one conversion of a failed call (rn_fault) into an error
+ *   mapcache.c  IPC memory mappings and their deferred closes
+ *   events.c    event pools and the per-session IPC ready/done rings
+ *   submit.c    one request onto its stream
+ *   complete.c  completion threads, the acked and done events, the fatal path
+ *   watch.c     the deadline watch
+ *
+ * cuda_int.h - the backend's private structures and internal functions
+ * (prefix rnd_cuda_).  Everything here runs on the loop thread, except the
+ * completion threads (complete.c), which share with it only what b->mu
+ * guards.
+ */
+#ifndef RND_CUDA_INT_H
+#define RND_CUDA_INT_H
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* After the CUDA headers, so that the CUDA check forms exist. */
+#include "rn_check.h"
+#include "rn_queue.h"
+
+#include "backend.h"
+
+/* Streams in the pool (and so sessions that each get a stream of their own). */
+#define RND_CUDA_STREAMS 16
+/* A kernel running longer than this marks the device failing, unless
+ * rnd_backend_opts.kernel_deadline_ms says otherwise. */
+#define RND_CUDA_DEADLINE_MS 60000
+/* How often the loop looks for sticky errors, started requests and overdue
+ * kernels (at most; a quarter of a shorter deadline, at least 1 ms). */
+#define RND_CUDA_WATCH_MS 200
+/* Workspace each stream gets at start-up; a larger request grows it
+ * (stream-ordered, so kernels already queued keep the old one). */
+#define RND_CUDA_WS_M 32768
+#define RND_CUDA_WS_N 8192
+/* A submission slower than this is logged with where the time went. */
+#define RND_CUDA_SLOW_SUBMIT_NS 2000000u
+/* fini after a failure: how long the completion threads get to return
+ * before they are left to the process exit. */
+#define RND_CUDA_JOIN_MS 2000
+
+typedef struct rnd_cuda rnd_cuda;
+typedef struct rnd_cuda_sess rnd_cuda_sess;
+
+/* A mapped CUDA IPC allocation (rnd_mapping.handle). */
+typedef struct rnd_cuda_map {
+    void *dptr;
+    rn_queue link;                 /* b->unmaps once the server closed it */
+} rnd_cuda_map;
+
+/* One job on the GPU, from submit until its completion event fired. */
+typedef struct rnd_cuda_gjob {
+    rnd_job *job;                  /* NULL once its done event ran early (a failure) */
+    rnd_cuda_sess *cs;             /* valid while job is */
+    int stream;                    /* index into the pool */
+    int32_t done_slot;             /* async: the done event recorded; else -1 */
+    uint64_t submit_ns;            /* handed to the stream */
+    uint64_t start_ns;             /* the watch first saw started complete; 0: not yet */
+    bool unready_warned;           /* "inputs not ready" logged (once per job) */
+    bool acked;                    /* the acked event ran */
+    bool in_fifo;                  /* handed to its stream's completion thread */
+    cudaEvent_t started;           /* recorded after the wait on the ready event */
+    cudaEvent_t t0, t1;            /* sync mode: kernel timing; else NULL */
+    cudaEvent_t fin;               /* completion, waited on by the stream's thread */
+    cudaError_t err;               /* what the wait returned (under b->mu) */
+    rn_queue link;                 /* b->outstanding, oldest first (loop thread) */
+    rn_queue alink;                /* b->acked while its acked event waits (loop thread) */
+    rn_queue flink;                /* its stream's FIFO, then b->completed (under b->mu) */
+} rnd_cuda_gjob;
+
+typedef struct rnd_cuda_stream {
+    rnd_cuda *b;
+    cudaStream_t st;
+    void *ws;
+    size_t ws_bytes;
+    uint32_t nsess;                /* live sessions assigned to it */
+    pthread_t thr;
+    bool thr_started;
+    pthread_cond_t cv;
+    rn_queue fifo;                 /* submitted, oldest first (under b->mu) */
+} rnd_cuda_stream;
+
+struct rnd_cuda_sess {
+    uint32_t id;                   /* for the log: "session #id" */
+    int stream;                    /* index into the pool */
+    uint32_t nev;                  /* events exchanged (ready and done rings) */
+    cudaEvent_t ready[RNP_MAX_EVENTS];
+    cudaEvent_t done[RNP_MAX_EVENTS];
+    uint32_t done_next;
+    uint32_t njobs;                /* submitted and not yet done */
+    bool ending;                   /* its client is gone or said BYE */
+    rn_queue link;                 /* b->sessions */
+};
+
+/* Free events of one kind, reused from job to job. */
+typedef struct rnd_cuda_evpool {
+    cudaEvent_t *v;
+    size_t n, cap;
+    unsigned flags;                /* for cudaEventCreateWithFlags */
+} rnd_cuda_evpool;
+
+typedef CUresult (*rnd_cuda_get_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr p);
+
+struct rnd_cuda {
+    rnd_backend base;
+    void (*fatal)(void *ctx, const char *msg);
+    void *fatal_ctx;
+
+    int dev;
+    struct cudaDeviceProp prop;
+    bool mps;
+    rnk_device *kdev;
+    rnd_cuda_get_range_fn get_range;
+    rnd_cuda_stream streams[RND_CUDA_STREAMS];
+    int nstreams;
+
+    uv_async_t async;              /* GPU completions, and a failure to report */
+    uv_check_t check;              /* acked events and the fatal path, after each poll */
+    uv_idle_t kick;                /* keeps the loop from sleeping while acks wait */
+    uv_timer_t watch;              /* sticky errors and the deadline */
+    int handles;                   /* initialised handles, for the close count */
+
+    pthread_mutex_t mu;
+    rn_queue completed;            /* completed on the GPU, for the loop (under mu) */
+    bool stop;                     /* completion threads end when their FIFO is empty */
+    bool gone;                     /* fini left the device to the process exit: b stays
+                                    * allocated, and completion threads that may still
+                                    * run no longer touch the loop (under mu) */
+
+    rn_queue outstanding;          /* gjobs not yet done, oldest first */
+    rn_queue acked;                /* gjobs whose acked event waits */
+    rn_queue sessions;
+    rn_queue unmaps;               /* mappings to close once no stream waits */
+    uint32_t noutstanding, max_jobs;
+    rnd_cuda_evpool fins;          /* completion events (blocking sync) */
+    rnd_cuda_evpool starts;        /* start events */
+    rnd_cuda_evpool timing;        /* sync mode's kernel timing pairs */
+    uint32_t next_sess_id;
+    uint64_t deadline_ns;          /* a kernel's, from its start */
+    uint64_t watch_ms;
+    uint64_t nsubmitted;           /* jobs launched so far */
+    uint32_t fail_after;           /* rnd_backend_opts.debug_fail_after */
+
+    bool failed, fatal_pending;
+    char fail_msg[RNP_MAX_ERRMSG]; /* for the fatal hook; HEALTH shows the start */
+};
+
+/* device.c */
+bool rnd_cuda_sticky(cudaError_t e);
+void rnd_cuda_mark_failed(rnd_cuda *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+int rnd_cuda_fault(rnd_cuda *b, const rn_fault *f, bool client, rnp_error *err,
+                   const char *what);
+int rnd_cuda_failed_err(const rnd_cuda *b, rnp_error *err, const char *op);
+int rnd_cuda_same_device(const rnd_cuda *b, const uint8_t uuid[RNP_UUID_BYTES],
+                         const char *field, const char *what, rnp_error *err);
+int rnd_cuda_pick_device(rnd_cuda *b, const char *spec, rnp_error *err);
+
+/* mapcache.c */
+int rnd_cuda_region_open(rnd_backend *be, void *bsess, const rnp_register_req *req,
+                         rnd_mapping *out, rnp_error *err);
+void rnd_cuda_region_close(rnd_backend *be, void *bsess, rnd_mapping *m);
+void rnd_cuda_flush_unmaps(rnd_cuda *b);
+void rnd_cuda_close_unmaps(rnd_cuda *b);
+
+/* events.c */
+void rnd_cuda_pool_free(rnd_cuda_evpool *p);
+int rnd_cuda_gjob_events(rnd_cuda *b, rnd_cuda_gjob *g, bool sync, rnp_error *err);
+void rnd_cuda_gjob_free(rnd_cuda *b, rnd_cuda_gjob *g);
+void rnd_cuda_sess_events_destroy(rnd_cuda_sess *cs);
+int rnd_cuda_events(rnd_backend *be, void *bsess, const rnp_events_req *req,
+                    rnp_events_rep *out, rnp_error *err);
+
+/* complete.c */
+int rnd_cuda_threads_start(rnd_cuda *b, rnp_error *err);
+bool rnd_cuda_threads_stop(rnd_cuda *b, int timeout_ms);
+void rnd_cuda_fifo_push(rnd_cuda *b, rnd_cuda_gjob *g);
+void rnd_cuda_ack_later(rnd_cuda *b, rnd_cuda_gjob *g);
+void rnd_cuda_run_fatal(rnd_cuda *b);
+void rnd_cuda_on_async(uv_async_t *h);
+void rnd_cuda_on_check(uv_check_t *h);
+void rnd_cuda_on_idle(uv_idle_t *h);
+
+/* watch.c */
+bool rnd_cuda_streams_waiting(rnd_cuda *b);
+void rnd_cuda_on_watch(uv_timer_t *t);
+
+/* submit.c */
+int rnd_cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err);
+
+#endif

@@ -1,0 +1,121 @@
+/*
+ * mapcache.c - regions as CUDA IPC memory mappings: opened once per
+ * REGISTER with the claimed size checked against the allocation, closed when
+ * the server closes the region.  The server holds a region until the done
+ * event of every job that uses it (backend.h), so a close never races a
+ * kernel that reads the memory; what it can race is a stream that waits on
+ * a client, hence the deferred closes below.
+ */
+#include "cuda_int.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+int rnd_cuda_region_open(rnd_backend *be, void *bsess, const rnp_register_req *req,
+                         rnd_mapping *out, rnp_error *err)
+{
+    rnd_cuda *b = (rnd_cuda *)be;
+    cudaIpcMemHandle_t h;
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    void *p = NULL;
+    rnd_cuda_map *m;
+    rn_fault f;
+    CUresult r;
+    int rc;
+
+    (void)bsess;
+    if (req->kind != RNP_REGION_CUDA_IPC)
+        return rnp_fail(err, RN_UNSUPPORTED,
+                        "register.kind: the cuda backend maps CUDA IPC memory handles only "
+                        "(POSIX shared memory needs the cpu backend)");
+    if ((rc = rnd_cuda_same_device(b, req->device_uuid, "register.device_uuid", "the memory is",
+                                   err)) != 0)
+        return rc;
+    if (req->size == 0)
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "register.size: must be at least 1 byte");
+    if (b->failed)
+        return rnd_cuda_failed_err(b, err, "register");
+    m = calloc(1, sizeof *m);
+    if (!m)
+        return rnp_fail(err, RN_NOMEM, "register: out of memory");
+    _Static_assert(sizeof h == RNP_IPC_HANDLE_BYTES, "IPC handle size");
+    memcpy(&h, req->ipc_handle, sizeof h);
+    /* Opening a handle this process has open already only counts it again
+     * (same address); each region closes its own count. */
+    RN_CUDA_GOTO(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), &f, fail_open);
+    r = b->get_range(&base, &size, (CUdeviceptr)(uintptr_t)p);
+    if (r != CUDA_SUCCESS) {
+        rc = rnp_fail(err, RN_CUDA,
+                      "register.ipc_handle: cuMemGetAddressRange of the mapping failed (CUDA "
+                      "driver error %d)",
+                      (int)r);
+        goto fail_close;
+    }
+    if ((uint64_t)size < req->size) {
+        rc = rnp_fail(err, RN_INVALID_ARGUMENT,
+                      "register.size: %" PRIu64 " bytes claimed, but the allocation has %zu",
+                      req->size, size);
+        goto fail_close;
+    }
+    m->dptr = p;
+    rn_queue_init(&m->link);
+    out->base = p;
+    out->size = req->size;
+    out->handle = m;
+    return 0;
+
+fail_open:
+    rc = rnd_cuda_fault(b, &f, true, err, "register.ipc_handle");
+    free(m);
+    return rc;
+fail_close:
+    (void)cudaIpcCloseMemHandle(p);
+    (void)cudaGetLastError();
+    free(m);
+    return rc;
+}
+
+/* No job that uses the mapping is on the GPU any more (backend.h). */
+void rnd_cuda_region_close(rnd_backend *be, void *bsess, rnd_mapping *mp)
+{
+    rnd_cuda *b = (rnd_cuda *)be;
+    rnd_cuda_map *m = mp ? mp->handle : NULL;
+
+    (void)bsess;
+    if (!m)
+        return;
+    mp->handle = NULL;
+    rn_queue_push_back(&b->unmaps, &m->link);
+    rnd_cuda_flush_unmaps(b);
+}
+
+void rnd_cuda_close_unmaps(rnd_cuda *b)
+{
+    rn_queue *q;
+
+    while ((q = rn_queue_head(&b->unmaps)) != NULL) {
+        rnd_cuda_map *m = RN_QUEUE_DATA(q, rnd_cuda_map, link);
+        rn_queue_remove(q);
+        (void)cudaIpcCloseMemHandle(m->dptr);
+        (void)cudaGetLastError();
+        free(m);
+    }
+}
+
+/*
+ * Close what the server released, unless a stream waits: closing an IPC
+ * mapping waits for the device (seen on the H200, with and without MPS: a
+ * session's close stalled the loop until another client's late inputs came,
+ * 3 s in the test), so while one client's inputs are not ready the closes
+ * wait here instead, and the loop keeps serving (the check phase tries
+ * again after each poll).  The mappings stay open that much longer; nothing
+ * reads them any more.
+ */
+void rnd_cuda_flush_unmaps(rnd_cuda *b)
+{
+    if (rn_queue_empty(&b->unmaps) || b->failed || rnd_cuda_streams_waiting(b))
+        return; /* (a failed device: the process exits, which unmaps) */
+    rnd_cuda_close_unmaps(b);
+}

@@ -1,0 +1,179 @@
+/*
+ * submit.c - one BWD job onto its session's stream: wait on the client's
+ * ready event, record a start event, launch, record a done event of the
+ * session's ring, record a completion event.  An async job is acknowledged
+ * right after the records (the client waits on the done event on its own
+ * stream), so the reply never waits for the GPU; a sync job is answered at
+ * completion, with the kernel time from a pair of timing events.
+ */
+#include "cuda_int.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "log.h"
+#include "stats.h"
+
+static int ws_ensure(rnd_cuda *b, rnd_cuda_stream *s, int64_t m, int64_t n, rnp_error *err)
+{
+    size_t need = rnk_cuda_workspace_size(b->kdev, m, n);
+    char kmsg[RNP_MAX_ERRMSG] = "";
+    void *ws = NULL;
+    rn_fault f;
+
+    if (need <= s->ws_bytes)
+        return 0;
+    /* Stream-ordered: kernels queued before keep the old workspace until
+     * they are done, and the new one is zeroed before the next launch. */
+    RN_CUDA_GOTO(cudaMallocAsync(&ws, need, s->st), &f, fail);
+    if (rnk_cuda_workspace_init(ws, need, s->st, kmsg, sizeof kmsg) != RNK_OK) {
+        cudaFreeAsync(ws, s->st);
+        (void)cudaGetLastError();
+        return rnp_fail(err, RN_CUDA, "bwd: workspace: %s", kmsg);
+    }
+    if (s->ws)
+        cudaFreeAsync(s->ws, s->st);
+    s->ws = ws;
+    s->ws_bytes = need;
+    return 0;
+fail:
+    return rnd_cuda_fault(b, &f, false, err, "bwd: workspace");
+}
+
+/* What the server may not submit: a job the session's events cannot serve,
+ * or one past the limit of jobs on the GPU. */
+static int admit(const rnd_cuda *b, const rnd_job *job, rnp_error *err)
+{
+    const rnd_cuda_sess *cs = job->bsess;
+
+    if (b->failed)
+        return rnd_cuda_failed_err(b, err, "bwd");
+    if (job->ready_slot >= 0 && cs->nev == 0)
+        return rnp_fail(err, RN_NO_EVENTS,
+                        "bwd.ready_slot: %d, but this session has exchanged no events (EVENTS)",
+                        (int)job->ready_slot);
+    if (job->ready_slot >= (int32_t)cs->nev)
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "bwd.ready_slot: %d is outside 0..%u",
+                        (int)job->ready_slot, cs->nev - 1);
+    if (job->mode != RNP_MODE_SYNC && cs->nev == 0)
+        return rnp_fail(err, RN_NO_EVENTS,
+                        "bwd.mode: async needs a done event to wait on; exchange events (EVENTS) "
+                        "or use sync mode");
+    if (b->noutstanding >= b->max_jobs)
+        return rnp_fail(err, RN_BUSY, "bwd: %u requests are queued on the GPU, the limit",
+                        b->noutstanding);
+    return 0;
+}
+
+/* The kernel library's error as the client's error; a broken context shows
+ * on the stream (the library cleared CUDA's error state). */
+static int launch_err(rnd_cuda *b, rnd_cuda_stream *s, int krc, const char *kmsg, rnp_error *err)
+{
+    if (krc == RNK_ECUDA) {
+        cudaError_t e = cudaStreamQuery(s->st);
+        if (e != cudaSuccess && e != cudaErrorNotReady && rnd_cuda_sticky(e))
+            rnd_cuda_mark_failed(b, "launch: %.100s", kmsg);
+        (void)cudaGetLastError();
+    }
+    return rnp_fail(err,
+                    krc == RNK_EINVAL   ? RN_INVALID_ARGUMENT
+                    : krc == RNK_ENOMEM ? RN_NOMEM
+                                        : RN_CUDA,
+                    "bwd: %.190s", kmsg);
+}
+
+int rnd_cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
+{
+    rnd_cuda *b = (rnd_cuda *)be;
+    rnd_cuda_sess *cs = job->bsess;
+    char kmsg[RNP_MAX_ERRMSG] = "";
+    bool sync = job->mode == RNP_MODE_SYNC;
+    uint64_t t_in = rnd_now_ns(), t_wait = 0, t_launch = 0;
+    rnd_cuda_stream *s;
+    rnd_cuda_gjob *g;
+    rn_fault f;
+    int rc, krc;
+
+    if ((rc = admit(b, job, err)) != 0)
+        return rc;
+    g = calloc(1, sizeof *g);
+    if (!g)
+        return rnp_fail(err, RN_NOMEM, "bwd: out of memory");
+    rn_queue_init(&g->link);
+    rn_queue_init(&g->alink);
+    rn_queue_init(&g->flink);
+    g->cs = cs;
+    g->stream = cs->stream;
+    g->done_slot = -1;
+    s = &b->streams[cs->stream];
+    if ((rc = ws_ensure(b, s, job->args.m, job->args.n, err)) != 0)
+        goto fail;
+    if ((rc = rnd_cuda_gjob_events(b, g, sync, err)) != 0)
+        goto fail;
+    if (job->ready_slot >= 0)
+        RN_CUDA_GOTO(cudaStreamWaitEvent(s->st, cs->ready[job->ready_slot], 0), &f, fail_cuda);
+    /* Complete once the inputs are ready and the stream's earlier work has
+     * ended: the watch counts the kernel deadline from then. */
+    RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_cuda);
+    t_wait = rnd_now_ns();
+    if (sync)
+        RN_CUDA_GOTO(cudaEventRecord(g->t0, s->st), &f, fail_cuda);
+    krc = rnk_cuda_bwd(b->kdev, &job->args, s->ws, s->ws_bytes, s->st, kmsg, sizeof kmsg);
+    t_launch = rnd_now_ns();
+    if (krc != RNK_OK) {
+        rc = launch_err(b, s, krc, kmsg, err);
+        goto fail;
+    }
+    /* Launched: from here the kernel may read the regions, so the job is
+     * outstanding (its done event will run) even if what follows fails. */
+    g->job = job;
+    job->priv = g;
+    g->submit_ns = rnd_now_ns();
+    rn_queue_push_back(&b->outstanding, &g->link);
+    b->noutstanding++;
+    cs->njobs++;
+    b->nsubmitted++;
+    if (sync)
+        RN_CUDA_GOTO(cudaEventRecord(g->t1, s->st), &f, fail_launched);
+    if (!sync) {
+        g->done_slot = (int32_t)(cs->done_next++ % cs->nev);
+        RN_CUDA_GOTO(cudaEventRecord(cs->done[g->done_slot], s->st), &f, fail_launched);
+    }
+    RN_CUDA_GOTO(cudaEventRecord(g->fin, s->st), &f, fail_launched);
+    rnd_cuda_fifo_push(b, g);
+    if (!sync) {
+        /* Recorded: the client may wait on the done event now.  The acked
+         * event runs from the loop, never from inside this call. */
+        job->status = RN_OK;
+        job->msg[0] = '\0';
+        job->done_slot = g->done_slot;
+        job->start_ns = job->end_ns = rnd_now_ns();
+        rnd_cuda_ack_later(b, g);
+    }
+    if (b->fail_after && b->nsubmitted == b->fail_after)
+        rnd_cuda_mark_failed(b,
+                             "debug-fail-after: request %" PRIu64 " was submitted, and the "
+                             "debugging knob fails the backend there",
+                             b->nsubmitted);
+    if (g->submit_ns - t_in > RND_CUDA_SLOW_SUBMIT_NS)
+        rnd_warn("A submission took %" PRIu64 " us (wait on the ready event %" PRIu64
+                 " us, launch %" PRIu64 " us)",
+                 (rnd_now_ns() - t_in) / 1000, (t_wait - t_in) / 1000, (t_launch - t_wait) / 1000);
+    return 0;
+
+fail_launched:
+    /* A kernel runs that we cannot track: the device state is unknown, so
+     * stop serving.  The failure path gives the job its done event (and the
+     * server keeps its regions until then). */
+    {
+        rnp_error lost;
+        rnd_cuda_fault(b, &f, false, &lost, "bwd");
+        rnd_cuda_mark_failed(b, "after a launch: %.150s", lost.msg);
+    }
+    return 0;
+fail_cuda:
+    rc = rnd_cuda_fault(b, &f, false, err, "bwd");
+fail:
+    rnd_cuda_gjob_free(b, g);
+    return rc;
+}
