@@ -83,8 +83,12 @@ static void result_of(const req *r, rnd_result *res)
         res->rep.seq = r->seq;
         res->rep.done_slot = job->done_slot;
         res->rep.queue_ns = start - r->run.recv_ns;
-        /* Acknowledged early: the kernel's time is not known yet. */
-        res->rep.compute_ns = r->state != REQ_ACKED && job->end_ns > start ? job->end_ns - start : 0;
+        /* PROTOCOL.md: the time of the work in sync mode and on a backend
+         * without events (which always answers at the end); 0 in async mode
+         * on the GPU, whose reply does not wait for the kernel - also when
+         * the kernel happened to end before the acknowledgement went out. */
+        bool timed = job->mode == RNP_MODE_SYNC || r->ctx->dev.event_slots == 0;
+        res->rep.compute_ns = timed && job->end_ns > start ? job->end_ns - start : 0;
     } else {
         snprintf(res->error, sizeof res->error, "%s",
                  job->msg[0] ? job->msg : rnp_strerror(job->status));
