@@ -430,10 +430,29 @@ out:
     return rc;
 }
 
+/*
+ * Forget the recorded faults inside [base, base + size): once unmapped, the
+ * addresses may be reused by an intact region of any client, whose jobs
+ * must not be taken for faulted.  No job uses the mapping any more (the
+ * server closes it after the last one), so no fault inside it is being
+ * recorded now.
+ */
+static void forget_faults(const void *base, uint64_t size)
+{
+    uintptr_t lo = (uintptr_t)base;
+    for (int k = 0; k < FAULT_RING; k++) {
+        uintptr_t pg = atomic_load(&fault_pages[k]);
+        if (pg && pg + page_size > lo && pg < lo + size)
+            atomic_compare_exchange_strong(&fault_pages[k], &pg, 0);
+    }
+}
+
 static void cpu_region_close(rnd_backend *be, void *bsess, rnd_mapping *m)
 {
-    if (m && m->base)
+    if (m && m->base) {
         munmap(m->base, (size_t)m->size);
+        forget_faults(m->base, m->size);
+    }
 }
 
 static int cpu_events(rnd_backend *be, void *bsess, const rnp_events_req *req,

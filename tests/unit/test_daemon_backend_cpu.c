@@ -328,7 +328,25 @@ static void test_shrunk_region_fails_the_job(void **state)
     assert_int_equal(job.status, RN_OUT_OF_BOUNDS);
     assert_true(map.lost);
     assert_non_null(strstr(job.msg, "shrank"));
+    void *old_base = map.base;
     rnd_backend_cpu_ops.region_close(f->be, f->be, &map);
+
+    /* An intact object mapped afterwards at the same addresses (the kernel
+     * reuses the range just unmapped) is not taken for the faulted one. */
+    munmap(make_shm(f, bytes), bytes);
+    rnd_mapping again = {0};
+    assert_int_equal(rnd_backend_cpu_ops.region_open(f->be, f->be, &r, &again, &err), 0);
+    assert_ptr_equal(again.base, old_base);
+    make_job(&job, again.base, m, n);
+    job.maps[RNP_T_X] = job.maps[RNP_T_DY] = job.maps[RNP_T_DX] = &again;
+    job.maps[RNP_T_W] = job.maps[RNP_T_DW] = &again;
+    F->ndone = 0;
+    assert_int_equal(rnd_backend_cpu_ops.submit(f->be, &job, &err), 0);
+    while (F->ndone == 0)
+        uv_run(&f->loop, UV_RUN_ONCE);
+    assert_int_equal(job.status, RN_OK);
+    assert_false(again.lost);
+    rnd_backend_cpu_ops.region_close(f->be, f->be, &again);
 }
 
 static void test_fail_after_answers_every_pending_job(void **state)

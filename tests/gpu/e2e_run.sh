@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The daemon's whole GPU check in one go, on a GPU host: test_e2e_cuda without
+# and with MPS, and bench_e2e_cuda under MPS, optionally next to another build
+# (a "before" of a change: both daemons run back to back in the same MPS
+# session, so their ratios compare).  Build where nvcc is, pack with
+# tests/gpu/pack_build.sh, then from the repository root:
+#   tests/gpu/e2e_run.sh BUILD OUT [BASE_BUILD]
+# Environment: E2E_STEPS (default "tests bench"), E2E_ITERS (default 300).
+# Logs and the benchmark tables go to OUT; the last lines summarise each step.
+set -u
+build=${1:?usage: e2e_run.sh BUILD OUT [BASE_BUILD]}
+out=${2:?usage: e2e_run.sh BUILD OUT [BASE_BUILD]}
+base=${3:-}
+steps=${E2E_STEPS:-tests bench}
+iters=${E2E_ITERS:-300}
+mkdir -p "$out"
+summary=()
+step() { # step NAME LOG COMMAND...: run, keep the log, note pass or fail
+    local name=$1 log=$2; shift 2
+    local t0=$SECONDS
+    "$@" >"$out/$log" 2>&1
+    local rc=$?
+    local res; res=$(grep -E '^\[  (PASSED|FAILED) \]' "$out/$log" | tr '\n' ' ')
+    summary+=("$(printf '%-30s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) "$res")")
+}
+mps_start() {
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/rn-e2e-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/rn-e2e-mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    nvidia-cuda-mps-control -d
+}
+mps_stop() {
+    echo quit | nvidia-cuda-mps-control
+    cp "$CUDA_MPS_LOG_DIRECTORY"/control.log "$out/mps-control-$1.log" 2>/dev/null
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    sleep 1   # the server's clients are gone; let it exit before the next start
+}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv >"$out/gpu.txt" 2>&1
+"$build/tests/gpu/prog_probe" | tee -a "$out/gpu.txt"
+
+case " $steps " in *" tests "*)
+    export RN_BUILD=$PWD/$build
+    step "test_e2e_cuda (no MPS)" e2e-nomps.log timeout 280 "$build/tests/gpu/test_e2e_cuda"
+    if mps_start; then
+        step "test_e2e_cuda (MPS)" e2e-mps.log env RN_EXPECT_MPS=1 timeout 280 \
+            "$build/tests/gpu/test_e2e_cuda"
+        mps_stop tests
+    else
+        summary+=("MPS: nvidia-cuda-mps-control -d failed")
+    fi
+    unset RN_BUILD ;;
+esac
+
+case " $steps " in *" bench "*)
+    if mps_start; then
+        # The base first, then this build; each its own client and daemon.
+        if [ -n "$base" ]; then
+            step "bench_e2e_cuda MPS (base)" bench-base.log timeout 200 \
+                "$base/bench/bench_e2e_cuda" --daemon "$base/rmsnormd" --label "MPS base" \
+                --iters "$iters" --out "$out/bench.md"
+        fi
+        step "bench_e2e_cuda MPS" bench.log timeout 200 \
+            "$build/bench/bench_e2e_cuda" --daemon "$build/rmsnormd" --label "MPS" \
+            --iters "$iters" --out "$out/bench.md"
+        mps_stop bench
+    else
+        summary+=("MPS: nvidia-cuda-mps-control -d failed")
+    fi ;;
+esac
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
