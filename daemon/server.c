@@ -69,13 +69,13 @@ static void close_handle(uv_handle_t *h)
         uv_close(h, NULL);
 }
 
-/* Nothing is in flight any more: release everything and let the loop end.
- * Runs from the check handle only. */
+/* The grace period is over: answer what is queued, release everything and
+ * let the loop end. */
 static void finish_drain(rnd_server *srv)
 {
     rnd_ctx *ctx = &srv->ctx;
 
-    srv->closing = true;
+    rnd_transport_receive_all(ctx);
     rnd_sessions_end_all(&ctx->sessions, "daemon shutting down");
     rnd_transport_close(ctx);
     if (srv->handles_init) {
@@ -87,6 +87,7 @@ static void finish_drain(rnd_server *srv)
         close_handle((uv_handle_t *)&srv->sig_hup);
         close_handle((uv_handle_t *)&srv->drain_check);
         close_handle((uv_handle_t *)&srv->drain_idle);
+        close_handle((uv_handle_t *)&srv->grace_timer);
     }
     if (ctx->be) {
         ctx->be->ops->fini(ctx->be);
@@ -99,13 +100,22 @@ static void finish_drain(rnd_server *srv)
 /* After every loop iteration's callbacks: the one point where the drain
  * ends, so that no backend or transport callback ever sees the backend
  * finished under it. */
+static void on_grace_over(uv_timer_t *t)
+{
+    finish_drain(t->data);
+}
+
 static void on_drain_check(uv_check_t *h)
 {
     rnd_server *srv = h->data;
 
     uv_idle_stop(&srv->drain_idle);
-    if (srv->ctx.draining && !srv->closing && srv->ctx.inflight_total == 0)
-        finish_drain(srv);
+    /* Draining refuses new BWD work, so once nothing is in flight nothing
+     * will be: the grace period only answers. */
+    if (srv->ctx.draining && !srv->grace && srv->ctx.inflight_total == 0) {
+        srv->grace = true;
+        uv_timer_start(&srv->grace_timer, on_grace_over, RND_DRAIN_GRACE_MS, 0);
+    }
 }
 
 static void on_drain_idle(uv_idle_t *h)
@@ -127,7 +137,7 @@ void rnd_server_drain(rnd_server *srv, const char *why)
      * gets the loop there promptly even when the drain began in a timer's
      * callback, where the next poll would otherwise wait for the next
      * timer. */
-    if (!srv->closing)
+    if (!srv->grace)
         uv_idle_start(&srv->drain_idle, on_drain_idle);
     if (ctx->draining) {
         rnd_notice("Already draining (%u requests in flight)", ctx->inflight_total);
@@ -224,10 +234,11 @@ int rnd_server_start(rnd_server *srv, uv_loop_t *loop, const rnd_config *cfg, rn
     uv_signal_init(loop, &srv->sig_hup);
     uv_check_init(loop, &srv->drain_check);
     uv_idle_init(loop, &srv->drain_idle);
+    uv_timer_init(loop, &srv->grace_timer);
     srv->handles_init = true;
     srv->idle_timer.data = srv->tick_timer.data = srv->wd_timer.data = srv;
     srv->sig_term.data = srv->sig_int.data = srv->sig_hup.data = srv;
-    srv->drain_check.data = srv->drain_idle.data = srv;
+    srv->drain_check.data = srv->drain_idle.data = srv->grace_timer.data = srv;
     uv_check_start(&srv->drain_check, on_drain_check);
     uv_signal_start(&srv->sig_term, on_signal, SIGTERM);
     uv_signal_start(&srv->sig_int, on_signal, SIGINT);

@@ -4,10 +4,13 @@
  * the state it shares is ctx.h's.
  *
  * The drain (SIGTERM, SIGINT, a fatal backend failure) refuses new work,
- * lets every request in flight finish and be answered, then ends every
- * session, closes the socket and the backend, and lets the loop end.  Its
- * last step runs from the server's own check handle, never from inside a
- * backend's or the transport's callback.
+ * lets every request in flight finish and be answered, keeps answering
+ * (DRAINING, or PING/HEALTH/STATS as usual) for a short grace period so that
+ * requests already on their way get a reply rather than a closed socket,
+ * answers what is queued once more, then ends every session, closes the
+ * socket and the backend, and lets the loop end.  Its last steps run from the
+ * server's own handles, never from inside a backend's or the transport's
+ * callback.
  */
 #ifndef RND_SERVER_H
 #define RND_SERVER_H
@@ -18,14 +21,18 @@
 
 #include "ctx.h"
 
+/* How long a drained daemon keeps answering before it closes its socket. */
+#define RND_DRAIN_GRACE_MS 200
+
 typedef struct rnd_server {
     rnd_ctx ctx;                   /* first */
     uv_timer_t idle_timer, tick_timer, wd_timer;
     uv_signal_t sig_term, sig_int, sig_hup;
     uv_check_t drain_check;        /* ends the drain once nothing is in flight */
     uv_idle_t drain_idle;          /* brings the loop to the check phase at once */
+    uv_timer_t grace_timer;        /* the drain's grace period */
+    bool grace;                    /* the grace period has begun */
     bool handles_init;
-    bool closing;                  /* the drain's last step ran */
     bool stuck_logged;
     uint64_t wd_usec;
     int exit_code;

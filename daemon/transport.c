@@ -96,9 +96,8 @@ void rnd_reply_rnp_error(rnd_ctx *ctx, void *control, uint32_t op, uint64_t id,
                     err->msg[0] ? err->msg : rnp_strerror(err->code));
 }
 
-static void on_readable(uv_poll_t *h, int status, int events)
+void rnd_transport_receive_all(rnd_ctx *ctx)
 {
-    rnd_ctx *ctx = h->data;
     rnd_transport *t = &ctx->tx;
 
     /* NN_RCVFD is level-triggered: drain until EAGAIN. */
@@ -137,6 +136,11 @@ static void on_readable(uv_poll_t *h, int status, int events)
             nn_freemsg(control);
         nn_freemsg(body);
     }
+}
+
+static void on_readable(uv_poll_t *h, int status, int events)
+{
+    rnd_transport_receive_all(h->data);
 }
 
 int rnd_transport_open(rnd_ctx *ctx, rnd_rx_fn rx, rnp_error *err)

@@ -39,6 +39,9 @@ typedef struct rnd_transport {
 /* Bind ctx->cfg.endpoint (mode, group) and start receiving into rx.
  * Returns 0 or an rn_status with err. */
 int rnd_transport_open(rnd_ctx *ctx, rnd_rx_fn rx, rnp_error *err);
+/* Receive and hand to rx every message waiting now (the poll does this on
+ * its own; the drain calls it once more right before the close). */
+void rnd_transport_receive_all(rnd_ctx *ctx);
 /* Stop receiving, close the socket and remove its file.  Idempotent. */
 void rnd_transport_close(rnd_ctx *ctx);
 

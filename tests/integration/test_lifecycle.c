@@ -305,6 +305,50 @@ static void test_backend_failure_answers_all(void **state)
     RNH_PASS(d);
 }
 
+/*
+ * SIGTERM while clients send back to back: a request that reaches the daemon
+ * after the last one in flight finished, just before the socket closes, is
+ * answered DRAINING (the drain's grace period and its last read of the
+ * queue), not left to the client's timeout.
+ */
+static void test_drain_answers_late_requests(void **state)
+{
+    rnh_daemon *d = *state;
+    enum { K = 4 };
+    rnh_proc w[K];
+    char line[200];
+
+    assert_int_equal(rnh_start(d), 0);
+    for (int i = 0; i < K; i++) {
+        char seed[16];
+        snprintf(seed, sizeof seed, "%d", i + 1);
+        const char *argv[] = {"prog_worker", "--endpoint", d->endpoint, "--forever",
+                              "--stop-on-error", "--timeout", "5000", "--seed", seed, NULL};
+        assert_int_equal(rnh_spawn("prog_worker", argv, false, &w[i]), 0);
+    }
+    for (int i = 0; i < K; i++) {
+        assert_true(rnh_read_line(&w[i], line, sizeof line, 60000) >= 0);
+        assert_string_equal(line, "ready");
+        assert_true(rnh_read_line(&w[i], line, sizeof line, 60000) >= 0);
+        assert_string_equal(line, "first");
+    }
+    assert_int_equal(rnh_wait_stat_ge(d, "requests.bwd", 200, 30000), 0);
+    int64_t t0 = rnh_now_ms();
+    kill(d->pid, SIGTERM);
+    assert_int_equal(rnh_wait_exit(d, RNH_STOP_TIMEOUT_MS), 0);
+    for (int i = 0; i < K; i++) {
+        assert_true(rnh_read_line(&w[i], line, sizeof line, 30000) >= 0);
+        int64_t took = rnh_now_ms() - t0;
+        printf("worker %d: %s after %lld ms\n", i, line, (long long)took);
+        /* Its last request was refused, not lost: no TIMEOUT (5 s). */
+        assert_non_null(strstr(line, "failed=1 last=DRAINING"));
+        assert_true(took < 4000);
+        rnh_wait(&w[i], 30000);
+        rnh_proc_close(&w[i]);
+    }
+    RNH_PASS(d);
+}
+
 /* Build the BWD request of a case laid out in one shm region. */
 static void bwd_from_args(rnp_request *q, const rnp_session *s, uint32_t region, const void *base,
                           const rn_bwd_args *a, uint64_t seq)
@@ -429,6 +473,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shm_names, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_drain, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_backend_failure_answers_all, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_drain_answers_late_requests, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_seq, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
