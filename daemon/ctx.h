@@ -38,7 +38,9 @@ typedef struct rnd_ctx {
     bool failing;                  /* the backend failed; fail_msg says how */
     char fail_msg[RNP_REASON_LEN];
     char fallback[RNP_REASON_LEN]; /* why --backend auto is not on CUDA; "" if fine */
-    uint64_t last_busy_ns;         /* the last BUSY reply (HEALTH's degraded window) */
+    uint64_t last_busy_ns;         /* the last BUSY at a daemon-wide limit (HEALTH's
+                                    * degraded window); a session's own limits
+                                    * say nothing of the daemon's health */
 } rnd_ctx;
 
 #endif

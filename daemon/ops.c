@@ -22,9 +22,11 @@ int rnd_op_hello(rnd_ctx *ctx, rnd_session *unused, const rnp_request *req, rnp_
     rnd_session *s;
     int rc;
 
-    if (ctx->sessions.n >= ctx->cfg.max_sessions)
+    if (ctx->sessions.n >= ctx->cfg.max_sessions) {
+        ctx->last_busy_ns = rnd_now_ns();
         return rnp_fail(err, RN_BUSY, "hello: %u sessions open, the limit (--max-sessions)",
                         ctx->sessions.n);
+    }
     if ((rc = rnd_session_create(&ctx->sessions, &req->u.hello, &s, err)) != 0)
         return rc;
     memset(h, 0, sizeof *h);

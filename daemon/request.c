@@ -336,9 +336,11 @@ static int admit_load(rnd_ctx *ctx, rnd_session *s, rnp_error *err)
         return rnp_fail(err, RN_BUSY,
                         "bwd: the session has %u requests in flight, the limit (--max-inflight)",
                         s->inflight);
-    if (ctx->inflight_total >= ctx->cfg.max_inflight_total)
+    if (ctx->inflight_total >= ctx->cfg.max_inflight_total) {
+        ctx->last_busy_ns = rnd_now_ns();
         return rnp_fail(err, RN_BUSY, "bwd: %u requests in flight, the limit (--max-inflight-total)",
                         ctx->inflight_total);
+    }
     return 0;
 }
 
@@ -389,6 +391,8 @@ static void bwd(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_request
         s->inflight--;
         ctx->inflight_total--;
         r->state = REQ_PINNED;
+        if (err.code == RN_BUSY)   /* the backend's queue: daemon-wide */
+            ctx->last_busy_ns = rnd_now_ns();
         fail(r, &err);
         return;
     }

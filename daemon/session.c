@@ -193,6 +193,13 @@ int rnd_region_add(rnd_session *s, const rnp_register_req *req, uint32_t *id, rn
                         "register: the session has %u regions, the limit (--max-regions)",
                         s->nregions);
     uint64_t cap = cfg->max_mapped_gib << 30;
+    /* Larger than the whole budget: no UNREGISTER could make room, so not
+     * BUSY ("retry later"). */
+    if (req->size > cap)
+        return rnp_fail(err, RN_TOO_LARGE,
+                        "register.size: %llu bytes exceed the %llu GiB one session may map "
+                        "(--max-mapped-gib)",
+                        (unsigned long long)req->size, (unsigned long long)cfg->max_mapped_gib);
     if (s->mapped_bytes > cap || req->size > cap - s->mapped_bytes)
         return rnp_fail(err, RN_BUSY,
                         "register.size: %llu more bytes would pass the session's %llu GiB of "

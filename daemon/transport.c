@@ -48,8 +48,6 @@ void rnd_reply(rnd_ctx *ctx, void *control, rnp_reply *rep)
         }
     }
     rnd_stats_reply(&ctx->stats, rep->status);
-    if (rep->status == RN_BUSY)
-        ctx->last_busy_ns = rnd_now_ns();
     if (rep->status != 0)
         rnd_debug("Reply %s id %llu: %s: %s", rnp_op_name((int)rep->op),
                   (unsigned long long)rep->id, rnp_err_name(rep->status), rep->error);
