@@ -1,7 +1,8 @@
 /*
  * buffer.c - shared host buffers for the CPU backend: POSIX shm objects the
- * daemon opens by name, their registration, and the clean-up of names that
- * a killed client left behind.
+ * daemon opens by name, the clean-up of names that a killed client left
+ * behind, and the host pointer mapper of the backward call (a pointer into
+ * one of the client's buffers becomes its region and offset).
  *
  * Why the name stays until free: after a daemon restart the library must
  * register every live buffer again, and the new daemon can only open it by
@@ -20,6 +21,8 @@
 #include <unistd.h>
 
 #include "client_int.h"
+#include "rn_check.h"
+#include "rn_queue.h"
 
 #define SHM_PREFIX "rmsnormd."
 
@@ -30,13 +33,13 @@
  * its parent's names when it exits.
  */
 typedef struct live_name {
-    struct live_name *next;
+    rn_queue link;
     pid_t pid;
     char name[64];
 } live_name;
 
 static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
-static live_name *live_head;
+static rn_queue live_names = {&live_names, &live_names};
 static unsigned long name_counter;
 
 static void live_add(const char *name)
@@ -47,18 +50,18 @@ static void live_add(const char *name)
     e->pid = getpid();
     snprintf(e->name, sizeof e->name, "%s", name);
     pthread_mutex_lock(&live_mu);
-    e->next = live_head;
-    live_head = e;
+    rn_queue_push_front(&live_names, &e->link);
     pthread_mutex_unlock(&live_mu);
 }
 
 static void live_remove(const char *name)
 {
+    rn_queue *q;
     pthread_mutex_lock(&live_mu);
-    for (live_name **pp = &live_head; *pp; pp = &(*pp)->next) {
-        if (strcmp((*pp)->name, name) == 0) {
-            live_name *e = *pp;
-            *pp = e->next;
+    RN_QUEUE_FOREACH(q, &live_names) {
+        live_name *e = RN_QUEUE_DATA(q, live_name, link);
+        if (strcmp(e->name, name) == 0) {
+            rn_queue_remove(&e->link);
             free(e);
             break;
         }
@@ -71,12 +74,15 @@ static void live_remove(const char *name)
 __attribute__((destructor)) static void unlink_live_names(void)
 {
     pid_t me = getpid();
+    rn_queue *q;
     /* Another thread may hold the lock at exit; then skip rather than hang. */
     if (pthread_mutex_trylock(&live_mu) != 0)
         return;
-    for (live_name *e = live_head; e; e = e->next)
+    RN_QUEUE_FOREACH(q, &live_names) {
+        live_name *e = RN_QUEUE_DATA(q, live_name, link);
         if (e->pid == me)
             shm_unlink(e->name);
+    }
     pthread_mutex_unlock(&live_mu);
 }
 
@@ -126,21 +132,6 @@ void rnc_buf_release(rnc_buf *b)
     b->base = NULL;
 }
 
-int rnc_register(rn_client *c, rnc_buf *b)
-{
-    int rv;
-    memset(&c->req, 0, sizeof c->req);
-    c->req.op = RN_OP_REGISTER;
-    c->req.u.reg.session = c->session;
-    c->req.u.reg.kind = RNP_REGION_SHM;
-    c->req.u.reg.size = b->size;
-    snprintf(c->req.u.reg.shm_name, sizeof c->req.u.reg.shm_name, "%s", b->name);
-    if ((rv = rnc_transact(c, c->timeout_ms)) != 0)
-        return rv;
-    b->region = c->rep.u.reg.region.id;
-    return 0;
-}
-
 /*
  * Let the daemon open fd when it runs as another user (a system service):
  * give the object the group of the daemon's socket file, which the caller
@@ -153,17 +144,19 @@ static int share_with_daemon(rn_client *c, int fd, const char *name)
 {
     const char *path = c->endpoint;
     struct stat st;
+    rn_fault f;
 
     if (strncmp(path, "ipc://", 6) != 0)
         return 0;
     path += 6;
     if (stat(path, &st) != 0 || st.st_uid == geteuid())
         return 0;
-    if (fchown(fd, (uid_t)-1, st.st_gid) != 0 || fchmod(fd, 0660) != 0)
-        return rnc_fail(c, RN_SYSTEM,
-                        "buffer: sharing %s with the daemon (group %u of %s): %s", name,
-                        (unsigned)st.st_gid, path, strerror(errno));
+    RN_SYS_GOTO(fchown(fd, (uid_t)-1, st.st_gid), &f, fail);
+    RN_SYS_GOTO(fchmod(fd, 0660), &f, fail);
     return 0;
+fail:
+    return rnc_fail(c, RN_SYSTEM, "buffer: sharing %s with the daemon (group %u of %s): %s", name,
+                    (unsigned)st.st_gid, path, strerror(f.err));
 }
 
 /* Create, size and map a fresh shm object. */
@@ -171,7 +164,8 @@ static int create_shm(rn_client *c, size_t bytes, rnc_buf *out)
 {
     rnc_buf b = {0};
     unsigned long ns = pidns_id();
-    int fd = -1, rv, e;
+    int fd = -1, rv;
+    rn_fault f;
 
     b.size = bytes;
     for (int tries = 0;; tries++) {
@@ -187,12 +181,9 @@ static int create_shm(rn_client *c, size_t bytes, rnc_buf *out)
     if ((rv = share_with_daemon(c, fd, b.name)) != 0)
         goto fail;
     /* Reserve the memory now: a full /dev/shm is an error here, not a
-     * SIGBUS on first touch later. */
-    if ((e = posix_fallocate(fd, 0, (off_t)bytes)) != 0) {
-        rv = rnc_fail(c, e == ENOSPC ? RN_NOMEM : RN_SYSTEM,
-                      "buffer: reserving %zu bytes in /dev/shm: %s", bytes, strerror(e));
-        goto fail;
-    }
+     * SIGBUS on first touch later.  posix_fallocate returns an error
+     * number, as the pthread calls do. */
+    RN_PT_GOTO(posix_fallocate(fd, 0, (off_t)bytes), &f, no_space);
     b.base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (b.base == MAP_FAILED) {
         b.base = NULL;
@@ -204,10 +195,18 @@ static int create_shm(rn_client *c, size_t bytes, rnc_buf *out)
     live_add(b.name);
     *out = b;
     return 0;
+no_space:
+    rv = rnc_fail(c, f.err == ENOSPC ? RN_NOMEM : RN_SYSTEM,
+                  "buffer: reserving %zu bytes in /dev/shm: %s", bytes, strerror(f.err));
 fail:
     close(fd);
     shm_unlink(b.name);
     return rv;
+}
+
+static int register_step(rn_client *c, void *b)
+{
+    return rnc_register_buf(c, b);
 }
 
 int rn_buffer_alloc(rn_client *c, size_t bytes, void **ptr)
@@ -242,20 +241,9 @@ int rn_buffer_alloc(rn_client *c, size_t bytes, void **ptr)
     }
     if ((rv = create_shm(c, bytes, &b)) != 0)
         goto out;
-    /* A fresh session registers every buffer in the table, so make sure it
-     * exists before adding b, then register b itself (once more after a
-     * lost session). */
-    for (int attempt = 0;; attempt++) {
-        if ((rv = rnc_ensure_session(c)) != 0)
-            break;
-        rv = rnc_register(c, &b);
-        if (rv == RN_UNKNOWN_SESSION && attempt == 0) {
-            c->have_session = false;
-            continue;
-        }
-        break;
-    }
-    if (rv != 0) {
+    /* A fresh session registers every buffer in the table, so b joins the
+     * table only once it is registered itself. */
+    if ((rv = rnc_in_session(c, register_step, &b)) != 0) {
         rnc_buf_release(&b);
         goto out;
     }
@@ -288,11 +276,7 @@ int rn_buffer_free(rn_client *c, void *ptr)
     /* The daemon must let go of the region before the name disappears, but
      * a lost session has nothing to unregister. */
     if (c->have_session && b.region != 0) {
-        memset(&c->req, 0, sizeof c->req);
-        c->req.op = RN_OP_UNREGISTER;
-        c->req.u.unreg.session = c->session;
-        c->req.u.unreg.region.id = b.region;
-        rv = rnc_transact(c, c->timeout_ms);
+        rv = rnc_unregister(c, b.region);
         if (rv == RN_UNKNOWN_SESSION) {
             c->have_session = false;
             rv = 0;
@@ -303,3 +287,27 @@ out:
     pthread_mutex_unlock(&c->mu);
     return rv;
 }
+
+/* ---- the host pointer mapper ------------------------------------------------------------ */
+
+/* Find the buffer holding p; the daemon checks bounds, this only turns a
+ * pointer into (region, offset) and names the field when the pointer is not
+ * in shared memory at all. */
+static int map_host(rn_client *c, void *ctx, const char *field, const void *p, rnp_tensor *t)
+{
+    const char *cp = p;
+    (void)ctx;
+    for (size_t i = 0; i < c->nbufs; i++) {
+        const char *b = c->bufs[i].base;
+        if (cp >= b && cp < b + c->bufs[i].size) {
+            t->region.id = c->bufs[i].region;
+            t->offset = (uint64_t)(cp - b);
+            return 0;
+        }
+    }
+    return rnc_fail(c, RN_NOT_SHARED,
+                    "%s: pointer %p is not inside a buffer from rn_buffer_alloc of this client",
+                    field, p);
+}
+
+const rnc_mapper rnc_host_mapper = {.map = map_host};

@@ -1,33 +1,16 @@
 /*
- * bwd.c - the RMSNorm backward calls: the blocking host-buffer call of the
- * CPU backend, and the stream-ordered device-pointer calls (until the CUDA
- * client lands, they say they are not available, so the ABI stays fixed).
+ * bwd.c - the RMSNorm backward call that the host and the device entry
+ * points share: the argument checks, the request, the session retry and the
+ * timing.  Where a pointer lives is the mapper's business (rnc_mapper): a
+ * shm buffer for rn_rmsnorm_bwd_host (buffer.c), an IPC-registered CUDA
+ * allocation for rn_rmsnorm_bwd(_sync) (client_cuda.c).  Without CUDA the
+ * device entry points are here and say they are not available, so the ABI
+ * stays fixed.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "client_int.h"
-
-/* Find the buffer holding [p, p + bytes); the daemon re-checks bounds, this
- * only turns a pointer into (region, offset) and names the field when the
- * pointer is not in shared memory at all. */
-static int map_ptr(rn_client *c, const char *field, const void *p, rnp_tensor *t)
-{
-    const char *cp = p;
-    if (p == NULL)
-        return rnc_fail(c, RN_INVALID_ARGUMENT, "%s: pointer is NULL but its dtype is set", field);
-    for (size_t i = 0; i < c->nbufs; i++) {
-        const char *b = c->bufs[i].base;
-        if (cp >= b && cp < b + c->bufs[i].size) {
-            t->region.id = c->bufs[i].region;
-            t->offset = (uint64_t)(cp - b);
-            return 0;
-        }
-    }
-    return rnc_fail(c, RN_NOT_SHARED,
-                    "%s: pointer %p is not inside a buffer from rn_buffer_alloc of this client",
-                    field, p);
-}
 
 static int check_dtype(rn_client *c, const char *field, rn_dtype dt, int none_ok)
 {
@@ -44,68 +27,9 @@ static int check_stride(rn_client *c, const char *field, int64_t s)
     return 0;
 }
 
-void rnc_fill_bwd(rn_client *c, const rn_bwd_args *a, int mode, int32_t ready_slot,
-                  rnp_bwd_req *b)
-{
-    b->session = c->session;
-    b->seq = ++c->next_seq;
-    b->m = (uint64_t)a->m;
-    b->n = (uint32_t)a->n;
-    b->x_dtype = (uint8_t)a->x_dtype;
-    b->dy_dtype = (uint8_t)a->dy_dtype;
-    b->dx_dtype = (uint8_t)a->dx_dtype;
-    b->w_dtype = (uint8_t)a->w_dtype;
-    b->dres_dtype = (uint8_t)a->dres_dtype;
-    b->dw_dtype = (uint8_t)a->dw_dtype;
-    b->eps = a->eps;
-    b->weight_offset = a->weight_offset;
-    b->ready_slot = ready_slot;
-    b->mode = (uint32_t)mode;
-    b->ordering = RNP_ORDER_EVENTS;
-}
-
-/* Build the BWD request from a in c->req (session and region ids as of now). */
-static int build_bwd(rn_client *c, const rn_bwd_args *a, int mode)
-{
-    rnp_bwd_req *b;
-    int rv;
-
-    memset(&c->req, 0, sizeof c->req);
-    c->req.op = RN_OP_BWD;
-    b = &c->req.u.bwd;
-    rnc_fill_bwd(c, a, mode, -1, b);
-
-    if ((rv = map_ptr(c, "x", a->x, &b->x)) != 0 || (rv = map_ptr(c, "dy", a->dy, &b->dy)) != 0 ||
-        (rv = map_ptr(c, "dx", a->dx, &b->dx)) != 0)
-        return rv;
-    b->x.stride = (uint64_t)a->x_stride;
-    b->dy.stride = (uint64_t)a->dy_stride;
-    b->dx.stride = (uint64_t)a->dx_stride;
-    if (a->w_dtype != RN_DTYPE_NONE) {
-        b->has_w = true;
-        if ((rv = map_ptr(c, "w", a->w, &b->w)) != 0)
-            return rv;
-    }
-    if (a->rstd != NULL) {
-        b->has_rstd = true;
-        if ((rv = map_ptr(c, "rstd", a->rstd, &b->rstd)) != 0)
-            return rv;
-    }
-    if (a->dres_dtype != RN_DTYPE_NONE) {
-        b->has_dres = true;
-        if ((rv = map_ptr(c, "dres", a->dres, &b->dres)) != 0)
-            return rv;
-        b->dres.stride = (uint64_t)a->dres_stride;
-    }
-    if (a->dw_dtype != RN_DTYPE_NONE) {
-        b->has_dw = true;
-        if ((rv = map_ptr(c, "dw", a->dw, &b->dw)) != 0)
-            return rv;
-    }
-    return 0;
-}
-
-int rnc_check_bwd_args(rn_client *c, const rn_bwd_args *a)
+/* The arguments every backward call shares (shape, dtypes, strides); the
+ * pointers are checked where they are mapped. */
+static int check_args(rn_client *c, const rn_bwd_args *a)
 {
     int rv;
     if (a == NULL)
@@ -131,30 +55,110 @@ int rnc_check_bwd_args(rn_client *c, const rn_bwd_args *a)
     return 0;
 }
 
-int rn_rmsnorm_bwd_host(rn_client *c, const rn_bwd_args *a, rn_timing *t)
+/* One backward call on its way through the session retry loop. */
+typedef struct bwd_call {
+    const rn_bwd_args *a;
+    int mode;
+    const rnc_mapper *m;
+    void *ctx;
+} bwd_call;
+
+static int map_one(rn_client *c, const bwd_call *k, const char *field, const void *p, rnp_tensor *t)
 {
+    if (p == NULL)
+        return rnc_fail(c, RN_INVALID_ARGUMENT, "%s: pointer is NULL but its dtype is set", field);
+    return k->m->map(c, k->ctx, field, p, t);
+}
+
+/* Map every tensor of k's arguments into b; absent ones stay absent. */
+static int map_tensors(rn_client *c, const bwd_call *k, rnp_bwd_req *b)
+{
+    const rn_bwd_args *a = k->a;
+    int rv;
+
+    if ((rv = map_one(c, k, "x", a->x, &b->x)) != 0 ||
+        (rv = map_one(c, k, "dy", a->dy, &b->dy)) != 0 ||
+        (rv = map_one(c, k, "dx", a->dx, &b->dx)) != 0)
+        return rv;
+    b->x.stride = (uint64_t)a->x_stride;
+    b->dy.stride = (uint64_t)a->dy_stride;
+    b->dx.stride = (uint64_t)a->dx_stride;
+    if ((b->has_w = a->w_dtype != RN_DTYPE_NONE) && (rv = map_one(c, k, "w", a->w, &b->w)) != 0)
+        return rv;
+    if ((b->has_rstd = a->rstd != NULL) && (rv = map_one(c, k, "rstd", a->rstd, &b->rstd)) != 0)
+        return rv;
+    if ((b->has_dres = a->dres_dtype != RN_DTYPE_NONE)) {
+        if ((rv = map_one(c, k, "dres", a->dres, &b->dres)) != 0)
+            return rv;
+        b->dres.stride = (uint64_t)a->dres_stride;
+    }
+    if ((b->has_dw = a->dw_dtype != RN_DTYPE_NONE) &&
+        (rv = map_one(c, k, "dw", a->dw, &b->dw)) != 0)
+        return rv;
+    return 0;
+}
+
+/* The fields that come from the shape, dtypes and scalars, with c's session
+ * and the next seq. */
+static void fill_bwd(rn_client *c, const rn_bwd_args *a, int mode, int32_t ready_slot,
+                     rnp_bwd_req *b)
+{
+    b->session = c->session;
+    b->seq = ++c->next_seq;
+    b->m = (uint64_t)a->m;
+    b->n = (uint32_t)a->n;
+    b->x_dtype = (uint8_t)a->x_dtype;
+    b->dy_dtype = (uint8_t)a->dy_dtype;
+    b->dx_dtype = (uint8_t)a->dx_dtype;
+    b->w_dtype = (uint8_t)a->w_dtype;
+    b->dres_dtype = (uint8_t)a->dres_dtype;
+    b->dw_dtype = (uint8_t)a->dw_dtype;
+    b->eps = a->eps;
+    b->weight_offset = a->weight_offset;
+    b->ready_slot = ready_slot;
+    b->mode = (uint32_t)mode;
+    b->ordering = RNP_ORDER_EVENTS;
+}
+
+/*
+ * One attempt in the current session.  The request is built aside and
+ * copied into c->req at the end: mapping a device pointer may register its
+ * allocation, an exchange of its own.
+ */
+static int bwd_step(rn_client *c, void *arg)
+{
+    const bwd_call *k = arg;
+    rnp_bwd_req b;
+    int32_t slot = -1;
+    int rv;
+
+    memset(&b, 0, sizeof b);
+    if (k->m->prepare && (rv = k->m->prepare(c, k->ctx)) != 0)
+        return rv;
+    if ((rv = map_tensors(c, k, &b)) != 0)
+        return rv;
+    if (k->m->ready && (rv = k->m->ready(c, k->ctx, &slot)) != 0)
+        return rv;
+    fill_bwd(c, k->a, k->mode, slot, &b);
+    rnc_request(c, RN_OP_BWD)->u.bwd = b;
+    return rnc_transact(c, c->timeout_ms);
+}
+
+int rnc_bwd(rn_client *c, const rn_bwd_args *a, int mode, const rnc_mapper *m, void *ctx,
+            rn_timing *t)
+{
+    bwd_call k = {.a = a, .mode = mode, .m = m, .ctx = ctx};
     uint64_t t0 = rnc_now_ns();
     int rv;
+
     if (c == NULL)
         return RN_INVALID_ARGUMENT;
     pthread_mutex_lock(&c->mu);
-    if ((rv = rnc_check_bwd_args(c, a)) != 0)
+    if ((rv = check_args(c, a)) != 0 || (rv = rnc_in_session(c, bwd_step, &k)) != 0)
         goto out;
-    /* A lost session (daemon restart) shows as UNKNOWN_SESSION: open a new
-     * one, register the buffers again and retry once. */
-    for (int attempt = 0;; attempt++) {
-        if ((rv = rnc_ensure_session(c)) != 0)
-            break;
-        if ((rv = build_bwd(c, a, RNP_MODE_SYNC)) != 0)
-            break;
-        rv = rnc_transact(c, c->timeout_ms);
-        if (rv == RN_UNKNOWN_SESSION && attempt == 0) {
-            c->have_session = false;
-            continue;
-        }
-        break;
-    }
-    if (rv == 0 && t) {
+    if (m->accepted && (rv = m->accepted(c, ctx)) != 0)
+        goto out;
+    if (t) {
         rn_timing tm;
         tm.queue_ns = c->rep.u.bwd.queue_ns;
         tm.compute_ns = c->rep.u.bwd.compute_ns;
@@ -166,18 +170,29 @@ out:
     return rv;
 }
 
+int rn_rmsnorm_bwd_host(rn_client *c, const rn_bwd_args *a, rn_timing *t)
+{
+    return rnc_bwd(c, a, RNP_MODE_SYNC, &rnc_host_mapper, NULL, t);
+}
+
 #ifndef RN_HAVE_CUDA
 /* The stream-ordered calls need the CUDA client (client/client_cuda.c), which is
  * built, with RN_HAVE_CUDA defined for every file, only where a CUDA Toolkit exists. */
+static int no_cuda(rn_client *c, const char *fn)
+{
+    if (c == NULL)
+        return RN_INVALID_ARGUMENT;
+    return rnc_fail(c, RN_UNSUPPORTED,
+                    "%s: this libclient has no CUDA support; use rn_rmsnorm_bwd_host with buffers "
+                    "from rn_buffer_alloc",
+                    fn);
+}
+
 int rn_rmsnorm_bwd(rn_client *c, const rn_bwd_args *a, void *cuda_stream)
 {
     (void)a;
     (void)cuda_stream;
-    if (c == NULL)
-        return RN_INVALID_ARGUMENT;
-    return rnc_fail(c, RN_UNSUPPORTED,
-                    "rn_rmsnorm_bwd: this libclient has no CUDA support; use rn_rmsnorm_bwd_host "
-                    "with buffers from rn_buffer_alloc");
+    return no_cuda(c, "rn_rmsnorm_bwd");
 }
 
 int rn_rmsnorm_bwd_sync(rn_client *c, const rn_bwd_args *a, void *cuda_stream, rn_timing *t)
@@ -185,10 +200,6 @@ int rn_rmsnorm_bwd_sync(rn_client *c, const rn_bwd_args *a, void *cuda_stream, r
     (void)a;
     (void)cuda_stream;
     (void)t;
-    if (c == NULL)
-        return RN_INVALID_ARGUMENT;
-    return rnc_fail(c, RN_UNSUPPORTED,
-                    "rn_rmsnorm_bwd_sync: this libclient has no CUDA support; use "
-                    "rn_rmsnorm_bwd_host with buffers from rn_buffer_alloc");
+    return no_cuda(c, "rn_rmsnorm_bwd_sync");
 }
 #endif

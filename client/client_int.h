@@ -1,6 +1,24 @@
 /*
  * client_int.h - libclient's internals shared by its source files.  Not
- * installed.  Internal non-static names use the prefix rnc_.
+ * installed.  Internal non-static names use the prefix rnc_; every one of
+ * them is declared here, once.
+ *
+ * The files form layers, and each calls only the layers below it:
+ *
+ *   client.c        rn_connect, rn_close, the observation calls, the small
+ *                   public helpers (version, error text, default endpoint)
+ *   client_cuda.c   rn_rmsnorm_bwd(_sync): the CUDA pointer mapper (IPC
+ *                   registration cache) and the event ring
+ *   bwd.c           the backward call both entry points share: argument
+ *                   checks, request, timing; rn_rmsnorm_bwd_host
+ *   buffer.c        the shm buffers and the host pointer mapper
+ *   session.c       HELLO, BYE, re-opening a lost session, regions, and the
+ *                   one retry loop around a lost session
+ *   conn.c          the socket, one request/reply exchange with its timeout,
+ *                   and the last error of a client
+ *
+ * libclient depends on proto/ (and nanomsg, msgpack-c, the CUDA runtime for
+ * client_cuda.c), never on kernels/ or daemon/.
  */
 #ifndef RN_CLIENT_INT_H
 #define RN_CLIENT_INT_H
@@ -22,9 +40,13 @@ typedef struct rnc_buf {
     char name[64]; /* "/rmsnormd.<pid>.<n>.<pidns>" */
 } rnc_buf;
 
+/* The CUDA state of a client (client_cuda.c); NULL until its first device
+ * call, and always NULL in a build without CUDA. */
+typedef struct rnc_cuda rnc_cuda;
+
 struct rn_client {
     pthread_mutex_t mu; /* serialises every call */
-    int sock;           /* nanomsg NN_REQ socket */
+    int sock;           /* nanomsg NN_REQ socket; < 0: open it at the next call */
     int timeout_ms;     /* -1: forever */
     char endpoint[256];
     char name[RNP_MAX_NAME];
@@ -37,6 +59,8 @@ struct rn_client {
     rnc_buf *bufs;
     size_t nbufs, capbufs;
 
+    rnc_cuda *cuda;
+
     char last_error[RN_ERRMSG_LEN];
     /* Scratch space for one exchange; the mutex makes it private to a call. */
     rnp_request req;
@@ -44,19 +68,44 @@ struct rn_client {
     uint8_t tx[RNP_MAX_MSG];
 };
 
-/* Records a message for rn_last_error and returns code.  printf-style. */
+/* ---- conn.c: the connection ------------------------------------------------------- */
+
+/*
+ * The one way libclient records a failure: the message goes to c's last
+ * error, or, with c NULL, to the calling thread's (rn_connect fails before
+ * there is a client to hold it).  Returns code.  printf-style.
+ */
 int rnc_fail(rn_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Forget the calling thread's last error (the start of rn_connect). */
+void rnc_clear_thread_error(void);
 
 /* Monotonic clock, nanoseconds. */
 uint64_t rnc_now_ns(void);
 
 /*
- * One request/reply exchange on c's socket: fills version and id, encodes,
- * sends, waits for the reply (timeout_ms) and checks its op and id.  Returns
- * 0 with c->rep filled, the daemon's error code (message kept), or a
- * transport error (RN_TIMEOUT, RN_SYSTEM, RN_BAD_REPLY).
+ * Check c->endpoint (ipc:// with a path that fits a Unix socket, and a
+ * daemon listening there) and open c's REQ socket on it.  On failure c->sock
+ * is closed again (< 0) and c's last error says why.
+ */
+int rnc_conn_open(rn_client *c);
+
+/* Close c's socket; c->sock < 0 afterwards.  Fine when it is closed. */
+void rnc_conn_close(rn_client *c);
+
+/* Clear c->req for a request of type op and return it, for the caller to
+ * fill in before rnc_transact. */
+rnp_request *rnc_request(rn_client *c, uint32_t op);
+
+/*
+ * One request/reply exchange of c->req on c's socket: fills version and
+ * id, encodes, sends, waits for the reply (timeout_ms) and checks its op
+ * and id.  Returns 0 with c->rep filled, the daemon's error code (message
+ * kept), or a transport error (RN_TIMEOUT, RN_SYSTEM, RN_BAD_REPLY).
  */
 int rnc_transact(rn_client *c, int timeout_ms);
+
+/* ---- session.c: sessions and regions ------------------------------------------------ */
 
 /*
  * Make sure c has a session: HELLO, then register every live buffer again
@@ -71,22 +120,76 @@ int rnc_ensure_session(rn_client *c);
  */
 void rnc_end_session(rn_client *c);
 
-/* Register buffer b in the current session; sets b->region. */
-int rnc_register(rn_client *c, rnc_buf *b);
+/*
+ * Run step(c, arg) in a session: make sure there is one, run the step, and
+ * when the daemon no longer knows the session (it restarted: the step
+ * returns RN_UNKNOWN_SESSION) open a new one and run the step once more.
+ * A step sends its own requests; it must be safe to run twice.
+ */
+int rnc_in_session(rn_client *c, int (*step)(rn_client *c, void *arg), void *arg);
 
-/* Fill the fields of a BWD request that come from a (shape, dtypes, scalars),
- * with c's session and the next seq; the tensors are the caller's. */
-void rnc_fill_bwd(rn_client *c, const rn_bwd_args *a, int mode, int32_t ready_slot,
-                  rnp_bwd_req *b);
+/* Register a region described by r (kind, size and the shm name or the IPC
+ * handle; the session is filled here) and set *region. */
+int rnc_register(rn_client *c, const rnp_register_req *r, uint32_t *region);
 
-/* Check the arguments every backward call shares (shape, dtypes, strides);
- * the pointers are checked where they are mapped. */
-int rnc_check_bwd_args(rn_client *c, const rn_bwd_args *a);
+/* Register shm buffer b in the current session; sets b->region. */
+int rnc_register_buf(rn_client *c, rnc_buf *b);
+
+/* UNREGISTER region in the current session; the daemon's answer. */
+int rnc_unregister(rn_client *c, uint32_t region);
+
+/* ---- buffer.c: shm buffers -------------------------------------------------------- */
 
 /* Remove this user's shm names of processes that no longer exist. */
 void rnc_sweep_stale(void);
 
 /* Unmap and unlink b (no daemon traffic) and forget it process-wide. */
 void rnc_buf_release(rnc_buf *b);
+
+/* ---- bwd.c: the backward call -------------------------------------------------------- */
+
+/*
+ * How a backward call turns the caller's pointers into regions: a buffer
+ * lookup for host memory (buffer.c), the IPC registration cache for device
+ * memory (client_cuda.c).  Every hook runs under c's mutex inside the
+ * session retry loop (so it may run twice) and returns 0 or an error
+ * recorded with rnc_fail.  ctx is the mapper's own, per call.
+ */
+typedef struct rnc_mapper {
+    /* Before any tensor is mapped: set up what the session needs.  May be
+     * NULL. */
+    int (*prepare)(rn_client *c, void *ctx);
+    /* p (never NULL) to (region, offset) in *t; field names the tensor. */
+    int (*map)(rn_client *c, void *ctx, const char *field, const void *p, rnp_tensor *t);
+    /* Right before the request goes out: the ready slot the daemon waits
+     * on.  May be NULL (no slot, -1). */
+    int (*ready)(rn_client *c, void *ctx, int32_t *slot);
+    /* After the daemon accepted the request (c->rep holds its reply).  May
+     * be NULL. */
+    int (*accepted)(rn_client *c, void *ctx);
+} rnc_mapper;
+
+/* The host mapper: pointers into c's buffers from rn_buffer_alloc. */
+extern const rnc_mapper rnc_host_mapper;
+
+/*
+ * The one backward call: checks a, then in a session maps the tensors with
+ * m, sends BWD in mode (rnp_mode) and, on success, fills *t (may be NULL).
+ * Takes c's mutex.
+ */
+int rnc_bwd(rn_client *c, const rn_bwd_args *a, int mode, const rnc_mapper *m, void *ctx,
+            rn_timing *t);
+
+/* ---- client_cuda.c ----------------------------------------------------------------- */
+
+/* Free c's CUDA state (events, registration cache); rn_close calls it. */
+#ifdef RN_HAVE_CUDA
+void rnc_cuda_release(rn_client *c);
+#else
+static inline void rnc_cuda_release(rn_client *c)
+{
+    (void)c;
+}
+#endif
 
 #endif /* RN_CLIENT_INT_H */

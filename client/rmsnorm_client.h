@@ -98,7 +98,8 @@ RN_EXPORT const char *rn_last_error(const rn_client *c);
 
 /*
  * The endpoint a client uses when none is given: $RMSNORMD_ENDPOINT if set,
- * else ipc://$RUNTIME_DIRECTORY/rmsnormd.sock, else
+ * else ipc://$RUNTIME_DIRECTORY/rmsnormd.sock (its first entry when systemd
+ * lists several, separated by ':'), else
  * ipc://$XDG_RUNTIME_DIR/rmsnormd.sock, else ipc:///tmp/rmsnormd-$UID.sock
  * (the daemon's defaults).  Writes into buf; returns buf, or NULL if len is
  * too small.

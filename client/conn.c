@@ -1,0 +1,249 @@
+/*
+ * conn.c - libclient's connection to the daemon: the endpoint check, the
+ * REQ socket, one request/reply exchange with its timeout, and where a
+ * failure's message is kept.  Nothing here knows about sessions.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nanomsg/nn.h>
+#include <nanomsg/reqrep.h>
+
+#include "client_int.h"
+#include "rn_check.h"
+
+/* rn_connect fails before there is a client to hold its message. */
+static __thread char thread_error[RN_ERRMSG_LEN];
+
+int rnc_fail(rn_client *c, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c ? c->last_error : thread_error, RN_ERRMSG_LEN, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+void rnc_clear_thread_error(void)
+{
+    thread_error[0] = '\0';
+}
+
+const char *rn_last_error(const rn_client *c)
+{
+    return c ? c->last_error : thread_error;
+}
+
+uint64_t rnc_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- socket -------------------------------------------------------------------------- */
+
+/*
+ * nanomsg connects to a missing daemon silently (its REQ socket would wait
+ * for the timeout); a plain connect() tells at once whether anybody listens.
+ */
+static int probe(rn_client *c, const char *path)
+{
+    struct sockaddr_un sa;
+    rn_fault f;
+    int fd = -1;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, path, strlen(path));
+    RN_SYS_GOTO(fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), &f, fail);
+    RN_SYS_GOTO(connect(fd, (struct sockaddr *)&sa, sizeof sa), &f, fail);
+    close(fd);
+    return 0;
+fail:
+    if (fd < 0)
+        return rnc_fail(c, RN_SYSTEM, "socket(AF_UNIX): %s", strerror(f.err));
+    close(fd);
+    return rnc_fail(c, RN_UNREACHABLE, "endpoint %s: %s (is rmsnormd running?)", c->endpoint,
+                    strerror(f.err));
+}
+
+static int set_timeouts(rn_client *c, int ms)
+{
+    int v = ms;
+    if (nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_SNDTIMEO, &v, sizeof v) != 0 ||
+        nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVTIMEO, &v, sizeof v) != 0)
+        return rnc_fail(c, RN_SYSTEM, "setting socket timeouts: %s", nn_strerror(nn_errno()));
+    return 0;
+}
+
+/* Open c's REQ socket with its options and connect it (c->sock < 0 before).
+ * On failure the socket is closed again. */
+static int open_socket(rn_client *c)
+{
+    int v = RNP_MAX_MSG, rv;
+
+    if ((c->sock = nn_socket(AF_SP, NN_REQ)) < 0)
+        return rnc_fail(c, RN_SYSTEM, "nn_socket: %s", nn_strerror(nn_errno()));
+    if (nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &v, sizeof v) != 0)
+        rv = rnc_fail(c, RN_SYSTEM, "NN_RCVMAXSIZE: %s", nn_strerror(nn_errno()));
+    else if ((rv = set_timeouts(c, c->timeout_ms)) != 0)
+        ;
+    else if (nn_connect(c->sock, c->endpoint) < 0)
+        rv = rnc_fail(c, RN_ENDPOINT, "endpoint %s: %s", c->endpoint, nn_strerror(nn_errno()));
+    else
+        return 0;
+    rnc_conn_close(c);
+    return rv;
+}
+
+int rnc_conn_open(rn_client *c)
+{
+    rnp_error err = {0};
+    const char *path;
+    int rv;
+
+    /* nanomsg aborts on socket paths of 108-121 characters: check first. */
+    if (rnp_check_endpoint(c->endpoint, &path, &err) != 0)
+        return rnc_fail(c, RN_ENDPOINT, "%s", err.msg);
+    if ((rv = probe(c, path)) != 0)
+        return rv;
+    return open_socket(c);
+}
+
+void rnc_conn_close(rn_client *c)
+{
+    if (c->sock >= 0)
+        nn_close(c->sock);
+    c->sock = -1;
+}
+
+/* ---- exchange ----------------------------------------------------------------------- */
+
+rnp_request *rnc_request(rn_client *c, uint32_t op)
+{
+    memset(&c->req, 0, sizeof c->req);
+    c->req.op = op;
+    return &c->req;
+}
+
+/* A failed send or receive: a timeout, or what nanomsg says. */
+static int io_fail(rn_client *c, uint32_t op, bool sending, int timeout_ms)
+{
+    int e = nn_errno();
+    if (e == ETIMEDOUT || e == EAGAIN)
+        return rnc_fail(c, RN_TIMEOUT, "%s: %s %s within %d ms", rnp_op_name((int)op),
+                        sending ? "could not send to" : "no reply from", c->endpoint, timeout_ms);
+    return rnc_fail(c, RN_SYSTEM, "%s: %s: %s", rnp_op_name((int)op), sending ? "send" : "receive",
+                    nn_strerror(e));
+}
+
+/*
+ * Wait for the reply.  A signal handler in the caller's process (a
+ * profiler, Python's SIGINT) interrupts the wait; that is not a failure of
+ * the call, so wait again for what is left of the timeout, no longer
+ * (signals that come often must not stretch it forever).  Sets *retimed
+ * when it shortened the socket's receive timeout.
+ */
+static int receive(rn_client *c, int timeout_ms, void **msg, bool *retimed)
+{
+    uint64_t deadline = rnc_now_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000u;
+    int n;
+
+    for (;;) {
+        n = nn_recv(c->sock, msg, NN_MSG, 0);
+        if (n >= 0 || nn_errno() != EINTR)
+            return n;
+        if (timeout_ms >= 0) {
+            uint64_t now = rnc_now_ns();
+            int left = now >= deadline ? 0 : (int)((deadline - now + 999999u) / 1000000u);
+            if (left == 0) {
+                errno = ETIMEDOUT;
+                return -1;
+            }
+            nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVTIMEO, &left, sizeof left);
+            *retimed = true;
+        }
+    }
+}
+
+/* Check that c->rep answers request (op, id) and succeeded. */
+static int check_reply(rn_client *c, uint32_t op, uint64_t id)
+{
+    if (c->rep.op != op || c->rep.id != id) {
+        /* A daemon that could not read our request answers op 0 / id 0
+         * with its reason: pass that on, it says more than a mismatch. */
+        if (c->rep.status != 0)
+            return rnc_fail(c, c->rep.status, "%s", c->rep.error);
+        return rnc_fail(c, RN_BAD_REPLY, "reply is for op %u id %llu, expected %s id %llu",
+                        c->rep.op, (unsigned long long)c->rep.id, rnp_op_name((int)op),
+                        (unsigned long long)id);
+    }
+    if (c->rep.status != 0)
+        return rnc_fail(c, c->rep.status, "%s",
+                        c->rep.error[0] ? c->rep.error : rnp_strerror(c->rep.status));
+    return 0;
+}
+
+int rnc_transact(rn_client *c, int timeout_ms)
+{
+    rnp_error err = {0};
+    size_t len = 0;
+    void *msg = NULL;
+    int n, rv;
+    bool retimed = false;
+    uint32_t op = c->req.op;
+    uint64_t id = ++c->next_id;
+
+    /* The last timeout's fresh socket could not be opened: try again. */
+    if (c->sock < 0 && (rv = open_socket(c)) != 0)
+        return rv;
+    c->req.version = RNP_VERSION;
+    c->req.id = id;
+    rv = rnp_encode_request(&c->req, c->tx, sizeof c->tx, &len, &err);
+    if (rv != 0)
+        return rnc_fail(c, rv, "%s", err.msg);
+
+    if (timeout_ms != c->timeout_ms && (rv = set_timeouts(c, timeout_ms)) != 0)
+        return rv;
+
+    /* An interrupted send sent nothing: send again. */
+    while ((n = nn_send(c->sock, c->tx, len, 0)) < 0 && nn_errno() == EINTR)
+        ;
+    if (n < 0) {
+        rv = io_fail(c, op, true, timeout_ms);
+        goto out;
+    }
+    if ((n = receive(c, timeout_ms, &msg, &retimed)) < 0) {
+        rv = io_fail(c, op, false, timeout_ms);
+        if (rv == RN_TIMEOUT) {
+            /*
+             * The REQ socket still holds the request and would send it
+             * again after NN_REQ_RESEND_IVL (60 s), long after this call
+             * gave up: a HELLO or REGISTER sent that way would open a
+             * session or pin memory that no one knows of.  A fresh socket
+             * drops it; if none can be opened, the next call tries again.
+             */
+            rnc_conn_close(c);
+            (void)open_socket(c);
+            retimed = false; /* the new socket has c's own timeouts */
+        }
+        goto out;
+    }
+    if (rnp_decode_reply(msg, (size_t)n, &c->rep, &err) != 0)
+        rv = rnc_fail(c, RN_BAD_REPLY, "%s reply: %s", rnp_op_name((int)op), err.msg);
+    else
+        rv = check_reply(c, op, id);
+out:
+    if (msg)
+        nn_freemsg(msg);
+    if (c->sock >= 0 && (timeout_ms != c->timeout_ms || retimed))
+        set_timeouts(c, c->timeout_ms);
+    return rv;
+}

@@ -1,0 +1,115 @@
+/*
+ * session.c - libclient's sessions: HELLO, BYE, re-opening a session the
+ * daemon lost (a restart) with every live buffer registered again, the
+ * regions of a session, and the one retry loop around a lost session.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client_int.h"
+
+/* BYE in rn_close waits at most this long: a dead daemon must not hold up
+ * the caller's shutdown, and the daemon notices the exit by itself. */
+#define BYE_TIMEOUT_MS 2000
+
+static int hello(rn_client *c)
+{
+    rnp_request *r = rnc_request(c, RN_OP_HELLO);
+    int rv;
+
+    snprintf(r->u.hello.client_name, sizeof r->u.hello.client_name, "%s", c->name);
+    r->u.hello.pid = (uint32_t)getpid();
+    if ((rv = rnc_transact(c, c->timeout_ms)) != 0)
+        return rv;
+    c->session = c->rep.u.hello.session;
+    c->hello = c->rep.u.hello;
+    c->have_session = true;
+    return 0;
+}
+
+void rnc_end_session(rn_client *c)
+{
+    char keep[RN_ERRMSG_LEN];
+    int t = c->timeout_ms < 0 || c->timeout_ms > BYE_TIMEOUT_MS ? BYE_TIMEOUT_MS : c->timeout_ms;
+
+    snprintf(keep, sizeof keep, "%s", c->last_error);
+    rnc_request(c, RN_OP_BYE)->u.bye = c->session;
+    (void)rnc_transact(c, t);
+    c->have_session = false;
+    snprintf(c->last_error, sizeof c->last_error, "%s", keep);
+}
+
+int rnc_ensure_session(rn_client *c)
+{
+    int rv;
+    if (c->have_session)
+        return 0;
+    if ((rv = hello(c)) != 0)
+        return rv;
+    for (size_t i = 0; i < c->nbufs; i++) {
+        c->bufs[i].region = 0;
+        if ((rv = rnc_register_buf(c, &c->bufs[i])) != 0) {
+            char why[RN_ERRMSG_LEN];
+            snprintf(why, sizeof why, "%s", c->last_error);
+            /* End the half-built session now: the process lives on, so the
+             * daemon's pid watch would not, and each retry would hold
+             * another session until the idle timeout.  The next call
+             * starts over with a fresh HELLO. */
+            rnc_end_session(c);
+            return rnc_fail(c, rv, "re-registering buffer %s after a new session: %s",
+                            c->bufs[i].name, why);
+        }
+    }
+    return 0;
+}
+
+int rnc_in_session(rn_client *c, int (*step)(rn_client *c, void *arg), void *arg)
+{
+    int rv;
+    /* A lost session (daemon restart) shows as UNKNOWN_SESSION: open a new
+     * one, which registers the buffers again, and retry once. */
+    for (int attempt = 0;; attempt++) {
+        if ((rv = rnc_ensure_session(c)) != 0)
+            return rv;
+        rv = step(c, arg);
+        if (rv != RN_UNKNOWN_SESSION || attempt > 0)
+            return rv;
+        c->have_session = false;
+    }
+}
+
+/* ---- regions ------------------------------------------------------------------------ */
+
+int rnc_register(rn_client *c, const rnp_register_req *r, uint32_t *region)
+{
+    rnp_request *q = rnc_request(c, RN_OP_REGISTER);
+    int rv;
+
+    q->u.reg = *r;
+    q->u.reg.session = c->session;
+    if ((rv = rnc_transact(c, c->timeout_ms)) != 0)
+        return rv;
+    *region = c->rep.u.reg.region.id;
+    return 0;
+}
+
+int rnc_register_buf(rn_client *c, rnc_buf *b)
+{
+    rnp_register_req r;
+
+    memset(&r, 0, sizeof r);
+    r.kind = RNP_REGION_SHM;
+    r.size = b->size;
+    snprintf(r.shm_name, sizeof r.shm_name, "%s", b->name);
+    return rnc_register(c, &r, &b->region);
+}
+
+int rnc_unregister(rn_client *c, uint32_t region)
+{
+    rnp_request *r = rnc_request(c, RN_OP_UNREGISTER);
+
+    r->u.unreg.session = c->session;
+    r->u.unreg.region.id = region;
+    return rnc_transact(c, c->timeout_ms);
+}
