@@ -1,0 +1,83 @@
+/*
+ * cmd_stats.c - rmsnormctl stats: the daemon's counters and latency
+ * histograms, as a table, JSON or Prometheus text (format.c), to stdout or
+ * atomically to a file.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rmsnormctl.h"
+
+int rnctl_stats(const rnctl_globals *g, int argc, char **argv)
+{
+    rnctl_format fmt = RNCTL_TABLE;
+    const char *outpath = NULL;
+    rn_client *c = NULL;
+    rn_stats_info *s;
+    int rv;
+    FILE *f = stdout;
+    char tmp[4096];
+
+    for (int i = 1; i < argc; i++) {
+        if (rnctl_is_help(argv[i])) {
+            printf("Usage: %s stats [--json | --prometheus] [-o FILE]\n\n"
+                   "Print the daemon's counters and latency histograms.\n"
+                   "  --json          one JSON object\n"
+                   "  --prometheus    text exposition format (HELP/TYPE lines), for\n"
+                   "                  node_exporter's textfile collector\n"
+                   "  -o, --output F  write to F atomically (F.tmp, then rename), e.g.\n"
+                   "                  /var/lib/node_exporter/textfile/rmsnormd.prom\n",
+                   RNCTL_PROG);
+            return 0;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            fmt = RNCTL_JSON;
+        } else if (strcmp(argv[i], "--prometheus") == 0) {
+            fmt = RNCTL_PROMETHEUS;
+        } else if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) &&
+                   i + 1 < argc) {
+            outpath = argv[++i];
+        } else {
+            return rnctl_unknown_option("stats", argv[i]);
+        }
+    }
+    s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        fprintf(stderr, "%s: out of memory\n", RNCTL_PROG);
+        return EXIT_CHECK;
+    }
+    if (rnctl_connect(g, &c) != 0) {
+        free(s);
+        return EXIT_UNREACHABLE;
+    }
+    rv = rn_stats(c, s);
+    if (rv != 0) {
+        rnctl_call_failed(c, "stats", rv);
+        rn_close(c);
+        free(s);
+        return rnctl_failure_status(rv);
+    }
+    rn_close(c);
+    if (outpath) {
+        snprintf(tmp, sizeof tmp, "%s.tmp", outpath);
+        f = fopen(tmp, "w");
+        if (f == NULL) {
+            fprintf(stderr, "%s: cannot write %s: %s\n", RNCTL_PROG, tmp, strerror(errno));
+            free(s);
+            return EXIT_CHECK;
+        }
+    }
+    rnctl_print_stats(f, fmt, s);
+    free(s);
+    if (outpath) {
+        if (fclose(f) != 0 || rename(tmp, outpath) != 0) {
+            fprintf(stderr, "%s: cannot write %s: %s\n", RNCTL_PROG, outpath, strerror(errno));
+            unlink(tmp);
+            return EXIT_CHECK;
+        }
+    } else if (fflush(stdout) != 0) {
+        return EXIT_CHECK;
+    }
+    return 0;
+}

@@ -1,0 +1,85 @@
+/*
+ * rmsnormctl.h - what rmsnormctl's files share: the global options, the exit
+ * codes, the helpers of rmsnormctl.c, one entry point per command (each in
+ * its own file, cmd_<name>.c) and the statistics formatter (format.c).
+ *
+ * client/ctl/ is rmsnormctl.  It uses libclient through its public header
+ * only, and kernels/ (through rmsnormctl_verify.c: the CPU twin and the fp64
+ * reference) to check the daemon's results in selftest and bench.  Internal
+ * names use the prefix rnctl_ (rnv_ for the verification code, which the
+ * integration tests share).
+ */
+#ifndef RMSNORMCTL_H
+#define RMSNORMCTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "rmsnorm_client.h"
+
+#define RNCTL_PROG "rmsnormctl"
+
+/* Exit codes: 0 success; 1 a check failed (health degraded, selftest or
+ * bench mismatch); 2 daemon unreachable or failing; 64 usage error. */
+#define EXIT_CHECK       1
+#define EXIT_UNREACHABLE 2
+#define EXIT_USAGE       64
+
+/* The options before the command, which every command uses. */
+typedef struct rnctl_globals {
+    const char *endpoint; /* NULL: the default endpoint */
+    int timeout_ms;       /* 0: the library's default */
+} rnctl_globals;
+
+/* ---- helpers (rmsnormctl.c) ---------------------------------------------------------- */
+
+/* Connect as "rmsnormctl"; on failure say why on stderr. */
+int rnctl_connect(const rnctl_globals *g, rn_client **c);
+
+/* "rmsnormctl: WHAT failed: <last error> (<NAME>)" on stderr. */
+void rnctl_call_failed(rn_client *c, const char *what, int rv);
+
+/* Exit status for a failure to talk to the daemon. */
+int rnctl_failure_status(int rv);
+
+/* arg is -h or --help. */
+bool rnctl_is_help(const char *arg);
+
+/* Some argument after the command is -h or --help. */
+bool rnctl_wants_help(int argc, char **argv);
+
+/* "rmsnormctl CMD: unknown option OPT" on stderr; returns EXIT_USAGE. */
+int rnctl_unknown_option(const char *cmd, const char *opt);
+
+/* s as an integer in lo..hi; else a message naming `what` and -1. */
+int rnctl_parse_u64(const char *s, const char *what, uint64_t lo, uint64_t hi, uint64_t *out);
+
+/* Sort v ascending. */
+void rnctl_sort_u64(uint64_t *v, size_t n);
+
+/* Nearest-rank percentile of a sorted array. */
+uint64_t rnctl_pct(const uint64_t *v, size_t n, double p);
+
+/* Monotonic clock, seconds. */
+double rnctl_now_s(void);
+
+/* ---- the statistics formatter (format.c) ---------------------------------------------- */
+
+typedef enum rnctl_format { RNCTL_TABLE, RNCTL_JSON, RNCTL_PROMETHEUS } rnctl_format;
+
+/* s as a table, one JSON object, or the Prometheus text exposition format. */
+void rnctl_print_stats(FILE *f, rnctl_format fmt, const rn_stats_info *s);
+
+/* ---- the commands (cmd_*.c): argv[0] is the command's name ------------------------------ */
+
+int rnctl_health(const rnctl_globals *g, int argc, char **argv);
+int rnctl_stats(const rnctl_globals *g, int argc, char **argv);
+int rnctl_info(const rnctl_globals *g, int argc, char **argv);
+int rnctl_ping(const rnctl_globals *g, int argc, char **argv);
+int rnctl_selftest(const rnctl_globals *g, int argc, char **argv);
+int rnctl_bench(const rnctl_globals *g, int argc, char **argv);
+int rnctl_version(const rnctl_globals *g, int argc, char **argv);
+
+#endif
