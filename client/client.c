@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "client_int.h"
+#include "rn_check.h"
 
 /* The public structs mirror proto's limits; a change there must show here. */
 _Static_assert(RN_NAME_LEN == RNP_MAX_NAME, "name length");
@@ -64,6 +65,7 @@ int rn_connect(const rn_connect_opts *opts, rn_client **out)
     rn_connect_opts o = {0};
     char epbuf[256];
     rn_client *c = NULL;
+    rn_fault f;
     int rv;
 
     rnc_clear_thread_error();
@@ -87,7 +89,7 @@ int rn_connect(const rn_connect_opts *opts, rn_client **out)
     if (c == NULL)
         return rnc_fail(NULL, RN_NOMEM, "out of memory for the client");
     c->sock = -1;
-    pthread_mutex_init(&c->mu, NULL);
+    RN_PT_GOTO(pthread_mutex_init(&c->mu, NULL), &f, no_mutex);
     snprintf(c->endpoint, sizeof c->endpoint, "%s", o.endpoint);
     c->timeout_ms = o.timeout_ms == 0 ? RN_DEFAULT_TIMEOUT_MS : o.timeout_ms;
     if (o.client_name && *o.client_name)
@@ -112,6 +114,9 @@ fail:
     pthread_mutex_destroy(&c->mu);
     free(c);
     return rv;
+no_mutex:
+    free(c);
+    return rnc_fail(NULL, RN_SYSTEM, "pthread_mutex_init: %s", strerror(f.err));
 }
 
 void rn_close(rn_client *c)

@@ -93,13 +93,10 @@ static int open_socket(rn_client *c)
         return rnc_fail(c, RN_SYSTEM, "nn_socket: %s", nn_strerror(nn_errno()));
     if (nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &v, sizeof v) != 0)
         rv = rnc_fail(c, RN_SYSTEM, "NN_RCVMAXSIZE: %s", nn_strerror(nn_errno()));
-    else if ((rv = set_timeouts(c, c->timeout_ms)) != 0)
-        ;
-    else if (nn_connect(c->sock, c->endpoint) < 0)
+    else if ((rv = set_timeouts(c, c->timeout_ms)) == 0 && nn_connect(c->sock, c->endpoint) < 0)
         rv = rnc_fail(c, RN_ENDPOINT, "endpoint %s: %s", c->endpoint, nn_strerror(nn_errno()));
-    else
-        return 0;
-    rnc_conn_close(c);
+    if (rv != 0)
+        rnc_conn_close(c);
     return rv;
 }
 
