@@ -60,6 +60,10 @@ const char *rnp_err_name(int code);  /* RN_OUT_OF_BOUNDS: "OUT_OF_BOUNDS"; else 
 const char *rnp_op_name(int op);     /* "bwd"; "unknown" */
 const char *rnp_dtype_name(int dt);  /* "bf16"; "none"; "invalid" */
 size_t rnp_dtype_size(int dt);       /* bytes per element; 0 for NONE/invalid */
+/* Whether a request (request true) or a success reply of op has a body:
+ * HELLO, REGISTER, EVENTS, BWD both; UNREGISTER, BYE requests only; PING,
+ * HEALTH, STATS replies only; an unknown op neither. */
+bool rnp_op_has_body(uint32_t op, bool request);
 
 /* Typed ids on the wire. */
 typedef struct rnp_session { uint8_t b[RNP_SESSION_BYTES]; } rnp_session;
