@@ -176,12 +176,17 @@ static int dec_body(rnp_dctx *d, void *msg)
     static const char *const stats[] = { "backend", "device", "counters", "hists" };
     static const char *const ping[] = { "time_ns" };
     switch (p->op) {
-    case RN_OP_HELLO: return rnp_dec_map(d, "hello", hello, 10, 0x3ffu, hello_field, &p->u.hello, NULL);
-    case RN_OP_REGISTER: return rnp_dec_map(d, "register", reg, 1, 0x1, register_field, &p->u.reg, NULL);
-    case RN_OP_EVENTS: return rnp_dec_map(d, "events", events, 1, 0x1, events_field, &p->u.events, NULL);
+    case RN_OP_HELLO:
+        return rnp_dec_map(d, "hello", hello, 10, 0x3ffu, hello_field, &p->u.hello, NULL);
+    case RN_OP_REGISTER:
+        return rnp_dec_map(d, "register", reg, 1, 0x1, register_field, &p->u.reg, NULL);
+    case RN_OP_EVENTS:
+        return rnp_dec_map(d, "events", events, 1, 0x1, events_field, &p->u.events, NULL);
     case RN_OP_BWD: return rnp_dec_map(d, "bwd", bwd, 4, 0xfu, bwd_field, &p->u.bwd, NULL);
-    case RN_OP_HEALTH: return rnp_dec_map(d, "health", health, 4, 0xfu, health_field, &p->u.health, NULL);
-    case RN_OP_STATS: return rnp_dec_map(d, "stats", stats, 4, 0xfu, stats_field, &p->u.stats, NULL);
+    case RN_OP_HEALTH:
+        return rnp_dec_map(d, "health", health, 4, 0xfu, health_field, &p->u.health, NULL);
+    case RN_OP_STATS:
+        return rnp_dec_map(d, "stats", stats, 4, 0xfu, stats_field, &p->u.stats, NULL);
     case RN_OP_PING: return rnp_dec_map(d, "ping", ping, 1, 0x1, ping_field, &p->u.ping, NULL);
     default: return rnp_dec_empty(d, rnp_op_name(p->op));
     }

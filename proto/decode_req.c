@@ -151,7 +151,9 @@ static int bwd_field(rnp_dctx *d, void *obj, int idx, const char *path)
     case B_DX: return get_tensor(d, path, true, true, &b->dx, &b->dx_dtype);
     case B_W: b->has_w = true; return get_tensor(d, path, false, true, &b->w, &b->w_dtype);
     case B_RSTD: b->has_rstd = true; return get_tensor(d, path, false, false, &b->rstd, NULL);
-    case B_DRES: b->has_dres = true; return get_tensor(d, path, true, true, &b->dres, &b->dres_dtype);
+    case B_DRES:
+        b->has_dres = true;
+        return get_tensor(d, path, true, true, &b->dres, &b->dres_dtype);
     case B_DW: b->has_dw = true; return get_tensor(d, path, false, true, &b->dw, &b->dw_dtype);
     case B_EPS:
         if ((rc = rnp_dec_f32(d, path, &b->eps)) == 0 && b->eps < 0)
@@ -262,7 +264,8 @@ static int decode_request(const void *buf, size_t len, rnp_request *q, rnp_error
     if ((rc = rnp_dec_require(&d, "message", names, it.seen, RNP_BIT(F_OP) | RNP_BIT(F_ID))) != 0)
         return rc;
     if (op < 1 || op > RN_OP_MAX)
-        return rnp_dec_fail(&d, RN_UNKNOWN_OP, "op", "%llu is not an operation", (unsigned long long)op);
+        return rnp_dec_fail(&d, RN_UNKNOWN_OP, "op", "%llu is not an operation",
+                            (unsigned long long)op);
     q->op = (uint32_t)op;
 
     d.strict = true;

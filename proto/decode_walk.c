@@ -72,8 +72,8 @@ int rnp_dec_uint(rnp_dctx *d, const char *path, uint64_t max, uint64_t *v)
 {
     uint64_t x;
     if (!rnp_mp_read_uint(&d->r, &x))
-        return rnp_dec_wrong_type(d, path,
-                                  max == UINT64_MAX ? "unsigned integer" : "unsigned 32-bit integer");
+        return rnp_dec_wrong_type(d, path, max == UINT64_MAX ? "unsigned integer"
+                                                             : "unsigned 32-bit integer");
     if (x > max)
         return rnp_dec_fail(d, RN_BAD_TYPE, path, "%llu does not fit in an unsigned %d-bit integer",
                             (unsigned long long)x, max == UINT32_MAX ? 32 : 64);

@@ -54,7 +54,7 @@ int rnp_fail(rnp_error *err, int code, const char *fmt, ...)
  * not in the table (a newer peer's, or garbage) gives "unknown error" and
  * "UNKNOWN", so a caller may print the result without checking it.
  */
-const char *rnp_strerror(int code);  /* RN_OUT_OF_BOUNDS: "tensor extends past ..."; else "unknown error" */
+const char *rnp_strerror(int code);  /* RN_OUT_OF_BOUNDS: "tensor extends past ..." */
 const char *rnp_err_name(int code);  /* RN_OUT_OF_BOUNDS: "OUT_OF_BOUNDS"; else "UNKNOWN" */
 /* The small name tables, likewise static and never NULL. */
 const char *rnp_op_name(int op);     /* "bwd"; "unknown" */

@@ -77,11 +77,13 @@ static void check_request(const rnp_request *q)
         return;
     const rnp_bwd_req *b = &q->u.bwd;
     check(b->ready_slot >= -1 && b->ready_slot < RNP_MAX_EVENTS, "ready slot range");
-    check(b->x_dtype <= RN_DTYPE_BF16 && b->dy_dtype <= RN_DTYPE_BF16 && b->dx_dtype <= RN_DTYPE_BF16,
+    check(b->x_dtype <= RN_DTYPE_BF16 && b->dy_dtype <= RN_DTYPE_BF16 &&
+              b->dx_dtype <= RN_DTYPE_BF16,
           "dtype range");
     check(b->has_w || (b->w_dtype == 0 && zero(&b->w, sizeof b->w)), "absent w is zero");
     check(b->has_rstd || zero(&b->rstd, sizeof b->rstd), "absent rstd is zero");
-    check(b->has_dres || (b->dres_dtype == 0 && zero(&b->dres, sizeof b->dres)), "absent dres is zero");
+    check(b->has_dres || (b->dres_dtype == 0 && zero(&b->dres, sizeof b->dres)),
+          "absent dres is zero");
     check(b->has_dw || (b->dw_dtype == 0 && zero(&b->dw, sizeof b->dw)), "absent dw is zero");
 }
 
@@ -94,7 +96,8 @@ static void check_reply(const rnp_reply *p)
         check(p->u.health.nreasons <= RNP_MAX_REASONS && p->u.health.state <= RNP_HEALTH_FAILING,
               "health counts");
     if (p->op == RN_OP_STATS)
-        check(p->u.stats.nstats <= RNP_MAX_STATS && p->u.stats.nhists <= RNP_MAX_HISTS, "stats counts");
+        check(p->u.stats.nstats <= RNP_MAX_STATS && p->u.stats.nhists <= RNP_MAX_HISTS,
+              "stats counts");
     if (p->op == RN_OP_EVENTS)
         check(p->u.events.n >= 1 && p->u.events.n <= RNP_MAX_EVENTS, "events count");
 }

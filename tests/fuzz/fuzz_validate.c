@@ -145,7 +145,8 @@ static bool outputs_clear(const rnp_bwd_req *q, const bool present[RNP_T_COUNT],
 static bool model_accepts(const rnp_bwd_req *q, const rnp_limits *lim, const shape s[RNP_T_COUNT],
                           const uint64_t size[RNP_T_COUNT])
 {
-    const bool has[RNP_T_COUNT] = { true, true, true, q->has_w, q->has_rstd, q->has_dres, q->has_dw };
+    const bool has[RNP_T_COUNT] = { true, true, true, q->has_w,
+                                    q->has_rstd, q->has_dres, q->has_dw };
     bool present[RNP_T_COUNT];
     rnp_span sp[RNP_T_COUNT];
     for (int i = 0; i < RNP_T_COUNT; i++) {
