@@ -259,7 +259,9 @@ int rnp_encode_reply(const rnp_reply *rep, void *buf, size_t cap, size_t *len,
  * object and no trailing bytes.  *out is written only on success... except
  * that on failure out->op and out->id are always set: to the message's
  * top-level "op" and "id" when they could be read as unsigned integers, else
- * to 0, so the daemon can address its error reply.
+ * to 0, so the daemon can address its error reply.  out and err may be
+ * NULL.  err->msg is one line of printable ASCII: names taken from the wire
+ * appear in it with every other byte as '?'.
  *
  * Requests are strict (unknown keys: RN_UNKNOWN_FIELD); replies skip unknown
  * keys.  A decoded bwd request has ready_slot -1, weight_offset 0, mode and
