@@ -20,7 +20,9 @@ typedef struct ebuf {
     bool overflow;
 } ebuf;
 
-/* msgpack-c's write callback: append, or remember that the buffer is full. */
+/* msgpack-c's write callback: append, or remember that the buffer is full.
+ * It answers in msgpack-c's convention (0 or -1); finish() turns a full
+ * buffer into RN_TOO_BIG with a message, as everywhere else in proto/. */
 static int ebuf_write(void *data, const char *p, size_t n)
 {
     ebuf *e = data;
@@ -79,6 +81,14 @@ static void kv_bin(enc *e, const char *k, const uint8_t *b, size_t n)
     key(e, k);
     msgpack_pack_bin(&e->pk, n);
     msgpack_pack_bin_body(&e->pk, b, n);
+}
+
+/* A map of n unsigned fields. */
+static void map_uints(enc *e, const char *const *names, const uint64_t *v, uint32_t n)
+{
+    msgpack_pack_map(&e->pk, n);
+    for (uint32_t i = 0; i < n; i++)
+        kv_uint(e, names[i], v[i]);
 }
 
 /* A C string stored in a char[cap]; it must be terminated inside the array. */
@@ -221,16 +231,6 @@ static void enc_request_body(enc *e, const rnp_request *q)
     }
 }
 
-static bool has_body(uint32_t op, bool req)
-{
-    switch (op) {
-    case RN_OP_HELLO: case RN_OP_REGISTER: case RN_OP_EVENTS: case RN_OP_BWD: return true;
-    case RN_OP_UNREGISTER: case RN_OP_BYE: return req;
-    case RN_OP_PING: case RN_OP_HEALTH: case RN_OP_STATS: return !req;
-    }
-    return false;
-}
-
 static int finish(enc *e, size_t *len)
 {
     if (e->rc)
@@ -257,7 +257,7 @@ int rnp_encode_request(const rnp_request *q, void *buf, size_t cap, size_t *len,
     if (q->op < 1 || q->op > RN_OP_MAX)
         return rnp_fail(err, RN_INVALID_ARGUMENT, "op: %u is not an operation", q->op);
     enc_init(&e, buf, cap, err);
-    bool body = has_body(q->op, true);
+    bool body = rnp_op_has_body(q->op, true);
     msgpack_pack_map(&e.pk, 3 + body);
     kv_uint(&e, "v", q->version);
     kv_uint(&e, "op", q->op);
@@ -285,15 +285,12 @@ static void enc_hello_rep(enc *e, const rnp_hello_rep *h)
     kv_uint(e, "cc_minor", h->cc_minor);
     kv_bool(e, "mps", h->mps);
     key(e, "limits");
-    msgpack_pack_map(&e->pk, 8);
-    kv_uint(e, "max_sessions", l->max_sessions);
-    kv_uint(e, "max_regions", l->max_regions);
-    kv_uint(e, "max_inflight", l->max_inflight);
-    kv_uint(e, "max_inflight_total", l->max_inflight_total);
-    kv_uint(e, "max_m", l->max_m);
-    kv_uint(e, "max_n", l->max_n);
-    kv_uint(e, "max_msg", l->max_msg);
-    kv_uint(e, "event_slots", l->event_slots);
+    static const char *const names[] = { "max_sessions", "max_regions", "max_inflight",
+                                         "max_inflight_total", "max_m", "max_n", "max_msg",
+                                         "event_slots" };
+    const uint64_t v[] = { l->max_sessions, l->max_regions, l->max_inflight, l->max_inflight_total,
+                           l->max_m, l->max_n, l->max_msg, l->event_slots };
+    map_uints(e, names, v, 8);
 }
 
 static void enc_health_rep(enc *e, const rnp_health_rep *h)
@@ -335,13 +332,10 @@ static void enc_stats_rep(enc *e, const rnp_stats_rep *s)
     msgpack_pack_map(&e->pk, s->nhists);
     for (uint32_t i = 0; i < s->nhists; i++) {
         const rnp_hist *h = &s->hists[i];
+        static const char *const names[] = { "count", "p50", "p90", "p99", "max" };
+        const uint64_t v[] = { h->count, h->p50, h->p90, h->p99, h->max };
         str_val(e, "stats.hists[]", h->name, RNP_STAT_NAME);
-        msgpack_pack_map(&e->pk, 5);
-        kv_uint(e, "count", h->count);
-        kv_uint(e, "p50", h->p50);
-        kv_uint(e, "p90", h->p90);
-        kv_uint(e, "p99", h->p99);
-        kv_uint(e, "max", h->max);
+        map_uints(e, names, v, 5);
     }
 }
 
@@ -383,7 +377,7 @@ int rnp_encode_reply(const rnp_reply *p, void *buf, size_t cap, size_t *len, rnp
     if (p->status == 0 && (p->op < 1 || p->op > RN_OP_MAX))
         return rnp_fail(err, RN_INVALID_ARGUMENT, "op: %u is not an operation", p->op);
     enc_init(&e, buf, cap, err);
-    bool body = p->status == 0 && has_body(p->op, false);
+    bool body = p->status == 0 && rnp_op_has_body(p->op, false);
     msgpack_pack_map(&e.pk, 4 + (p->status != 0) + body);
     kv_uint(&e, "v", p->version);
     kv_uint(&e, "op", p->op);

@@ -37,7 +37,8 @@ int rnp_default_endpoint(char *out, size_t outlen, rnp_error *err)
         return rnp_fail(err, RN_ENDPOINT,
                         "endpoint: the default endpoint is %zu bytes, more than the %zu that fit "
                         "(directory '%.*s')",
-                        need, out && outlen ? outlen - 1 : 0, (int)(dirlen < 100 ? dirlen : 100), dir);
+                        need, out && outlen ? outlen - 1 : 0, (int)(dirlen < 100 ? dirlen : 100),
+                        dir);
     memcpy(out, pre, npre);
     memcpy(out + npre, dir, dirlen);
     memcpy(out + npre + dirlen, post, npost + 1);

@@ -62,6 +62,16 @@ const char *rnp_op_name(int op)
     return "unknown";
 }
 
+bool rnp_op_has_body(uint32_t op, bool request)
+{
+    switch (op) {
+    case RN_OP_HELLO: case RN_OP_REGISTER: case RN_OP_EVENTS: case RN_OP_BWD: return true;
+    case RN_OP_UNREGISTER: case RN_OP_BYE: return request;
+    case RN_OP_PING: case RN_OP_HEALTH: case RN_OP_STATS: return !request;
+    }
+    return false;
+}
+
 const char *rnp_dtype_name(int dt)
 {
     switch (dt) {

@@ -276,44 +276,46 @@ bool rnp_mp_read_bool(rnp_mp *r, bool *v)
     return true;
 }
 
-bool rnp_mp_read_str(rnp_mp *r, const uint8_t **s, uint32_t *len)
+/* A str or bin (kind k): its payload stays in place. */
+static bool take_payload(rnp_mp *r, rnp_mp_kind k, const uint8_t **s, uint32_t *len)
 {
     tok t;
     const uint8_t *at = r->p;
-    if (!take(r, RNP_MP_STR, &t))
+    if (!take(r, k, &t))
         return false;
     *s = at + t.hlen;
     *len = (uint32_t)t.n;
     return true;
+}
+
+/* An array or map header (kind k): the element or pair count. */
+static bool take_count(rnp_mp *r, rnp_mp_kind k, uint32_t *count)
+{
+    tok t;
+    if (!take(r, k, &t))
+        return false;
+    *count = (uint32_t)t.n;
+    return true;
+}
+
+bool rnp_mp_read_str(rnp_mp *r, const uint8_t **s, uint32_t *len)
+{
+    return take_payload(r, RNP_MP_STR, s, len);
 }
 
 bool rnp_mp_read_bin(rnp_mp *r, const uint8_t **s, uint32_t *len)
 {
-    tok t;
-    const uint8_t *at = r->p;
-    if (!take(r, RNP_MP_BIN, &t))
-        return false;
-    *s = at + t.hlen;
-    *len = (uint32_t)t.n;
-    return true;
+    return take_payload(r, RNP_MP_BIN, s, len);
 }
 
 bool rnp_mp_read_array(rnp_mp *r, uint32_t *count)
 {
-    tok t;
-    if (!take(r, RNP_MP_ARRAY, &t))
-        return false;
-    *count = (uint32_t)t.n;
-    return true;
+    return take_count(r, RNP_MP_ARRAY, count);
 }
 
 bool rnp_mp_read_map(rnp_mp *r, uint32_t *count)
 {
-    tok t;
-    if (!take(r, RNP_MP_MAP, &t))
-        return false;
-    *count = (uint32_t)t.n;
-    return true;
+    return take_count(r, RNP_MP_MAP, count);
 }
 
 bool rnp_mp_skip(rnp_mp *r)

@@ -54,12 +54,16 @@ int rnp_fail(rnp_error *err, int code, const char *fmt, ...)
  * not in the table (a newer peer's, or garbage) gives "unknown error" and
  * "UNKNOWN", so a caller may print the result without checking it.
  */
-const char *rnp_strerror(int code);  /* RN_OUT_OF_BOUNDS: "tensor extends past ..."; else "unknown error" */
+const char *rnp_strerror(int code);  /* RN_OUT_OF_BOUNDS: "tensor extends past ..." */
 const char *rnp_err_name(int code);  /* RN_OUT_OF_BOUNDS: "OUT_OF_BOUNDS"; else "UNKNOWN" */
 /* The small name tables, likewise static and never NULL. */
 const char *rnp_op_name(int op);     /* "bwd"; "unknown" */
 const char *rnp_dtype_name(int dt);  /* "bf16"; "none"; "invalid" */
 size_t rnp_dtype_size(int dt);       /* bytes per element; 0 for NONE/invalid */
+/* Whether a request (request true) or a success reply of op has a body:
+ * HELLO, REGISTER, EVENTS, BWD both; UNREGISTER, BYE requests only; PING,
+ * HEALTH, STATS replies only; an unknown op neither. */
+bool rnp_op_has_body(uint32_t op, bool request);
 
 /* Typed ids on the wire. */
 typedef struct rnp_session { uint8_t b[RNP_SESSION_BYTES]; } rnp_session;
@@ -255,7 +259,9 @@ int rnp_encode_reply(const rnp_reply *rep, void *buf, size_t cap, size_t *len,
  * object and no trailing bytes.  *out is written only on success... except
  * that on failure out->op and out->id are always set: to the message's
  * top-level "op" and "id" when they could be read as unsigned integers, else
- * to 0, so the daemon can address its error reply.
+ * to 0, so the daemon can address its error reply.  out and err may be
+ * NULL.  err->msg is one line of printable ASCII: names taken from the wire
+ * appear in it with every other byte as '?'.
  *
  * Requests are strict (unknown keys: RN_UNKNOWN_FIELD); replies skip unknown
  * keys.  A decoded bwd request has ready_slot -1, weight_offset 0, mode and

@@ -116,7 +116,8 @@ static void test_check_endpoint(void **state)
     assert_int_equal(rnp_check_endpoint(ok, NULL, &err), 0);
     expect_bad("tcp://127.0.0.1:5555",
                "endpoint 'tcp://127.0.0.1:5555': only ipc:// endpoints are supported");
-    expect_bad("/run/rmsnormd.sock", "endpoint '/run/rmsnormd.sock': only ipc:// endpoints are supported");
+    expect_bad("/run/rmsnormd.sock",
+               "endpoint '/run/rmsnormd.sock': only ipc:// endpoints are supported");
     expect_bad("", "endpoint '': only ipc:// endpoints are supported");
     expect_bad("ipc://", "endpoint 'ipc://': the socket path is empty");
     assert_int_equal(rnp_check_endpoint(NULL, &path, &err), RN_ENDPOINT);
