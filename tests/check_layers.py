@@ -31,7 +31,7 @@ ALLOWED = {
     "kernels": set(),
     "client": {"proto"},
     "client/ctl": {"client", "proto", "kernels"},
-    "daemon": {"proto", "kernels"},
+    "daemon": {"proto", "kernels", "daemon/cuda"},
     "daemon/cuda": {"daemon", "proto", "kernels"},
 }
 
@@ -50,7 +50,10 @@ def objects(build):
                     full = os.path.join(dirpath, f)
                     rel = os.path.relpath(full, root)
                     src = re.sub(r"(\.cu)?\.o$", "", rel)
-                    yield full, src
+                    # Only objects of sources that exist: a build directory
+                    # keeps the objects of files since moved or removed.
+                    if os.path.exists(src + ".c") or os.path.exists(src + ".cu"):
+                        yield full, src
 
 
 def symbols(obj):

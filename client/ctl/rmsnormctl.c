@@ -4,8 +4,8 @@
  *
  *   rmsnormctl [--endpoint URL] [--timeout MS] COMMAND [OPTIONS]
  *
- * This file holds main (the global options and the command table) and the
- * helpers the commands share; each command lives in cmd_<name>.c.
+ * This file holds main (the global options and the command table); each
+ * command lives in cmd_<name>.c, the helpers they share in common.c.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -41,107 +41,6 @@ static void usage_main(FILE *f)
             "  bench      K processes x R requests, verified, with throughput and latency\n"
             "  version    versions of rmsnormctl, libclient and (if reachable) the daemon\n",
             RNCTL_PROG, RN_DEFAULT_TIMEOUT_MS);
-}
-
-/* ---- helpers ------------------------------------------------------------------------ */
-
-int rnctl_connect(const rnctl_globals *g, rn_client **c)
-{
-    rn_connect_opts o = {0};
-    char ep[256];
-    int rv;
-    o.endpoint = g->endpoint;
-    o.timeout_ms = g->timeout_ms;
-    o.client_name = "rmsnormctl";
-    rv = rn_connect(&o, c);
-    if (rv != 0) {
-        if (!g->endpoint && rn_default_endpoint(ep, sizeof ep))
-            fprintf(stderr, "%s: cannot reach rmsnormd at %s: %s (%s)\n", RNCTL_PROG, ep,
-                    rn_last_error(NULL), rn_err_name(rv));
-        else
-            fprintf(stderr, "%s: cannot reach rmsnormd: %s (%s)\n", RNCTL_PROG, rn_last_error(NULL),
-                    rn_err_name(rv));
-    }
-    return rv;
-}
-
-void rnctl_call_failed(rn_client *c, const char *what, int rv)
-{
-    fprintf(stderr, "%s: %s failed: %s (%s)\n", RNCTL_PROG, what, rn_last_error(c),
-            rn_err_name(rv));
-}
-
-int rnctl_failure_status(int rv)
-{
-    return RN_STATUS_GROUP(rv) == 4 || rv == RN_DEVICE_FAILING ? EXIT_UNREACHABLE : EXIT_CHECK;
-}
-
-bool rnctl_is_help(const char *arg)
-{
-    return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0;
-}
-
-bool rnctl_wants_help(int argc, char **argv)
-{
-    for (int i = 1; i < argc; i++)
-        if (rnctl_is_help(argv[i]))
-            return true;
-    return false;
-}
-
-int rnctl_unknown_option(const char *cmd, const char *opt)
-{
-    fprintf(stderr, "%s %s: unknown option %s\n", RNCTL_PROG, cmd, opt);
-    return EXIT_USAGE;
-}
-
-int rnctl_parse_u64(const char *s, const char *what, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    char *end;
-    unsigned long long v;
-    errno = 0;
-    if (*s == '-' || *s == '\0')
-        goto bad;
-    v = strtoull(s, &end, 10);
-    if (errno || *end != '\0' || v < lo || v > hi)
-        goto bad;
-    *out = v;
-    return 0;
-bad:
-    fprintf(stderr, "%s: %s: \"%s\" is not an integer in %" PRIu64 "..%" PRIu64 "\n", RNCTL_PROG,
-            what, s, lo, hi);
-    return -1;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-void rnctl_sort_u64(uint64_t *v, size_t n)
-{
-    qsort(v, n, sizeof *v, cmp_u64);
-}
-
-uint64_t rnctl_pct(const uint64_t *v, size_t n, double p)
-{
-    size_t k;
-    if (n == 0)
-        return 0;
-    k = (size_t)ceil(p / 100.0 * (double)n);
-    if (k < 1)
-        k = 1;
-    if (k > n)
-        k = n;
-    return v[k - 1];
-}
-
-double rnctl_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* ---- main ----------------------------------------------------------------------------- */

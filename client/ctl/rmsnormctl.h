@@ -1,6 +1,6 @@
 /*
  * rmsnormctl.h - what rmsnormctl's files share: the global options, the exit
- * codes, the helpers of rmsnormctl.c, one entry point per command (each in
+ * codes, the helpers of common.c, one entry point per command (each in
  * its own file, cmd_<name>.c) and the statistics formatter (format.c).
  *
  * client/ctl/ is rmsnormctl.  It uses libclient through its public header
@@ -33,7 +33,7 @@ typedef struct rnctl_globals {
     int timeout_ms;       /* 0: the library's default */
 } rnctl_globals;
 
-/* ---- helpers (rmsnormctl.c) ---------------------------------------------------------- */
+/* ---- helpers (common.c) ------------------------------------------------------------- */
 
 /* Connect as "rmsnormctl"; on failure say why on stderr. */
 int rnctl_connect(const rnctl_globals *g, rn_client **c);

@@ -150,7 +150,7 @@ void rnd_cuda_ack_later(rnd_cuda *b, rnd_cuda_gjob *g)
     rn_queue_push_back(&b->acked, &g->alink);
 }
 
-static void flush_acked(rnd_cuda *b)
+void rnd_cuda_flush_acked(rnd_cuda *b)
 {
     rn_queue *q;
 
@@ -295,17 +295,8 @@ void rnd_cuda_on_async(uv_async_t *h)
 {
     rnd_cuda *b = h->data;
 
-    flush_acked(b);
+    rnd_cuda_flush_acked(b);
     drain_completions(b);
-    rnd_cuda_run_fatal(b);
-}
-
-void rnd_cuda_on_check(uv_check_t *h)
-{
-    rnd_cuda *b = h->data;
-
-    flush_acked(b);
-    rnd_cuda_flush_unmaps(b);
     rnd_cuda_run_fatal(b);
 }
 
@@ -313,6 +304,6 @@ void rnd_cuda_on_idle(uv_idle_t *h)
 {
     rnd_cuda *b = h->data;
 
-    flush_acked(b);
+    rnd_cuda_flush_acked(b);
     rnd_cuda_run_fatal(b);
 }
