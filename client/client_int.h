@@ -124,9 +124,21 @@ void rnc_end_session(rn_client *c);
  * Run step(c, arg) in a session: make sure there is one, run the step, and
  * when the daemon no longer knows the session (it restarted: the step
  * returns RN_UNKNOWN_SESSION) open a new one and run the step once more.
- * A step sends its own requests; it must be safe to run twice.
+ * A step sends its own requests; it must be safe to run twice.  Inline: a
+ * call with a live session stays in its caller's file.
  */
-int rnc_in_session(rn_client *c, int (*step)(rn_client *c, void *arg), void *arg);
+static inline int rnc_in_session(rn_client *c, int (*step)(rn_client *c, void *arg), void *arg)
+{
+    for (int attempt = 0;; attempt++) {
+        int rv;
+        if (!c->have_session && (rv = rnc_ensure_session(c)) != 0)
+            return rv;
+        rv = step(c, arg);
+        if (rv != RN_UNKNOWN_SESSION || attempt > 0)
+            return rv;
+        c->have_session = false;
+    }
+}
 
 /* Register a region described by r (kind, size and the shm name or the IPC
  * handle; the session is filled here) and set *region. */

@@ -1,7 +1,8 @@
 /*
  * session.c - libclient's sessions: HELLO, BYE, re-opening a session the
- * daemon lost (a restart) with every live buffer registered again, the
- * regions of a session, and the one retry loop around a lost session.
+ * daemon lost (a restart) with every live buffer registered again, and the
+ * regions of a session.  (The one retry loop around a lost session,
+ * rnc_in_session, is inline in client_int.h.)
  */
 #include <stdio.h>
 #include <string.h>
@@ -62,21 +63,6 @@ int rnc_ensure_session(rn_client *c)
         }
     }
     return 0;
-}
-
-int rnc_in_session(rn_client *c, int (*step)(rn_client *c, void *arg), void *arg)
-{
-    int rv;
-    /* A lost session (daemon restart) shows as UNKNOWN_SESSION: open a new
-     * one, which registers the buffers again, and retry once. */
-    for (int attempt = 0;; attempt++) {
-        if ((rv = rnc_ensure_session(c)) != 0)
-            return rv;
-        rv = step(c, arg);
-        if (rv != RN_UNKNOWN_SESSION || attempt > 0)
-            return rv;
-        c->have_session = false;
-    }
 }
 
 /* ---- regions ------------------------------------------------------------------------ */

@@ -132,18 +132,6 @@ fail:
     return rnd_cuda_fault(b, &f, false, err, "device");
 }
 
-/* After each poll: the acknowledgements queued by submit, the mapping
- * closes that waited for the streams, and a failure's fatal path.  Here,
- * above complete.c and mapcache.c, so that neither calls the other. */
-static void on_check(uv_check_t *h)
-{
-    rnd_cuda *b = h->data;
-
-    rnd_cuda_flush_acked(b);
-    rnd_cuda_flush_unmaps(b);
-    rnd_cuda_run_fatal(b);
-}
-
 /* The loop's handles: completions, the check phase, the idle kick, the
  * watch.  Only the completions keep the loop alive. */
 static int start_handles(rnd_cuda *b, uv_loop_t *loop, rnp_error *err)
@@ -157,7 +145,7 @@ static int start_handles(rnd_cuda *b, uv_loop_t *loop, rnp_error *err)
     uv_check_init(loop, &b->check);
     b->check.data = b;
     b->handles++;
-    uv_check_start(&b->check, on_check);
+    uv_check_start(&b->check, rnd_cuda_on_check);
     uv_unref((uv_handle_t *)&b->check);
     uv_idle_init(loop, &b->kick);
     b->kick.data = b;

@@ -150,7 +150,7 @@ void rnd_cuda_ack_later(rnd_cuda *b, rnd_cuda_gjob *g)
     rn_queue_push_back(&b->acked, &g->alink);
 }
 
-void rnd_cuda_flush_acked(rnd_cuda *b)
+static void flush_acked(rnd_cuda *b)
 {
     rn_queue *q;
 
@@ -295,8 +295,19 @@ void rnd_cuda_on_async(uv_async_t *h)
 {
     rnd_cuda *b = h->data;
 
-    rnd_cuda_flush_acked(b);
+    flush_acked(b);
     drain_completions(b);
+    rnd_cuda_run_fatal(b);
+}
+
+/* After each poll: the acknowledgements queued by submit, the mapping
+ * closes that waited for the streams, and a failure's fatal path. */
+void rnd_cuda_on_check(uv_check_t *h)
+{
+    rnd_cuda *b = h->data;
+
+    flush_acked(b);
+    rnd_cuda_flush_unmaps(b);
     rnd_cuda_run_fatal(b);
 }
 
@@ -304,6 +315,6 @@ void rnd_cuda_on_idle(uv_idle_t *h)
 {
     rnd_cuda *b = h->data;
 
-    rnd_cuda_flush_acked(b);
+    flush_acked(b);
     rnd_cuda_run_fatal(b);
 }

@@ -191,12 +191,11 @@ bool rnd_cuda_threads_stop(rnd_cuda *b, int timeout_ms);
 void rnd_cuda_fifo_push(rnd_cuda *b, rnd_cuda_gjob *g);
 void rnd_cuda_ack_later(rnd_cuda *b, rnd_cuda_gjob *g);
 void rnd_cuda_run_fatal(rnd_cuda *b);
-void rnd_cuda_flush_acked(rnd_cuda *b);
 void rnd_cuda_on_async(uv_async_t *h);
+void rnd_cuda_on_check(uv_check_t *h);
 void rnd_cuda_on_idle(uv_idle_t *h);
 
 /* watch.c */
-bool rnd_cuda_streams_waiting(rnd_cuda *b);
 void rnd_cuda_on_watch(uv_timer_t *t);
 
 /* submit.c */

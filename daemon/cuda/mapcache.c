@@ -8,6 +8,8 @@
  */
 #include "cuda_int.h"
 
+#include "stats.h"
+
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +107,30 @@ void rnd_cuda_close_unmaps(rnd_cuda *b)
 }
 
 /*
+ * Whether a job on the GPU has not started yet: its stream still waits, on a
+ * client's ready event or on the job before it.  Queries only; a start seen
+ * here counts for the deadline too.
+ */
+static bool streams_waiting(rnd_cuda *b)
+{
+    rn_queue *q;
+
+    RN_QUEUE_FOREACH(q, &b->outstanding) {
+        rnd_cuda_gjob *g = RN_QUEUE_DATA(q, rnd_cuda_gjob, link);
+        if (g->start_ns)
+            continue;
+        cudaError_t e = cudaEventQuery(g->started);
+        if (e != cudaSuccess) {
+            if (e != cudaErrorNotReady)
+                (void)cudaGetLastError(); /* the watch reports it */
+            return true;
+        }
+        g->start_ns = rnd_now_ns();
+    }
+    return false;
+}
+
+/*
  * Close what the server released, unless a stream waits: closing an IPC
  * mapping waits for the device (seen on the H200, with and without MPS: a
  * session's close stalled the loop until another client's late inputs came,
@@ -115,7 +141,7 @@ void rnd_cuda_close_unmaps(rnd_cuda *b)
  */
 void rnd_cuda_flush_unmaps(rnd_cuda *b)
 {
-    if (rn_queue_empty(&b->unmaps) || b->failed || rnd_cuda_streams_waiting(b))
+    if (rn_queue_empty(&b->unmaps) || b->failed || streams_waiting(b))
         return; /* (a failed device: the process exits, which unmaps) */
     rnd_cuda_close_unmaps(b);
 }

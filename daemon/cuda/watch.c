@@ -24,30 +24,6 @@
 #include "stats.h"
 
 /*
- * Whether a job on the GPU has not started yet: its stream still waits, on a
- * client's ready event or on the job before it.  Queries only; a start seen
- * here counts for the deadline too.
- */
-bool rnd_cuda_streams_waiting(rnd_cuda *b)
-{
-    rn_queue *q;
-
-    RN_QUEUE_FOREACH(q, &b->outstanding) {
-        rnd_cuda_gjob *g = RN_QUEUE_DATA(q, rnd_cuda_gjob, link);
-        if (g->start_ns)
-            continue;
-        cudaError_t e = cudaEventQuery(g->started);
-        if (e != cudaSuccess) {
-            if (e != cudaErrorNotReady)
-                (void)cudaGetLastError(); /* the watch reports it */
-            return true;
-        }
-        g->start_ns = rnd_now_ns();
-    }
-    return false;
-}
-
-/*
  * A job not started a deadline after its submission: say so, once, and keep
  * waiting.  head is the oldest job of its stream that has not started (g
  * itself, or one before g); running: a job before head on the stream has
