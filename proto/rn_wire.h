@@ -38,6 +38,7 @@
     X(108, TOO_LARGE,        "shape exceeds the daemon's limits")                      \
     X(109, NO_EVENTS,        "events were not exchanged for this session")             \
     X(110, NOT_SHARED,       "pointer is not in memory that can be shared")            \
+    X(111, SEQ_REUSED,       "seq already used in this session for another request")   \
     /* protocol */                                                                     \
     X(200, MALFORMED,        "malformed message")                                      \
     X(201, BAD_VERSION,      "unsupported protocol version")                           \
@@ -60,6 +61,7 @@
     X(403, TIMEOUT,          "timed out")                                              \
     X(404, ENDPOINT,         "invalid endpoint")                                       \
     X(405, PEER_DIED,        "peer process has exited")                                \
+    X(406, RESTARTED,        "the daemon restarted during the call; outputs may be partly written") \
     /* CUDA */                                                                         \
     X(500, CUDA,             "CUDA call failed")                                       \
     X(501, NO_CUDA,          "CUDA is not available")                                  \
