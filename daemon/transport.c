@@ -146,7 +146,7 @@ int rnd_transport_open(rnd_ctx *ctx, rnd_rx_fn rx, rnp_error *err)
     rnd_transport *t = &ctx->tx;
     const rnd_config *cfg = &ctx->cfg;
     const char *path = rnd_config_ipc_path(cfg);
-    int maxsize = (int)RNP_MAX_MSG, fd, rc;
+    int maxsize = (int)RND_RCV_MAX, fd, rc;
     size_t fdlen = sizeof fd;
     mode_t old_umask;
     gid_t gid = (gid_t)-1;

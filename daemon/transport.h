@@ -21,6 +21,15 @@
 
 typedef struct rnd_ctx rnd_ctx;
 
+/*
+ * What nanomsg delivers at most: twice the largest valid message, plus the
+ * 4-byte SP header that NN_RCVMAXSIZE counts.  A message between RNP_MAX_MSG
+ * and this still reaches the daemon and gets its reply (TOO_BIG, from the
+ * decoder); nanomsg drops a longer one, and its connection, before the
+ * daemon sees it.
+ */
+#define RND_RCV_MAX (2 * RNP_MAX_MSG + 4)
+
 /* A message arrived: body is valid during the call only; *control is the
  * request's header, which the callback takes (set it to NULL) or leaves for
  * the transport to free. */
