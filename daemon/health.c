@@ -55,6 +55,14 @@ void rnd_health_fill(const rnd_ctx *ctx, rnp_health_rep *out)
         out->nreasons += n;
         WORSE(st);
     }
+    if (ctx->tx.flapping) {
+        WORSE(RNP_HEALTH_FAILING);
+        REASON("front: the socket's front process died %u times within a minute; "
+               "restarting it once a second", RND_FRONT_RESTARTS);
+    } else if (!ctx->tx.front_running && !ctx->tx.closing) {
+        WORSE(RNP_HEALTH_DEGRADED);
+        REASON("front: the socket's front process is restarting");
+    }
     if (ctx->fallback[0]) {
         WORSE(RNP_HEALTH_DEGRADED);
         REASON("backend: %.100s", ctx->fallback);

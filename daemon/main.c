@@ -26,6 +26,7 @@
 
 #include "backend.h"
 #include "config.h"
+#include "front.h"
 #include "log.h"
 #include "server.h"
 
@@ -107,6 +108,9 @@ int main(int argc, char **argv)
     uv_loop_t loop;
     int action, rc;
 
+    /* The front process (front.h): this binary again, started by the core. */
+    if (argc > 1 && strcmp(argv[1], "--front") == 0)
+        return rnd_front_main(argc - 2, argv + 2);
     rnd_log_init();
     if (rnd_config_load(&cfg, argc, argv, RND_DEFAULT_CONFIG, &action, &err) != 0) {
         fprintf(stderr, "rmsnormd: %s\n", err.msg);

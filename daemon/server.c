@@ -54,12 +54,14 @@ static void on_tick(uv_timer_t *t)
     }
 }
 
-/* Ping the watchdog only while work moves: a wedged backend stops the pings
- * and systemd restarts the daemon. */
+/* Ping the watchdog only while the daemon serves: a wedged backend, or a
+ * front process that cannot stay up, stops the pings and systemd restarts
+ * the daemon. */
 static void on_watchdog(uv_timer_t *t)
 {
     rnd_server *srv = t->data;
-    if (!srv->ctx.failing && !rnd_health_stuck(&srv->ctx, rnd_now_ns(), NULL))
+    if (!srv->ctx.failing && rnd_transport_serving(&srv->ctx) &&
+        !rnd_health_stuck(&srv->ctx, rnd_now_ns(), NULL))
         rnd_notify_watchdog();
 }
 
@@ -216,7 +218,7 @@ int rnd_server_start(rnd_server *srv, uv_loop_t *loop, const rnd_config *cfg, rn
     ctx->loop = loop;
     ctx->cfg = *cfg;
     ctx->be = be;
-    ctx->tx.sock = -1;
+    ctx->tx.fd = -1;
     rnd_stats_init(&ctx->stats, rnd_now_ns());
     be->ops->info(be, &ctx->dev);
     fill_limits(ctx);

@@ -141,6 +141,7 @@ void rnd_stats_fill(const rnd_stats *s, const rnd_gauges *g, rnp_stats_rep *out)
     put(out, "busy.rejected", s->busy_rejected);
     put(out, "dup.answered", s->dup_answered);
     put(out, "clients.died", s->clients_died);
+    put(out, "front.restarts", s->front_restarts);
     /* Only the codes seen, so the table stays short; a code appears once
      * its first error was answered and stays from then on. */
     for (int code = 1; code < RND_MAX_CODE; code++) {

@@ -4,7 +4,8 @@
  * (rmsnormctl renders them generically): "requests.<op>", "replies.ok",
  * "errors.<ERR_NAME>", "bytes.processed", "sessions.active", "sessions.total",
  * "sessions.expired", "regions.active", "inflight.current", "inflight.max",
- * "uptime.seconds", "busy.rejected", "dup.answered", "clients.died".
+ * "uptime.seconds", "busy.rejected", "dup.answered", "clients.died",
+ * "front.restarts".
  * Histograms "queue", "compute", "total" are in nanoseconds.
  *
  * Loop-thread only: no locking.
@@ -50,6 +51,7 @@ typedef struct rnd_stats {
     uint64_t busy_rejected;
     uint64_t dup_answered;
     uint64_t clients_died;
+    uint64_t front_restarts;
     uint64_t inflight_max;
     rnd_hist queue, compute, total;
 } rnd_stats;

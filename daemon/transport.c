@@ -1,23 +1,122 @@
 /*
- * transport.c - the nanomsg raw REP socket: bind with the configured mode and
- * group, poll NN_RCVFD (level-triggered) from libuv and drain it with
- * NN_DONTWAIT, and send replies with each request's own control header.
- * Knows nothing of what a message means: the receive callback decides.
+ * transport.c - the core's link to the front process (front.h): start it,
+ * restart it when it dies, turn its datagrams into received messages, and
+ * send replies back under the token each request came with.  Knows nothing
+ * of what a message means: the receive callback decides.
  */
 #include "transport.h"
 
 #include <errno.h>
-#include <grp.h>
-#include <nanomsg/nn.h>
-#include <nanomsg/reqrep.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "ctx.h"
+#include "front.h"
 #include "log.h"
+
+/* A reply waiting for room on the link. */
+typedef struct pending {
+    rn_queue link;
+    size_t len;
+    uint8_t bytes[];
+} pending;
+
+/* How long start-up waits for the first front to bind. */
+#define FRONT_READY_MS 10000
+#define RBUF_BYTES (sizeof(rnd_link_hdr) + RND_RCV_MAX)
+
+static void *handle_of(uint32_t gen, uint32_t token)
+{
+    return (void *)(uintptr_t)(((uint64_t)gen << 32) | token);
+}
+
+static void start_front(rnd_ctx *ctx);
+static void on_link(uv_poll_t *h, int status, int events);
+
+/* ---- sending on the link -------------------------------------------------------------- */
+
+static void want_writable(rnd_ctx *ctx, bool on)
+{
+    rnd_transport *t = &ctx->tx;
+    if (!t->poll_init || t->poll_writable == on)
+        return;
+    t->poll_writable = on;
+    uv_poll_start(&t->poll, UV_READABLE | (on ? UV_WRITABLE : 0), on_link);
+}
+
+/* Send one datagram, or queue it when the link is full.  A front that is
+ * gone (or was replaced: control's generation) gets nothing. */
+static void link_send(rnd_ctx *ctx, void *control, uint32_t kind, const void *body, size_t len)
+{
+    rnd_transport *t = &ctx->tx;
+    uint64_t h64 = (uint64_t)(uintptr_t)control;
+    rnd_link_hdr h = {kind, (uint32_t)h64, 0};
+    struct iovec iov[2] = {{&h, sizeof h}, {(void *)body, len}};
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
+    pending *p;
+    ssize_t n;
+
+    if ((uint32_t)(h64 >> 32) != t->gen || t->fd < 0) {
+        t->replies_dropped++;
+        return;
+    }
+    if (rn_queue_empty(&t->out)) {
+        do
+            n = sendmsg(t->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+        while (n < 0 && errno == EINTR);
+        if (n >= 0)
+            return;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            /* The front is going away; its exit restarts it. */
+            t->replies_dropped++;
+            return;
+        }
+    }
+    if (!(p = malloc(sizeof *p + sizeof h + len))) {
+        rnd_err("Out of memory queueing a reply: dropped");
+        t->replies_dropped++;
+        return;
+    }
+    p->len = sizeof h + len;
+    memcpy(p->bytes, &h, sizeof h);
+    memcpy(p->bytes + sizeof h, body, len);
+    rn_queue_push_back(&t->out, &p->link);
+    want_writable(ctx, true);
+}
+
+static void flush_out(rnd_ctx *ctx)
+{
+    rnd_transport *t = &ctx->tx;
+    rn_queue *q;
+
+    while ((q = rn_queue_head(&t->out))) {
+        pending *p = RN_QUEUE_DATA(q, pending, link);
+        ssize_t n = send(t->fd, p->bytes, p->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return;
+        rn_queue_remove(q);
+        free(p);
+    }
+    want_writable(ctx, false);
+}
+
+static void drop_out(rnd_transport *t)
+{
+    rn_queue *q;
+    while ((q = rn_queue_head(&t->out))) {
+        rn_queue_remove(q);
+        free(RN_QUEUE_DATA(q, pending, link));
+        t->replies_dropped++;
+    }
+}
+
+/* ---- replies ---------------------------------------------------------------------------- */
 
 void rnd_reply_init(rnp_reply *rep, uint32_t op, uint64_t id)
 {
@@ -31,8 +130,6 @@ void rnd_reply(rnd_ctx *ctx, void *control, rnp_reply *rep)
 {
     rnd_transport *t = &ctx->tx;
     rnp_error err = {0};
-    struct nn_msghdr hdr;
-    struct nn_iovec iov;
     size_t len = 0;
 
     if (rnp_encode_reply(rep, t->buf, sizeof t->buf, &len, &err) != 0) {
@@ -42,8 +139,7 @@ void rnd_reply(rnd_ctx *ctx, void *control, rnp_reply *rep)
         rep->status = RN_INTERNAL;
         snprintf(rep->error, sizeof rep->error, "reply could not be encoded: %.150s", err.msg);
         if (rnp_encode_reply(rep, t->buf, sizeof t->buf, &len, &err) != 0) {
-            if (control)
-                nn_freemsg(control);
+            link_send(ctx, control, RND_LINK_FORGET, NULL, 0);
             return;
         }
     }
@@ -51,26 +147,8 @@ void rnd_reply(rnd_ctx *ctx, void *control, rnp_reply *rep)
     if (rep->status != 0)
         rnd_debug("Reply %s id %llu: %s: %s", rnp_op_name((int)rep->op),
                   (unsigned long long)rep->id, rnp_err_name(rep->status), rep->error);
-    if (t->sock < 0 || !control) {
-        if (control)
-            nn_freemsg(control);
-        return;
-    }
-    memset(&hdr, 0, sizeof hdr);
-    iov.iov_base = t->buf;
-    iov.iov_len = len;
-    hdr.msg_iov = &iov;
-    hdr.msg_iovlen = 1;
-    hdr.msg_control = &control;
-    hdr.msg_controllen = NN_MSG;
-    if (nn_sendmsg(t->sock, &hdr, NN_DONTWAIT) < 0) {
-        /* Not nn_freemsg(control): once nn_sendmsg has taken the header into
-         * its message it frees it on failure itself.  A raw REP socket drops
-         * replies to vanished peers silently, so this happens only while the
-         * socket closes, where a leaked header does no harm. */
-        rnd_debug("Failed to send the reply to %s id %llu: %s", rnp_op_name((int)rep->op),
-                  (unsigned long long)rep->id, nn_strerror(nn_errno()));
-    }
+    if (control)
+        link_send(ctx, control, RND_LINK_REP, t->buf, len);
 }
 
 void rnd_reply_error(rnd_ctx *ctx, void *control, uint32_t op, uint64_t id, int code,
@@ -94,138 +172,273 @@ void rnd_reply_rnp_error(rnd_ctx *ctx, void *control, uint32_t op, uint64_t id,
                     err->msg[0] ? err->msg : rnp_strerror(err->code));
 }
 
+/* ---- receiving -------------------------------------------------------------------------- */
+
 void rnd_transport_receive_all(rnd_ctx *ctx)
 {
     rnd_transport *t = &ctx->tx;
 
-    /* NN_RCVFD is level-triggered: drain until EAGAIN. */
-    while (t->sock >= 0) {
-        void *body = NULL, *control = NULL;
-        struct nn_msghdr hdr;
-        struct nn_iovec iov;
-        int n;
-
-        memset(&hdr, 0, sizeof hdr);
-        iov.iov_base = &body;
-        iov.iov_len = NN_MSG;
-        hdr.msg_iov = &iov;
-        hdr.msg_iovlen = 1;
-        hdr.msg_control = &control;
-        hdr.msg_controllen = NN_MSG;
-        n = nn_recvmsg(t->sock, &hdr, NN_DONTWAIT);
-        if (n < 0) {
-            int e = nn_errno();
-            if (e == EAGAIN)
-                break;
-            if (e == EINTR)
-                continue;
-            rnd_err("Failed to receive: %s", nn_strerror(e));
-            break;
-        }
-        if (!control) {
-            /* A raw socket always delivers the routing header; without it
-             * there is nobody to reply to. */
-            rnd_warn("Dropping a message without a routing header");
-            nn_freemsg(body);
+    while (t->fd >= 0) {
+        ssize_t n = recv(t->fd, t->rbuf, RBUF_BYTES, MSG_DONTWAIT);
+        rnd_link_hdr h;
+        if (n < 0 && errno == EINTR)
             continue;
+        if (n <= 0)
+            break;   /* empty, or the front closed its end: its exit follows */
+        if ((size_t)n < sizeof h)
+            continue;
+        memcpy(&h, t->rbuf, sizeof h);
+        if (h.kind == RND_LINK_REQ && h.token != 0) {
+            void *control = handle_of(t->gen, h.token);
+            t->rx(ctx, &control, t->rbuf + sizeof h, (size_t)n - sizeof h, h.recv_ns);
+            if (control)
+                link_send(ctx, control, RND_LINK_FORGET, NULL, 0);
+        } else if (h.kind == RND_LINK_READY) {
+            rnd_notice("Front process %d serving %s again (%llu ms after its restart)",
+                       t->front.pid, ctx->cfg.endpoint,
+                       (unsigned long long)((rnd_now_ns() - t->last_restart_ns) / 1000000));
+        } else if (h.kind == RND_LINK_FAIL) {
+            rnd_err("Front process: %.*s", (int)((size_t)n - sizeof h),
+                    (const char *)t->rbuf + sizeof h);
         }
-        t->rx(ctx, &control, body, (size_t)n, rnd_now_ns());
-        if (control)
-            nn_freemsg(control);
-        nn_freemsg(body);
     }
 }
 
-static void on_readable(uv_poll_t *h, int status, int events)
+static void on_link(uv_poll_t *h, int status, int events)
 {
-    rnd_transport_receive_all(h->data);
+    rnd_ctx *ctx = h->data;
+
+    if (events & UV_WRITABLE)
+        flush_out(ctx);
+    if (events & UV_READABLE || status < 0)
+        rnd_transport_receive_all(ctx);
+}
+
+/* ---- the front's life ------------------------------------------------------------------- */
+
+static void close_link(rnd_transport *t)
+{
+    if (t->poll_init && !uv_is_closing((uv_handle_t *)&t->poll))
+        uv_close((uv_handle_t *)&t->poll, NULL);
+    t->poll_init = false;
+    t->poll_writable = false;
+    if (t->fd >= 0)
+        close(t->fd);
+    t->fd = -1;
+    drop_out(t);
+}
+
+static void on_restart_timer(uv_timer_t *timer)
+{
+    start_front(timer->data);
+}
+
+static void on_kill_timer(uv_timer_t *timer)
+{
+    rnd_ctx *ctx = timer->data;
+    if (ctx->tx.front_running) {
+        rnd_warn("Front process %d did not exit: killing it", ctx->tx.front.pid);
+        uv_process_kill(&ctx->tx.front, SIGKILL);
+    }
+}
+
+static void on_front_closed(uv_handle_t *h)
+{
+    rnd_ctx *ctx = h->data;
+    rnd_transport *t = &ctx->tx;
+    uint64_t now = rnd_now_ns(), delay_ms = 0;
+
+    if (t->closing) {
+        if (t->timer_init && !uv_is_closing((uv_handle_t *)&t->restart_timer))
+            uv_close((uv_handle_t *)&t->restart_timer, NULL);
+        return;
+    }
+    /* Restart at once, unless it died RND_FRONT_RESTARTS times within a
+     * minute: then report failing and go on trying once a second. */
+    uint64_t oldest = t->restarts[t->nrestarts % RND_FRONT_RESTARTS];
+    t->flapping = t->nrestarts >= RND_FRONT_RESTARTS && now - oldest < 60000000000ull;
+    if (t->flapping)
+        delay_ms = 1000;
+    t->restarts[t->nrestarts % RND_FRONT_RESTARTS] = now;
+    t->nrestarts++;
+    ctx->stats.front_restarts++;
+    uv_timer_start(&t->restart_timer, on_restart_timer, delay_ms, 0);
+}
+
+static void on_front_exit(uv_process_t *p, int64_t status, int sig)
+{
+    rnd_ctx *ctx = p->data;
+    rnd_transport *t = &ctx->tx;
+
+    t->front_running = false;
+    if (t->closing)
+        rnd_debug("Front process %d exited", p->pid);
+    else if (sig)
+        rnd_err("Front process %d died of signal %d (nanomsg aborts on malformed frames): "
+                "restarting it; sessions and GPU work are unaffected", p->pid, sig);
+    else
+        rnd_err("Front process %d exited with status %lld: restarting it", p->pid,
+                (long long)status);
+    close_link(t);
+    uv_close((uv_handle_t *)p, on_front_closed);
+}
+
+/* Spawn a front with a fresh link; 0 or an errno-style libuv code. */
+static int spawn_front(rnd_ctx *ctx)
+{
+    rnd_transport *t = &ctx->tx;
+    char mode[16];
+    int sv[2], rc;
+
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+        return -errno;
+    snprintf(mode, sizeof mode, "%04o", (unsigned)ctx->cfg.socket_mode);
+    char *args[] = {t->exe, "--front", ctx->cfg.endpoint, mode, ctx->cfg.socket_group, NULL};
+    uv_stdio_container_t io[4] = {
+        {.flags = UV_IGNORE},
+        {.flags = UV_INHERIT_FD, .data.fd = 1},
+        {.flags = UV_INHERIT_FD, .data.fd = 2},
+        {.flags = UV_INHERIT_FD, .data.fd = sv[1]},
+    };
+    uv_process_options_t o = {
+        .exit_cb = on_front_exit,
+        .file = t->exe,
+        .args = args,
+        .stdio_count = 4,
+        .stdio = io,
+    };
+    t->front.data = ctx;
+    if ((rc = uv_spawn(ctx->loop, &t->front, &o)) != 0) {
+        close(sv[0]);
+        close(sv[1]);
+        return rc;
+    }
+    close(sv[1]);
+    t->front_running = true;
+    t->gen++;
+    t->fd = sv[0];
+    return 0;
+}
+
+static int watch_link(rnd_ctx *ctx)
+{
+    rnd_transport *t = &ctx->tx;
+    int rc;
+
+    if ((rc = uv_poll_init(ctx->loop, &t->poll, t->fd)) != 0)
+        return rc;
+    t->poll_init = true;
+    t->poll.data = ctx;
+    return uv_poll_start(&t->poll, UV_READABLE, on_link);
+}
+
+/* A restart: asynchronous, the new front says READY or FAIL on the link. */
+static void start_front(rnd_ctx *ctx)
+{
+    rnd_transport *t = &ctx->tx;
+    int rc;
+
+    if (t->closing)
+        return;
+    t->last_restart_ns = rnd_now_ns();
+    if ((rc = spawn_front(ctx)) != 0 || (rc = watch_link(ctx)) != 0) {
+        rnd_err("Failed to restart the front process: %s; trying again in 1 s", uv_strerror(rc));
+        close_link(t);
+        if (t->front_running)
+            uv_process_kill(&t->front, SIGKILL);   /* its exit restarts it */
+        else
+            uv_timer_start(&t->restart_timer, on_restart_timer, 1000, 0);
+    }
 }
 
 int rnd_transport_open(rnd_ctx *ctx, rnd_rx_fn rx, rnp_error *err)
 {
     rnd_transport *t = &ctx->tx;
-    const rnd_config *cfg = &ctx->cfg;
-    const char *path = rnd_config_ipc_path(cfg);
-    int maxsize = (int)RND_RCV_MAX, fd, rc;
-    size_t fdlen = sizeof fd;
-    mode_t old_umask;
-    gid_t gid = (gid_t)-1;
+    rnd_link_hdr h;
+    ssize_t n, len;
+    int rc;
 
-    t->sock = -1;
+    t->fd = -1;
     t->rx = rx;
-    snprintf(t->path, sizeof t->path, "%s", path);
-    if (cfg->socket_group[0]) {
-        struct group gr, *res = NULL;
-        char buf[4096];
-        if (getgrnam_r(cfg->socket_group, &gr, buf, sizeof buf, &res) != 0 || !res)
-            return rnp_fail(err, RN_INVALID_ARGUMENT, "socket-group: no group '%s'",
-                            cfg->socket_group);
-        gid = res->gr_gid;
+    rn_queue_init(&t->out);
+    if (!(t->rbuf = malloc(RBUF_BYTES)))
+        return rnp_fail(err, RN_NOMEM, "transport: out of memory");
+    if ((len = readlink("/proc/self/exe", t->exe, sizeof t->exe - 1)) < 0)
+        return rnp_fail(err, RN_SYSTEM, "Failed to find this program (/proc/self/exe): %s",
+                        strerror(errno));
+    t->exe[len] = '\0';
+    uv_timer_init(ctx->loop, &t->restart_timer);
+    t->restart_timer.data = ctx;
+    t->timer_init = true;
+    if ((rc = spawn_front(ctx)) != 0)
+        return rnp_fail(err, RN_SYSTEM, "Failed to start the front process %s: %s", t->exe,
+                        uv_strerror(rc));
+    /* The first front binds before the daemon says READY=1: wait for it. */
+    struct pollfd pf = {t->fd, POLLIN, 0};
+    do
+        rc = poll(&pf, 1, FRONT_READY_MS);
+    while (rc < 0 && errno == EINTR);
+    n = rc > 0 ? recv(t->fd, t->rbuf, RBUF_BYTES, 0) : -1;
+    if (n >= (ssize_t)sizeof h)
+        memcpy(&h, t->rbuf, sizeof h);
+    if (n < (ssize_t)sizeof h || h.kind != RND_LINK_READY) {
+        if (n >= (ssize_t)sizeof h && h.kind == RND_LINK_FAIL)
+            rnp_fail(err, RN_ENDPOINT, "%.*s", (int)(n - (ssize_t)sizeof h),
+                     (const char *)t->rbuf + sizeof h);
+        else
+            rnp_fail(err, RN_SYSTEM, "The front process did not start (%s)",
+                     rc == 0 ? "no answer within 10 s" : "it exited");
+        t->closing = true;
+        close_link(t);
+        uv_process_kill(&t->front, SIGKILL);
+        return err ? err->code : RN_SYSTEM;
     }
-    t->sock = nn_socket(AF_SP_RAW, NN_REP);
-    if (t->sock < 0)
-        return rnp_fail(err, RN_SYSTEM, "Failed to create the nanomsg socket: %s",
-                        nn_strerror(nn_errno()));
-    if (nn_setsockopt(t->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &maxsize, sizeof maxsize) < 0) {
-        rc = rnp_fail(err, RN_SYSTEM, "Failed to set NN_RCVMAXSIZE: %s", nn_strerror(nn_errno()));
-        goto fail;
-    }
-    /* The socket file appears with no access for others until its mode and
-     * group are set, so there is no window in which it is too open. */
-    old_umask = umask(0177);
-    rc = nn_bind(t->sock, cfg->endpoint);
-    umask(old_umask);
-    if (rc < 0) {
-        int e = nn_errno();
-        rc = rnp_fail(err, RN_ENDPOINT, "Failed to bind %s: %s%s", cfg->endpoint, nn_strerror(e),
-                      e == EADDRINUSE ? " (another rmsnormd is serving it?)" : "");
-        goto fail;
-    }
-    if (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) != 0) {
-        rc = rnp_fail(err, RN_SYSTEM, "Failed to set the group of %s to %s: %s", path,
-                      cfg->socket_group, strerror(errno));
-        goto fail_unlink;
-    }
-    if (chmod(path, cfg->socket_mode) != 0) {
-        rc = rnp_fail(err, RN_SYSTEM, "Failed to set the mode of %s to %04o: %s", path,
-                      (unsigned)cfg->socket_mode, strerror(errno));
-        goto fail_unlink;
-    }
-    if (nn_getsockopt(t->sock, NN_SOL_SOCKET, NN_RCVFD, &fd, &fdlen) < 0) {
-        rc = rnp_fail(err, RN_SYSTEM, "Failed to get NN_RCVFD: %s", nn_strerror(nn_errno()));
-        goto fail_unlink;
-    }
-    if ((rc = uv_poll_init(ctx->loop, &t->poll, fd)) != 0) {
-        rc = rnp_fail(err, RN_SYSTEM, "Failed to poll the socket: %s", uv_strerror(rc));
-        goto fail_unlink;
-    }
-    t->poll_init = true;
-    t->poll.data = ctx;
-    if ((rc = uv_poll_start(&t->poll, UV_READABLE, on_readable)) != 0) {
-        rc = rnp_fail(err, RN_SYSTEM, "Failed to poll the socket: %s", uv_strerror(rc));
-        goto fail_unlink;
+    if ((rc = watch_link(ctx)) != 0) {
+        t->closing = true;
+        close_link(t);
+        uv_process_kill(&t->front, SIGKILL);
+        return rnp_fail(err, RN_SYSTEM, "Failed to poll the front's link: %s", uv_strerror(rc));
     }
     return 0;
-
-fail_unlink:
-    unlink(path);
-fail:
-    nn_close(t->sock);
-    t->sock = -1;
-    return rc;
 }
 
 void rnd_transport_close(rnd_ctx *ctx)
 {
     rnd_transport *t = &ctx->tx;
 
-    if (t->poll_init && !uv_is_closing((uv_handle_t *)&t->poll))
-        uv_close((uv_handle_t *)&t->poll, NULL);
-    if (t->sock >= 0) {
-        nn_close(t->sock);
-        t->sock = -1;
-        /* nanomsg leaves the socket file behind; a later daemon would clean
-         * it up, but an orderly exit should not leave litter. */
-        unlink(t->path);
+    if (t->closing && t->fd < 0)
+        return;
+    t->closing = true;
+    uv_timer_stop(&t->restart_timer);
+    if (t->fd >= 0) {
+        /* The replies still queued go first, blocking: the front is reading,
+         * and each is a few hundred bytes. */
+        int fl = fcntl(t->fd, F_GETFL);
+        if (fl >= 0)
+            fcntl(t->fd, F_SETFL, fl & ~O_NONBLOCK);
+        rn_queue *q;
+        while ((q = rn_queue_head(&t->out))) {
+            pending *p = RN_QUEUE_DATA(q, pending, link);
+            (void)send(t->fd, p->bytes, p->len, MSG_NOSIGNAL);
+            rn_queue_remove(q);
+            free(p);
+        }
+        /* EOF tells the front to close the socket, remove its file and
+         * exit; its exit closes the process handle, and the loop ends. */
+        shutdown(t->fd, SHUT_WR);
     }
+    close_link(t);
+    if (t->front_running)
+        /* A front wedged inside nanomsg would hold the loop (and the exit)
+         * forever: it gets two seconds. */
+        uv_timer_start(&t->restart_timer, on_kill_timer, 2000, 0);
+    else if (t->timer_init && !uv_is_closing((uv_handle_t *)&t->restart_timer))
+        uv_close((uv_handle_t *)&t->restart_timer, NULL);
+    free(t->rbuf);
+    t->rbuf = NULL;
+}
+
+bool rnd_transport_serving(const rnd_ctx *ctx)
+{
+    return ctx->tx.front_running && !ctx->tx.flapping;
 }

@@ -1,12 +1,19 @@
 /*
- * transport.h - the nanomsg raw REP socket, polled through libuv, and the one
- * way a reply leaves the daemon.
+ * transport.h - the core's side of the socket: the link to the front
+ * process that owns the nanomsg socket (front.h), and the one way a reply
+ * leaves the daemon.
  *
- * A raw REP socket keeps each request's routing header (its "control"), so
- * many requests can be in flight and replies can go out in any order: a
- * reply is sent with the control header of its request.  Ownership of a
- * control header: the receive callback gets it; whoever replies hands it to
- * rnd_reply, which takes it whatever happens (sent, or freed).
+ * A request's "control" is an opaque handle naming its sender: the front's
+ * token and the front's generation.  Many requests can be in flight and
+ * replies can go out in any order.  Ownership: the receive callback gets the
+ * handle; whoever replies hands it to rnd_reply, which takes it whatever
+ * happens (sent; or dropped when the front that received the request has
+ * been replaced since).  A handle the callback leaves is forgotten (the
+ * front frees what it kept).
+ *
+ * When the front dies (nanomsg aborted on hostile bytes), the transport
+ * starts a new one at once; past RND_FRONT_RESTARTS restarts within a
+ * minute it reports the daemon failing and waits a second between starts.
  */
 #ifndef RND_TRANSPORT_H
 #define RND_TRANSPORT_H
@@ -18,6 +25,7 @@
 
 #include "config.h"
 #include "rn_proto.h"
+#include "rn_queue.h"
 
 typedef struct rnd_ctx rnd_ctx;
 
@@ -29,34 +37,53 @@ typedef struct rnd_ctx rnd_ctx;
  * daemon sees it.
  */
 #define RND_RCV_MAX (2 * RNP_MAX_MSG + 4)
+/* Front restarts within a minute before the daemon reports failing. */
+#define RND_FRONT_RESTARTS 10
 
-/* A message arrived: body is valid during the call only; *control is the
- * request's header, which the callback takes (set it to NULL) or leaves for
- * the transport to free. */
+/* A message arrived: body is valid during the call only; *control names its
+ * sender, which the callback takes (set it to NULL) or leaves. */
 typedef void (*rnd_rx_fn)(rnd_ctx *ctx, void **control, const void *body, size_t len,
                           uint64_t recv_ns);
 
 typedef struct rnd_transport {
-    int sock;                      /* nanomsg socket, -1 when closed */
-    uv_poll_t poll;                /* on NN_RCVFD */
-    bool poll_init;
-    char path[RND_SUN_PATH_MAX];   /* the socket file */
+    int fd;                        /* the core's end of the link, -1 when none */
+    uv_poll_t poll;
+    bool poll_init, poll_writable;
+    uv_process_t front;
+    bool front_running;            /* spawned and not yet exited */
+    uint32_t gen;                  /* the front's generation, in every handle */
+    bool closing;                  /* the drain closed the link: no restart */
+    uv_timer_t restart_timer;
+    bool timer_init;
+    uint64_t restarts[RND_FRONT_RESTARTS];  /* when the last restarts began */
+    uint32_t nrestarts;            /* since start-up */
+    uint64_t last_restart_ns;      /* 0: never */
+    bool flapping;                 /* restarting too often: HEALTH says failing */
+    rn_queue out;                  /* datagrams waiting for room on the link */
+    uint64_t replies_dropped;      /* to a front that was replaced */
+    char exe[4096];                /* this binary, for the front */
     rnd_rx_fn rx;
+    uint8_t *rbuf;                 /* one datagram from the front */
     uint8_t buf[RNP_MAX_MSG];      /* reply encoding */
 } rnd_transport;
 
-/* Bind ctx->cfg.endpoint (mode, group) and start receiving into rx.
- * Returns 0 or an rn_status with err. */
+/* Start the front, which binds ctx->cfg.endpoint (mode, group), and wait
+ * for it to say so; then receive into rx.  Returns 0 or an rn_status with
+ * err (the front's own message when the bind failed). */
 int rnd_transport_open(rnd_ctx *ctx, rnd_rx_fn rx, rnp_error *err);
 /* Receive and hand to rx every message waiting now (the poll does this on
  * its own; the drain calls it once more right before the close). */
 void rnd_transport_receive_all(rnd_ctx *ctx);
-/* Stop receiving, close the socket and remove its file.  Idempotent. */
+/* Close the link: the front closes the socket, removes its file and exits;
+ * the loop ends once it has.  Idempotent. */
 void rnd_transport_close(rnd_ctx *ctx);
+/* A front is serving (for the watchdog and HEALTH): running, and not
+ * restarting too often. */
+bool rnd_transport_serving(const rnd_ctx *ctx);
 
-/* Encode rep and send it with the request's control header (taken, see
- * above); count it in the statistics.  A reply that cannot be encoded goes
- * out as RN_INTERNAL instead. */
+/* Encode rep and send it to the request's sender (control, taken); count it
+ * in the statistics.  A reply that cannot be encoded goes out as
+ * RN_INTERNAL instead. */
 void rnd_reply(rnd_ctx *ctx, void *control, rnp_reply *rep);
 /* An error reply to (op, id): the message is printf-formatted. */
 void rnd_reply_error(rnd_ctx *ctx, void *control, uint32_t op, uint64_t id, int code,

@@ -1,0 +1,328 @@
+/*
+ * front.c - the front process (front.h says why it exists): the nanomsg raw
+ * REP socket on one side, the link to the core on the other, and a table of
+ * routing headers by token in between.  It parses nothing of the protocol:
+ * every message goes to the core as it came, and every reply comes back as
+ * bytes.  It does not log either: it reports a start-up failure to the core
+ * (RND_LINK_FAIL), and the core logs how the front ended.
+ *
+ * Single-threaded, poll(2) on two descriptors.  Sends to the core block
+ * (SOCK_SEQPACKET keeps datagrams whole), which stops the front reading the
+ * socket while the core is behind: backpressure rather than a queue here.
+ */
+#include "front.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <nanomsg/nn.h>
+#include <nanomsg/reqrep.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rn_proto.h"
+#include "stats.h"
+#include "transport.h"
+
+/* How long the front looks for replies before it sleeps (see the loop). */
+#define FRONT_SPIN_NS 50000u
+
+/* ---- the routing headers by token: open addressing, linear probing ---------------- */
+
+typedef struct slot {
+    uint32_t token;       /* 0: empty */
+    void *control;
+} slot;
+
+typedef struct table {
+    slot *v;
+    uint32_t cap, n;      /* cap: a power of two */
+} table;
+
+static slot *find(table *t, uint32_t token)
+{
+    for (uint32_t i = token & (t->cap - 1);; i = (i + 1) & (t->cap - 1))
+        if (t->v[i].token == token || t->v[i].token == 0)
+            return &t->v[i];
+}
+
+static int grow(table *t)
+{
+    table g = {calloc(t->cap * 2, sizeof(slot)), t->cap * 2, 0};
+    if (!g.v)
+        return -1;
+    for (uint32_t i = 0; i < t->cap; i++)
+        if (t->v[i].token) {
+            *find(&g, t->v[i].token) = t->v[i];
+            g.n++;
+        }
+    free(t->v);
+    *t = g;
+    return 0;
+}
+
+static int put(table *t, uint32_t token, void *control)
+{
+    if ((t->n + 1) * 2 > t->cap && grow(t) != 0)
+        return -1;
+    slot *s = find(t, token);
+    s->token = token;
+    s->control = control;
+    t->n++;
+    return 0;
+}
+
+/* Remove token's entry and return its header (NULL if none), shifting the
+ * entries behind it back so that every probe chain stays unbroken. */
+static void *take(table *t, uint32_t token)
+{
+    slot *s = find(t, token);
+    void *control = s->control;
+    uint32_t i, j;
+
+    if (s->token == 0)
+        return NULL;
+    i = (uint32_t)(s - t->v);
+    s->token = 0;
+    s->control = NULL;
+    t->n--;
+    for (j = (i + 1) & (t->cap - 1); t->v[j].token; j = (j + 1) & (t->cap - 1)) {
+        uint32_t home = t->v[j].token & (t->cap - 1);
+        /* Entry j may move to the hole at i unless its home lies in (i, j]. */
+        if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+            t->v[i] = t->v[j];
+            t->v[j].token = 0;
+            t->v[j].control = NULL;
+            i = j;
+        }
+    }
+    return control;
+}
+
+/* ---- the link -------------------------------------------------------------------- */
+
+static int link_send(int fd, uint32_t kind, uint32_t token, uint64_t recv_ns, const void *body,
+                     size_t len)
+{
+    rnd_link_hdr h = {kind, token, recv_ns};
+    struct iovec iov[2] = {{&h, sizeof h}, {(void *)body, len}};
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = body ? 2 : 1};
+    ssize_t n;
+
+    do
+        n = sendmsg(fd, &m, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    return n < 0 ? -1 : 0;
+}
+
+static int fail(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(int fd, const char *fmt, ...)
+{
+    char msg[RNP_MAX_ERRMSG];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    link_send(fd, RND_LINK_FAIL, 0, 0, msg, strlen(msg));
+    return 1;
+}
+
+/* Bind endpoint with the socket file's mode and group set before anyone
+ * else can connect.  Returns the socket, or -1 after telling the core. */
+static int bind_socket(int link, const char *endpoint, mode_t mode, const char *group)
+{
+    const char *path = endpoint + 6;
+    int maxsize = (int)RND_RCV_MAX, sock, rc;
+    gid_t gid = (gid_t)-1;
+    mode_t old;
+
+    if (group[0]) {
+        struct group gr, *res = NULL;
+        char buf[4096];
+        if (getgrnam_r(group, &gr, buf, sizeof buf, &res) != 0 || !res)
+            return fail(link, "socket-group: no group '%s'", group), -1;
+        gid = res->gr_gid;
+    }
+    if ((sock = nn_socket(AF_SP_RAW, NN_REP)) < 0)
+        return fail(link, "Failed to create the nanomsg socket: %s", nn_strerror(nn_errno())), -1;
+    if (nn_setsockopt(sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &maxsize, sizeof maxsize) < 0) {
+        fail(link, "Failed to set NN_RCVMAXSIZE: %s", nn_strerror(nn_errno()));
+        goto out;
+    }
+    /* The socket file appears with no access for others until its mode and
+     * group are set, so there is no window in which it is too open. */
+    old = umask(0177);
+    rc = nn_bind(sock, endpoint);
+    umask(old);
+    if (rc < 0) {
+        int e = nn_errno();
+        fail(link, "Failed to bind %s: %s%s", endpoint, nn_strerror(e),
+             e == EADDRINUSE ? " (another rmsnormd is serving it?)" : "");
+        goto out;
+    }
+    if (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) != 0) {
+        fail(link, "Failed to set the group of %s to %s: %s", path, group, strerror(errno));
+        goto out_unlink;
+    }
+    if (chmod(path, mode) != 0) {
+        fail(link, "Failed to set the mode of %s to %04o: %s", path, (unsigned)mode,
+             strerror(errno));
+        goto out_unlink;
+    }
+    return sock;
+out_unlink:
+    unlink(path);
+out:
+    nn_close(sock);
+    return -1;
+}
+
+/* Every message waiting on the socket, to the core.  Returns -1 when the
+ * link is gone. */
+static int forward_requests(int sock, int link, table *t, uint32_t *next_token)
+{
+    for (;;) {
+        void *body = NULL, *control = NULL;
+        struct nn_msghdr hdr;
+        struct nn_iovec iov = {&body, NN_MSG};
+        int n;
+
+        memset(&hdr, 0, sizeof hdr);
+        hdr.msg_iov = &iov;
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = &control;
+        hdr.msg_controllen = NN_MSG;
+        n = nn_recvmsg(sock, &hdr, NN_DONTWAIT);
+        if (n < 0)
+            return nn_errno() == EAGAIN || nn_errno() == EINTR ? 0 : -1;
+        if (!control) {
+            /* A raw socket always delivers the routing header; without it
+             * there is nobody to reply to. */
+            nn_freemsg(body);
+            continue;
+        }
+        uint32_t token = (*next_token)++;
+        if (token == 0)
+            token = (*next_token)++;
+        if (put(t, token, control) != 0) {
+            /* Out of memory: the request is dropped as if it never came;
+             * the client's REQ socket re-sends it. */
+            nn_freemsg(control);
+            nn_freemsg(body);
+            continue;
+        }
+        int rc = link_send(link, RND_LINK_REQ, token, rnd_now_ns(), body, (size_t)n);
+        nn_freemsg(body);
+        if (rc != 0)
+            return -1;
+    }
+}
+
+/* Replies and forgotten tokens from the core.  Returns -1 when the core
+ * closed the link (time to stop). */
+static int handle_core(int sock, int link, table *t, uint8_t *buf, size_t cap)
+{
+    for (;;) {
+        ssize_t n = recv(link, buf, cap, MSG_DONTWAIT);
+        if (n < 0)
+            return errno == EAGAIN || errno == EINTR ? 0 : -1;
+        if (n == 0)
+            return -1;
+        if ((size_t)n < sizeof(rnd_link_hdr))
+            continue;
+        rnd_link_hdr h;
+        memcpy(&h, buf, sizeof h);
+        void *control = take(t, h.token);
+        if (!control)
+            continue;
+        if (h.kind != RND_LINK_REP) {
+            nn_freemsg(control);
+            continue;
+        }
+        struct nn_msghdr hdr;
+        struct nn_iovec iov = {buf + sizeof h, (size_t)n - sizeof h};
+        memset(&hdr, 0, sizeof hdr);
+        hdr.msg_iov = &iov;
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = &control;
+        hdr.msg_controllen = NN_MSG;
+        /* On failure nanomsg has taken the header already (a vanished peer:
+         * raw REP drops such replies silently). */
+        (void)nn_sendmsg(sock, &hdr, NN_DONTWAIT);
+    }
+}
+
+int rnd_front_main(int argc, char **argv)
+{
+    const int link = RND_FRONT_FD;
+    table t = {calloc(1024, sizeof(slot)), 1024, 0};
+    uint8_t *buf = malloc(sizeof(rnd_link_hdr) + RNP_MAX_MSG * 2);
+    uint32_t next_token = 1;
+    uint64_t spin_until = 0;
+    struct pollfd pf[2];
+    size_t fdlen = sizeof pf[0].fd;
+    char *end;
+    long mode;
+    int sock;
+
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
+    if (getppid() == 1)
+        return 1;   /* the core died before the death signal was armed */
+    if (argc != 3 || strncmp(argv[0], "ipc://", 6) != 0)
+        return fail(link, "front: expected ENDPOINT MODE GROUP");
+    mode = strtol(argv[1], &end, 8);
+    if (*end || mode < 0 || mode > 07777)
+        return fail(link, "front: bad mode '%s'", argv[1]);
+    if (!t.v || !buf)
+        return fail(link, "front: out of memory");
+    if ((sock = bind_socket(link, argv[0], (mode_t)mode, argv[2])) < 0)
+        return 1;
+    if (nn_getsockopt(sock, NN_SOL_SOCKET, NN_RCVFD, &pf[0].fd, &fdlen) < 0)
+        return fail(link, "Failed to get NN_RCVFD: %s", nn_strerror(nn_errno()));
+    pf[0].events = POLLIN;
+    pf[1].fd = link;
+    pf[1].events = POLLIN;
+    if (link_send(link, RND_LINK_READY, 0, 0, NULL, 0) != 0)
+        return 1;
+    for (;;) {
+        /* Right after forwarding requests, look for the replies for a short
+         * while before sleeping: most control replies come back within tens
+         * of microseconds, and a sleep and wake-up here would add that much
+         * again to every round trip. */
+        int timeout = -1;
+        if (spin_until && rnd_now_ns() < spin_until)
+            timeout = 0;
+        else
+            spin_until = 0;
+        int r = poll(pf, 2, timeout);
+        if (r < 0 && errno != EINTR)
+            break;
+        if (r == 0)
+            continue;
+        if ((pf[1].revents & (POLLIN | POLLHUP | POLLERR)) &&
+            handle_core(sock, link, &t, buf, sizeof(rnd_link_hdr) + RNP_MAX_MSG * 2) != 0)
+            break;
+        if (pf[0].revents & POLLIN) {
+            if (forward_requests(sock, link, &t, &next_token) != 0)
+                break;
+            spin_until = rnd_now_ns() + FRONT_SPIN_NS;
+        }
+    }
+    /* The core closed the link (its drain ended) or went away.  nanomsg
+     * leaves the socket file behind; an orderly exit should not. */
+    nn_close(sock);
+    unlink(argv[0] + 6);
+    return 0;
+}

@@ -1,0 +1,138 @@
+/*
+ * test_front - the front process that owns the nanomsg socket (daemon/
+ * front.h): 17 hostile bytes make nanomsg abort the process that parses
+ * them; that must cost the daemon nothing but the front, which it restarts,
+ * while sessions, their regions and the work of other clients go on.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "rn_test.h"
+#include "integration/harness.h"
+
+/*
+ * The SP handshake of a REQ peer (protocol 48) followed by an ipc frame whose
+ * message-type byte is `type` (1 is the only valid one) and a zero length:
+ * 17 bytes in all, which nanomsg 1.1.5 answers with an assertion failure
+ * (sipc.c) for type 0, 2 or 255.
+ */
+static int send_hostile(const char *endpoint, unsigned char type)
+{
+    const unsigned char bytes[17] = {0x00, 'S', 'P', 0x00, 0x00, 0x30, 0x00, 0x00, type,
+                                     0, 0, 0, 0, 0, 0, 0, 0};
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    unsigned char theirs[8];
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ssize_t n;
+
+    if (fd < 0)
+        return -1;
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", endpoint + 6);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        write(fd, bytes, sizeof bytes) != (ssize_t)sizeof bytes) {
+        close(fd);
+        return -1;
+    }
+    /* The front's own handshake, then EOF when the process is gone. */
+    n = read(fd, theirs, sizeof theirs);
+    while (n > 0)
+        n = read(fd, theirs, sizeof theirs);
+    close(fd);
+    return 0;
+}
+
+/* PING through a fresh client until one succeeds; milliseconds taken, or -1. */
+static int64_t ms_until_serving(const rnh_daemon *d, int64_t since, int timeout_ms)
+{
+    rn_connect_opts o = {.endpoint = d->endpoint, .timeout_ms = 500, .client_name = "probe"};
+    while (rnh_now_ms() - since < timeout_ms) {
+        rn_client *c = NULL;
+        uint64_t rtt;
+        if (rn_connect(&o, &c) == 0 && rn_ping(c, &rtt) == 0) {
+            rn_close(c);
+            return rnh_now_ms() - since;
+        }
+        rn_close(c);
+    }
+    return -1;
+}
+
+static void test_hostile_bytes_cost_only_the_front(void **state)
+{
+    rnh_daemon *d = *state;
+    static const unsigned char types[] = {0, 2, 255};
+    rn_connect_opts o = {.client_name = "survivor", .timeout_ms = 10000};
+    rn_stats_info *s = calloc(1, sizeof *s);
+    rnh_proc w;
+    char line[200];
+    rn_client *c;
+    void *buf;
+    rn_health_info h;
+    uint64_t rtt;
+
+    assert_int_equal(rnh_start(d), 0);
+    pid_t daemon_pid = d->pid;
+    o.endpoint = d->endpoint;
+    assert_int_equal(rn_connect(&o, &c), 0);
+    assert_int_equal(rn_buffer_alloc(c, 1 << 20, &buf), 0);
+    assert_int_equal(rn_ping(c, &rtt), 0);
+    /* A worker computing (and checking every result) all along. */
+    const char *argv[] = {"prog_worker", "--endpoint", d->endpoint, "--until-eof",
+                          "--stop-on-error", "--m", "256", "--n", "1024", NULL};
+    assert_int_equal(rnh_spawn("prog_worker", argv, false, &w), 0);
+    assert_true(rnh_read_line(&w, line, sizeof line, 30000) >= 0);
+    assert_string_equal(line, "ready");
+    assert_true(rnh_read_line(&w, line, sizeof line, 30000) >= 0);
+    assert_string_equal(line, "first");
+    assert_int_equal(rn_stats(c, s), 0);
+    uint64_t sessions0 = rn_stats_get(s, "sessions.total", 0);
+
+    for (unsigned i = 0; i < sizeof types; i++) {
+        int64_t t0 = rnh_now_ms();
+        assert_int_equal(send_hostile(d->endpoint, types[i]), 0);
+        int64_t ms = ms_until_serving(d, t0, 10000);
+        printf("message type %u: the front died and a new one served %lld ms after the "
+               "hostile write\n", types[i], (long long)ms);
+        assert_true(ms >= 0);
+        assert_int_equal(d->pid, daemon_pid);
+        assert_int_equal(kill(daemon_pid, 0), 0);
+    }
+    assert_int_equal(rnh_wait_stat(d, "front.restarts", 3, 10000), 0);
+
+    /* The old session still works, and no session had to be opened again:
+     * only the probes' own. */
+    assert_int_equal(rn_ping(c, &rtt), 0);
+    assert_int_equal(rn_stats(c, s), 0);
+    uint64_t probes = rn_stats_get(s, "sessions.total", 0) - sessions0;
+    printf("sessions opened meanwhile: %llu\n", (unsigned long long)probes);
+    assert_int_equal(rn_health(c, &h), 0);
+    assert_int_not_equal(h.state, RN_HEALTH_FAILING);
+    rn_buffer_free(c, buf);
+
+    /* The worker verified every result and never failed. */
+    close(w.in_fd);
+    w.in_fd = -1;
+    assert_true(rnh_read_line(&w, line, sizeof line, 30000) >= 0);
+    printf("worker: %s\n", line);
+    assert_non_null(strstr(line, "failed=0"));
+    assert_int_equal(rnh_wait(&w, 30000), 0);
+    rnh_proc_close(&w);
+    rn_close(c);
+    free(s);
+    assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    RNH_PASS(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_hostile_bytes_cost_only_the_front, rnh_setup,
+                                        rnh_teardown),
+    };
+    return cmocka_run_group_tests_name("front process", tests, NULL, NULL);
+}
