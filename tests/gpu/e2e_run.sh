@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The daemon's whole GPU check in one go, on a GPU host: test_e2e_cuda without
-# and with MPS, and bench_e2e_cuda under MPS, optionally next to another build
-# (a "before" of a change: both daemons run back to back in the same MPS
-# session, so their ratios compare).  Build where nvcc is, pack with
-# tests/gpu/pack_build.sh, then from the repository root:
-#   tests/gpu/e2e_run.sh BUILD OUT [BASE_BUILD]
+# and with MPS, and bench_e2e_cuda under MPS, optionally next to other builds
+# (the "before" of a change: the daemons run back to back in the same MPS
+# session, each with its own benchmark program, so their ratios compare).
+# Build where nvcc is, pack with tests/gpu/pack_build.sh (another build needs
+# only rmsnormd and bench/bench_e2e_cuda), then from the repository root:
+#   tests/gpu/e2e_run.sh BUILD OUT [OTHER_BUILD...]
 # Environment: E2E_STEPS (default "tests bench"), E2E_ITERS (default 300).
 # Logs and the benchmark tables go to OUT; the last lines summarise each step.
 set -u
-build=${1:?usage: e2e_run.sh BUILD OUT [BASE_BUILD]}
-out=${2:?usage: e2e_run.sh BUILD OUT [BASE_BUILD]}
-base=${3:-}
+build=${1:?usage: e2e_run.sh BUILD OUT [OTHER_BUILD...]}
+out=${2:?usage: e2e_run.sh BUILD OUT [OTHER_BUILD...]}
+shift 2
+others=("$@")
 steps=${E2E_STEPS:-tests bench}
 iters=${E2E_ITERS:-300}
 mkdir -p "$out"
@@ -53,15 +55,13 @@ esac
 
 case " $steps " in *" bench "*)
     if mps_start; then
-        # The base first, then this build; each its own client and daemon.
-        if [ -n "$base" ]; then
-            step "bench_e2e_cuda MPS (base)" bench-base.log timeout 200 \
-                "$base/bench/bench_e2e_cuda" --daemon "$base/rmsnormd" --label "MPS base" \
+        # The other builds first, then this one; each its own client and daemon.
+        for b in "${others[@]}" "$build"; do
+            name=$(basename "$b")
+            step "bench_e2e_cuda MPS ($name)" "bench-$name.log" timeout 200 \
+                "$b/bench/bench_e2e_cuda" --daemon "$b/rmsnormd" --label "MPS $name" \
                 --iters "$iters" --out "$out/bench.md"
-        fi
-        step "bench_e2e_cuda MPS" bench.log timeout 200 \
-            "$build/bench/bench_e2e_cuda" --daemon "$build/rmsnormd" --label "MPS" \
-            --iters "$iters" --out "$out/bench.md"
+        done
         mps_stop bench
     else
         summary+=("MPS: nvidia-cuda-mps-control -d failed")
