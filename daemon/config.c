@@ -39,6 +39,9 @@ static const flag_def flags[] = {
     {"max-sessions", "N", "client sessions at once (default 64)"},
     {"max-regions", "N", "registered regions per session (default 4096)"},
     {"max-mapped-gib", "N", "GiB of regions one session may have mapped (default 1024)"},
+    {"max-mappings", "N", "regions mapped at once in all (default 0: vm.max_map_count less an\n"
+                          "                          eighth for the daemon itself); one client\n"
+                          "                          process may hold a quarter of them"},
     {"max-inflight", "N", "requests in flight per session (default 64)"},
     {"max-inflight-total", "N", "requests in flight in all (default 1024)"},
     {"max-m", "N", "largest M (rows) of a request (default 16777216)"},
@@ -180,6 +183,8 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, rnp_erro
         NUM(max_regions, 1, 1u << 20);
     if (strcmp(f->name, "max-mapped-gib") == 0)
         NUM(max_mapped_gib, 1, 1u << 20);
+    if (strcmp(f->name, "max-mappings") == 0)
+        NUM(max_mappings, 0, UINT32_MAX);
     if (strcmp(f->name, "max-inflight") == 0)
         NUM(max_inflight, 1, 1u << 20);
     if (strcmp(f->name, "max-inflight-total") == 0)

@@ -32,6 +32,9 @@ typedef struct rnd_config {
      * have mapped: sparse shm objects cost a client nothing and could
      * otherwise exhaust the daemon's address space for everyone. */
     uint64_t max_mapped_gib;
+    /* Mappings (regions) in all: each is a VMA of the daemon, and the kernel
+     * allows vm.max_map_count of those per process.  0: from that limit. */
+    uint64_t max_mappings;
     uint32_t max_inflight;
     uint32_t max_inflight_total;
     uint64_t max_m;

@@ -7,7 +7,9 @@
  * arrives while the first still runs waits for it: session.c tracks those.)
  * Seqs increase per session, so a seq at or below the newest one evicted
  * from the window cannot be told apart from a forgotten duplicate and is
- * refused rather than run twice.
+ * refused rather than run twice.  A copy is a copy only when its body's
+ * digest matches the first's; another request under a seq already used is
+ * refused (RN_SEQ_REUSED), never answered with the first one's result.
  */
 #ifndef RND_DEDUPE_H
 #define RND_DEDUPE_H
@@ -19,6 +21,7 @@
 
 typedef struct rnd_result {
     uint64_t seq;
+    uint64_t digest;             /* rnp_bwd_digest of the request that ran */
     int32_t status;
     char error[RNP_MAX_ERRMSG];
     rnp_bwd_rep rep;

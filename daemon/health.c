@@ -75,6 +75,12 @@ void rnd_health_fill(const rnd_ctx *ctx, rnp_health_rep *out)
         WORSE(RNP_HEALTH_DEGRADED);
         REASON("sessions: %u in use, the limit (--max-sessions)", ctx->sessions.n);
     }
+    const rnd_sessions *t = &ctx->sessions;
+    if (t->map_budget != UINT64_MAX && t->regions_active * 10 >= t->map_budget * 9) {
+        WORSE(RNP_HEALTH_DEGRADED);
+        REASON("mappings: %llu regions mapped of %llu the daemon allows (--max-mappings)",
+               (unsigned long long)t->regions_active, (unsigned long long)t->map_budget);
+    }
     if (ctx->inflight_total >= ctx->cfg.max_inflight_total) {
         WORSE(RNP_HEALTH_DEGRADED);
         REASON("inflight: %u requests in flight, the limit (--max-inflight-total)",

@@ -37,7 +37,7 @@ typedef enum req_state {
 
 /* A client that arrives while the first copy of its (session, seq) runs. */
 typedef struct copy {
-    void *control;                 /* nanomsg header of the copy */
+    void *control;                 /* the sender of the copy */
     uint64_t id;
     rn_queue link;
 } copy;
@@ -48,8 +48,8 @@ typedef struct req {
     bool answered;
     rnd_ctx *ctx;
     rnd_session *sess;
-    void *control;                 /* nanomsg header until the reply */
-    uint64_t id, seq, bytes;
+    void *control;                 /* the sender until the reply */
+    uint64_t id, seq, digest, bytes;
     rnd_region *regs[RNP_T_COUNT];
     rn_queue dups;
     uint32_t ndups;
@@ -77,6 +77,7 @@ static void result_of(const req *r, rnd_result *res)
 
     memset(res, 0, sizeof *res);
     res->seq = r->seq;
+    res->digest = r->digest;
     res->status = job->status;
     if (job->status == 0) {
         uint64_t start = job->start_ns > r->run.recv_ns ? job->start_ns : r->run.recv_ns;
@@ -214,7 +215,15 @@ void rnd_request_cancel_session(rnd_session *s)
  * the duplicate window.  Returns true when the copy was dealt with (*controlp
  * taken).
  */
-static bool replay(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_request *q)
+static void reply_reused(rnd_ctx *ctx, void *control, const rnp_request *q)
+{
+    rnd_reply_error(ctx, control, q->op, q->id, RN_SEQ_REUSED,
+                    "bwd.seq: %llu was used in this session for another request (the bodies "
+                    "differ); a new request needs a new seq", (unsigned long long)q->u.bwd.seq);
+}
+
+static bool replay(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_request *q,
+                   uint64_t digest)
 {
     uint64_t seq = q->u.bwd.seq;
     const rnd_result *done;
@@ -226,7 +235,9 @@ static bool replay(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_requ
         /* An answered one is in the duplicate window already. */
         if (r->seq != seq || r->answered)
             continue;
-        if (r->ndups >= MAX_DUPS) {
+        if (r->digest != digest) {
+            reply_reused(ctx, *controlp, q);
+        } else if (r->ndups >= MAX_DUPS) {
             rnd_reply_error(ctx, *controlp, q->op, q->id, RN_BUSY,
                             "bwd.seq: %llu already has %u copies waiting",
                             (unsigned long long)seq, r->ndups);
@@ -246,6 +257,10 @@ static bool replay(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_requ
     }
     switch (rnd_dedupe_lookup(&s->dedupe, seq, &done)) {
     case RND_SEQ_DONE:
+        if (done->digest != digest) {
+            reply_reused(ctx, *controlp, q);
+            break;
+        }
         reply_from(&rep, q->id, done);
         ctx->stats.dup_answered++;
         rnd_reply(ctx, *controlp, &rep);
@@ -345,7 +360,7 @@ static int admit_load(rnd_ctx *ctx, rnd_session *s, rnp_error *err)
 }
 
 static void bwd(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_request *q,
-                uint64_t recv_ns)
+                uint64_t digest, uint64_t recv_ns)
 {
     const rnp_bwd_req *b = &q->u.bwd;
     rnp_error err = {0};
@@ -369,6 +384,7 @@ static void bwd(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_request
     *controlp = NULL;
     r->id = q->id;
     r->seq = b->seq;
+    r->digest = digest;
     r->run.recv_ns = recv_ns;
     rn_queue_init(&r->dups);
     rn_queue_init(&r->run.link);
@@ -446,7 +462,7 @@ static const rnp_session *session_of(const rnp_request *q)
  * was answered here (a replayed copy).
  */
 static int admit(rnd_ctx *ctx, const op_entry *e, void **controlp, const rnp_request *q,
-                 rnd_session **sp, rnp_error *err)
+                 uint64_t digest, rnd_session **sp, rnp_error *err)
 {
     const char *name = rnp_op_name((int)q->op);
 
@@ -455,7 +471,7 @@ static int admit(rnd_ctx *ctx, const op_entry *e, void **controlp, const rnp_req
         if (!(*sp = rnd_session_find(&ctx->sessions, session_of(q))))
             return rnp_fail(err, RN_UNKNOWN_SESSION, "%s.session: unknown or expired session",
                             name);
-        if (q->op == RN_OP_BWD && replay(ctx, *sp, controlp, q))
+        if (q->op == RN_OP_BWD && replay(ctx, *sp, controlp, q, digest))
             return -1;
     }
     if ((e->flags & OPF_NOT_DRAINING) && ctx->draining)
@@ -492,14 +508,17 @@ void rnd_request_receive(rnd_ctx *ctx, void **controlp, const void *body, size_t
         *controlp = NULL;
         return;
     }
-    if ((rc = admit(ctx, e, controlp, &q, &s, &err)) != 0) {
+    /* A BWD's digest tells a re-sent copy of a seq from another request
+     * reusing it (PROTOCOL.md's duplicate rules). */
+    uint64_t digest = q.op == RN_OP_BWD ? rnp_bwd_digest(&q.u.bwd) : 0;
+    if ((rc = admit(ctx, e, controlp, &q, digest, &s, &err)) != 0) {
         if (rc > 0)
             rnd_reply_rnp_error(ctx, *controlp, q.op, q.id, &err);
         *controlp = NULL;
         return;
     }
     if (!e->run) {
-        bwd(ctx, s, controlp, &q, recv_ns);
+        bwd(ctx, s, controlp, &q, digest, recv_ns);
         return;
     }
     rnd_reply_init(&rep, q.op, q.id);

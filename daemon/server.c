@@ -205,6 +205,7 @@ static void fill_limits(rnd_ctx *ctx)
     l->max_n = ctx->cfg.max_n;
     l->max_msg = RNP_MAX_MSG;
     l->event_slots = ctx->dev.event_slots;
+    l->seq_window = rnd_seq_window(&ctx->cfg);
 }
 
 int rnd_server_start(rnd_server *srv, uv_loop_t *loop, const rnd_config *cfg, rnd_backend *be,

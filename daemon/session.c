@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -56,6 +57,33 @@ void rnd_sessions_init(rnd_sessions *tab, uv_loop_t *loop, rnd_backend *be,
     tab->stats = stats;
     tab->cancel = cancel;
     rn_queue_init(&tab->list);
+    tab->map_budget = cfg->max_mappings;
+    if (!tab->map_budget) {
+        unsigned long long m = 0;
+        FILE *f = fopen("/proc/sys/vm/max_map_count", "re");
+        if (f && fscanf(f, "%llu", &m) == 1 && m > 0) {
+            uint64_t reserve = m / 8 > 1024 ? m / 8 : 1024;
+            tab->map_budget = m > 2 * reserve ? m - reserve : m / 2;
+        } else {
+            tab->map_budget = UINT64_MAX;   /* no such limit on this host */
+        }
+        if (f)
+            fclose(f);
+    }
+    tab->map_share = tab->map_budget / 4 > 0 ? tab->map_budget / 4 : 1;
+}
+
+/* Regions mapped for client process pid, over all its sessions. */
+static uint64_t mapped_by(const rnd_sessions *tab, uint32_t pid)
+{
+    uint64_t n = 0;
+    const rn_queue *q;
+    RN_QUEUE_FOREACH(q, &tab->list) {
+        const rnd_session *o = RN_QUEUE_DATA(q, rnd_session, link);
+        if (o->pid == pid)
+            n += o->nregions;
+    }
+    return n;
 }
 
 int rnd_session_create(rnd_sessions *tab, const rnp_hello_req *hello, rnd_session **out,
@@ -101,8 +129,7 @@ int rnd_session_create(rnd_sessions *tab, const rnp_hello_req *hello, rnd_sessio
         }
         got += n;
     }
-    if (rnd_dedupe_init(&s->dedupe, tab->cfg->max_inflight * 2 > 128 ? tab->cfg->max_inflight * 2
-                                                                       : 128) != 0) {
+    if (rnd_dedupe_init(&s->dedupe, rnd_seq_window(tab->cfg)) != 0) {
         rc = rnp_fail(err, RN_NOMEM, "hello: out of memory");
         goto fail;
     }
@@ -192,6 +219,21 @@ int rnd_region_add(rnd_session *s, const rnp_register_req *req, uint32_t *id, rn
         return rnp_fail(err, RN_BUSY,
                         "register: the session has %u regions, the limit (--max-regions)",
                         s->nregions);
+    /* Every region is a mapping of the daemon, and the kernel allows only
+     * vm.max_map_count of those: no client may take them all, nor all of
+     * them together the daemon's own. */
+    if (s->tab->regions_active >= s->tab->map_budget)
+        return rnp_fail(err, RN_BUSY,
+                        "register: %llu regions are mapped, all the daemon allows "
+                        "(--max-mappings, from vm.max_map_count)",
+                        (unsigned long long)s->tab->regions_active);
+    uint64_t mine = s->pid ? mapped_by(s->tab, s->pid) : s->nregions;
+    if (mine >= s->tab->map_share)
+        return rnp_fail(err, RN_BUSY,
+                        "register: client pid %u has %llu regions mapped, its share (a quarter "
+                        "of the %llu the daemon allows: --max-mappings)",
+                        (unsigned)s->pid, (unsigned long long)mine,
+                        (unsigned long long)s->tab->map_budget);
     uint64_t cap = cfg->max_mapped_gib << 30;
     /* Larger than the whole budget: no UNREGISTER could make room, so not
      * BUSY ("retry later"). */

@@ -72,10 +72,14 @@ struct rnd_sessions {
     rn_queue list;
     uint32_t n;                    /* including ending ones */
     uint64_t regions_active;       /* open mappings */
+    uint64_t map_budget;           /* mappings the daemon allows in all */
+    uint64_t map_share;            /* ... and one client process (by pid) */
     /* The client of s died: cancel its requests (they may be skipped). */
     void (*cancel)(rnd_session *s);
 };
 
+/* The mapping budget comes from cfg->max_mappings, or vm.max_map_count
+ * less an eighth (at least 1024) for the daemon's own mappings. */
 void rnd_sessions_init(rnd_sessions *tab, uv_loop_t *loop, rnd_backend *be,
                        const rnd_config *cfg, rnd_stats *stats, void (*cancel)(rnd_session *));
 /* End every session (the drain); each is freed as its last request ends. */
@@ -100,6 +104,13 @@ void rnd_session_maybe_free(rnd_session *s);
 int rnd_region_add(rnd_session *s, const rnp_register_req *req, uint32_t *id, rnp_error *err);
 int rnd_region_remove(rnd_session *s, uint32_t id, rnp_error *err);
 void rnd_region_unref(rnd_region *r);
+
+/* BWD results each session remembers for re-sent copies (HELLO's
+ * limits.seq_window). */
+static inline uint32_t rnd_seq_window(const rnd_config *cfg)
+{
+    return cfg->max_inflight * 2 > 128 ? cfg->max_inflight * 2 : 128;
+}
 
 /* The region id of s, or NULL.  Inline: the hot path looks up each tensor's
  * region once per request. */

@@ -20,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "rn_test.h"
@@ -516,11 +518,119 @@ static void test_mapped_budget(void **state)
     RNH_PASS(d);
 }
 
+/* A process that only has to exist, so that HELLO can name its pid. */
+static pid_t idle_child(void)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        for (;;)
+            pause();
+    }
+    assert_true(p > 0);
+    return p;
+}
+
+static int wire_hello_pid(wire *w, const char *name, pid_t pid)
+{
+    wire_req(w, RN_OP_HELLO);
+    snprintf(w->q.u.hello.client_name, sizeof w->q.u.hello.client_name, "%s", name);
+    w->q.u.hello.pid = (uint32_t)pid;
+    if (wire_call(w) != 0 || w->r.status != 0) {
+        printf("HELLO failed: %d %s\n", w->r.status, w->r.error);
+        return -1;
+    }
+    w->session = w->r.u.hello.session;
+    return 0;
+}
+
+/*
+ * Every region is one of the daemon's memory mappings, which the kernel
+ * limits (vm.max_map_count): a budget in all (here --max-mappings 8), of
+ * which one client process holds a quarter at most over all its sessions,
+ * so that no client can take every mapping and lock the others out.
+ */
+static void test_mapping_budget(void **state)
+{
+    rnh_daemon *d = *state;
+    enum { K = 5 };
+    wire *w[K + 1];
+    pid_t kids[K];
+    uint32_t r[K + 1][3];
+    char name[64];
+    int fd, st;
+    rn_client *c;
+    rn_health_info h;
+
+    rnh_arg(d, "--max-mappings");
+    rnh_arg(d, "8");
+    assert_int_equal(rnh_start(d), 0);
+    snprintf(name, sizeof name, "/rn-it.%d.maps", (int)getpid());
+    fd = shm_make(name, 4096);
+    assert_true(fd >= 0);
+    close(fd);
+    for (int i = 0; i < K; i++)
+        kids[i] = idle_child();
+
+    /* One client process, two sessions: two regions between them, its share. */
+    w[K] = wire_open(d);
+    w[0] = wire_open(d);
+    assert_int_equal(wire_hello_pid(w[0], "maps-0", kids[0]), 0);
+    assert_int_equal(wire_hello_pid(w[K], "maps-0b", kids[0]), 0);
+    expect_register(w[0], name, 4096, &r[0][0], "client 0, first");
+    expect_register(w[K], name, 4096, &r[K][0], "client 0, second session");
+    st = wire_register(w[0], name, 4096, &r[0][1]);
+    if (st != RN_BUSY || !strstr(w[0]->r.error, "share"))
+        fail_msg("client 0, third region: %d %s, expected BUSY naming its share", st,
+                 w[0]->r.error);
+
+    /* Three more clients fill the budget of 8... */
+    for (int i = 1; i < 4; i++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "maps-%d", i);
+        w[i] = wire_open(d);
+        assert_int_equal(wire_hello_pid(w[i], nm, kids[i]), 0);
+        expect_register(w[i], name, 4096, &r[i][0], "a client's first");
+        expect_register(w[i], name, 4096, &r[i][1], "a client's second");
+    }
+    assert_int_equal(rnh_stat(d, "regions.active"), 8);
+    /* ... and the next one, well within its own share, finds none left. */
+    w[4] = wire_open(d);
+    assert_int_equal(wire_hello_pid(w[4], "maps-4", kids[4]), 0);
+    st = wire_register(w[4], name, 4096, &r[4][0]);
+    if (st != RN_BUSY || !strstr(w[4]->r.error, "max-mappings"))
+        fail_msg("client 4 at the budget: %d %s, expected BUSY naming --max-mappings", st,
+                 w[4]->r.error);
+    c = rnh_client(d);
+    assert_non_null(c);
+    assert_int_equal(rn_health(c, &h), 0);
+    assert_int_equal(h.state, RN_HEALTH_DEGRADED);
+    bool named = false;
+    for (unsigned i = 0; i < h.nreasons; i++)
+        named |= strncmp(h.reasons[i], "mappings:", 9) == 0;
+    assert_true(named);
+
+    /* A region given back makes room. */
+    assert_int_equal(wire_unregister(w[1], r[1][0]), 0);
+    expect_register(w[4], name, 4096, &r[4][0], "client 4 after an UNREGISTER");
+
+    rn_close(c);
+    for (int i = 0; i <= K; i++)
+        wire_close(w[i]);
+    for (int i = 0; i < K; i++) {
+        kill(kids[i], SIGKILL);
+        waitpid(kids[i], NULL, 0);
+    }
+    shm_unlink(name);
+    assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    RNH_PASS(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sigbus_isolation, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_mapped_budget, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_mapping_budget, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -383,7 +383,8 @@ static void bwd_from_args(rnp_request *q, const rnp_session *s, uint32_t region,
 }
 
 /* The same (session, seq) twice - what a REQ re-send produces - runs once
- * and is answered from the first result. */
+ * and is answered from the first result; the same seq with another body is
+ * refused with SEQ_REUSED. */
 static void test_duplicate_seq(void **state)
 {
     rnh_daemon *d = *state;
@@ -440,12 +441,21 @@ static void test_duplicate_seq(void **state)
     assert_false(rnv_equal_twin(&a, &e));
     assert_int_equal(rnh_stat(d, "dup.answered"), 1);
 
+    /* The same seq with another body is not a copy: refused, and nothing
+     * runs (the outputs stay poisoned). */
+    q.u.bwd.eps = 1e-5f;
+    assert_int_equal(rnr_call(sock, &q, &r), 0);
+    assert_int_equal(r.status, RN_SEQ_REUSED);
+    assert_non_null(strstr(r.error, "bwd.seq"));
+    assert_false(rnv_equal_twin(&a, &e));
+    assert_int_equal(rnh_stat(d, "dup.answered"), 1);
+
     /* A new seq runs again. */
     bwd_from_args(&q, &s, region, base, &a, 2);
     assert_int_equal(rnr_call(sock, &q, &r), 0);
     assert_int_equal(r.status, 0);
     assert_true(rnv_equal_twin(&a, &e));
-    assert_int_equal(rnh_stat(d, "requests.bwd"), 3);
+    assert_int_equal(rnh_stat(d, "requests.bwd"), 4);
     assert_int_equal(rnh_stat(d, "dup.answered"), 1);
     {
         rn_client *c = rnh_client(d);
