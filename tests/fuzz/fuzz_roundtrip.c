@@ -91,7 +91,7 @@ static void same_reply(const rnp_reply *a, const rnp_reply *b)
         SAME(u.hello.limits.max_sessions), SAME(u.hello.limits.max_regions);
         SAME(u.hello.limits.max_inflight), SAME(u.hello.limits.max_inflight_total);
         SAME(u.hello.limits.max_m), SAME(u.hello.limits.max_n), SAME(u.hello.limits.max_msg);
-        SAME(u.hello.limits.event_slots);
+        SAME(u.hello.limits.event_slots), SAME(u.hello.limits.seq_window);
         break;
     case RN_OP_REGISTER: SAME(u.reg.region.id); break;
     case RN_OP_EVENTS:
