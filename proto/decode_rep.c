@@ -39,7 +39,7 @@ static int hello_field(rnp_dctx *d, void *obj, int idx, const char *path)
     case H_CCMA: return rnp_dec_u32(d, path, &h->cc_major);
     case H_CCMI: return rnp_dec_u32(d, path, &h->cc_minor);
     case H_MPS: return rnp_dec_bool(d, path, &h->mps);
-    /* seq_window is optional: a daemon before 0.2 does not send it (0). */
+    /* seq_window is optional: a 0.1.0 daemon does not send it (0). */
     default: return rnp_dec_map(d, path, limits, 9, 0xffu, limits_field, &h->limits, NULL);
     }
 }

@@ -167,7 +167,7 @@ typedef struct rnp_limits {
     uint32_t max_msg;              /* bytes */
     uint32_t event_slots;          /* max ready/done ring size */
     uint32_t seq_window;           /* BWD results remembered per session for re-sent
-                                      copies; 0: not reported (a daemon before 0.2) */
+                                      copies; 0: not reported (a 0.1.0 daemon) */
 } rnp_limits;
 
 typedef struct rnp_hello_rep {

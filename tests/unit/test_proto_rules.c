@@ -5,6 +5,7 @@
  * known, the message size limit (op and id kept for the reply); and the
  * protocol's duplicate detection: the BWD digest and HELLO's seq_window.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -271,7 +272,7 @@ static void test_seq_window(void **state)
     assert_int_equal(rnp_decode_reply(g_buf, len, &back, &err), 0);
     assert_int_equal(back.u.hello.limits.seq_window, 4096);
 
-    /* A daemon before 0.2 does not send it: the reply decodes, with 0. */
+    /* A 0.1.0 daemon does not send it: the reply decodes, with 0. */
     static const char key[] = "\xaa" "seq_window", lim[] = "\xa6" "limits\x89";
     uint8_t *k = memmem(g_buf, len, key, sizeof key - 1);
     uint8_t *l = memmem(g_buf, len, lim, sizeof lim - 1);
@@ -287,6 +288,66 @@ static void test_seq_window(void **state)
     assert_int_equal(back.u.hello.limits.event_slots, p.u.hello.limits.event_slots);
 }
 
+/* ---- PROTOCOL.md agrees with the code ---------------------------------------------------- */
+
+static char *read_protocol_md(void)
+{
+    const char *src = getenv("RN_SRC");
+    char path[4096];
+    static char text[1 << 18];
+    if (!src)
+        return NULL;
+    snprintf(path, sizeof path, "%s/proto/PROTOCOL.md", src);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    assert_true(n < sizeof text - 1);
+    text[n] = '\0';
+    return text;
+}
+
+/* Every status code of rn_wire.h is a row of section 6's table, and every
+ * key of HELLO's limits as encoded is a row of section 4.1's. */
+static void test_protocol_md_tables(void **state)
+{
+    (void)state;
+    char *md = read_protocol_md(), row[128];
+    if (!md)
+        RN_SKIP("RN_SRC is not set (run through tests/run.sh)");
+#define ROW_(code, name, msg)                                                   \
+    snprintf(row, sizeof row, "| %d | `RN_%s` |", code, #name);                 \
+    if (code != 0 && !strstr(md, row))                                          \
+        fail_msg("PROTOCOL.md section 6 has no row '%s'", row);
+    RN_ERRORS(ROW_)
+#undef ROW_
+
+    static rnp_reply p;
+    tp_make_reply(P_HELLO_CPU, &p);
+    size_t len = tp_enc_rep(&p, g_buf, sizeof g_buf);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    assert_int_equal(msgpack_unpack_next(&u, (const char *)g_buf, len, NULL), MSGPACK_UNPACK_SUCCESS);
+    const msgpack_object *limits = NULL;
+    for (uint32_t i = 0; i < u.data.via.map.size; i++) {
+        const msgpack_object_kv *kv = &u.data.via.map.ptr[i];
+        if (kv->key.via.str.size == 4 && memcmp(kv->key.via.str.ptr, "body", 4) == 0)
+            for (uint32_t j = 0; j < kv->val.via.map.size; j++)
+                if (kv->val.via.map.ptr[j].key.via.str.size == 6 &&
+                    memcmp(kv->val.via.map.ptr[j].key.via.str.ptr, "limits", 6) == 0)
+                    limits = &kv->val.via.map.ptr[j].val;
+    }
+    assert_non_null(limits);
+    for (uint32_t i = 0; i < limits->via.map.size; i++) {
+        const msgpack_object_str *k = &limits->via.map.ptr[i].key.via.str;
+        snprintf(row, sizeof row, "| `%.*s` ", (int)k->size, k->ptr);
+        if (!strstr(md, row))
+            fail_msg("PROTOCOL.md section 4.1 has no limits row '%s'", row);
+    }
+    msgpack_unpacked_destroy(&u);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -295,6 +356,7 @@ int main(void)
         cmocka_unit_test(test_size_limit),
         cmocka_unit_test(test_bwd_digest),
         cmocka_unit_test(test_seq_window),
+        cmocka_unit_test(test_protocol_md_tables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
