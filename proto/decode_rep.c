@@ -16,7 +16,8 @@ static int limits_field(rnp_dctx *d, void *obj, int idx, const char *path)
 {
     rnp_limits *l = obj;
     uint32_t *u32[] = { &l->max_sessions, &l->max_regions, &l->max_inflight,
-                        &l->max_inflight_total, NULL, &l->max_n, &l->max_msg, &l->event_slots };
+                        &l->max_inflight_total, NULL, &l->max_n, &l->max_msg, &l->event_slots,
+                        &l->seq_window };
     return u32[idx] ? rnp_dec_u32(d, path, u32[idx]) : rnp_dec_u64(d, path, &l->max_m);
 }
 
@@ -26,7 +27,7 @@ static int hello_field(rnp_dctx *d, void *obj, int idx, const char *path)
 {
     static const char *const limits[] = { "max_sessions", "max_regions", "max_inflight",
                                           "max_inflight_total", "max_m", "max_n", "max_msg",
-                                          "event_slots" };
+                                          "event_slots", "seq_window" };
     rnp_hello_rep *h = obj;
     switch (idx) {
     case H_SESSION: return rnp_dec_session(d, path, &h->session);
@@ -38,7 +39,8 @@ static int hello_field(rnp_dctx *d, void *obj, int idx, const char *path)
     case H_CCMA: return rnp_dec_u32(d, path, &h->cc_major);
     case H_CCMI: return rnp_dec_u32(d, path, &h->cc_minor);
     case H_MPS: return rnp_dec_bool(d, path, &h->mps);
-    default: return rnp_dec_map(d, path, limits, 8, 0xffu, limits_field, &h->limits, NULL);
+    /* seq_window is optional: a 0.1.0 daemon does not send it (0). */
+    default: return rnp_dec_map(d, path, limits, 9, 0xffu, limits_field, &h->limits, NULL);
     }
 }
 

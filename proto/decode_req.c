@@ -216,6 +216,48 @@ static int dec_body(rnp_dctx *d, void *msg)
     }
 }
 
+/* The envelope's "v" and nothing else: every other key is skipped unread,
+ * so that a message of another version is answered RN_BAD_VERSION whatever
+ * its other envelope keys hold (another version may give them other types
+ * or add new ones).  Keys must be strings, and "v" may appear once. */
+static int read_version(rnp_dctx *d, uint32_t *version)
+{
+    uint32_t n;
+    bool seen = false;
+    if (!rnp_mp_read_map(&d->r, &n))
+        return rnp_dec_wrong_type(d, "message", "map");
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *k;
+        uint32_t klen;
+        int rc;
+        if (!rnp_mp_read_str(&d->r, &k, &klen))
+            return rnp_dec_fail(d, RN_BAD_TYPE, "message", "map key must be a string, got %s",
+                                rnp_mp_kind_name(rnp_mp_peek(&d->r)));
+        if (klen == 1 && k[0] == 'v') {
+            if (seen)
+                return rnp_dec_fail(d, RN_DUPLICATE_FIELD, "v", "appears twice");
+            if ((rc = rnp_dec_u32(d, "v", version)) != 0)
+                return rc;
+            seen = true;
+        } else if (!rnp_mp_skip(&d->r)) { /* cannot fail after a scan */
+            return rnp_dec_fail(d, RN_MALFORMED, "message", "truncated value");
+        }
+    }
+    if (!seen)
+        return rnp_dec_fail(d, RN_MISSING_FIELD, "v", "required field is missing");
+    if (*version != RNP_VERSION)
+        return rnp_dec_fail(d, RN_BAD_VERSION, "v", "version %u is not supported (supported: %u)",
+                            *version, RNP_VERSION);
+    return 0;
+}
+
+/*
+ * The order of the envelope's checks is PROTOCOL.md's (section 3): the
+ * structure, the version, the envelope's keys (duplicates, unknown keys),
+ * op and id present, their types, op known, then the body.  Values of op,
+ * id and body are captured by the key pass and read after it, so that an
+ * unknown key is found before a value of the wrong type.
+ */
 static int decode_request(const void *buf, size_t len, rnp_request *q, rnp_error *err)
 {
     enum { F_V, F_OP, F_ID, F_BODY };
@@ -224,52 +266,32 @@ static int decode_request(const void *buf, size_t len, rnp_request *q, rnp_error
     rnp_mapit it;
     int rc, idx;
     uint64_t op = 0;
-    rnp_mp body = { 0 };
+    rnp_mp at[4];
 
-    /* The envelope is read leniently so that the version can be checked
-     * before anything else: a future version may add envelope keys. */
-    if ((rc = rnp_dec_begin(&d, buf, len, false, err)) != 0 ||
-        (rc = rnp_dec_map_open(&d, &it, "message", names, 4)) != 0)
+    if ((rc = rnp_dec_begin(&d, buf, len, true, err)) != 0 ||
+        (rc = read_version(&d, &q->version)) != 0)
         return rc;
-    while ((rc = rnp_dec_map_next(&d, &it, &idx)) == 0 && idx >= 0) {
-        switch (idx) {
-        case F_V: rc = rnp_dec_u32(&d, "v", &q->version); break;
-        case F_OP: rc = rnp_dec_uint(&d, "op", UINT32_MAX, &op); break;
-        case F_ID: rc = rnp_dec_u64(&d, "id", &q->id); break;
-        case F_BODY: rc = rnp_dec_capture(&d, "body", &body); break;
-        }
-        if (rc)
-            return rc;
-    }
-    if (rc)
+    rnp_mp_init(&d.r, buf, len);
+    if ((rc = rnp_dec_map_open(&d, &it, "message", names, 4)) != 0)
         return rc;
-    if (!(it.seen & RNP_BIT(F_V)))
-        return rnp_dec_fail(&d, RN_MISSING_FIELD, "v", "required field is missing");
-    if (q->version != RNP_VERSION)
-        return rnp_dec_fail(&d, RN_BAD_VERSION, "v", "version %u is not supported (supported: %u)",
-                            q->version, RNP_VERSION);
-    /* Now strictly: find the first unknown envelope key, if any. */
-    {
-        rnp_dctx s = { .err = err, .strict = true };
-        rnp_mapit it2;
-        rnp_mp_init(&s.r, buf, len);
-        if ((rc = rnp_dec_map_open(&s, &it2, "", names, 4)) != 0)
+    while ((rc = rnp_dec_map_next(&d, &it, &idx)) == 0 && idx >= 0)
+        if ((rc = rnp_dec_capture(&d, names[idx], &at[idx])) != 0)
             return rc;
-        while ((rc = rnp_dec_map_next(&s, &it2, &idx)) == 0 && idx >= 0)
-            if (!rnp_mp_skip(&s.r))
-                return rnp_dec_fail(&s, RN_MALFORMED, "message", "truncated value");
-        if (rc)
-            return rc;
-    }
-    if ((rc = rnp_dec_require(&d, "message", names, it.seen, RNP_BIT(F_OP) | RNP_BIT(F_ID))) != 0)
+    if (rc || (rc = rnp_dec_require(&d, "message", names, it.seen,
+                                    RNP_BIT(F_OP) | RNP_BIT(F_ID))) != 0)
+        return rc;
+    d.r = at[F_OP];
+    if ((rc = rnp_dec_uint(&d, "op", UINT32_MAX, &op)) != 0)
+        return rc;
+    d.r = at[F_ID];
+    if ((rc = rnp_dec_u64(&d, "id", &q->id)) != 0)
         return rc;
     if (op < 1 || op > RN_OP_MAX)
         return rnp_dec_fail(&d, RN_UNKNOWN_OP, "op", "%llu is not an operation",
                             (unsigned long long)op);
     q->op = (uint32_t)op;
-
-    d.strict = true;
-    return rnp_dec_body(&d, it.seen & RNP_BIT(F_BODY) ? &body : NULL, q->op, true, dec_body, q);
+    return rnp_dec_body(&d, it.seen & RNP_BIT(F_BODY) ? &at[F_BODY] : NULL, q->op, true, dec_body,
+                        q);
 }
 
 int rnp_decode_request(const void *buf, size_t len, rnp_request *out, rnp_error *err)

@@ -211,6 +211,34 @@ int rnp_dec_map_open(rnp_dctx *d, rnp_mapit *it, const char *path, const char *c
     return 0;
 }
 
+/*
+ * Whether the unknown key k, whose value is next in d, appears again among
+ * the map's remaining entries.  A key given twice is RN_DUPLICATE_FIELD
+ * whether or not it is known; a known key is caught at its second
+ * occurrence by the seen bits, an unknown one only here, since the walk ends
+ * at its first occurrence.  One pass over the rest of the map (on a copy of
+ * the reader), done once: the map's decoding fails either way.
+ */
+static bool repeated_later(const rnp_dctx *d, const rnp_mapit *it, const uint8_t *k, uint32_t klen)
+{
+    rnp_mp r = d->r;
+    if (!rnp_mp_skip(&r))
+        return false;
+    for (uint32_t left = it->left; left > 0; left--) {
+        const uint8_t *k2;
+        uint32_t klen2;
+        if (rnp_mp_read_str(&r, &k2, &klen2)) {
+            if (klen2 == klen && memcmp(k2, k, klen) == 0)
+                return true;
+        } else if (!rnp_mp_skip(&r)) {
+            return false;
+        }
+        if (!rnp_mp_skip(&r))
+            return false;
+    }
+    return false;
+}
+
 int rnp_dec_map_next(rnp_dctx *d, rnp_mapit *it, int *idx)
 {
     char sub[RNP_PATH_MAX];
@@ -236,6 +264,8 @@ int rnp_dec_map_next(rnp_dctx *d, rnp_mapit *it, int *idx)
         rnp_dec_printable(key, sizeof key, k, klen);
         if (d->strict) {
             rnp_dec_join(sub, it->path, key);
+            if (repeated_later(d, it, k, klen))
+                return rnp_dec_fail(d, RN_DUPLICATE_FIELD, sub, "appears twice");
             return rnp_dec_fail(d, RN_UNKNOWN_FIELD, sub, "unknown field");
         }
         if (!rnp_mp_skip(&d->r)) /* cannot fail after a scan; kept for safety */

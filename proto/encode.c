@@ -287,10 +287,10 @@ static void enc_hello_rep(enc *e, const rnp_hello_rep *h)
     key(e, "limits");
     static const char *const names[] = { "max_sessions", "max_regions", "max_inflight",
                                          "max_inflight_total", "max_m", "max_n", "max_msg",
-                                         "event_slots" };
+                                         "event_slots", "seq_window" };
     const uint64_t v[] = { l->max_sessions, l->max_regions, l->max_inflight, l->max_inflight_total,
-                           l->max_m, l->max_n, l->max_msg, l->event_slots };
-    map_uints(e, names, v, 8);
+                           l->max_m, l->max_n, l->max_msg, l->event_slots, l->seq_window };
+    map_uints(e, names, v, 9);
 }
 
 static void enc_health_rep(enc *e, const rnp_health_rep *h)

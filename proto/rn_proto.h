@@ -21,7 +21,13 @@
 #include "rn_wire.h"
 
 #define RNP_VERSION 1u           /* protocol version this code speaks */
-#define RNP_MAX_MSG (64u * 1024) /* largest valid message, bytes (NN_RCVMAXSIZE) */
+#define RNP_MAX_MSG (64u * 1024) /* largest valid message body, bytes (SP header not counted) */
+/* The longest message body the daemon's transport delivers to the decoder
+ * (its NN_RCVMAXSIZE is this plus nanomsg's 4-byte SP request-id header):
+ * a body of RNP_MAX_MSG + 1 ... RNP_MAX_RECV bytes is answered RN_TOO_BIG;
+ * nanomsg drops a longer one, and its connection, without a reply. */
+#define RNP_MAX_RECV (2u * RNP_MAX_MSG)
+#define RNP_SEQ_WINDOW_MIN 128u  /* smallest duplicate window: max(2 x max_inflight, this) */
 #define RNP_MAX_DEPTH 4          /* nesting limit of maps/arrays */
 #define RNP_MAX_NAME 64          /* client name, device name, backend: bytes incl. NUL */
 #define RNP_MAX_SHM_NAME 250     /* POSIX shm name incl. leading '/', excl. NUL */
@@ -160,6 +166,8 @@ typedef struct rnp_limits {
     uint32_t max_n;
     uint32_t max_msg;              /* bytes */
     uint32_t event_slots;          /* max ready/done ring size */
+    uint32_t seq_window;           /* BWD results remembered per session for re-sent
+                                      copies; 0: not reported (a 0.1.0 daemon) */
 } rnp_limits;
 
 typedef struct rnp_hello_rep {
@@ -275,6 +283,21 @@ int rnp_decode_reply(const void *buf, size_t len, rnp_reply *out, rnp_error *err
 
 /* Fill a reply header for req with an error.  Convenience for the daemon. */
 void rnp_reply_error(rnp_reply *rep, const rnp_request *req, int code, const char *msg);
+
+/*
+ * A 64-bit digest of a decoded BWD request: FNV-1a over every field of the
+ * body, one by one (never over the struct's memory), so that the daemon can
+ * tell a re-sent copy of (session, seq) from another request that reuses the
+ * seq (RN_SEQ_REUSED).  Covered: session, seq, m, n; for each tensor in the
+ * order x, dy, dx, w, rstd, dres, dw whether it is present and, if it is,
+ * its region, offset, dtype (none for rstd) and stride (2-D tensors only);
+ * eps and weight_offset (float32 bits, -0.0 as 0.0), ready, mode, ordering.
+ * Not covered: the envelope (v, op, the message id).  Fields are taken as
+ * decoded, so an optional field left out and the same field at its default
+ * give the same digest, and so do a float 64 and a float 32 of one value.
+ * Returns 0 for b NULL.
+ */
+uint64_t rnp_bwd_digest(const rnp_bwd_req *b);
 
 /* ---- endpoint ------------------------------------------------------------ */
 

@@ -76,8 +76,9 @@ int rnp_dec_body(rnp_dctx *d, const rnp_mp *body, uint32_t op, bool request,
  * Maps whose keys are a table of at most 32 known names.  rnp_dec_map_next
  * reads the next key and sets *idx to the index of a known field (or -1 at
  * the end of the map); an unknown key is RN_UNKNOWN_FIELD in a strict
- * context and skipped otherwise; a known key seen twice is
- * RN_DUPLICATE_FIELD.  Seen fields are bits in it->seen.
+ * context (RN_DUPLICATE_FIELD when the same key appears again later in the
+ * map) and skipped otherwise; a known key seen twice is RN_DUPLICATE_FIELD.
+ * Seen fields are bits in it->seen.
  */
 typedef struct rnp_mapit {
     const char *path;

@@ -71,7 +71,12 @@ static void same_request(const rnp_request *a, const rnp_request *b)
         for (uint32_t i = 0; i < a->u.events.n; i++)
             SAME(u.events.ready[i]);
         break;
-    case RN_OP_BWD: same_bwd(&a->u.bwd, &b->u.bwd); break;
+    case RN_OP_BWD:
+        same_bwd(&a->u.bwd, &b->u.bwd);
+        /* A re-encoded request is the same request to the duplicate window. */
+        if (rnp_bwd_digest(&a->u.bwd) != rnp_bwd_digest(&b->u.bwd))
+            fail("the BWD digest differs after a round trip");
+        break;
     case RN_OP_BYE: SAME(u.bye); break;
     }
 }
@@ -91,7 +96,7 @@ static void same_reply(const rnp_reply *a, const rnp_reply *b)
         SAME(u.hello.limits.max_sessions), SAME(u.hello.limits.max_regions);
         SAME(u.hello.limits.max_inflight), SAME(u.hello.limits.max_inflight_total);
         SAME(u.hello.limits.max_m), SAME(u.hello.limits.max_n), SAME(u.hello.limits.max_msg);
-        SAME(u.hello.limits.event_slots);
+        SAME(u.hello.limits.event_slots), SAME(u.hello.limits.seq_window);
         break;
     case RN_OP_REGISTER: SAME(u.reg.region.id); break;
     case RN_OP_EVENTS:

@@ -178,7 +178,8 @@ const char *tp_make_reply(int i, rnp_reply *p)
         }
         h->limits = (rnp_limits){ .max_sessions = 64, .max_regions = 256, .max_inflight = 8,
                                   .max_inflight_total = 256, .max_m = 1ull << 24,
-                                  .max_n = 65536, .max_msg = RNP_MAX_MSG, .event_slots = 16 };
+                                  .max_n = 65536, .max_msg = RNP_MAX_MSG, .event_slots = 16,
+                                  .seq_window = 128 };
         return i == 0 ? "hello-cpu" : "hello-cuda";
     case 2: p->op = RN_OP_REGISTER; p->u.reg.region.id = 7; return "register";
     case 3: p->op = RN_OP_UNREGISTER; return "unregister";

@@ -56,7 +56,9 @@ static bool is_optional(bool reply, uint32_t op, const char *parent, const char 
     static const char *const opt[] = { "w", "rstd", "dres", "dw", "weight_offset", "ready", "mode",
                                        "ordering" };
     if (reply)
-        return strcmp(parent, "body.counters") == 0 || strcmp(parent, "body.hists") == 0;
+        return strcmp(parent, "body.counters") == 0 || strcmp(parent, "body.hists") == 0 ||
+               (op == RN_OP_HELLO && strcmp(parent, "body.limits") == 0 &&
+                strcmp(key, "seq_window") == 0);
     if (op != RN_OP_BWD || strcmp(parent, "body") != 0)
         return false;
     for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++)
@@ -150,25 +152,41 @@ static void mutate_child(mctx *c, msgpack_object *parent, uint32_t i, const char
     free(tmp);
 }
 
-/* An unknown key added to a map: an error in a request, ignored in a reply. */
+/* An unknown key added to a map: an error in a request, ignored in a reply.
+ * Added twice (first, and again last, so that the walk meets the first copy
+ * before any known key): a request's key twice is DUPLICATE_FIELD whether
+ * or not it is known; a reply skips both. */
 static void add_unknown(mctx *c, msgpack_object *map, const char *path)
 {
     if (c->reply && (strcmp(path, "body.counters") == 0 || strcmp(path, "body.hists") == 0))
         return; /* every key there is a name */
     msgpack_object_map *m = &map->via.map;
     msgpack_object_kv *orig = m->ptr;
-    msgpack_object_kv *tmp = calloc(m->size + 1, sizeof *tmp);
+    uint32_t size = m->size;
+    msgpack_object_kv *tmp = calloc(size + 2, sizeof *tmp);
     assert_non_null(tmp);
-    memcpy(tmp, orig, m->size * sizeof *tmp);
-    tmp[m->size].key = mk_str("zz_unknown");
-    tmp[m->size].val.type = MSGPACK_OBJECT_NIL;
-    m->ptr = tmp, m->size++;
+    memcpy(tmp, orig, size * sizeof *tmp);
+    tmp[size].key = mk_str("zz_unknown");
+    tmp[size].val.type = MSGPACK_OBJECT_NIL;
+    m->ptr = tmp, m->size = size + 1;
     int rc = check_mut(c);
     int want = c->reply ? 0 : RN_UNKNOWN_FIELD;
     if (rc != want)
         fail_msg("unknown key in %s: expected %s, got %s (%s)", *path ? path : "(top)",
                  rnp_err_name(want), rnp_err_name(rc), g_lasterr);
-    m->ptr = orig, m->size--;
+
+    tmp[0].key = mk_str("zz_unknown");
+    tmp[0].val.type = MSGPACK_OBJECT_NIL;
+    memcpy(tmp + 1, orig, size * sizeof *tmp);
+    tmp[size + 1] = tmp[0];
+    tmp[size + 1].val.type = MSGPACK_OBJECT_POSITIVE_INTEGER, tmp[size + 1].val.via.u64 = 1;
+    m->ptr = tmp, m->size = size + 2;
+    rc = check_mut(c);
+    want = c->reply ? 0 : RN_DUPLICATE_FIELD;
+    if (rc != want)
+        fail_msg("unknown key twice in %s: expected %s, got %s (%s)", *path ? path : "(top)",
+                 rnp_err_name(want), rnp_err_name(rc), g_lasterr);
+    m->ptr = orig, m->size = size;
     free(tmp);
 }
 
