@@ -267,12 +267,16 @@ int rnp_encode_reply(const rnp_reply *rep, void *buf, size_t cap, size_t *len,
  * object and no trailing bytes.  *out is written only on success... except
  * that on failure out->op and out->id are always set: to the message's
  * top-level "op" and "id" when they could be read as unsigned integers, else
- * to 0, so the daemon can address its error reply.  out and err may be
- * NULL.  err->msg is one line of printable ASCII: names taken from the wire
- * appear in it with every other byte as '?'.
+ * to 0, so the daemon can address its error reply (also for RN_TOO_BIG:
+ * the daemon hands over bodies up to RNP_MAX_RECV bytes).  out and err may
+ * be NULL.  err->msg is one line of printable ASCII: names taken from the
+ * wire appear in it with every other byte as '?'.
  *
- * Requests are strict (unknown keys: RN_UNKNOWN_FIELD); replies skip unknown
- * keys.  A decoded bwd request has ready_slot -1, weight_offset 0, mode and
+ * The order of checks is PROTOCOL.md's (sections 2 and 3): len against
+ * RNP_MAX_MSG before anything else ("message: N bytes, limit 65536"), the
+ * structure, then a request's version before any other envelope field.
+ * Requests are strict (unknown keys: RN_UNKNOWN_FIELD; a key twice, known
+ * or not: RN_DUPLICATE_FIELD); replies skip unknown keys.  A decoded bwd request has ready_slot -1, weight_offset 0, mode and
  * ordering 0 where the keys were absent, and has_X false with X and X_dtype
  * zero for each absent optional tensor.  Range checks of enumerations (dtype
  * 0..3, region kind, mode, ready slot) happen here; shapes, strides, regions
