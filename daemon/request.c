@@ -218,7 +218,7 @@ void rnd_request_cancel_session(rnd_session *s)
 static void reply_reused(rnd_ctx *ctx, void *control, const rnp_request *q)
 {
     rnd_reply_error(ctx, control, q->op, q->id, RN_SEQ_REUSED,
-                    "bwd.seq: %llu was used in this session for another request (the bodies "
+                    "bwd.seq: %llu was used for another request in this session (the bodies "
                     "differ); a new request needs a new seq", (unsigned long long)q->u.bwd.seq);
 }
 

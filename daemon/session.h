@@ -109,7 +109,7 @@ void rnd_region_unref(rnd_region *r);
  * limits.seq_window). */
 static inline uint32_t rnd_seq_window(const rnd_config *cfg)
 {
-    return cfg->max_inflight * 2 > 128 ? cfg->max_inflight * 2 : 128;
+    return cfg->max_inflight * 2 > RNP_SEQ_WINDOW_MIN ? cfg->max_inflight * 2 : RNP_SEQ_WINDOW_MIN;
 }
 
 /* The region id of s, or NULL.  Inline: the hot path looks up each tensor's

@@ -36,7 +36,7 @@ typedef struct rnd_ctx rnd_ctx;
  * decoder); nanomsg drops a longer one, and its connection, before the
  * daemon sees it.
  */
-#define RND_RCV_MAX (2 * RNP_MAX_MSG + 4)
+#define RND_RCV_MAX (RNP_MAX_RECV + 4)
 /* Front restarts within a minute before the daemon reports failing. */
 #define RND_FRONT_RESTARTS 10
 
