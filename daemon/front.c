@@ -106,6 +106,43 @@ static void *take(table *t, uint32_t token)
     return control;
 }
 
+/* ---- the probe ---------------------------------------------------------------- */
+
+/* A probe in flight: its own client socket and the message it sent. */
+typedef struct probe {
+    int sock;             /* -1: none */
+    uint32_t token;
+    char msg[48];
+    size_t len;
+} probe;
+
+/* How long a probe's send may wait for its connection. */
+#define PROBE_SEND_MS 1000
+
+static void probe_end(probe *p)
+{
+    if (p->sock >= 0)
+        nn_close(p->sock);
+    p->sock = -1;
+}
+
+/* Connect to our own endpoint and send the probe message; the reply comes
+ * on p->sock (polled by the loop).  A failure just leaves no reply: the
+ * core's deadline decides. */
+static void probe_start(probe *p, const char *endpoint, uint32_t token)
+{
+    int ms = PROBE_SEND_MS;
+
+    probe_end(p);
+    p->token = token;
+    p->len = (size_t)snprintf(p->msg, sizeof p->msg, "rmsnormd front probe %u", token);
+    if ((p->sock = nn_socket(AF_SP, NN_REQ)) < 0)
+        return;
+    if (nn_setsockopt(p->sock, NN_SOL_SOCKET, NN_SNDTIMEO, &ms, sizeof ms) < 0 ||
+        nn_connect(p->sock, endpoint) < 0 || nn_send(p->sock, p->msg, p->len, 0) < 0)
+        probe_end(p);
+}
+
 /* ---- the link -------------------------------------------------------------------- */
 
 static int link_send(int fd, uint32_t kind, uint32_t token, uint64_t recv_ns, const void *body,
@@ -187,7 +224,7 @@ out:
 
 /* Every message waiting on the socket, to the core.  Returns -1 when the
  * link is gone. */
-static int forward_requests(int sock, int link, table *t, uint32_t *next_token)
+static int forward_requests(int sock, int link, table *t, uint32_t *next_token, const probe *pr)
 {
     for (;;) {
         void *body = NULL, *control = NULL;
@@ -206,6 +243,20 @@ static int forward_requests(int sock, int link, table *t, uint32_t *next_token)
         if (!control) {
             /* A raw socket always delivers the routing header; without it
              * there is nobody to reply to. */
+            nn_freemsg(body);
+            continue;
+        }
+        if (pr->sock >= 0 && (size_t)n == pr->len && memcmp(body, pr->msg, pr->len) == 0) {
+            /* Our own probe: answer it here (echo); the core needs no part
+             * in it. */
+            struct nn_msghdr rh;
+            struct nn_iovec riov = {body, (size_t)n};
+            memset(&rh, 0, sizeof rh);
+            rh.msg_iov = &riov;
+            rh.msg_iovlen = 1;
+            rh.msg_control = &control;
+            rh.msg_controllen = NN_MSG;
+            (void)nn_sendmsg(sock, &rh, NN_DONTWAIT);
             nn_freemsg(body);
             continue;
         }
@@ -228,7 +279,8 @@ static int forward_requests(int sock, int link, table *t, uint32_t *next_token)
 
 /* Replies and forgotten tokens from the core.  Returns -1 when the core
  * closed the link (time to stop). */
-static int handle_core(int sock, int link, table *t, uint8_t *buf, size_t cap)
+static int handle_core(int sock, int link, table *t, uint8_t *buf, size_t cap, probe *pr,
+                       const char *endpoint)
 {
     for (;;) {
         ssize_t n = recv(link, buf, cap, MSG_DONTWAIT);
@@ -240,6 +292,10 @@ static int handle_core(int sock, int link, table *t, uint8_t *buf, size_t cap)
             continue;
         rnd_link_hdr h;
         memcpy(&h, buf, sizeof h);
+        if (h.kind == RND_LINK_PROBE) {
+            probe_start(pr, endpoint, h.token);
+            continue;
+        }
         void *control = take(t, h.token);
         if (!control)
             continue;
@@ -267,7 +323,8 @@ int rnd_front_main(int argc, char **argv)
     uint8_t *buf = malloc(sizeof(rnd_link_hdr) + RNP_MAX_MSG * 2);
     uint32_t next_token = 1;
     uint64_t spin_until = 0;
-    struct pollfd pf[2];
+    probe pr = {.sock = -1};
+    struct pollfd pf[3];
     size_t fdlen = sizeof pf[0].fd;
     char *end;
     long mode;
@@ -306,22 +363,38 @@ int rnd_front_main(int argc, char **argv)
             timeout = 0;
         else
             spin_until = 0;
-        int r = poll(pf, 2, timeout);
+        pf[2].fd = -1;
+        pf[2].events = POLLIN;
+        if (pr.sock >= 0)
+            nn_getsockopt(pr.sock, NN_SOL_SOCKET, NN_RCVFD, &pf[2].fd, &fdlen);
+        int r = poll(pf, 3, timeout);
         if (r < 0 && errno != EINTR)
             break;
         if (r == 0)
             continue;
         if ((pf[1].revents & (POLLIN | POLLHUP | POLLERR)) &&
-            handle_core(sock, link, &t, buf, sizeof(rnd_link_hdr) + RNP_MAX_MSG * 2) != 0)
+            handle_core(sock, link, &t, buf, sizeof(rnd_link_hdr) + RNP_MAX_MSG * 2, &pr,
+                        argv[0]) != 0)
             break;
         if (pf[0].revents & POLLIN) {
-            if (forward_requests(sock, link, &t, &next_token) != 0)
+            if (forward_requests(sock, link, &t, &next_token, &pr) != 0)
                 break;
             spin_until = rnd_now_ns() + FRONT_SPIN_NS;
+        }
+        if (pf[2].fd >= 0 && (pf[2].revents & POLLIN)) {
+            void *m = NULL;
+            if (nn_recv(pr.sock, &m, NN_MSG, NN_DONTWAIT) >= 0) {
+                nn_freemsg(m);
+                uint32_t token = pr.token;
+                probe_end(&pr);
+                if (link_send(link, RND_LINK_PROBE_OK, token, 0, NULL, 0) != 0)
+                    break;
+            }
         }
     }
     /* The core closed the link (its drain ended) or went away.  nanomsg
      * leaves the socket file behind; an orderly exit should not. */
+    probe_end(&pr);
     nn_close(sock);
     unlink(argv[0] + 6);
     return 0;

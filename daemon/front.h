@@ -20,6 +20,13 @@
  * (the core decides when to stop) and dies with the core (PR_SET_PDEATHSIG).
  * It exits when the core closes the link, after closing its socket and
  * removing the socket file.
+ *
+ * Serving is checked end to end: every few seconds the core asks the front
+ * to probe (RND_LINK_PROBE); the front opens a new nanomsg connection to its
+ * own endpoint, sends a probe message, answers it itself when it arrives on
+ * the socket and reports RND_LINK_PROBE_OK.  A front that cannot accept a
+ * connection (descriptors exhausted, nanomsg wedged) fails the probe, and
+ * the core restarts it and stops the watchdog's pings meanwhile.
  */
 #ifndef RND_FRONT_H
 #define RND_FRONT_H
@@ -36,6 +43,9 @@ enum rnd_link_kind {
     RND_LINK_REQ,         /* front -> core: a request; body: its bytes */
     RND_LINK_REP,         /* core -> front: the reply to token; body: its bytes */
     RND_LINK_FORGET,      /* core -> front: token gets no reply; drop its header */
+    RND_LINK_PROBE,       /* core -> front: connect to the endpoint as a client would
+                           * and get an answer (token: the probe's number) */
+    RND_LINK_PROBE_OK,    /* front -> core: that probe was answered */
 };
 
 typedef struct rnd_link_hdr {

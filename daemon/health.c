@@ -59,6 +59,9 @@ void rnd_health_fill(const rnd_ctx *ctx, rnp_health_rep *out)
         WORSE(RNP_HEALTH_FAILING);
         REASON("front: the socket's front process died %u times within a minute; "
                "restarting it once a second", RND_FRONT_RESTARTS);
+    } else if (ctx->tx.probe_failed) {
+        WORSE(RNP_HEALTH_FAILING);
+        REASON("front: a new connection to the socket went unanswered; restarting the front");
     } else if (!ctx->tx.front_running && !ctx->tx.closing) {
         WORSE(RNP_HEALTH_DEGRADED);
         REASON("front: the socket's front process is restarting");

@@ -17,10 +17,12 @@
  * 2 after a fatal backend failure).  The daemon stays in the foreground;
  * systemd (or a test) supervises it and learns of readiness via sd_notify.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -33,6 +35,24 @@
 #ifndef RN_VERSION
 #define RN_VERSION "0.0.0"
 #endif
+
+/*
+ * Every client connection is a descriptor of the front process, which
+ * inherits this limit: the usual soft limit of 1024 ran out at about 1000
+ * idle clients, after which nanomsg spun and new clients hung.  So take the
+ * hard limit (systemd's units set LimitNOFILE too).
+ */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
+        return;
+    rlim_t want = rl.rlim_max;
+    rl.rlim_cur = want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        rnd_warn("Failed to raise the descriptor limit to %llu: %s", (unsigned long long)want,
+                 strerror(errno));
+}
 
 /* The server is large (it holds a message buffer): keep it off the stack. */
 static rnd_server server;
@@ -127,6 +147,7 @@ int main(int argc, char **argv)
     rnd_log_set_level(cfg.log_level);
     /* A reply to a client that vanished must not kill the daemon. */
     signal(SIGPIPE, SIG_IGN);
+    raise_fd_limit();
 
     if ((rc = uv_loop_init(&loop)) != 0) {
         rnd_err("Failed to start the event loop: %s", uv_strerror(rc));

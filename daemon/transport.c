@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,6 +198,13 @@ void rnd_transport_receive_all(rnd_ctx *ctx)
             rnd_notice("Front process %d serving %s again (%llu ms after its restart)",
                        t->front.pid, ctx->cfg.endpoint,
                        (unsigned long long)((rnd_now_ns() - t->last_restart_ns) / 1000000));
+        } else if (h.kind == RND_LINK_PROBE_OK && h.token == t->probe_token && t->probe_sent_ns) {
+            if (t->probe_failed)
+                rnd_notice("The front process answers its probe again");
+            rnd_debug("Front probe answered in %llu us",
+                      (unsigned long long)((rnd_now_ns() - t->probe_sent_ns) / 1000));
+            t->probe_sent_ns = 0;
+            t->probe_failed = false;
         } else if (h.kind == RND_LINK_FAIL) {
             rnd_err("Front process: %.*s", (int)((size_t)n - sizeof h),
                     (const char *)t->rbuf + sizeof h);
@@ -231,6 +239,29 @@ static void close_link(rnd_transport *t)
 static void on_restart_timer(uv_timer_t *timer)
 {
     start_front(timer->data);
+}
+
+/* Each RND_PROBE_MS: a probe unanswered since the last tick means the front
+ * does not serve (a new client would not get in either): restart it.  Else
+ * start the next probe. */
+static void on_probe_timer(uv_timer_t *timer)
+{
+    rnd_ctx *ctx = timer->data;
+    rnd_transport *t = &ctx->tx;
+
+    if (t->closing || !t->front_running || t->fd < 0)
+        return;
+    if (t->probe_sent_ns) {
+        t->probe_failed = true;
+        t->probe_sent_ns = 0;
+        rnd_err("Front process %d did not answer a connection to its own endpoint within %d "
+                "ms: restarting it", t->front.pid, RND_PROBE_MS);
+        uv_process_kill(&t->front, SIGKILL);   /* its exit restarts it */
+        return;
+    }
+    t->probe_token++;
+    t->probe_sent_ns = rnd_now_ns();
+    link_send(ctx, handle_of(t->gen, t->probe_token), RND_LINK_PROBE, NULL, 0);
 }
 
 static void on_kill_timer(uv_timer_t *timer)
@@ -273,6 +304,8 @@ static void on_front_exit(uv_process_t *p, int64_t status, int sig)
     t->front_running = false;
     if (t->closing)
         rnd_debug("Front process %d exited", p->pid);
+    else if (sig == SIGKILL && t->probe_failed)
+        rnd_notice("Front process %d stopped; starting a new one", p->pid);
     else if (sig)
         rnd_err("Front process %d died of signal %d (nanomsg aborts on malformed frames): "
                 "restarting it; sessions and GPU work are unaffected", p->pid, sig);
@@ -317,6 +350,7 @@ static int spawn_front(rnd_ctx *ctx)
     t->front_running = true;
     t->gen++;
     t->fd = sv[0];
+    t->probe_sent_ns = 0;
     return 0;
 }
 
@@ -369,6 +403,8 @@ int rnd_transport_open(rnd_ctx *ctx, rnd_rx_fn rx, rnp_error *err)
     t->exe[len] = '\0';
     uv_timer_init(ctx->loop, &t->restart_timer);
     t->restart_timer.data = ctx;
+    uv_timer_init(ctx->loop, &t->probe_timer);
+    t->probe_timer.data = ctx;
     t->timer_init = true;
     if ((rc = spawn_front(ctx)) != 0)
         return rnp_fail(err, RN_SYSTEM, "Failed to start the front process %s: %s", t->exe,
@@ -399,6 +435,8 @@ int rnd_transport_open(rnd_ctx *ctx, rnd_rx_fn rx, rnp_error *err)
         uv_process_kill(&t->front, SIGKILL);
         return rnp_fail(err, RN_SYSTEM, "Failed to poll the front's link: %s", uv_strerror(rc));
     }
+    uv_timer_start(&t->probe_timer, on_probe_timer, RND_PROBE_MS, RND_PROBE_MS);
+    uv_unref((uv_handle_t *)&t->probe_timer);
     return 0;
 }
 
@@ -410,6 +448,8 @@ void rnd_transport_close(rnd_ctx *ctx)
         return;
     t->closing = true;
     uv_timer_stop(&t->restart_timer);
+    if (t->timer_init && !uv_is_closing((uv_handle_t *)&t->probe_timer))
+        uv_close((uv_handle_t *)&t->probe_timer, NULL);
     if (t->fd >= 0) {
         /* The replies still queued go first, blocking: the front is reading,
          * and each is a few hundred bytes. */
@@ -440,5 +480,5 @@ void rnd_transport_close(rnd_ctx *ctx)
 
 bool rnd_transport_serving(const rnd_ctx *ctx)
 {
-    return ctx->tx.front_running && !ctx->tx.flapping;
+    return ctx->tx.front_running && !ctx->tx.flapping && !ctx->tx.probe_failed;
 }

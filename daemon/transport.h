@@ -39,6 +39,9 @@ typedef struct rnd_ctx rnd_ctx;
 #define RND_RCV_MAX (RNP_MAX_RECV + 4)
 /* Front restarts within a minute before the daemon reports failing. */
 #define RND_FRONT_RESTARTS 10
+/* How often the front is asked to probe its own endpoint, and how long the
+ * probe may take before the front counts as not serving. */
+#define RND_PROBE_MS 5000
 
 /* A message arrived: body is valid during the call only; *control names its
  * sender, which the callback takes (set it to NULL) or leaves. */
@@ -59,6 +62,10 @@ typedef struct rnd_transport {
     uint32_t nrestarts;            /* since start-up */
     uint64_t last_restart_ns;      /* 0: never */
     bool flapping;                 /* restarting too often: HEALTH says failing */
+    uv_timer_t probe_timer;        /* the end-to-end probe (front.h) */
+    uint32_t probe_token;
+    uint64_t probe_sent_ns;        /* 0: no probe outstanding */
+    bool probe_failed;             /* the last probe went unanswered */
     rn_queue out;                  /* datagrams waiting for room on the link */
     uint64_t replies_dropped;      /* to a front that was replaced */
     char exe[4096];                /* this binary, for the front */
@@ -77,8 +84,8 @@ void rnd_transport_receive_all(rnd_ctx *ctx);
 /* Close the link: the front closes the socket, removes its file and exits;
  * the loop ends once it has.  Idempotent. */
 void rnd_transport_close(rnd_ctx *ctx);
-/* A front is serving (for the watchdog and HEALTH): running, and not
- * restarting too often. */
+/* A front is serving (for the watchdog and HEALTH): running, answering its
+ * end-to-end probe, and not restarting too often. */
 bool rnd_transport_serving(const rnd_ctx *ctx);
 
 /* Encode rep and send it to the request's sender (control, taken); count it

@@ -2,12 +2,14 @@
  * test_front - the front process that owns the nanomsg socket (daemon/
  * front.h): 17 hostile bytes make nanomsg abort the process that parses
  * them; that must cost the daemon nothing but the front, which it restarts,
- * while sessions, their regions and the work of other clients go on.
+ * while sessions, their regions and the work of other clients go on; and
+ * many idle connections must not lock new clients out.
  */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -128,11 +130,69 @@ static void test_hostile_bytes_cost_only_the_front(void **state)
     RNH_PASS(d);
 }
 
+/*
+ * Idle clients each hold a descriptor of the front.  The daemon takes the
+ * hard descriptor limit at start (the soft limit of 1024 ran out at about
+ * 1000 idle clients, after which new clients hung): with 1100 idle
+ * connections open, a new client still connects and is answered at once.
+ */
+static void test_many_idle_connections(void **state)
+{
+    rnh_daemon *d = *state;
+    enum { N = 1100 };
+    static int fds[N];
+    struct rlimit rl, low;
+    rn_connect_opts o = {.client_name = "late", .timeout_ms = 3000};
+    rn_client *c = NULL;
+    uint64_t rtt;
+
+    /* The daemon starts with the usual soft limit, as from a shell. */
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_max < N + 200) {
+        printf("skip-reason: the hard descriptor limit (%llu) is below %d\n",
+               (unsigned long long)rl.rlim_max, N + 200);
+        skip();
+    }
+    low = rl;
+    low.rlim_cur = 1024;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    assert_int_equal(rnh_start(d), 0);
+    struct rlimit mine = rl;
+    mine.rlim_cur = rl.rlim_max;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &mine), 0);
+
+    /* Each an idle REQ peer: connected, SP handshake sent, nothing more. */
+    static const unsigned char sp_req[8] = {0x00, 'S', 'P', 0x00, 0x00, 0x30, 0x00, 0x00};
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", d->endpoint + 6);
+    for (int i = 0; i < N; i++) {
+        fds[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, sizeof sa), 0);
+        assert_int_equal(write(fds[i], sp_req, sizeof sp_req), (ssize_t)sizeof sp_req);
+    }
+    o.endpoint = d->endpoint;
+    int64_t t0 = rnh_now_ms();
+    int rv = rn_connect(&o, &c);
+    if (rv == 0)
+        rv = rn_ping(c, &rtt);
+    printf("a new client after %d idle connections: %s in %lld ms\n", N, rn_err_name(rv),
+           (long long)(rnh_now_ms() - t0));
+    assert_int_equal(rv, 0);
+    rn_close(c);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    RNH_PASS(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_hostile_bytes_cost_only_the_front, rnh_setup,
                                         rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_many_idle_connections, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests_name("front process", tests, NULL, NULL);
 }
