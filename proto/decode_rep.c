@@ -21,7 +21,7 @@ static int limits_field(rnp_dctx *d, void *obj, int idx, const char *path)
     return u32[idx] ? rnp_dec_u32(d, path, u32[idx]) : rnp_dec_u64(d, path, &l->max_m);
 }
 
-enum { H_SESSION, H_VER, H_BACKEND, H_DEV, H_UUID, H_SM, H_CCMA, H_CCMI, H_MPS, H_LIMITS };
+enum { H_SESSION, H_VER, H_BACKEND, H_DEV, H_UUID, H_SM, H_CCMA, H_CCMI, H_MPS, H_LIMITS, H_CHANNEL };
 
 static int hello_field(rnp_dctx *d, void *obj, int idx, const char *path)
 {
@@ -39,6 +39,9 @@ static int hello_field(rnp_dctx *d, void *obj, int idx, const char *path)
     case H_CCMA: return rnp_dec_u32(d, path, &h->cc_major);
     case H_CCMI: return rnp_dec_u32(d, path, &h->cc_minor);
     case H_MPS: return rnp_dec_bool(d, path, &h->mps);
+    /* channel is optional: a daemon without the session channel does not
+     * send it (false). */
+    case H_CHANNEL: return rnp_dec_bool(d, path, &h->channel);
     /* seq_window is optional: a 0.1.0 daemon does not send it (0). */
     default: return rnp_dec_map(d, path, limits, 9, 0xffu, limits_field, &h->limits, NULL);
     }
@@ -171,7 +174,7 @@ static int dec_body(rnp_dctx *d, void *msg)
     rnp_reply *p = msg;
     static const char *const hello[] = { "session", "daemon_version", "backend", "device_name",
                                          "device_uuid", "sm_count", "cc_major", "cc_minor", "mps",
-                                         "limits" };
+                                         "limits", "channel" };
     static const char *const reg[] = { "region" }, *const events[] = { "done" };
     static const char *const bwd[] = { "seq", "done", "queue_ns", "compute_ns" };
     static const char *const health[] = { "state", "mps", "backend", "reasons" };
@@ -179,7 +182,7 @@ static int dec_body(rnp_dctx *d, void *msg)
     static const char *const ping[] = { "time_ns" };
     switch (p->op) {
     case RN_OP_HELLO:
-        return rnp_dec_map(d, "hello", hello, 10, 0x3ffu, hello_field, &p->u.hello, NULL);
+        return rnp_dec_map(d, "hello", hello, 11, 0x3ffu, hello_field, &p->u.hello, NULL);
     case RN_OP_REGISTER:
         return rnp_dec_map(d, "register", reg, 1, 0x1, register_field, &p->u.reg, NULL);
     case RN_OP_EVENTS:

@@ -274,7 +274,7 @@ int rnp_encode_request(const rnp_request *q, void *buf, size_t cap, size_t *len,
 static void enc_hello_rep(enc *e, const rnp_hello_rep *h)
 {
     const rnp_limits *l = &h->limits;
-    msgpack_pack_map(&e->pk, 10);
+    msgpack_pack_map(&e->pk, 11);
     kv_bin(e, "session", h->session.b, RNP_SESSION_BYTES);
     kv_str(e, "daemon_version", "hello.daemon_version", h->daemon_version, RNP_MAX_NAME);
     kv_str(e, "backend", "hello.backend", h->backend, RNP_MAX_NAME);
@@ -284,6 +284,7 @@ static void enc_hello_rep(enc *e, const rnp_hello_rep *h)
     kv_uint(e, "cc_major", h->cc_major);
     kv_uint(e, "cc_minor", h->cc_minor);
     kv_bool(e, "mps", h->mps);
+    kv_bool(e, "channel", h->channel);
     key(e, "limits");
     static const char *const names[] = { "max_sessions", "max_regions", "max_inflight",
                                          "max_inflight_total", "max_m", "max_n", "max_msg",

@@ -180,6 +180,9 @@ typedef struct rnp_hello_rep {
     uint32_t cc_major, cc_minor;   /* CPU backend: 0, 0 */
     bool mps;                      /* daemon is an MPS client */
     rnp_limits limits;
+    bool channel;                  /* the daemon serves the session channel
+                                      (PROTOCOL.md section 12); false from a
+                                      daemon that does not send the key */
 } rnp_hello_rep;
 
 typedef struct rnp_register_rep { rnp_region_id region; } rnp_register_rep;
@@ -326,6 +329,77 @@ int rnp_default_endpoint(char *out, size_t outlen, rnp_error *err);
  * Nothing is opened: whether a daemon listens is the caller's to find out.
  */
 int rnp_check_endpoint(const char *ep, const char **path, rnp_error *err);
+
+/* ---- the session channel (PROTOCOL.md section 12) ------------------------ */
+
+/*
+ * A SOCK_SEQPACKET Unix socket at the nanomsg socket's path plus ".chan".
+ * Every datagram is one message of a fixed size: an 8-byte header (magic
+ * u32, version u16, type u16) and a body, all integers little-endian.  The
+ * daemon and libclient read and write them with the helpers below, field by
+ * field, never by casting a struct over the bytes.
+ */
+#define RNP_CHAN_SUFFIX ".chan"
+#define RNP_CHAN_MAGIC 0x68636e72u     /* the bytes "rnch" */
+#define RNP_CHAN_VERSION 1
+#define RNP_CHAN_HDR 8
+
+enum rnp_chan_type {
+    RNP_CHAN_AUTH = 1,                 /* capability[16]                    -> AUTH_OK */
+    RNP_CHAN_REGISTER_FD = 2,          /* size u64, one descriptor attached -> REGION_OK */
+    RNP_CHAN_AUTH_OK = 0x81,           /* pid u32, uid u32 (the verified peer) */
+    RNP_CHAN_REGION_OK = 0x82,         /* region u32, reserved u32 (0) */
+    RNP_CHAN_ERROR = 0xff,             /* code u32, message[116] (NUL-terminated) */
+};
+
+/* Each message's whole length, header included. */
+#define RNP_CHAN_AUTH_LEN (RNP_CHAN_HDR + RNP_SESSION_BYTES)
+#define RNP_CHAN_REGISTER_FD_LEN (RNP_CHAN_HDR + 8)
+#define RNP_CHAN_AUTH_OK_LEN (RNP_CHAN_HDR + 8)
+#define RNP_CHAN_REGION_OK_LEN (RNP_CHAN_HDR + 8)
+#define RNP_CHAN_ERROR_MSG 116
+#define RNP_CHAN_ERROR_LEN (RNP_CHAN_HDR + 4 + RNP_CHAN_ERROR_MSG)
+#define RNP_CHAN_MAX RNP_CHAN_ERROR_LEN   /* the longest message */
+
+static inline void rnp_le16_put(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8);
+}
+static inline void rnp_le32_put(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void rnp_le64_put(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t rnp_le16_get(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+static inline uint32_t rnp_le32_get(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+static inline uint64_t rnp_le64_get(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+/* The header of a message of type t into p (RNP_CHAN_HDR bytes). */
+static inline void rnp_chan_hdr(uint8_t *p, uint16_t t)
+{
+    rnp_le32_put(p, RNP_CHAN_MAGIC);
+    rnp_le16_put(p + 4, RNP_CHAN_VERSION);
+    rnp_le16_put(p + 6, t);
+}
 
 /* ---- validation --------------------------------------------------------- */
 

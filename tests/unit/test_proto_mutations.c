@@ -58,7 +58,8 @@ static bool is_optional(bool reply, uint32_t op, const char *parent, const char 
     if (reply)
         return strcmp(parent, "body.counters") == 0 || strcmp(parent, "body.hists") == 0 ||
                (op == RN_OP_HELLO && strcmp(parent, "body.limits") == 0 &&
-                strcmp(key, "seq_window") == 0);
+                strcmp(key, "seq_window") == 0) ||
+               (op == RN_OP_HELLO && strcmp(parent, "body") == 0 && strcmp(key, "channel") == 0);
     if (op != RN_OP_BWD || strcmp(parent, "body") != 0)
         return false;
     for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++)
