@@ -1,13 +1,17 @@
 /*
- * buffer.c - shared host buffers for the CPU backend: POSIX shm objects the
- * daemon opens by name, the clean-up of names that a killed client left
- * behind, and the host pointer mapper of the backward call (a pointer into
- * one of the client's buffers becomes its region and offset).
+ * buffer.c - shared host buffers for the CPU backend: POSIX shm objects
+ * (mode 0600) that the daemon gets as descriptors on the session channel,
+ * the clean-up of names that a killed client left behind, and the host
+ * pointer mapper of the backward call (a pointer into one of the client's
+ * buffers becomes its region and offset).
  *
- * Why the name stays until free: after a daemon restart the library must
- * register every live buffer again, and the new daemon can only open it by
- * name.  So rn_buffer_free, rn_close and an exit handler unlink, and
- * rn_connect sweeps names of processes that died without doing so.
+ * A buffer keeps its descriptor open until free: after a daemon restart the
+ * library registers every live buffer again by it.  Its name is removed as
+ * soon as the daemon has the descriptor (at once when the session is known
+ * to have a channel); only a daemon without a session channel opens buffers
+ * by name, and for it the name stays until free.  So rn_buffer_free,
+ * rn_close and an exit handler unlink, and rn_connect sweeps names of
+ * processes that died without doing so.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -123,40 +127,26 @@ void rnc_sweep_stale(void)
     closedir(d);
 }
 
+/* Remove b's name: the daemon has it by descriptor, and nobody else needs
+ * the name.  Fine when b has none. */
+static void buf_unname(rnc_buf *b)
+{
+    if (!b->name[0])
+        return;
+    shm_unlink(b->name);
+    live_remove(b->name);
+    b->name[0] = '\0';
+}
+
 void rnc_buf_release(rnc_buf *b)
 {
     if (b->base)
         munmap(b->base, b->size);
-    shm_unlink(b->name);
-    live_remove(b->name);
+    if (b->fd >= 0)
+        close(b->fd);
+    b->fd = -1;
+    buf_unname(b);
     b->base = NULL;
-}
-
-/*
- * Let the daemon open fd when it runs as another user (a system service):
- * give the object the group of the daemon's socket file, which the caller
- * must belong to in order to connect at all, and make it group read-write.
- * Other members of that group can then open the buffer too: the socket's
- * group is the trust boundary, as it is for the daemon itself.  When the
- * daemon runs as the caller's own user the object stays 0600.
- */
-static int share_with_daemon(rn_client *c, int fd, const char *name)
-{
-    const char *path = c->endpoint;
-    struct stat st;
-    rn_fault f;
-
-    if (strncmp(path, "ipc://", 6) != 0)
-        return 0;
-    path += 6;
-    if (stat(path, &st) != 0 || st.st_uid == geteuid())
-        return 0;
-    RN_SYS_GOTO(fchown(fd, (uid_t)-1, st.st_gid), &f, fail);
-    RN_SYS_GOTO(fchmod(fd, 0660), &f, fail);
-    return 0;
-fail:
-    return rnc_fail(c, RN_SYSTEM, "buffer: sharing %s with the daemon (group %u of %s): %s", name,
-                    (unsigned)st.st_gid, path, strerror(f.err));
 }
 
 /* Create, size and map a fresh shm object. */
@@ -168,6 +158,7 @@ static int create_shm(rn_client *c, size_t bytes, rnc_buf *out)
     rn_fault f;
 
     b.size = bytes;
+    b.fd = -1;
     for (int tries = 0;; tries++) {
         unsigned long k = __atomic_fetch_add(&name_counter, 1, __ATOMIC_RELAXED);
         snprintf(b.name, sizeof b.name, "/" SHM_PREFIX "%ld.%lu.%lu", (long)getpid(), k, ns);
@@ -178,8 +169,6 @@ static int create_shm(rn_client *c, size_t bytes, rnc_buf *out)
         if (errno != EEXIST || tries > 1000)
             return rnc_fail(c, RN_SYSTEM, "buffer: shm_open(%s): %s", b.name, strerror(errno));
     }
-    if ((rv = share_with_daemon(c, fd, b.name)) != 0)
-        goto fail;
     /* Reserve the memory now: a full /dev/shm is an error here, not a
      * SIGBUS on first touch later.  posix_fallocate returns an error
      * number, as the pthread calls do. */
@@ -191,8 +180,12 @@ static int create_shm(rn_client *c, size_t bytes, rnc_buf *out)
                       bytes, strerror(errno));
         goto fail;
     }
-    close(fd);
+    b.fd = fd;
     live_add(b.name);
+    /* The object stays 0600: the daemon gets the descriptor, and nobody
+     * needs the name once the session is known to have a channel. */
+    if (c->have_session && c->hello.channel)
+        buf_unname(&b);
     *out = b;
     return 0;
 no_space:
@@ -247,6 +240,10 @@ int rn_buffer_alloc(rn_client *c, size_t bytes, void **ptr)
         rnc_buf_release(&b);
         goto out;
     }
+    /* Created before the session was known to have a channel: the name
+     * can go now that the daemon has the descriptor. */
+    if (c->have_chan)
+        buf_unname(&b);
     c->bufs[c->nbufs++] = b;
     *ptr = b.base;
 out:

@@ -14,6 +14,7 @@
  *   buffer.c        the shm buffers and the host pointer mapper
  *   session.c       HELLO, BYE, re-opening a lost session, regions, and the
  *                   one retry loop around a lost session
+ *   chan.c          the session channel: AUTH, shm registered by descriptor
  *   conn.c          the socket, one request/reply exchange with its timeout,
  *                   and the last error of a client
  *
@@ -37,7 +38,9 @@ typedef struct rnc_buf {
     void *base;
     size_t size;
     uint32_t region;
-    char name[64]; /* "/rmsnormd.<pid>.<n>.<pidns>" */
+    int fd;        /* kept open: a new session registers the buffer again by it */
+    char name[64]; /* "/rmsnormd.<pid>.<n>.<pidns>"; "" once unlinked, which is
+                    * at once where the daemon takes descriptors */
 } rnc_buf;
 
 /* The CUDA state of a client (client_cuda.c); NULL until its first device
@@ -52,6 +55,8 @@ struct rn_client {
     char name[RNP_MAX_NAME];
 
     bool have_session; /* false: the next call re-opens (HELLO) first */
+    bool have_chan;    /* chan is the session's channel connection */
+    int chan;
     rnp_session session;
     rnp_hello_rep hello;
     uint64_t next_id, next_seq;
@@ -105,6 +110,25 @@ rnp_request *rnc_request(rn_client *c, uint32_t op);
  */
 int rnc_transact(rn_client *c, int timeout_ms);
 
+/* ---- chan.c: the session channel ----------------------------------------------------- */
+
+/*
+ * Connect to the session channel beside c->endpoint and authenticate
+ * c->session (within c->timeout_ms).  On failure the connection is closed
+ * and c's last error says why.
+ */
+int rnc_chan_open(rn_client *c);
+
+/*
+ * REGISTER_FD: share size bytes of fd (stays c's) with the daemon in the
+ * current session; sets *region.  A connection the daemon closed reads as
+ * RN_UNKNOWN_SESSION (closing it ends the session).
+ */
+int rnc_chan_register(rn_client *c, int fd, uint64_t size, uint32_t *region);
+
+/* Close c's channel connection; fine when there is none. */
+void rnc_chan_close(rn_client *c);
+
 /* ---- session.c: sessions and regions ------------------------------------------------ */
 
 /*
@@ -155,8 +179,9 @@ int rnc_unregister(rn_client *c, uint32_t region);
 /* Remove this user's shm names of processes that no longer exist. */
 void rnc_sweep_stale(void);
 
-/* Unmap and unlink b (no daemon traffic) and forget it process-wide. */
+/* Unmap, close and unlink b (no daemon traffic) and forget it process-wide. */
 void rnc_buf_release(rnc_buf *b);
+
 
 /* ---- bwd.c: the backward call -------------------------------------------------------- */
 

@@ -19,6 +19,8 @@ static int hello(rn_client *c)
     rnp_request *r = rnc_request(c, RN_OP_HELLO);
     int rv;
 
+    /* A lost session's channel connection is of no use to the next. */
+    rnc_chan_close(c);
     snprintf(r->u.hello.client_name, sizeof r->u.hello.client_name, "%s", c->name);
     r->u.hello.pid = (uint32_t)getpid();
     if ((rv = rnc_transact(c, c->timeout_ms)) != 0)
@@ -26,6 +28,13 @@ static int hello(rn_client *c)
     c->session = c->rep.u.hello.session;
     c->hello = c->rep.u.hello;
     c->have_session = true;
+    /* The daemon takes the session's pid and uid, and shared memory, from
+     * the session channel; only a daemon without one is spoken to by
+     * names. */
+    if (c->hello.channel && (rv = rnc_chan_open(c)) != 0) {
+        rnc_end_session(c);
+        return rv;
+    }
     return 0;
 }
 
@@ -37,6 +46,7 @@ void rnc_end_session(rn_client *c)
     snprintf(keep, sizeof keep, "%s", c->last_error);
     rnc_request(c, RN_OP_BYE)->u.bye = c->session;
     (void)rnc_transact(c, t);
+    rnc_chan_close(c);
     c->have_session = false;
     snprintf(c->last_error, sizeof c->last_error, "%s", keep);
 }
@@ -58,8 +68,8 @@ int rnc_ensure_session(rn_client *c)
              * another session until the idle timeout.  The next call
              * starts over with a fresh HELLO. */
             rnc_end_session(c);
-            return rnc_fail(c, rv, "re-registering buffer %s after a new session: %s",
-                            c->bufs[i].name, why);
+            return rnc_fail(c, rv, "re-registering a buffer of %zu bytes after a new session: %s",
+                            c->bufs[i].size, why);
         }
     }
     return 0;
@@ -84,6 +94,12 @@ int rnc_register_buf(rn_client *c, rnc_buf *b)
 {
     rnp_register_req r;
 
+    if (c->have_chan)
+        return rnc_chan_register(c, b->fd, b->size, &b->region);
+    if (!b->name[0])
+        return rnc_fail(c, RN_UNSUPPORTED,
+                        "buffer: the daemon has no session channel (an older rmsnormd?), and "
+                        "this buffer was shared by descriptor only");
     memset(&r, 0, sizeof r);
     r.kind = RNP_REGION_SHM;
     r.size = b->size;

@@ -1,0 +1,214 @@
+/*
+ * chan.c - libclient's end of the session channel (PROTOCOL.md section
+ * 12): a SOCK_SEQPACKET Unix socket at the daemon's socket path plus
+ * ".chan", where a session authenticates (AUTH: the kernel tells the daemon
+ * our pid and uid) and shared memory is registered by descriptor
+ * (REGISTER_FD), so that the daemon maps only what this process could open
+ * itself.  One connection per session: closing it ends the session on the
+ * daemon's side.  Nothing here knows about buffers.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "client_int.h"
+#include "rn_check.h"
+
+/* Milliseconds left before deadline_ns (0: none), or -1 for no deadline. */
+static int left_ms(uint64_t deadline_ns)
+{
+    uint64_t now = rnc_now_ns();
+    if (!deadline_ns)
+        return -1;
+    return now >= deadline_ns ? 0 : (int)((deadline_ns - now + 999999) / 1000000);
+}
+
+static uint64_t deadline_of(const rn_client *c)
+{
+    return c->timeout_ms < 0 ? 0 : rnc_now_ns() + (uint64_t)c->timeout_ms * 1000000u;
+}
+
+/* The connection is gone: so is the session, on the daemon's side. */
+static int lost(rn_client *c, const char *what, int e)
+{
+    rnc_chan_close(c);
+    return rnc_fail(c, RN_UNKNOWN_SESSION, "session channel: %s: %s", what,
+                    e ? strerror(e) : "closed by the daemon");
+}
+
+/*
+ * Send the request m (len bytes; with fd >= 0 attached) and receive one
+ * reply into rep (RNP_CHAN_MAX bytes) by the deadline.  Returns the reply's
+ * length, or a negative rn_status with c's last error set.
+ */
+static int exchange(rn_client *c, const uint8_t *m, size_t len, int fd, uint8_t *rep,
+                    uint64_t deadline_ns)
+{
+    union {
+        struct cmsghdr align;
+        char b[CMSG_SPACE(sizeof(int))];
+    } cb;
+    struct iovec iov = {(void *)m, len};
+    struct msghdr mh = {0};
+    struct pollfd p = {.fd = c->chan, .events = POLLIN};
+    ssize_t n;
+
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    if (fd >= 0) {
+        struct cmsghdr *cm;
+        memset(&cb, 0, sizeof cb);
+        mh.msg_control = cb.b;
+        mh.msg_controllen = sizeof cb.b;
+        cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    }
+    /* A fresh seqpacket socket has room for a small datagram: a send that
+     * would block means the daemon stopped reading. */
+    do
+        n = sendmsg(c->chan, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        rnc_chan_close(c);
+        return -rnc_fail(c, RN_TIMEOUT, "session channel: the daemon does not read");
+    }
+    if (n < 0)
+        return -lost(c, "send", errno);
+    for (;;) {
+        int r = poll(&p, 1, left_ms(deadline_ns));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -rnc_fail(c, RN_SYSTEM, "session channel: poll: %s", strerror(errno));
+        if (r == 0) {
+            /* A late reply must not be taken for the next request's: the
+             * connection goes, and the session with it. */
+            rnc_chan_close(c);
+            return -rnc_fail(c, RN_TIMEOUT, "session channel: no reply within %d ms",
+                             c->timeout_ms);
+        }
+        n = recv(c->chan, rep, RNP_CHAN_MAX, MSG_DONTWAIT | MSG_TRUNC);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0)
+            return -lost(c, "receive", n < 0 ? errno : 0);
+        break;
+    }
+    if (n > RNP_CHAN_MAX || n < RNP_CHAN_HDR || rnp_le32_get(rep) != RNP_CHAN_MAGIC ||
+        rnp_le16_get(rep + 4) != RNP_CHAN_VERSION)
+        return -rnc_fail(c, RN_BAD_REPLY, "session channel: a reply of %zd bytes that is not "
+                         "the channel's", n);
+    if (rnp_le16_get(rep + 6) == RNP_CHAN_ERROR) {
+        char msg[RNP_CHAN_ERROR_MSG];
+        int code;
+        if (n != RNP_CHAN_ERROR_LEN)
+            return -rnc_fail(c, RN_BAD_REPLY, "session channel: an error reply of %zd bytes", n);
+        code = (int)rnp_le32_get(rep + RNP_CHAN_HDR);
+        memcpy(msg, rep + RNP_CHAN_HDR + 4, sizeof msg);
+        msg[sizeof msg - 1] = '\0';
+        return -rnc_fail(c, code > 0 ? code : RN_BAD_REPLY, "%s", msg);
+    }
+    return (int)n;
+}
+
+/* Check that a reply is of type t and len bytes. */
+static int expect(rn_client *c, const uint8_t *rep, int n, uint16_t t, int len)
+{
+    if (n != len || rnp_le16_get(rep + 6) != t)
+        return rnc_fail(c, RN_BAD_REPLY, "session channel: reply type %u of %d bytes, "
+                        "expected type %u of %d", (unsigned)rnp_le16_get(rep + 6), n,
+                        (unsigned)t, len);
+    return 0;
+}
+
+/* Connect to path by the deadline.  A listener with a full backlog answers
+ * EAGAIN at once rather than making the connect wait, so it is tried again
+ * until the deadline. */
+static int connect_by(rn_client *c, const struct sockaddr_un *sa, uint64_t deadline_ns)
+{
+    for (;;) {
+        if (connect(c->chan, (const struct sockaddr *)sa, sizeof *sa) == 0)
+            return 0;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN || left_ms(deadline_ns) == 0)
+            break;
+        poll(NULL, 0, 1);
+    }
+    if (errno == EAGAIN)
+        return rnc_fail(c, RN_TIMEOUT, "session channel %s: no room to connect within %d ms",
+                        sa->sun_path, c->timeout_ms);
+    return rnc_fail(c, RN_UNREACHABLE, "session channel %s: %s", sa->sun_path, strerror(errno));
+}
+
+int rnc_chan_open(rn_client *c)
+{
+    uint64_t deadline = deadline_of(c);
+    uint8_t m[RNP_CHAN_AUTH_LEN], rep[RNP_CHAN_MAX];
+    struct sockaddr_un sa;
+    const char *path = c->endpoint + 6;
+    rn_fault f;
+    int n, rv;
+
+    rnc_chan_close(c);
+    if (strncmp(c->endpoint, "ipc://", 6) != 0 ||
+        strlen(path) + strlen(RNP_CHAN_SUFFIX) >= sizeof sa.sun_path)
+        return rnc_fail(c, RN_ENDPOINT, "endpoint %s: no room for the session channel's path",
+                        c->endpoint);
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s%s", path, RNP_CHAN_SUFFIX);
+    RN_SYS_GOTO(c->chan = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), &f,
+                fail);
+    c->have_chan = true;
+    if ((rv = connect_by(c, &sa, deadline)) != 0)
+        goto out;
+    rnp_chan_hdr(m, RNP_CHAN_AUTH);
+    memcpy(m + RNP_CHAN_HDR, c->session.b, RNP_SESSION_BYTES);
+    if ((n = exchange(c, m, sizeof m, -1, rep, deadline)) < 0) {
+        rv = -n;
+        goto out;
+    }
+    if ((rv = expect(c, rep, n, RNP_CHAN_AUTH_OK, RNP_CHAN_AUTH_OK_LEN)) != 0)
+        goto out;
+    return 0;
+out:
+    rnc_chan_close(c);
+    return rv;
+fail:
+    return rnc_fail(c, RN_SYSTEM, "session channel: socket: %s", strerror(f.err));
+}
+
+int rnc_chan_register(rn_client *c, int fd, uint64_t size, uint32_t *region)
+{
+    uint8_t m[RNP_CHAN_REGISTER_FD_LEN], rep[RNP_CHAN_MAX];
+    int n, rv;
+
+    if (!c->have_chan)
+        return rnc_fail(c, RN_UNKNOWN_SESSION, "session channel: not connected");
+    rnp_chan_hdr(m, RNP_CHAN_REGISTER_FD);
+    rnp_le64_put(m + RNP_CHAN_HDR, size);
+    if ((n = exchange(c, m, sizeof m, fd, rep, deadline_of(c))) < 0)
+        return -n;
+    if ((rv = expect(c, rep, n, RNP_CHAN_REGION_OK, RNP_CHAN_REGION_OK_LEN)) != 0)
+        return rv;
+    *region = rnp_le32_get(rep + RNP_CHAN_HDR);
+    if (*region == 0)
+        return rnc_fail(c, RN_BAD_REPLY, "session channel: region id 0");
+    return 0;
+}
+
+void rnc_chan_close(rn_client *c)
+{
+    if (c->have_chan)
+        close(c->chan);
+    c->have_chan = false;
+    c->chan = -1;
+}
