@@ -125,6 +125,13 @@ typedef struct rnd_backend_ops {
     /* Map a region; the error names the register.* field at fault. */
     int (*region_open)(rnd_backend *be, void *bsess, const rnp_register_req *req,
                        rnd_mapping *out, rnp_error *err);
+    /* Map size bytes of the descriptor fd a client passed on the session
+     * channel (the CPU backend: a regular file or memfd, at least size
+     * bytes).  fd stays the caller's (it closes it).  The error names the
+     * register_fd.* field at fault; RN_UNSUPPORTED where the backend's
+     * memory comes another way (CUDA: IPC handles over nanomsg). */
+    int (*region_open_fd)(rnd_backend *be, void *bsess, int fd, uint64_t size, rnd_mapping *out,
+                          rnp_error *err);
     /* No job that uses m is between submit and done. */
     void (*region_close)(rnd_backend *be, void *bsess, rnd_mapping *m);
     int (*events)(rnd_backend *be, void *bsess, const rnp_events_req *req,

@@ -368,12 +368,50 @@ static int cpu_session_open(rnd_backend *be, void **bsess, rnp_error *err)
 
 static void cpu_session_close(rnd_backend *be, void *bsess) {}
 
+/* Map size bytes of fd shared; field names the request's fields in errors
+ * ("register" or "register_fd").  Does not close fd. */
+static int map_fd(int fd, uint64_t size, const char *field, rnd_mapping *out, rnp_error *err)
+{
+    struct stat st;
+    void *base;
+
+    if (size == 0)
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "%s.size: must be at least 1 byte", field);
+    if (size > (uint64_t)SIZE_MAX / 2)
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "%s.size: %llu bytes is too large", field,
+                        (unsigned long long)size);
+    if (fstat(fd, &st) != 0)
+        return rnp_fail(err, RN_SYSTEM, "%s: fstat: %s", field, strerror(errno));
+    /* Shared memory objects and memfds are regular files; a pipe, socket or
+     * device must not be mapped (nor a descriptor that cannot be). */
+    if (!S_ISREG(st.st_mode))
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "%s: not a shared memory object", field);
+    if ((uint64_t)st.st_size < size)
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "%s.size: %llu bytes claimed, but the object has %lld", field,
+                        (unsigned long long)size, (long long)st.st_size);
+    base = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        int e = errno;
+        return rnp_fail(err, e == ENOMEM ? RN_NOMEM : RN_SYSTEM, "%s: mmap of %llu bytes: %s",
+                        field, (unsigned long long)size, strerror(e));
+    }
+    out->base = base;
+    out->size = size;
+    out->handle = NULL;
+    return 0;
+}
+
+static int cpu_region_open_fd(rnd_backend *be, void *bsess, int fd, uint64_t size,
+                              rnd_mapping *out, rnp_error *err)
+{
+    return map_fd(fd, size, "register_fd", out, err);
+}
+
 static int cpu_region_open(rnd_backend *be, void *bsess, const rnp_register_req *req,
                            rnd_mapping *out, rnp_error *err)
 {
     const char *name = req->shm_name;
-    struct stat st;
-    void *base;
     int fd, rc;
     size_t len;
 
@@ -400,32 +438,7 @@ static int cpu_region_open(rnd_backend *be, void *bsess, const rnp_register_req 
         return rnp_fail(err, e == ENOMEM ? RN_NOMEM : RN_SYSTEM,
                         "register.shm_name: cannot open '%.*s': %s", 200 - 80, name, strerror(e));
     }
-    if (fstat(fd, &st) != 0) {
-        rc = rnp_fail(err, RN_SYSTEM, "register.shm_name: fstat: %s", strerror(errno));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = rnp_fail(err, RN_INVALID_ARGUMENT, "register.shm_name: not a shared memory object");
-        goto out;
-    }
-    if ((uint64_t)st.st_size < req->size) {
-        rc = rnp_fail(err, RN_INVALID_ARGUMENT,
-                      "register.size: %llu bytes claimed, but the object has %lld",
-                      (unsigned long long)req->size, (long long)st.st_size);
-        goto out;
-    }
-    base = mmap(NULL, (size_t)req->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-        int e = errno;
-        rc = rnp_fail(err, e == ENOMEM ? RN_NOMEM : RN_SYSTEM, "register: mmap of %llu bytes: %s",
-                      (unsigned long long)req->size, strerror(e));
-        goto out;
-    }
-    out->base = base;
-    out->size = req->size;
-    out->handle = NULL;
-    rc = 0;
-out:
+    rc = map_fd(fd, req->size, "register", out, err);
     close(fd);
     return rc;
 }
@@ -516,6 +529,7 @@ const rnd_backend_ops rnd_backend_cpu_ops = {
     .session_open = cpu_session_open,
     .session_close = cpu_session_close,
     .region_open = cpu_region_open,
+    .region_open_fd = cpu_region_open_fd,
     .region_close = cpu_region_close,
     .events = cpu_events,
     .submit = cpu_submit,

@@ -37,6 +37,14 @@ static const flag_def flags[] = {
     {"socket-mode", "OCTAL", "permissions of the socket file (default 0660)"},
     {"socket-group", "NAME", "group of the socket file (default: unchanged)"},
     {"max-sessions", "N", "client sessions at once (default 64)"},
+    {"max-sessions-per-uid", "N", "sessions of one verified user at once (default: a quarter of\n"
+                                  "                          max-sessions, at least 1)"},
+    {"auth-timeout", "SEC", "end a session not authenticated on the session channel this\n"
+                            "                          long after its HELLO (default 10; 0 = never, for\n"
+                            "                          old clients)"},
+    {"allow-shm-names", NULL, "accept REGISTER of shared memory by name over nanomsg, for old\n"
+                              "                          clients: the daemon opens the name with its own\n"
+                              "                          privileges (default no; in the file: yes|no)"},
     {"max-regions", "N", "registered regions per session (default 4096)"},
     {"max-mapped-gib", "N", "GiB of regions one session may have mapped (default 1024)"},
     {"max-mappings", "N", "regions mapped at once in all (default 0: vm.max_map_count less an\n"
@@ -74,6 +82,7 @@ void rnd_config_defaults(rnd_config *cfg)
     cfg->max_m = 16777216;
     cfg->max_n = 262144;
     cfg->idle_timeout = 600;
+    cfg->auth_timeout = 10;
     cfg->threads = 0;
     cfg->log_level = RND_LOG_INFO;
     cfg->kernel_deadline_ms = 60000;
@@ -127,6 +136,17 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, rnp_erro
 
     if (!f)
         return rnp_fail(err, RN_INVALID_ARGUMENT, "unknown setting '%s' (see --help)", key);
+    if (strcmp(f->name, "allow-shm-names") == 0) {
+        /* A switch on the command line (no value), yes or no in the file. */
+        if (!value || !strcmp(value, "yes") || !strcmp(value, "true") || !strcmp(value, "1"))
+            cfg->allow_shm_names = true;
+        else if (!strcmp(value, "no") || !strcmp(value, "false") || !strcmp(value, "0"))
+            cfg->allow_shm_names = false;
+        else
+            return rnp_fail(err, RN_INVALID_ARGUMENT, "allow-shm-names: expected yes or no, got '%s'",
+                            value);
+        return 0;
+    }
     if (!f->arg)
         return rnp_fail(err, RN_INVALID_ARGUMENT, "%s: not a setting", f->name);
     if (!value)
@@ -179,6 +199,10 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, rnp_erro
     }
     if (strcmp(f->name, "max-sessions") == 0)
         NUM(max_sessions, 1, 65536);
+    if (strcmp(f->name, "max-sessions-per-uid") == 0)
+        NUM(max_sessions_per_uid, 1, 65536);
+    if (strcmp(f->name, "auth-timeout") == 0)
+        NUM(auth_timeout, 0, 3600);
     if (strcmp(f->name, "max-regions") == 0)
         NUM(max_regions, 1, 1u << 20);
     if (strcmp(f->name, "max-mapped-gib") == 0)
@@ -415,6 +439,16 @@ int rnd_config_finish(rnd_config *cfg, rnp_error *err)
         return rc;
     if ((rc = rnp_check_endpoint(cfg->endpoint, &path, err)) != 0)
         return rc;
+    /* The session channel's socket is the nanomsg socket's path plus a
+     * suffix, and must fit a Unix socket address too. */
+    if (strlen(path) + strlen(RND_CHAN_SUFFIX) >= RND_SUN_PATH_MAX)
+        return rnp_fail(err, RN_ENDPOINT,
+                        "endpoint: the socket path is %zu bytes; with the session channel's "
+                        "'%s' beside it, it must be shorter than %zu ('%.80s')",
+                        strlen(path), RND_CHAN_SUFFIX,
+                        (size_t)RND_SUN_PATH_MAX - strlen(RND_CHAN_SUFFIX), cfg->endpoint);
+    if (!cfg->max_sessions_per_uid)
+        cfg->max_sessions_per_uid = cfg->max_sessions / 4 ? cfg->max_sessions / 4 : 1;
     if (cfg->max_inflight > cfg->max_inflight_total)
         cfg->max_inflight = cfg->max_inflight_total;
     return 0;

@@ -40,6 +40,17 @@ typedef struct rnd_config {
     uint64_t max_m;
     uint32_t max_n;
     uint32_t idle_timeout;             /* seconds; 0 = never */
+    /* Sessions of one verified uid (counted when a session authenticates on
+     * the session channel); 0 until rnd_config_finish picks the default,
+     * a quarter of max_sessions. */
+    uint32_t max_sessions_per_uid;
+    /* A session that has not authenticated on the session channel within
+     * this many seconds of its HELLO ends: its pid and uid are unverified,
+     * so it must not hold a place for long.  0 = never (old clients). */
+    uint32_t auth_timeout;
+    /* REGISTER by shm name over nanomsg: the daemon opens the name with its
+     * own privileges, so only for old clients on a trusted host. */
+    bool allow_shm_names;
     uint32_t threads;                  /* 0 = one per online CPU */
     uint64_t kernel_deadline_ms;       /* cuda: a longer kernel fails the device */
     uint32_t debug_force_grid;         /* cuda: CTAs of every launch; 0 = the plan's */
@@ -89,6 +100,10 @@ int rnd_config_finish(rnd_config *cfg, rnp_error *err);
 
 /* The path of an ipc:// endpoint (points into cfg->endpoint). */
 const char *rnd_config_ipc_path(const rnd_config *cfg);
+
+/* The session channel's socket sits beside the nanomsg socket file. */
+#define RND_CHAN_SUFFIX RNP_CHAN_SUFFIX
+
 
 /* Re-read only the log level from the file (for SIGHUP).  Returns 0 and sets
  * *level (unchanged if the file does not set it), or an rn_status with err. */

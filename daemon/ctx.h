@@ -6,8 +6,8 @@
  * of it is locked.
  *
  * Who writes what: server.c the condition flags; transport.c the socket
- * (and counts replies); session.c the session table; request.c the request
- * counters.  Everyone else only reads.
+ * (and counts replies); chan.c the session channel; session.c the session
+ * table; request.c the request counters.  Everyone else only reads.
  */
 #ifndef RND_CTX_H
 #define RND_CTX_H
@@ -17,6 +17,7 @@
 #include <uv.h>
 
 #include "backend.h"
+#include "chan.h"
 #include "config.h"
 #include "rn_proto.h"
 #include "session.h"
@@ -32,6 +33,7 @@ typedef struct rnd_ctx {
     rnd_stats stats;
     rnd_sessions sessions;
     rnd_transport tx;
+    rnd_chan chan;
 
     uint32_t inflight_total;       /* BWD requests between receipt and release */
     bool draining;                 /* new work is refused */

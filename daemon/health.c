@@ -76,7 +76,8 @@ void rnd_health_fill(const rnd_ctx *ctx, rnp_health_rep *out)
     }
     if (ctx->sessions.n >= ctx->cfg.max_sessions) {
         WORSE(RNP_HEALTH_DEGRADED);
-        REASON("sessions: %u in use, the limit (--max-sessions)", ctx->sessions.n);
+        REASON("sessions: %u in use, the limit (--max-sessions); %u not authenticated",
+               ctx->sessions.n, rnd_sessions_unauthenticated(&ctx->sessions));
     }
     const rnd_sessions *t = &ctx->sessions;
     if (t->map_budget != UINT64_MAX && t->regions_active * 10 >= t->map_budget * 9) {

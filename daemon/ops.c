@@ -22,6 +22,10 @@ int rnd_op_hello(rnd_ctx *ctx, rnd_session *unused, const rnp_request *req, rnp_
     rnd_session *s;
     int rc;
 
+    /* HELLOs that nobody authenticates must not keep clients out: the
+     * oldest of them past its grace period makes room. */
+    if (ctx->sessions.n >= ctx->cfg.max_sessions)
+        rnd_sessions_evict_unauthenticated(&ctx->sessions, rnd_now_ns());
     if (ctx->sessions.n >= ctx->cfg.max_sessions) {
         ctx->last_busy_ns = rnd_now_ns();
         return rnp_fail(err, RN_BUSY, "hello: %u sessions open, the limit (--max-sessions)",
@@ -40,6 +44,7 @@ int rnd_op_hello(rnd_ctx *ctx, rnd_session *unused, const rnp_request *req, rnp_
     h->cc_minor = ctx->dev.cc_minor;
     h->mps = ctx->dev.mps;
     h->limits = ctx->limits;
+    h->channel = true;
     return 0;
 }
 
@@ -48,6 +53,15 @@ int rnd_op_register(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_re
 {
     uint32_t id;
     int rc;
+
+    /* By name, the daemon would open the object with its own privileges,
+     * which a client on the socket need not have: shared memory comes as a
+     * descriptor on the session channel instead. */
+    if (req->u.reg.kind == RNP_REGION_SHM && !ctx->cfg.allow_shm_names)
+        return rnp_fail(err, RN_UNSUPPORTED,
+                        "register.kind: shared memory is registered by descriptor on the "
+                        "session channel (%s%s); by name only with allow-shm-names = yes",
+                        rnd_config_ipc_path(&ctx->cfg), RND_CHAN_SUFFIX);
 
     if ((rc = rnd_region_add(s, &req->u.reg, &id, err)) != 0)
         return rc;
@@ -91,6 +105,7 @@ int rnd_op_stats(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply
     snprintf(rep->u.stats.backend, sizeof rep->u.stats.backend, "%s", ctx->dev.backend);
     snprintf(rep->u.stats.device, sizeof rep->u.stats.device, "%s", ctx->dev.device_name);
     g.sessions_active = ctx->sessions.n;
+    g.sessions_unauth = rnd_sessions_unauthenticated(&ctx->sessions);
     g.regions_active = ctx->sessions.regions_active;
     g.inflight_current = ctx->inflight_total;
     g.now_ns = rnd_now_ns();

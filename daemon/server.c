@@ -43,6 +43,8 @@ static void on_tick(uv_timer_t *t)
     uint64_t oldest;
 
     rnd_sessions_check_pids(&srv->ctx.sessions);
+    rnd_sessions_expire_unauthenticated(&srv->ctx.sessions, rnd_now_ns());
+    rnd_chan_expire(&srv->ctx, rnd_now_ns());
     update_status(srv, false);
     if (rnd_health_stuck(&srv->ctx, rnd_now_ns(), &oldest)) {
         if (!srv->stuck_logged)
@@ -79,6 +81,7 @@ static void finish_drain(rnd_server *srv)
 
     rnd_transport_receive_all(ctx);
     rnd_sessions_end_all(&ctx->sessions, "daemon shutting down");
+    rnd_chan_close(ctx);
     rnd_transport_close(ctx);
     if (srv->handles_init) {
         close_handle((uv_handle_t *)&srv->idle_timer);
@@ -226,8 +229,19 @@ int rnd_server_start(rnd_server *srv, uv_loop_t *loop, const rnd_config *cfg, rn
     rnd_sessions_init(&ctx->sessions, loop, be, &ctx->cfg, &ctx->stats,
                       rnd_request_cancel_session);
 
-    if ((rc = rnd_transport_open(ctx, rnd_request_receive, err)) != 0)
+    /* The channel first: its bind finds another daemon on the endpoint
+     * without starting a front, and a failure leaves nothing to stop. */
+    if ((rc = rnd_chan_open(ctx, err)) != 0)
         return rc;
+    if ((rc = rnd_transport_open(ctx, rnd_request_receive, err)) != 0) {
+        rnd_chan_close(ctx);
+        return rc;
+    }
+    if ((rc = rnd_chan_start(ctx, err)) != 0) {
+        rnd_chan_close(ctx);
+        rnd_transport_close(ctx);
+        return rc;
+    }
 
     uv_timer_init(loop, &srv->idle_timer);
     uv_timer_init(loop, &srv->tick_timer);
@@ -268,6 +282,7 @@ void rnd_server_fini(rnd_server *srv)
 {
     /* finish_drain released everything; this covers a loop that stopped
      * some other way. */
+    rnd_chan_close(&srv->ctx);
     rnd_transport_close(&srv->ctx);
 }
 

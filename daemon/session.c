@@ -34,17 +34,95 @@ static void session_hex(const rnd_session *s, char out[9])
 
 /* The client is gone: nobody waits for its queued requests, so let the
  * backend skip those it has not started rather than compute for no one. */
-static void client_died(rnd_session *s)
+void rnd_session_client_gone(rnd_session *s, const char *why)
 {
+    if (s->ending)
+        return;
     s->tab->stats->clients_died++;
     if (s->tab->cancel)
         s->tab->cancel(s);
-    rnd_session_end(s, "client process exited");
+    rnd_session_end(s, why);
+}
+
+static void client_died(rnd_session *s)
+{
+    rnd_session_client_gone(s, "client process exited");
+}
+
+/* A pidfd watch lives apart from its session: moving the watch to the
+ * verified pid closes the old one while the session lives on, and libuv lets
+ * go of a handle only in a later callback, after the session may be gone. */
+struct rnd_pidwatch {
+    uv_poll_t poll;
+    int fd;
+    rnd_session *s;                /* NULL once the session let go */
+};
+
+static void on_watch_closed(uv_handle_t *h)
+{
+    rnd_pidwatch *w = h->data;
+    close(w->fd);
+    free(w);
+}
+
+static void watch_close(rnd_session *s)
+{
+    rnd_pidwatch *w = s->watch;
+    if (!w)
+        return;
+    s->watch = NULL;
+    w->s = NULL;
+    uv_close((uv_handle_t *)&w->poll, on_watch_closed);
 }
 
 static void on_pid_exit(uv_poll_t *h, int status, int events)
 {
-    client_died(h->data);
+    rnd_pidwatch *w = h->data;
+    if (w->s)
+        client_died(w->s);
+}
+
+/* Watch pid for s (pid 0: nothing to watch).  Returns -1 when no process pid
+ * exists; any other failure leaves s to the once-a-second check. */
+static int watch_pid(rnd_session *s, uint32_t pid)
+{
+    rnd_pidwatch *w;
+    int fd, urc;
+
+    if (pid == 0)
+        return 0;
+    fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ESRCH || e == EINVAL)
+            return -1;
+        /* Old kernels and valgrind lack pidfd_open: the once-a-second
+         * rnd_sessions_check_pids covers those sessions. */
+        rnd_debug("pidfd_open(%u) failed (%s): checking the pid once a second instead",
+                  (unsigned)pid, strerror(e));
+        return 0;
+    }
+    if (!(w = calloc(1, sizeof *w))) {
+        close(fd);
+        return 0;
+    }
+    w->fd = fd;
+    if ((urc = uv_poll_init(s->tab->loop, &w->poll, fd)) != 0) {
+        rnd_warn("Failed to poll the pidfd of client pid %u (%s): checking it once a second",
+                 (unsigned)pid, uv_strerror(urc));
+        close(fd);
+        free(w);
+        return 0;
+    }
+    w->poll.data = w;
+    w->s = s;
+    s->watch = w;
+    if ((urc = uv_poll_start(&w->poll, UV_READABLE, on_pid_exit)) != 0) {
+        rnd_warn("Failed to poll the pidfd of client pid %u (%s): checking it once a second",
+                 (unsigned)pid, uv_strerror(urc));
+        watch_close(s);
+    }
+    return 0;
 }
 
 void rnd_sessions_init(rnd_sessions *tab, uv_loop_t *loop, rnd_backend *be,
@@ -97,28 +175,11 @@ int rnd_session_create(rnd_sessions *tab, const rnp_hello_req *hello, rnd_sessio
     if (!s)
         return rnp_fail(err, RN_NOMEM, "hello: out of memory");
     s->tab = tab;
-    s->pidfd = -1;
     rn_queue_init(&s->running);
     s->pid = hello->pid;
     snprintf(s->name, sizeof s->name, "%s", hello->client_name);
     s->next_region_id = 1;
 
-    /* pid 0 means "do not watch me"; the idle timeout still applies. */
-    if (hello->pid != 0) {
-        s->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)hello->pid, 0);
-        if (s->pidfd < 0) {
-            int e = errno;
-            if (e == ESRCH || e == EINVAL) {
-                rc = rnp_fail(err, RN_INVALID_ARGUMENT, "hello.pid: no process %u",
-                              (unsigned)hello->pid);
-                goto fail;
-            }
-            /* Old kernels and valgrind lack pidfd_open: the once-a-second
-             * rnd_sessions_check_pids covers those sessions. */
-            rnd_debug("pidfd_open(%u) failed (%s): checking the pid once a second instead",
-                      (unsigned)hello->pid, strerror(e));
-        }
-    }
     while (got < (ssize_t)sizeof s->cap.b) {
         ssize_t n = getrandom(s->cap.b + got, sizeof s->cap.b - (size_t)got, 0);
         if (n < 0 && errno == EINTR)
@@ -135,18 +196,13 @@ int rnd_session_create(rnd_sessions *tab, const rnp_hello_req *hello, rnd_sessio
     }
     if ((rc = tab->be->ops->session_open(tab->be, &s->bsess, err)) != 0)
         goto fail_dedupe;
-    if (s->pidfd >= 0) {
-        int urc = uv_poll_init(tab->loop, &s->pid_poll, s->pidfd);
-        if (urc == 0) {
-            s->pid_poll_init = true;
-            s->pid_poll.data = s;
-            urc = uv_poll_start(&s->pid_poll, UV_READABLE, on_pid_exit);
-        }
-        if (urc != 0)
-            rnd_warn("Failed to poll the pidfd of client pid %u (%s): its session ends on BYE "
-                     "or idle timeout only", (unsigned)hello->pid, uv_strerror(urc));
+    /* pid 0 means "do not watch me"; the idle timeout still applies.  The
+     * pid is a claim until the session authenticates (rnd_session_bind). */
+    if (watch_pid(s, hello->pid) != 0) {
+        rc = rnp_fail(err, RN_INVALID_ARGUMENT, "hello.pid: no process %u", (unsigned)hello->pid);
+        goto fail_backend;
     }
-    s->last_active_ns = rnd_now_ns();
+    s->last_active_ns = s->created_ns = rnd_now_ns();
     rn_queue_push_front(&tab->list, &s->link);
     tab->n++;
     tab->stats->sessions_total++;
@@ -158,11 +214,11 @@ int rnd_session_create(rnd_sessions *tab, const rnp_hello_req *hello, rnd_sessio
     *out = s;
     return 0;
 
+fail_backend:
+    tab->be->ops->session_close(tab->be, s->bsess);
 fail_dedupe:
     rnd_dedupe_fini(&s->dedupe);
 fail:
-    if (s->pidfd >= 0)
-        close(s->pidfd);
     free(s);
     return rc;
 }
@@ -191,6 +247,53 @@ rnd_session *rnd_session_find(rnd_sessions *tab, const rnp_session *cap)
     return NULL;
 }
 
+/* Authenticated sessions of uid, ending ones excluded. */
+static uint32_t sessions_of_uid(const rnd_sessions *tab, uint32_t uid)
+{
+    uint32_t n = 0;
+    const rn_queue *q;
+    RN_QUEUE_FOREACH(q, &tab->list) {
+        const rnd_session *o = SESSION_OF(q);
+        n += o->authed && !o->ending && o->uid == uid;
+    }
+    return n;
+}
+
+int rnd_session_bind(rnd_session *s, uint32_t pid, uint32_t uid, void *chan, rnp_error *err)
+{
+    rnd_sessions *tab = s->tab;
+    char hx[9];
+
+    if (s->authed || s->chan)
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "auth.session: already authenticated on another connection");
+    /* The daemon's own user and root could stop the daemon anyway; the
+     * quota keeps other users from taking every session. */
+    if (uid != 0 && uid != (uint32_t)geteuid()) {
+        uint32_t n = sessions_of_uid(tab, uid);
+        if (n >= tab->cfg->max_sessions_per_uid)
+            return rnp_fail(err, RN_BUSY,
+                            "auth: uid %u has %u sessions, its limit (--max-sessions-per-uid)",
+                            (unsigned)uid, (unsigned)n);
+    }
+    session_hex(s, hx);
+    if (pid != s->pid || !s->watch) {
+        if (pid != s->pid)
+            rnd_info("Session %s of '%s': HELLO claimed pid %u, the channel's peer is pid %u; "
+                     "the verified pid counts", hx, s->name, (unsigned)s->pid, (unsigned)pid);
+        watch_close(s);
+        s->pid = pid;
+        /* The peer may have exited since the kernel recorded it: then the
+         * once-a-second check ends the session. */
+        (void)watch_pid(s, pid);
+    }
+    s->uid = uid;
+    s->authed = true;
+    s->chan = chan;
+    rnd_debug("Session %s authenticated: pid %u, uid %u", hx, (unsigned)pid, (unsigned)uid);
+    return 0;
+}
+
 static void region_close(rnd_region *r)
 {
     rnd_session *s = r->sess;
@@ -208,7 +311,10 @@ void rnd_region_unref(rnd_region *r)
         region_close(r);
 }
 
-int rnd_region_add(rnd_session *s, const rnp_register_req *req, uint32_t *id, rnp_error *err)
+/* The limits, then the backend's mapping: of req (REGISTER over nanomsg),
+ * or, with req NULL, of the descriptor fd (REGISTER_FD on the channel). */
+static int region_add(rnd_session *s, const rnp_register_req *req, int fd, uint64_t size,
+                      uint32_t *id, rnp_error *err)
 {
     const rnd_config *cfg = s->tab->cfg;
     rnd_backend *be = s->tab->be;
@@ -237,16 +343,16 @@ int rnd_region_add(rnd_session *s, const rnp_register_req *req, uint32_t *id, rn
     uint64_t cap = cfg->max_mapped_gib << 30;
     /* Larger than the whole budget: no UNREGISTER could make room, so not
      * BUSY ("retry later"). */
-    if (req->size > cap)
+    if (size > cap)
         return rnp_fail(err, RN_TOO_LARGE,
                         "register.size: %llu bytes exceed the %llu GiB one session may map "
                         "(--max-mapped-gib)",
-                        (unsigned long long)req->size, (unsigned long long)cfg->max_mapped_gib);
-    if (s->mapped_bytes > cap || req->size > cap - s->mapped_bytes)
+                        (unsigned long long)size, (unsigned long long)cfg->max_mapped_gib);
+    if (s->mapped_bytes > cap || size > cap - s->mapped_bytes)
         return rnp_fail(err, RN_BUSY,
                         "register.size: %llu more bytes would pass the session's %llu GiB of "
                         "mapped regions (--max-mapped-gib)",
-                        (unsigned long long)req->size, (unsigned long long)cfg->max_mapped_gib);
+                        (unsigned long long)size, (unsigned long long)cfg->max_mapped_gib);
     if (!s->regions) {
         s->regions = calloc(cfg->max_regions, sizeof *s->regions);
         if (!s->regions)
@@ -255,7 +361,9 @@ int rnd_region_add(rnd_session *s, const rnp_register_req *req, uint32_t *id, rn
     r = calloc(1, sizeof *r);
     if (!r)
         return rnp_fail(err, RN_NOMEM, "register: out of memory");
-    if ((rc = be->ops->region_open(be, s->bsess, req, &r->map, err)) != 0) {
+    rc = req ? be->ops->region_open(be, s->bsess, req, &r->map, err)
+             : be->ops->region_open_fd(be, s->bsess, fd, size, &r->map, err);
+    if (rc != 0) {
         free(r);
         return rc;
     }
@@ -268,6 +376,16 @@ int rnd_region_add(rnd_session *s, const rnp_register_req *req, uint32_t *id, rn
     s->tab->regions_active++;
     *id = r->id;
     return 0;
+}
+
+int rnd_region_add(rnd_session *s, const rnp_register_req *req, uint32_t *id, rnp_error *err)
+{
+    return region_add(s, req, -1, req->size, id, err);
+}
+
+int rnd_region_add_fd(rnd_session *s, int fd, uint64_t size, uint32_t *id, rnp_error *err)
+{
+    return region_add(s, NULL, fd, size, id, err);
 }
 
 static void region_unlink_at(rnd_session *s, uint32_t i)
@@ -298,8 +416,10 @@ void rnd_session_end(rnd_session *s, const char *why)
     if (s->ending)
         return;
     s->ending = true;
-    if (s->pid_poll_init)
-        uv_poll_stop(&s->pid_poll);
+    watch_close(s);
+    if (s->chan && s->tab->unbind)
+        s->tab->unbind(s);
+    s->chan = NULL;
     session_hex(s, hx);
     rnd_info("Session %s of '%s' (pid %u) ends: %s%s", hx, s->name, (unsigned)s->pid, why,
              s->inflight ? "; releasing after its in-flight requests" : "");
@@ -310,14 +430,6 @@ void rnd_session_end(rnd_session *s, const char *why)
     while (s->nregions)
         region_unlink_at(s, s->nregions - 1);
     rnd_session_maybe_free(s);
-}
-
-static void on_session_closed(uv_handle_t *h)
-{
-    rnd_session *s = h->data;
-    if (s->pidfd >= 0)
-        close(s->pidfd);
-    free(s);
 }
 
 void rnd_session_maybe_free(rnd_session *s)
@@ -332,14 +444,7 @@ void rnd_session_maybe_free(rnd_session *s)
     rnd_dedupe_fini(&s->dedupe);
     free(s->regions);
     s->regions = NULL;
-    if (s->pid_poll_init) {
-        s->pid_poll.data = s;
-        uv_close((uv_handle_t *)&s->pid_poll, on_session_closed);
-    } else {
-        if (s->pidfd >= 0)
-            close(s->pidfd);
-        free(s);
-    }
+    free(s);
 }
 
 /* Ending a session may free it (nothing running), so every walk that ends
@@ -368,7 +473,7 @@ void rnd_sessions_check_pids(rnd_sessions *tab)
 
     RN_QUEUE_FOREACH_SAFE(q, n, &tab->list) {
         rnd_session *s = SESSION_OF(q);
-        if (s->ending || s->pidfd >= 0 || s->pid == 0)
+        if (s->ending || s->watch || s->pid == 0)
             continue;
         if (kill((pid_t)s->pid, 0) != 0 && errno == ESRCH)
             client_died(s);
@@ -381,6 +486,55 @@ void rnd_sessions_end_all(rnd_sessions *tab, const char *why)
 
     RN_QUEUE_FOREACH_SAFE(q, n, &tab->list)
         rnd_session_end(SESSION_OF(q), why);
+}
+
+void rnd_sessions_expire_unauthenticated(rnd_sessions *tab, uint64_t now_ns)
+{
+    uint64_t limit = (uint64_t)tab->cfg->auth_timeout * 1000000000ull;
+    rn_queue *q, *n;
+    char why[96];
+
+    if (!limit)
+        return;
+    RN_QUEUE_FOREACH_SAFE(q, n, &tab->list) {
+        rnd_session *s = SESSION_OF(q);
+        if (s->ending || s->authed || now_ns - s->created_ns < limit)
+            continue;
+        tab->stats->sessions_unauth_ended++;
+        snprintf(why, sizeof why, "not authenticated on the session channel within %u s",
+                 tab->cfg->auth_timeout);
+        rnd_session_end(s, why);
+    }
+}
+
+bool rnd_sessions_evict_unauthenticated(rnd_sessions *tab, uint64_t now_ns)
+{
+    rnd_session *oldest = NULL;
+    rn_queue *q;
+
+    RN_QUEUE_FOREACH(q, &tab->list) {
+        rnd_session *s = SESSION_OF(q);
+        if (s->ending || s->authed || now_ns - s->created_ns < RND_AUTH_GRACE_NS)
+            continue;
+        if (!oldest || s->created_ns < oldest->created_ns)
+            oldest = s;
+    }
+    if (!oldest)
+        return false;
+    tab->stats->sessions_unauth_ended++;
+    rnd_session_end(oldest, "not authenticated, and a new client needs its place");
+    return true;
+}
+
+uint32_t rnd_sessions_unauthenticated(const rnd_sessions *tab)
+{
+    uint32_t n = 0;
+    const rn_queue *q;
+    RN_QUEUE_FOREACH(q, &tab->list) {
+        const rnd_session *s = SESSION_OF(q);
+        n += !s->ending && !s->authed;
+    }
+    return n;
 }
 
 uint64_t rnd_sessions_oldest(const rnd_sessions *tab)

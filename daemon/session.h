@@ -2,8 +2,16 @@
  * session.h - client sessions and their regions.
  *
  * A session is created by HELLO (a random 128-bit capability names it), ends
- * on BYE, client exit (pidfd watch, or a once-a-second check), idle timeout or
- * the drain, and is freed once its last request has been released.  A region
+ * on BYE, client exit (pidfd watch, or a once-a-second check), idle timeout,
+ * the drain, the close of its session channel connection, or when it has not
+ * authenticated there in time, and is freed once its last request has been
+ * released.
+ *
+ * Authentication (chan.c): a client presents the capability on the session
+ * channel, whose peer credentials the kernel vouches for; rnd_session_bind
+ * then replaces HELLO's claimed pid by the verified one (the pid watch moves
+ * with it), records the verified uid and counts the session against that
+ * uid's quota.  Until then the session's pid is only a claim.  A region
  * is a mapping of client memory made by REGISTER; requests hold references,
  * and the mapping is closed once the region is unlinked (UNREGISTER, session
  * end) and its last reference is gone.
@@ -28,6 +36,12 @@
 
 typedef struct rnd_session rnd_session;
 typedef struct rnd_sessions rnd_sessions;
+typedef struct rnd_pidwatch rnd_pidwatch;
+
+/* How long a session may stay unauthenticated before a HELLO at the
+ * max-sessions limit may take its place: far longer than a client needs
+ * between its HELLO and its AUTH. */
+#define RND_AUTH_GRACE_NS 1000000000ull
 
 typedef struct rnd_region {
     uint32_t id;
@@ -45,11 +59,13 @@ typedef struct rnd_running {
 
 struct rnd_session {
     rnp_session cap;               /* 128-bit capability from getrandom() */
-    uint32_t pid;
+    uint32_t pid;                  /* HELLO's claim, the verified pid once authed */
+    uint32_t uid;                  /* verified; meaningful once authed */
+    bool authed;                   /* bound to a session channel connection */
+    void *chan;                    /* that connection (chan.c's), NULL when none */
+    uint64_t created_ns;
     char name[RNP_MAX_NAME];
-    int pidfd;                     /* -1: not watched */
-    uv_poll_t pid_poll;
-    bool pid_poll_init;
+    rnd_pidwatch *watch;           /* NULL: not watched by pidfd */
     void *bsess;                   /* the backend's per-session state */
     rnd_region **regions;          /* linked regions, unordered */
     uint32_t nregions;
@@ -76,6 +92,9 @@ struct rnd_sessions {
     uint64_t map_share;            /* ... and one client process (by pid) */
     /* The client of s died: cancel its requests (they may be skipped). */
     void (*cancel)(rnd_session *s);
+    /* s, bound to a channel connection (s->chan), ends: let go of the
+     * connection.  Set by the channel's owner; NULL when there is none. */
+    void (*unbind)(rnd_session *s);
 };
 
 /* The mapping budget comes from cfg->max_mappings, or vm.max_map_count
@@ -88,6 +107,14 @@ void rnd_sessions_end_all(rnd_sessions *tab, const char *why);
 void rnd_sessions_check_pids(rnd_sessions *tab);
 /* End sessions idle longer than the timeout. */
 void rnd_sessions_expire(rnd_sessions *tab, uint64_t now_ns);
+/* End sessions that did not authenticate within cfg->auth_timeout. */
+void rnd_sessions_expire_unauthenticated(rnd_sessions *tab, uint64_t now_ns);
+/* At the max-sessions limit: end the oldest session that has stayed
+ * unauthenticated longer than RND_AUTH_GRACE_NS, so that HELLOs nobody
+ * authenticates cannot keep clients out.  Returns whether one ended. */
+bool rnd_sessions_evict_unauthenticated(rnd_sessions *tab, uint64_t now_ns);
+/* Sessions not (yet) authenticated, ending ones excluded. */
+uint32_t rnd_sessions_unauthenticated(const rnd_sessions *tab);
 /* The receipt time of the oldest request still running, 0 if none. */
 uint64_t rnd_sessions_oldest(const rnd_sessions *tab);
 
@@ -96,12 +123,26 @@ int rnd_session_create(rnd_sessions *tab, const rnp_hello_req *hello, rnd_sessio
                        rnp_error *err);
 /* A live (not ending) session by capability, or NULL; touches it. */
 rnd_session *rnd_session_find(rnd_sessions *tab, const rnp_session *cap);
+/*
+ * AUTH on the session channel: bind s to connection chan and to the peer's
+ * verified pid and uid (the pid watch moves to pid).  Refused when s is
+ * bound already or uid is at --max-sessions-per-uid (the daemon's own uid
+ * and root are not counted: they could stop the daemon anyway).  Returns 0
+ * or an rn_status with err; s is unchanged on failure.
+ */
+int rnd_session_bind(rnd_session *s, uint32_t pid, uint32_t uid, void *chan, rnp_error *err);
 void rnd_session_end(rnd_session *s, const char *why);
+/* The client of s is gone (its process exited, or its session channel
+ * connection closed): cancel its requests that have not started and end s. */
+void rnd_session_client_gone(rnd_session *s, const char *why);
 /* A request of s ended (inflight dropped): free an ending session at zero. */
 void rnd_session_maybe_free(rnd_session *s);
 
 /* REGISTER / UNREGISTER.  err may be NULL for remove. */
 int rnd_region_add(rnd_session *s, const rnp_register_req *req, uint32_t *id, rnp_error *err);
+/* REGISTER_FD on the session channel: map size bytes of fd (the caller
+ * keeps and closes fd), with the same limits as REGISTER. */
+int rnd_region_add_fd(rnd_session *s, int fd, uint64_t size, uint32_t *id, rnp_error *err);
 int rnd_region_remove(rnd_session *s, uint32_t id, rnp_error *err);
 void rnd_region_unref(rnd_region *r);
 

@@ -129,11 +129,15 @@ void rnd_stats_fill(const rnd_stats *s, const rnd_gauges *g, rnp_stats_rep *out)
         put(out, name, s->requests[op]);
     }
     put(out, "requests.unknown", s->requests[0]);
+    put(out, "requests.auth", s->chan_auth);
+    put(out, "requests.register_fd", s->chan_register_fd);
     put(out, "replies.ok", s->replies_ok);
     put(out, "bytes.processed", s->bytes_processed);
     put(out, "sessions.active", g->sessions_active);
     put(out, "sessions.total", s->sessions_total);
     put(out, "sessions.expired", s->sessions_expired);
+    put(out, "sessions.unauthenticated", g->sessions_unauth);
+    put(out, "sessions.unauth_ended", s->sessions_unauth_ended);
     put(out, "regions.active", g->regions_active);
     put(out, "inflight.current", g->inflight_current);
     put(out, "inflight.max", s->inflight_max);

@@ -3,7 +3,7 @@
  * rendering into a STATS reply.  Counter names are part of the interface
  * (rmsnormctl renders them generically): "requests.<op>", "replies.ok",
  * "errors.<ERR_NAME>", "bytes.processed", "sessions.active", "sessions.total",
- * "sessions.expired", "regions.active", "inflight.current", "inflight.max",
+ * "sessions.expired", "sessions.unauthenticated", "sessions.unauth_ended", "regions.active", "inflight.current", "inflight.max",
  * "uptime.seconds", "busy.rejected", "dup.answered", "clients.died",
  * "front.restarts".
  * Histograms "queue", "compute", "total" are in nanoseconds.
@@ -48,6 +48,8 @@ typedef struct rnd_stats {
     uint64_t bytes_processed;
     uint64_t sessions_total;
     uint64_t sessions_expired;
+    uint64_t sessions_unauth_ended;      /* not authenticated in time, or evicted */
+    uint64_t chan_auth, chan_register_fd; /* session channel messages received */
     uint64_t busy_rejected;
     uint64_t dup_answered;
     uint64_t clients_died;
@@ -58,7 +60,7 @@ typedef struct rnd_stats {
 
 /* The values that are read from the live state when a STATS reply is built. */
 typedef struct rnd_gauges {
-    uint64_t sessions_active, regions_active, inflight_current, now_ns;
+    uint64_t sessions_active, sessions_unauth, regions_active, inflight_current, now_ns;
 } rnd_gauges;
 
 void rnd_stats_init(rnd_stats *s, uint64_t now_ns);

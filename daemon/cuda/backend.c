@@ -352,6 +352,16 @@ static void cuda_session_close(rnd_backend *be, void *bsess)
         sess_free((rnd_cuda *)be, bsess);
 }
 
+/* Device memory comes as CUDA IPC handles over nanomsg; descriptors on the
+ * session channel (cuMem exports) are later work. */
+static int cuda_region_open_fd(rnd_backend *be, void *bsess, int fd, uint64_t size,
+                               rnd_mapping *out, rnp_error *err)
+{
+    (void)be, (void)bsess, (void)fd, (void)size, (void)out;
+    return rnp_fail(err, RN_UNSUPPORTED,
+                    "register_fd: the cuda backend maps CUDA IPC handles (REGISTER kind 2) only");
+}
+
 const rnd_backend_ops rnd_backend_cuda_ops = {
     .name = "cuda",
     .init = cuda_init,
@@ -361,6 +371,7 @@ const rnd_backend_ops rnd_backend_cuda_ops = {
     .session_close = cuda_session_close,
     .session_ending = cuda_session_ending,
     .region_open = rnd_cuda_region_open,
+    .region_open_fd = cuda_region_open_fd,
     .region_close = rnd_cuda_region_close,
     .events = rnd_cuda_events,
     .submit = rnd_cuda_submit,

@@ -399,6 +399,11 @@ static void test_bad_input(void **state)
     rn_client *c;
     rn_health_info h;
 
+    /* This test registers shared memory by name on a plain socket, as a
+     * client from before the session channel does. */
+    rnh_arg(d, "--allow-shm-names");
+    rnh_arg(d, "--auth-timeout");
+    rnh_arg(d, "0");
     assert_int_equal(rnh_start(d), 0);
     x.region_size = 1 << 16;
     snprintf(name, sizeof name, "/rn-it.%d.bad", (int)getpid());

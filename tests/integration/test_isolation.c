@@ -280,6 +280,11 @@ static void test_sigbus_isolation(void **state)
 
     /* Four workers on two cores: the attacker's faulting requests run
      * while the victim's are on other threads. */
+    /* The tests of this file register shared memory by name on a plain
+     * socket, as a client from before the session channel does. */
+    rnh_arg(d, "--allow-shm-names");
+    rnh_arg(d, "--auth-timeout");
+    rnh_arg(d, "0");
     rnh_arg(d, "--threads");
     rnh_arg(d, "4");
     assert_int_equal(rnh_start(d), 0);
@@ -438,6 +443,9 @@ static void test_mapped_budget(void **state)
     rn_client *c;
     rn_health_info h;
 
+    rnh_arg(d, "--allow-shm-names");
+    rnh_arg(d, "--auth-timeout");
+    rnh_arg(d, "0");
     rnh_arg(d, "--max-mapped-gib");
     rnh_arg(d, "2");
     assert_int_equal(rnh_start(d), 0);
@@ -561,6 +569,9 @@ static void test_mapping_budget(void **state)
     rn_client *c;
     rn_health_info h;
 
+    rnh_arg(d, "--allow-shm-names");
+    rnh_arg(d, "--auth-timeout");
+    rnh_arg(d, "0");
     rnh_arg(d, "--max-mappings");
     rnh_arg(d, "8");
     assert_int_equal(rnh_start(d), 0);

@@ -235,10 +235,21 @@ static void test_endpoint_checks(void **state)
     char ep[RND_ENDPOINT_MAX];
     int action;
 
-    /* 107 path bytes plus the NUL fill sun_path exactly: accepted. */
-    snprintf(ep, sizeof ep, "ipc:///%0106d", 0);
-    assert_int_equal(strlen(ep + 6), 107);
+    /* 102 path bytes, ".chan" and the NUL fill sun_path exactly: accepted
+     * (the session channel's socket sits beside the nanomsg socket). */
+    snprintf(ep, sizeof ep, "ipc:///%0101d", 0);
+    assert_int_equal(strlen(ep + 6), 102);
     assert_int_equal(load(&c, &action, err, NULL, "--endpoint", ep, NULL), 0);
+
+    /* 103 to 107: the nanomsg socket would fit, its channel would not. */
+    for (int len = 103; len <= 107; len++) {
+        snprintf(ep, sizeof ep, "ipc:///%0*d", len - 1, 0);
+        assert_int_equal(strlen(ep + 6), (size_t)len);
+        assert_int_equal(load(&c, &action, err, NULL, "--endpoint", ep, NULL), -1);
+        assert_non_null(strstr(err, "socket path"));
+        assert_non_null(strstr(err, ".chan"));
+        assert_non_null(strstr(err, "103"));
+    }
 
     /* 108 and the 108-121 range nanomsg would abort on: refused, clearly. */
     for (int len = 108; len <= 125; len++) {

@@ -1,0 +1,430 @@
+/*
+ * chan.c - the session channel (chan.h): the listening socket, accept with
+ * the peer's credentials, and the messages AUTH and REGISTER_FD, each
+ * checked field by field before anything is done with it.
+ */
+#include "chan.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "ctx.h"
+#include "log.h"
+
+/* Descriptors one recvmsg takes in: a well-behaved client sends one, and
+ * every one received is closed again, so more is only a client's mistake. */
+#define MAX_FDS 16
+
+typedef struct conn {
+    int fd;
+    uv_poll_t poll;
+    uint32_t pid, uid;             /* SO_PEERCRED at accept */
+    uint64_t accepted_ns;
+    rnd_session *sess;             /* bound by AUTH; NULL before and after */
+    rnd_ctx *ctx;
+    rn_queue link;
+} conn;
+
+static void on_conn_closed(uv_handle_t *h)
+{
+    conn *c = h->data;
+    close(c->fd);
+    free(c);
+}
+
+/* Forget c; its session, if any, has let go of it already. */
+static void conn_free(conn *c)
+{
+    rnd_chan *ch = &c->ctx->chan;
+
+    rn_queue_remove(&c->link);
+    ch->nconns--;
+    uv_close((uv_handle_t *)&c->poll, on_conn_closed);
+}
+
+/* The connection ends: so does the session bound to it.  Its client closed
+ * it (or exited), or stopped reading: nobody waits for the session's queued
+ * work any more. */
+static void conn_end(conn *c, const char *why)
+{
+    rnd_session *s = c->sess;
+
+    if (s) {
+        c->sess = NULL;
+        s->chan = NULL;
+        rnd_session_client_gone(s, why);
+    }
+    conn_free(c);
+}
+
+/* The session table's unbind hook: s ends, and its connection with it. */
+static void unbind(rnd_session *s)
+{
+    conn *c = s->chan;
+
+    s->chan = NULL;
+    if (c) {
+        c->sess = NULL;
+        conn_free(c);
+    }
+}
+
+/* One reply datagram; a client that does not read its replies loses its
+ * connection.  Returns 0, or -1 after ending c. */
+static int send_msg(conn *c, const uint8_t *buf, size_t len)
+{
+    ssize_t n;
+
+    do
+        n = send(c->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n == (ssize_t)len)
+        return 0;
+    rnd_debug("Session channel of pid %u: reply not sent (%s): closing", (unsigned)c->pid,
+              n < 0 ? strerror(errno) : "short");
+    conn_end(c, "session channel closed");
+    return -1;
+}
+
+static int send_error(conn *c, const rnp_error *err)
+{
+    uint8_t m[RNP_CHAN_ERROR_LEN] = {0};
+    int code = err->code ? err->code : RN_INTERNAL;
+
+    rnp_chan_hdr(m, RNP_CHAN_ERROR);
+    rnp_le32_put(m + RNP_CHAN_HDR, (uint32_t)code);
+    /* Cut to the field, which keeps its terminating NUL (m is zeroed). */
+    const char *msg = err->msg[0] ? err->msg : rnp_strerror(code);
+    memcpy(m + RNP_CHAN_HDR + 4, msg, strnlen(msg, RNP_CHAN_ERROR_MSG - 1));
+    c->ctx->stats.errors[code < RND_MAX_CODE ? code : RN_INTERNAL]++;
+    return send_msg(c, m, sizeof m);
+}
+
+static int auth(conn *c, const uint8_t *m, size_t len, rnp_error *err)
+{
+    rnd_ctx *ctx = c->ctx;
+    uint8_t rep[RNP_CHAN_AUTH_OK_LEN] = {0};
+    rnp_session cap;
+    rnd_session *s;
+    int rc;
+
+    if (len != RNP_CHAN_AUTH_LEN)
+        return rnp_fail(err, RN_MALFORMED, "auth: %zu bytes, expected %d", len, RNP_CHAN_AUTH_LEN);
+    if (c->sess)
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "auth: this connection is bound to a session already");
+    memcpy(cap.b, m + RNP_CHAN_HDR, sizeof cap.b);
+    if (!(s = rnd_session_find(&ctx->sessions, &cap)))
+        return rnp_fail(err, RN_UNKNOWN_SESSION, "auth.session: unknown or expired session");
+    if ((rc = rnd_session_bind(s, c->pid, c->uid, c, err)) != 0)
+        return rc;
+    c->sess = s;
+    rnp_chan_hdr(rep, RNP_CHAN_AUTH_OK);
+    rnp_le32_put(rep + RNP_CHAN_HDR, c->pid);
+    rnp_le32_put(rep + RNP_CHAN_HDR + 4, c->uid);
+    return send_msg(c, rep, sizeof rep) == 0 ? 0 : -1;
+}
+
+static int register_fd(conn *c, const uint8_t *m, size_t len, int fd, rnp_error *err)
+{
+    uint8_t rep[RNP_CHAN_REGION_OK_LEN] = {0};
+    uint32_t id;
+    int rc;
+
+    if (len != RNP_CHAN_REGISTER_FD_LEN)
+        return rnp_fail(err, RN_MALFORMED, "register_fd: %zu bytes, expected %d", len,
+                        RNP_CHAN_REGISTER_FD_LEN);
+    if (!c->sess)
+        return rnp_fail(err, RN_UNKNOWN_SESSION, "register_fd: authenticate (AUTH) first");
+    if (c->ctx->draining)
+        return rnp_fail(err, RN_DRAINING, "register_fd: the daemon is shutting down");
+    if ((rc = rnd_region_add_fd(c->sess, fd, rnp_le64_get(m + RNP_CHAN_HDR), &id, err)) != 0)
+        return rc;
+    rnp_chan_hdr(rep, RNP_CHAN_REGION_OK);
+    rnp_le32_put(rep + RNP_CHAN_HDR, id);
+    return send_msg(c, rep, sizeof rep) == 0 ? 0 : -1;
+}
+
+/*
+ * One message of len bytes with nfds descriptors (closed here, whatever
+ * happens).  Returns 0 when c lives on, -1 when it was ended.
+ */
+static int handle(conn *c, const uint8_t *m, size_t len, bool truncated, int *fds, int nfds)
+{
+    rnd_stats *st = &c->ctx->stats;
+    rnp_error err = {0};
+    uint16_t type;
+    int rc;
+
+    if (truncated)
+        rc = rnp_fail(&err, RN_TOO_BIG, "message: longer than %d bytes, or more than %d "
+                      "descriptors", RNP_CHAN_MAX, MAX_FDS);
+    else if (len < RNP_CHAN_HDR)
+        rc = rnp_fail(&err, RN_MALFORMED, "message: %zu bytes, shorter than the header", len);
+    else if (rnp_le32_get(m) != RNP_CHAN_MAGIC)
+        rc = rnp_fail(&err, RN_MALFORMED, "message.magic: 0x%08x is not the channel's",
+                      rnp_le32_get(m));
+    else if (rnp_le16_get(m + 4) != RNP_CHAN_VERSION)
+        rc = rnp_fail(&err, RN_BAD_VERSION, "message.version: %u, this daemon speaks %d",
+                      rnp_le16_get(m + 4), RNP_CHAN_VERSION);
+    else if ((type = rnp_le16_get(m + 6)) == RNP_CHAN_AUTH) {
+        st->chan_auth++;
+        rc = nfds ? rnp_fail(&err, RN_INVALID_ARGUMENT, "auth: carries no descriptors, got %d",
+                             nfds)
+                  : auth(c, m, len, &err);
+    } else if (type == RNP_CHAN_REGISTER_FD) {
+        st->chan_register_fd++;
+        rc = nfds != 1 ? rnp_fail(&err, RN_INVALID_ARGUMENT,
+                                  "register_fd: carries exactly one descriptor, got %d", nfds)
+                       : register_fd(c, m, len, fds[0], &err);
+    } else {
+        rc = rnp_fail(&err, RN_UNKNOWN_OP, "message.type: unknown type %u", (unsigned)type);
+    }
+    /* The daemon keeps no descriptor: a region is a mapping, which stays
+     * valid once its descriptor is closed. */
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+    if (rc < 0)
+        return -1;
+    if (rc > 0) {
+        rnd_debug("Session channel of pid %u: %s", (unsigned)c->pid, err.msg);
+        return send_error(c, &err);
+    }
+    return 0;
+}
+
+static void on_conn(uv_poll_t *h, int status, int events)
+{
+    conn *c = h->data;
+    uint8_t buf[RNP_CHAN_MAX + 1];
+    union {
+        struct cmsghdr align;
+        char b[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+    } cb;
+
+    for (;;) {
+        struct iovec iov = {buf, sizeof buf};
+        struct msghdr mh = {0};
+        struct cmsghdr *cm;
+        int fds[MAX_FDS], nfds = 0;
+        ssize_t n;
+
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = cb.b;
+        mh.msg_controllen = sizeof cb.b;
+        n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n <= 0) {
+            /* The peer closed its end (or the socket failed): every
+             * descriptor that came with it, if any, was never ours. */
+            conn_end(c, "session channel closed");
+            return;
+        }
+        for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < k; i++) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+                if (nfds < MAX_FDS)
+                    fds[nfds++] = fd;
+                else
+                    close(fd);
+            }
+        }
+        if (handle(c, buf, (size_t)n, (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0, fds,
+                   nfds) != 0)
+            return;
+    }
+}
+
+static void on_accept(uv_poll_t *h, int status, int events)
+{
+    rnd_ctx *ctx = h->data;
+    rnd_chan *ch = &ctx->chan;
+
+    for (;;) {
+        struct ucred cr;
+        socklen_t crlen = sizeof cr;
+        int fd = accept4(ch->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        conn *c;
+
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                rnd_warn("Failed to accept on the session channel: %s", strerror(errno));
+            return;
+        }
+        /* One connection per session, and a few being set up: more would
+         * let anyone on the socket take the daemon's descriptors. */
+        if (ch->nconns >= ctx->cfg.max_sessions + RND_CHAN_SPARE || ctx->draining) {
+            ch->refused++;
+            close(fd);
+            continue;
+        }
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) != 0 || crlen != sizeof cr) {
+            rnd_warn("Failed to read the session channel peer's credentials: %s",
+                     strerror(errno));
+            close(fd);
+            continue;
+        }
+        if (!(c = calloc(1, sizeof *c)) || uv_poll_init(ctx->loop, &c->poll, fd) != 0) {
+            free(c);
+            close(fd);
+            continue;
+        }
+        c->fd = fd;
+        c->pid = (uint32_t)cr.pid;
+        c->uid = (uint32_t)cr.uid;
+        c->accepted_ns = rnd_now_ns();
+        c->ctx = ctx;
+        c->poll.data = c;
+        rn_queue_push_front(&ch->conns, &c->link);
+        ch->nconns++;
+        if (uv_poll_start(&c->poll, UV_READABLE, on_conn) != 0)
+            conn_free(c);
+    }
+}
+
+/* Is somebody serving path?  A file left by a dead daemon refuses. */
+static bool in_use(const struct sockaddr_un *sa)
+{
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    bool used;
+
+    if (fd < 0)
+        return true;
+    used = connect(fd, (const struct sockaddr *)sa, sizeof *sa) == 0 || errno != ECONNREFUSED;
+    close(fd);
+    return used;
+}
+
+int rnd_chan_open(rnd_ctx *ctx, rnp_error *err)
+{
+    rnd_chan *ch = &ctx->chan;
+    const rnd_config *cfg = &ctx->cfg;
+    struct sockaddr_un sa;
+    gid_t gid = (gid_t)-1;
+    mode_t old;
+    int rc, e;
+
+    ch->fd = -1;
+    rn_queue_init(&ch->conns);
+    if (cfg->socket_group[0]) {
+        struct group gr, *res = NULL;
+        char buf[4096];
+        if (getgrnam_r(cfg->socket_group, &gr, buf, sizeof buf, &res) != 0 || !res)
+            return rnp_fail(err, RN_INVALID_ARGUMENT, "socket-group: no group '%s'",
+                            cfg->socket_group);
+        gid = res->gr_gid;
+    }
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    /* rnd_config_finish checked that the path and the suffix fit. */
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s%s", rnd_config_ipc_path(cfg), RND_CHAN_SUFFIX);
+    if ((ch->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)) < 0)
+        return rnp_fail(err, RN_SYSTEM, "Failed to create the session channel's socket: %s",
+                        strerror(errno));
+    /* The file appears with no access for others until its mode and group
+     * are set, as the nanomsg socket's does. */
+    old = umask(0177);
+    rc = bind(ch->fd, (struct sockaddr *)&sa, sizeof sa);
+    if (rc != 0 && errno == EADDRINUSE && !in_use(&sa) && unlink(sa.sun_path) == 0)
+        rc = bind(ch->fd, (struct sockaddr *)&sa, sizeof sa);
+    e = errno;
+    umask(old);
+    if (rc != 0) {
+        rnp_fail(err, RN_SYSTEM, "Failed to bind %s: %s%s", sa.sun_path, strerror(e),
+                 e == EADDRINUSE ? " (another rmsnormd is serving it?)" : "");
+        goto fail;
+    }
+    snprintf(ch->path, sizeof ch->path, "%s", sa.sun_path);
+    if (gid != (gid_t)-1 && chown(ch->path, (uid_t)-1, gid) != 0) {
+        rnp_fail(err, RN_SYSTEM, "Failed to set the group of %s to %s: %s", ch->path,
+                 cfg->socket_group, strerror(errno));
+        goto fail;
+    }
+    if (chmod(ch->path, cfg->socket_mode) != 0) {
+        rnp_fail(err, RN_SYSTEM, "Failed to set the mode of %s to %04o: %s", ch->path,
+                 (unsigned)cfg->socket_mode, strerror(errno));
+        goto fail;
+    }
+    if (listen(ch->fd, 128) != 0) {
+        rnp_fail(err, RN_SYSTEM, "Failed to listen on %s: %s", ch->path, strerror(errno));
+        goto fail;
+    }
+    ctx->sessions.unbind = unbind;
+    return 0;
+fail:
+    rnd_chan_close(ctx);
+    return err->code;
+}
+
+int rnd_chan_start(rnd_ctx *ctx, rnp_error *err)
+{
+    rnd_chan *ch = &ctx->chan;
+    int urc;
+
+    if ((urc = uv_poll_init(ctx->loop, &ch->poll, ch->fd)) != 0)
+        return rnp_fail(err, RN_SYSTEM, "Failed to poll the session channel: %s",
+                        uv_strerror(urc));
+    ch->poll_init = true;
+    ch->poll.data = ctx;
+    if ((urc = uv_poll_start(&ch->poll, UV_READABLE, on_accept)) != 0)
+        return rnp_fail(err, RN_SYSTEM, "Failed to poll the session channel: %s",
+                        uv_strerror(urc));
+    return 0;
+}
+
+void rnd_chan_expire(rnd_ctx *ctx, uint64_t now_ns)
+{
+    rn_queue *q, *n;
+
+    RN_QUEUE_FOREACH_SAFE(q, n, &ctx->chan.conns) {
+        conn *c = RN_QUEUE_DATA(q, conn, link);
+        if (!c->sess && now_ns - c->accepted_ns >= (uint64_t)RND_CHAN_AUTH_MS * 1000000u)
+            conn_free(c);
+    }
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+    rnd_ctx *ctx = h->data;
+    close(ctx->chan.fd);
+    ctx->chan.fd = -1;
+}
+
+void rnd_chan_close(rnd_ctx *ctx)
+{
+    rnd_chan *ch = &ctx->chan;
+    rn_queue *q, *n;
+
+    if (ch->conns.next)
+        RN_QUEUE_FOREACH_SAFE(q, n, &ch->conns)
+            conn_end(RN_QUEUE_DATA(q, conn, link), "daemon shutting down");
+    if (ch->path[0]) {
+        unlink(ch->path);
+        ch->path[0] = '\0';
+    }
+    if (ch->poll_init) {
+        ch->poll_init = false;
+        uv_close((uv_handle_t *)&ch->poll, on_listener_closed);
+    } else if (ch->fd >= 0) {
+        close(ch->fd);
+        ch->fd = -1;
+    }
+}

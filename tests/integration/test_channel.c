@@ -1,0 +1,341 @@
+/*
+ * test_channel - the session channel: who a client is, and what it may make
+ * the daemon touch.
+ *
+ * - A client of another user (nobody, let in by the socket's group) cannot
+ *   make a root daemon read or write a root-only 0600 shm object: REGISTER by
+ *   name is refused, and it cannot open the object to pass its descriptor.
+ * - AUTH takes only a live capability, once, on one connection; descriptors
+ *   come only with REGISTER_FD, exactly one, of a large enough object.
+ * - A HELLO's pid is a claim: AUTH binds the verified one, whose exit ends
+ *   the session; HELLOs nobody authenticates end, so they cannot lock other
+ *   clients out.
+ * - Sessions per verified uid are limited; the drain removes the channel's
+ *   socket file.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "rn_test.h"
+#include "integration/harness.h"
+#include "integration/raw.h"
+#include "integration/rawchan.h"
+
+/* A raw HELLO claiming pid; the session in *s.  Returns the status. */
+static int hello_as(int sock, uint32_t pid, rnp_session *s)
+{
+    static rnp_request q;
+    static rnp_reply r;
+
+    memset(&q, 0, sizeof q);
+    q.version = RNP_VERSION;
+    q.op = RN_OP_HELLO;
+    q.id = 1;
+    snprintf(q.u.hello.client_name, sizeof q.u.hello.client_name, "claims pid %u", (unsigned)pid);
+    q.u.hello.pid = pid;
+    if (rnr_call(sock, &q, &r) != 0)
+        return -1;
+    *s = r.u.hello.session;
+    return r.status;
+}
+
+/* Let another user reach the socket files inside the test's directory. */
+static void open_dir(const rnh_daemon *d)
+{
+    assert_int_equal(chmod(d->dir, 0711), 0);
+}
+
+static void test_other_uid(void **state)
+{
+    rnh_daemon *d = *state;
+    char name[64], line[200], want[200];
+    uint8_t *secret;
+    rnh_proc p;
+    int fd;
+
+    /* A root-only object with known contents. */
+    snprintf(name, sizeof name, "/rn-it.%d.secret", (int)getpid());
+    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(fchmod(fd, 0600), 0);
+    assert_int_equal(ftruncate(fd, 4096), 0);
+    secret = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    assert_true(secret != MAP_FAILED);
+    memset(secret, 'S', 4096);
+
+    rnh_arg(d, "--socket-group");
+    rnh_arg(d, "nogroup");
+    assert_int_equal(rnh_start(d), 0);
+    open_dir(d);
+    {
+        const char *argv[] = {"prog_chan", "--drop", d->endpoint, "attack", name, NULL};
+        assert_int_equal(rnh_spawn("prog_chan", argv, false, &p), 0);
+    }
+    /* The object is out of the client's own reach... */
+    assert_true(rnh_read_line(&p, line, sizeof line, 20000) >= 0);
+    assert_string_equal(line, "open EACCES");
+    /* ...and the daemon no longer opens names for it. */
+    assert_true(rnh_read_line(&p, line, sizeof line, 20000) >= 0);
+    snprintf(want, sizeof want, "register_name %d", RN_UNSUPPORTED);
+    assert_string_equal(line, want);
+    /* The channel knows who it is. */
+    assert_true(rnh_read_line(&p, line, sizeof line, 20000) >= 0);
+    snprintf(want, sizeof want, "auth 0 pid=%d uid=65534", (int)p.pid);
+    assert_string_equal(line, want);
+    /* And its own buffers work as usual, by descriptor. */
+    assert_true(rnh_read_line(&p, line, sizeof line, 20000) >= 0);
+    assert_string_equal(line, "libclient 0");
+    assert_int_equal(rnh_wait(&p, 20000), 0);
+    rnh_proc_close(&p);
+
+    for (int i = 0; i < 4096; i++)
+        assert_int_equal(secret[i], 'S');
+    assert_int_equal(rnh_stat(d, "regions.active"), 0);
+    munmap(secret, 4096);
+    shm_unlink(name);
+    RNH_PASS(d);
+}
+
+static void test_auth_rules(void **state)
+{
+    rnh_daemon *d = *state;
+    rnp_session a, b, wrong;
+    uint32_t pid = 0, uid = 0, region = 0;
+    char msg[200];
+    int sock, c1, c2, c3, mfd, fds[2];
+    uint8_t m[RNP_CHAN_REGISTER_FD_LEN];
+
+    assert_int_equal(rnh_start(d), 0);
+    sock = rnr_open(d->endpoint);
+    assert_true(sock >= 0);
+    assert_int_equal(hello_as(sock, (uint32_t)getpid(), &a), 0);
+    assert_int_equal(hello_as(sock, (uint32_t)getpid(), &b), 0);
+    assert_true((c1 = rnr_chan_connect(d->endpoint)) >= 0);
+    assert_true((c2 = rnr_chan_connect(d->endpoint)) >= 0);
+    assert_true((c3 = rnr_chan_connect(d->endpoint)) >= 0);
+
+    /* Nothing before AUTH. */
+    mfd = memfd_create("rn-it", MFD_CLOEXEC);
+    assert_true(mfd >= 0);
+    assert_int_equal(ftruncate(mfd, 4096), 0);
+    assert_int_equal(rnr_chan_register(c1, mfd, 4096, &region, msg, sizeof msg),
+                     RN_UNKNOWN_SESSION);
+
+    /* A capability nobody was given. */
+    wrong = a;
+    wrong.b[15] ^= 1;
+    assert_int_equal(rnr_chan_auth(c1, &wrong, &pid, &uid, msg, sizeof msg), RN_UNKNOWN_SESSION);
+
+    /* The right one: bound to the verified peer. */
+    assert_int_equal(rnr_chan_auth(c1, &a, &pid, &uid, msg, sizeof msg), 0);
+    assert_int_equal(pid, (uint32_t)getpid());
+    assert_int_equal(uid, (uint32_t)getuid());
+    /* Once: not on another connection, and this one takes no second. */
+    assert_int_equal(rnr_chan_auth(c2, &a, &pid, &uid, msg, sizeof msg), RN_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "already"));
+    assert_int_equal(rnr_chan_auth(c1, &b, &pid, &uid, msg, sizeof msg), RN_INVALID_ARGUMENT);
+    assert_int_equal(rnr_chan_auth(c3, &b, &pid, &uid, msg, sizeof msg), 0);
+
+    /* Descriptors: never with AUTH, exactly one with REGISTER_FD, of an
+     * object at least as large as claimed, and a shared memory object. */
+    {
+        uint8_t am[RNP_CHAN_AUTH_LEN];
+        rnp_chan_hdr(am, RNP_CHAN_AUTH);
+        memcpy(am + RNP_CHAN_HDR, b.b, sizeof b.b);
+        assert_int_equal(rnr_chan_send(c2, am, sizeof am, &mfd, 1), 0);
+        assert_int_equal(rnr_chan_recv(c2, NULL, NULL, msg, sizeof msg), RN_INVALID_ARGUMENT);
+        assert_non_null(strstr(msg, "descriptor"));
+    }
+    rnp_chan_hdr(m, RNP_CHAN_REGISTER_FD);
+    rnp_le64_put(m + RNP_CHAN_HDR, 4096);
+    assert_int_equal(rnr_chan_send(c1, m, sizeof m, NULL, 0), 0);
+    assert_int_equal(rnr_chan_recv(c1, NULL, NULL, msg, sizeof msg), RN_INVALID_ARGUMENT);
+    fds[0] = fds[1] = mfd;
+    assert_int_equal(rnr_chan_send(c1, m, sizeof m, fds, 2), 0);
+    assert_int_equal(rnr_chan_recv(c1, NULL, NULL, msg, sizeof msg), RN_INVALID_ARGUMENT);
+    assert_int_equal(rnr_chan_register(c1, mfd, 8192, &region, msg, sizeof msg),
+                     RN_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "claimed"));
+    assert_int_equal(pipe(fds), 0);
+    assert_int_equal(rnr_chan_register(c1, fds[0], 4096, &region, msg, sizeof msg),
+                     RN_INVALID_ARGUMENT);
+    close(fds[0]);
+    close(fds[1]);
+    /* A short message and a wrong magic: answered, not trusted. */
+    assert_int_equal(rnr_chan_send(c1, m, 7, NULL, 0), 0);
+    assert_int_equal(rnr_chan_recv(c1, NULL, NULL, msg, sizeof msg), RN_MALFORMED);
+    m[0] ^= 0xff;
+    assert_int_equal(rnr_chan_send(c1, m, sizeof m, NULL, 0), 0);
+    assert_int_equal(rnr_chan_recv(c1, NULL, NULL, msg, sizeof msg), RN_MALFORMED);
+    assert_int_equal(rnr_chan_register(c1, mfd, 4096, &region, msg, sizeof msg), 0);
+    assert_true(region != 0);
+    assert_int_equal(rnh_stat(d, "regions.active"), 1);
+    close(mfd);
+
+    /* REGISTER by name is refused by default, naming the channel. */
+    {
+        char name[64];
+        uint32_t r2 = 0;
+        snprintf(name, sizeof name, "/rn-it.%d.byname", (int)getpid());
+        int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+        assert_true(fd >= 0);
+        assert_int_equal(ftruncate(fd, 4096), 0);
+        close(fd);
+        assert_int_equal(rnr_register(sock, &a, name, 4096, &r2), RN_UNSUPPORTED);
+        shm_unlink(name);
+    }
+
+    /* The connection is the session: closing it ends the session and
+     * releases its region. */
+    close(c1);
+    assert_int_equal(rnh_wait_stat(d, "regions.active", 0, 10000), 0);
+    assert_int_equal(rnh_wait_stat(d, "sessions.unauthenticated", 0, 10000), 0);
+    close(c2);
+    close(c3);
+    rnr_close(sock);
+    RNH_PASS(d);
+}
+
+/* One counter from c's own STATS, -1 on error. */
+static int64_t stat_of(rn_client *c, const char *name)
+{
+    static rn_stats_info s;
+    if (rn_stats(c, &s) != 0)
+        return -1;
+    return (int64_t)rn_stats_get(&s, name, (uint64_t)-1);
+}
+
+static void test_claimed_pid(void **state)
+{
+    rnh_daemon *d = *state;
+    char line[200], want[200];
+    rnp_session s[8];
+    rn_client *c, *late;
+    rnh_proc p;
+    int sock;
+    int64_t t0;
+
+    rnh_arg(d, "--max-sessions");
+    rnh_arg(d, "9");
+    rnh_arg(d, "--auth-timeout");
+    rnh_arg(d, "2");
+    assert_int_equal(rnh_start(d), 0);
+
+    /* A HELLO claiming pid 1: after AUTH the verified pid counts, and its
+     * exit ends the session. */
+    {
+        const char *argv[] = {"prog_chan", d->endpoint, "claim1", NULL};
+        assert_int_equal(rnh_spawn("prog_chan", argv, false, &p), 0);
+    }
+    assert_true(rnh_read_line(&p, line, sizeof line, 20000) >= 0);
+    snprintf(want, sizeof want, "auth 0 pid=%d", (int)p.pid);
+    assert_string_equal(line, want);
+    /* It exits while its child keeps the channel open. */
+    assert_int_equal(rnh_wait(&p, 20000), 0);
+    assert_int_equal(rnh_wait_stat(d, "clients.died", 1, 10000), 0);
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 1, 10000), 0);
+    close(p.in_fd);
+    p.in_fd = -1;
+    rnh_proc_close(&p);
+
+    /* A client in, then every other place taken by HELLOs claiming pid 1
+     * that nobody authenticates. */
+    c = rnh_client(d);
+    assert_non_null(c);
+    sock = rnr_open(d->endpoint);
+    assert_true(sock >= 0);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(hello_as(sock, 1, &s[i]), 0);
+    assert_int_equal(hello_as(sock, 1, &s[0]), RN_BUSY);
+    assert_int_equal(stat_of(c, "sessions.unauthenticated"), 8);
+
+    /* They end (auth-timeout, or a newcomer takes the place of the
+     * oldest), touched or not, and a new client gets in. */
+    t0 = rnh_now_ms();
+    while (stat_of(c, "sessions.unauth_ended") < 8 && rnh_now_ms() - t0 < 20000) {
+        static rnp_request q;
+        static rnp_reply r;
+        memset(&q, 0, sizeof q);
+        q.version = RNP_VERSION;
+        q.op = RN_OP_UNREGISTER;
+        q.id = 3;
+        q.u.unreg.session = s[7];
+        q.u.unreg.region.id = 1;
+        assert_int_equal(rnr_call(sock, &q, &r), 0);
+        poll(NULL, 0, 20);
+    }
+    assert_int_equal(stat_of(c, "sessions.unauth_ended"), 8);
+    assert_int_equal(stat_of(c, "sessions.unauthenticated"), 0);
+    late = rnh_client(d);
+    assert_non_null(late);
+    rn_close(late);
+    rn_close(c);
+    rnr_close(sock);
+    RNH_PASS(d);
+}
+
+static void test_uid_quota(void **state)
+{
+    rnh_daemon *d = *state;
+    char line[200];
+    rnh_proc p;
+    rn_client *c[3];
+
+    rnh_arg(d, "--max-sessions");
+    rnh_arg(d, "8");
+    rnh_arg(d, "--max-sessions-per-uid");
+    rnh_arg(d, "2");
+    rnh_arg(d, "--socket-group");
+    rnh_arg(d, "nogroup");
+    assert_int_equal(rnh_start(d), 0);
+    open_dir(d);
+    {
+        const char *argv[] = {"prog_chan", "--drop", d->endpoint, "sessions", "4", NULL};
+        assert_int_equal(rnh_spawn("prog_chan", argv, false, &p), 0);
+    }
+    assert_true(rnh_read_line(&p, line, sizeof line, 30000) >= 0);
+    printf("%s\n", line);
+    assert_true(strncmp(line, "opened 2 rc=300 ", 16) == 0);
+    assert_non_null(strstr(line, "max-sessions-per-uid"));
+    /* The refused sessions did not linger; the daemon's own user is not
+     * counted. */
+    for (int i = 0; i < 3; i++)
+        assert_non_null(c[i] = rnh_client(d));
+    assert_int_equal(stat_of(c[0], "sessions.unauthenticated"), 0);
+    for (int i = 0; i < 3; i++)
+        rn_close(c[i]);
+    close(p.in_fd);
+    p.in_fd = -1;
+    assert_int_equal(rnh_wait(&p, 20000), 0);
+    rnh_proc_close(&p);
+
+    /* The drain removes the channel's socket with the daemon's. */
+    {
+        char path[300];
+        snprintf(path, sizeof path, "%s" RNP_CHAN_SUFFIX, d->endpoint + 6);
+        assert_int_equal(access(path, F_OK), 0);
+        assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+        assert_int_equal(access(path, F_OK), -1);
+        assert_int_equal(errno, ENOENT);
+    }
+    RNH_PASS(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_other_uid, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_auth_rules, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_claimed_pid, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_uid_quota, rnh_setup, rnh_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
