@@ -114,19 +114,17 @@ RN_EXPORT const char *rn_default_endpoint(char *buf, size_t len);
  * with the daemon.  *ptr is page aligned and zero filled.  The buffer belongs
  * to c: free it with rn_buffer_free, or rn_close frees it.
  *
- * The name stays in /dev/shm while the buffer lives, so that the library can
- * register it again after a daemon restart; rn_buffer_free, rn_close and the
- * library's exit handler unlink it.  A client killed by SIGKILL leaves its
- * names behind (the memory stays until they are unlinked): the next
- * rn_connect of the same user removes names whose pid no longer exists, or
- * remove them by hand (rm /dev/shm/rmsnormd.<pid>.*).  The daemon releases
- * its own mappings of a dead client's buffers by itself.
- *
- * Permissions: the object is 0600 when the daemon runs as the caller's user.
- * When the daemon's socket belongs to another user (a system service), the
- * object gets the socket file's group and mode 0660, so the daemon can open
- * it; other members of that group could open it too, as they can talk to the
- * daemon: the socket's group is the trust boundary.
+ * The object is mode 0600 and the daemon gets it as a file descriptor on
+ * its session channel, so it maps only what the caller could open itself;
+ * the library keeps the descriptor while the buffer lives, to register it
+ * again after a daemon restart (so each live buffer holds one descriptor of
+ * the process).  Its name in /dev/shm is removed as soon as
+ * the daemon has the descriptor, so a killed client leaves nothing behind.
+ * Only with a daemon that has no session channel (an older rmsnormd) does
+ * the name stay while the buffer lives, for that daemon opens it by name:
+ * rn_buffer_free, rn_close and the library's exit handler unlink it, and the
+ * next rn_connect of the same user removes names whose pid no longer exists.
+ * The daemon releases its own mappings of a dead client's buffers by itself.
  */
 RN_EXPORT int rn_buffer_alloc(rn_client *c, size_t bytes, void **ptr);
 
