@@ -55,11 +55,11 @@ struct rnd_session {
     uint32_t nregions;
     uint64_t mapped_bytes;         /* sum of the sizes of the regions still mapped */
     uint32_t next_region_id;
-    uint32_t inflight;             /* requests on running */
-    rn_queue running;              /* rnd_running nodes */
+    uint32_t inflight;             /* requests submitted and not yet answered */
+    rn_queue running;              /* rnd_running nodes: submitted, not yet released */
     rnd_dedupe dedupe;
     uint64_t last_active_ns;
-    bool ending;                   /* no new requests; freed at inflight == 0 */
+    bool ending;                   /* no new requests; freed once running is empty */
     rnd_sessions *tab;
     rn_queue link;
 };
@@ -97,7 +97,7 @@ int rnd_session_create(rnd_sessions *tab, const rnp_hello_req *hello, rnd_sessio
 /* A live (not ending) session by capability, or NULL; touches it. */
 rnd_session *rnd_session_find(rnd_sessions *tab, const rnp_session *cap);
 void rnd_session_end(rnd_session *s, const char *why);
-/* A request of s ended (inflight dropped): free an ending session at zero. */
+/* A request of s was released: free an ending session with none running. */
 void rnd_session_maybe_free(rnd_session *s);
 
 /* REGISTER / UNREGISTER.  err may be NULL for remove. */
