@@ -51,7 +51,7 @@ struct rn_client {
     char endpoint[256];
     char name[RNP_MAX_NAME];
 
-    bool have_session; /* false: the next call re-opens (HELLO) first */
+    bool have_session; /* false: the next call that needs one opens it (HELLO) */
     rnp_session session;
     rnp_hello_rep hello;
     uint64_t next_id, next_seq;
@@ -85,10 +85,11 @@ uint64_t rnc_now_ns(void);
 
 /*
  * Check c->endpoint (ipc:// with a path that fits a Unix socket, and a
- * daemon listening there) and open c's REQ socket on it.  On failure c->sock
- * is closed again (< 0) and c's last error says why.
+ * daemon listening there, waiting at most timeout_ms for it to accept) and
+ * open c's REQ socket on it.  On failure c->sock is closed again (< 0) and
+ * c's last error says why.
  */
-int rnc_conn_open(rn_client *c);
+int rnc_conn_open(rn_client *c, int timeout_ms);
 
 /* Close c's socket; c->sock < 0 afterwards.  Fine when it is closed. */
 void rnc_conn_close(rn_client *c);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,8 +53,13 @@ uint64_t rnc_now_ns(void)
 /*
  * nanomsg connects to a missing daemon silently (its REQ socket would wait
  * for the timeout); a plain connect() tells at once whether anybody listens.
+ * The connect is bounded by timeout_ms: a daemon that is stopped (SIGSTOP,
+ * ^Z) or hung accepts nothing, its listen backlog fills up, and a blocking
+ * connect() to a Unix socket with a full backlog waits until the daemon
+ * accepts.  Linux bounds that wait by the socket's send timeout and then
+ * fails with EAGAIN, which says "no answer", not "nobody there".
  */
-static int probe(rn_client *c, const char *path)
+static int probe(rn_client *c, const char *path, int timeout_ms)
 {
     struct sockaddr_un sa;
     rn_fault f;
@@ -63,13 +69,34 @@ static int probe(rn_client *c, const char *path)
     sa.sun_family = AF_UNIX;
     memcpy(sa.sun_path, path, strlen(path));
     RN_SYS_GOTO(fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), &f, fail);
-    RN_SYS_GOTO(connect(fd, (struct sockaddr *)&sa, sizeof sa), &f, fail);
+    if (timeout_ms >= 0) {
+        /* 0 would mean "forever" to the kernel: the shortest wait is 1 ms. */
+        int ms = timeout_ms > 0 ? timeout_ms : 1;
+        struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+        RN_SYS_GOTO(setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv), &f, fail);
+    }
+    for (;;) {
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
+            break;
+        /* A signal in the caller's process interrupts the wait; a Unix
+         * socket's connect can simply be tried again (it is not in
+         * progress, unlike a TCP one). */
+        if (errno != EINTR) {
+            f.err = errno;
+            goto fail;
+        }
+    }
     close(fd);
     return 0;
 fail:
     if (fd < 0)
         return rnc_fail(c, RN_SYSTEM, "socket(AF_UNIX): %s", strerror(f.err));
     close(fd);
+    if (f.err == EAGAIN || f.err == EWOULDBLOCK)
+        return rnc_fail(c, RN_TIMEOUT,
+                        "endpoint %s: the daemon accepts no connections within %d ms (stopped or "
+                        "hung?)",
+                        c->endpoint, timeout_ms);
     return rnc_fail(c, RN_UNREACHABLE, "endpoint %s: %s (is rmsnormd running?)", c->endpoint,
                     strerror(f.err));
 }
@@ -100,7 +127,7 @@ static int open_socket(rn_client *c)
     return rv;
 }
 
-int rnc_conn_open(rn_client *c)
+int rnc_conn_open(rn_client *c, int timeout_ms)
 {
     rnp_error err = {0};
     const char *path;
@@ -109,7 +136,7 @@ int rnc_conn_open(rn_client *c)
     /* nanomsg aborts on socket paths of 108-121 characters: check first. */
     if (rnp_check_endpoint(c->endpoint, &path, &err) != 0)
         return rnc_fail(c, RN_ENDPOINT, "%s", err.msg);
-    if ((rv = probe(c, path)) != 0)
+    if ((rv = probe(c, path, timeout_ms)) != 0)
         return rv;
     return open_socket(c);
 }
