@@ -52,6 +52,9 @@ struct rn_client {
     char name[RNP_MAX_NAME];
 
     bool have_session; /* false: the next call that needs one opens it (HELLO) */
+    /* The last exchange saw a new connection after its request may already
+     * have gone out on an earlier one (rnc_transact). */
+    bool reconnected;
     rnp_session session;
     rnp_hello_rep hello;
     uint64_t next_id, next_seq;
@@ -103,6 +106,7 @@ rnp_request *rnc_request(rn_client *c, uint32_t op);
  * id, encodes, sends, waits for the reply (timeout_ms) and checks its op
  * and id.  Returns 0 with c->rep filled, the daemon's error code (message
  * kept), or a transport error (RN_TIMEOUT, RN_SYSTEM, RN_BAD_REPLY).
+ * Sets c->reconnected.
  */
 int rnc_transact(rn_client *c, int timeout_ms);
 
@@ -125,8 +129,11 @@ void rnc_end_session(rn_client *c);
  * Run step(c, arg) in a session: make sure there is one, run the step, and
  * when the daemon no longer knows the session (it restarted: the step
  * returns RN_UNKNOWN_SESSION) open a new one and run the step once more.
- * A step sends its own requests; it must be safe to run twice.  Inline: a
- * call with a live session stays in its caller's file.
+ * A step sends its own requests.  Running it again must give what running
+ * it once does; a step for which that is not so (an in-place BWD whose
+ * first copy may have started, see bwd.c) returns RN_RESTARTED instead of
+ * RN_UNKNOWN_SESSION, with c->have_session cleared.  Inline: a call with a
+ * live session stays in its caller's file.
  */
 static inline int rnc_in_session(rn_client *c, int (*step)(rn_client *c, void *arg), void *arg)
 {

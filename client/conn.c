@@ -215,6 +215,16 @@ static int check_reply(rn_client *c, uint32_t op, uint64_t id)
     return 0;
 }
 
+/*
+ * Connections nanomsg has made on c's socket, and whether one is up now.
+ * nanomsg reports no connection state otherwise; its counters are enough to
+ * tell whether a request may have reached an earlier daemon (rnc_transact).
+ */
+static uint64_t established(const rn_client *c)
+{
+    return nn_get_statistic(c->sock, NN_STAT_ESTABLISHED_CONNECTIONS);
+}
+
 int rnc_transact(rn_client *c, int timeout_ms)
 {
     rnp_error err = {0};
@@ -237,6 +247,19 @@ int rnc_transact(rn_client *c, int timeout_ms)
     if (timeout_ms != c->timeout_ms && (rv = set_timeouts(c, timeout_ms)) != 0)
         return rv;
 
+    /*
+     * The REQ socket sends the request again by itself on every new
+     * connection (after a daemon restart, say) while no reply has come.  If
+     * a connection was up when the request went out and another one was
+     * made before the reply, the first copy may have reached a daemon that
+     * then died, possibly after it began to write the outputs.  One new
+     * connection is expected when none was up: the request waited for it.
+     */
+    uint64_t est0 = established(c);
+    bool was_up = nn_get_statistic(c->sock, NN_STAT_CURRENT_CONNECTIONS) > 0;
+    c->reconnected = false;
+
+
     /* An interrupted send sent nothing: send again. */
     while ((n = nn_send(c->sock, c->tx, len, 0)) < 0 && nn_errno() == EINTR)
         ;
@@ -244,7 +267,9 @@ int rnc_transact(rn_client *c, int timeout_ms)
         rv = io_fail(c, op, true, timeout_ms);
         goto out;
     }
-    if ((n = receive(c, timeout_ms, &msg, &retimed)) < 0) {
+    n = receive(c, timeout_ms, &msg, &retimed);
+    c->reconnected = established(c) - est0 > (was_up ? 0u : 1u);
+    if (n < 0) {
         rv = io_fail(c, op, false, timeout_ms);
         if (rv == RN_TIMEOUT) {
             /*
