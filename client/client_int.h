@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "rmsnorm_client.h"
 #include "rn_proto.h"
@@ -87,12 +88,19 @@ void rnc_clear_thread_error(void);
 uint64_t rnc_now_ns(void);
 
 /*
- * Check c->endpoint (ipc:// with a path that fits a Unix socket, and a
- * daemon listening there, waiting at most timeout_ms for it to accept) and
- * open c's REQ socket on it.  On failure c->sock is closed again (< 0) and
- * c's last error says why.
+ * Check c->endpoint (ipc:// with a path that fits a Unix socket, a socket
+ * that a stranger cannot have planted, and a daemon listening there, waiting
+ * at most timeout_ms for it to accept) and open c's REQ socket on it.  On
+ * failure c->sock is closed again (< 0) and c's last error says why.
  */
 int rnc_conn_open(rn_client *c, int timeout_ms);
+
+/*
+ * Whether the daemon behind c->endpoint may be given c's buffers' group:
+ * its socket is a socket of root or of RN_DAEMON_USER, in directories only
+ * they can change.  Sets *gid to the socket's group then.
+ */
+bool rnc_daemon_trusted(const rn_client *c, gid_t *gid);
 
 /* Close c's socket; c->sock < 0 afterwards.  Fine when it is closed. */
 void rnc_conn_close(rn_client *c);

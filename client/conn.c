@@ -4,10 +4,13 @@
  * failure's message is kept.  Nothing here knows about sessions.
  */
 #include <errno.h>
+#include <limits.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
@@ -127,6 +130,136 @@ static int open_socket(rn_client *c)
     return rv;
 }
 
+/* ---- whom the endpoint belongs to ------------------------------------------------------ */
+
+/* The user rmsnormd runs as when it is a system service (User= in
+ * systemd/rmsnormd@.service); a packager who changes it sets this too. */
+#ifndef RN_DAEMON_USER
+#define RN_DAEMON_USER "rmsnormd"
+#endif
+
+static bool uid_is(uid_t u, uid_t a, uid_t b)
+{
+    return u == 0 || u == a || u == b;
+}
+
+static void owner_name(uid_t u, char *buf, size_t len)
+{
+    struct passwd pw, *pp = NULL;
+    char tmp[1024];
+    if (getpwuid_r(u, &pw, tmp, sizeof tmp, &pp) == 0 && pp)
+        snprintf(buf, len, "uid %u (%s)", (unsigned)u, pp->pw_name);
+    else
+        snprintf(buf, len, "uid %u", (unsigned)u);
+}
+
+/* The directory part of the socket path path, resolved (no symlinks). */
+static bool socket_dir(const char *path, char out[PATH_MAX])
+{
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash == NULL ? 1 : slash == path ? 1 : (size_t)(slash - path);
+    if (n >= sizeof dir)
+        return false;
+    memcpy(dir, slash == NULL ? "." : path, n);
+    dir[n] = '\0';
+    return realpath(dir, out) != NULL;
+}
+
+/*
+ * Whether nobody but root and uids a, b can replace what lies under dir:
+ * dir and every directory above it belong to one of them, and each one that
+ * others may write to is sticky (then others can add names, but not remove
+ * or rename the names of its owners).  why says which directory is not.
+ */
+static bool dirs_safe(const char *dir, uid_t a, uid_t b, char *why, size_t len)
+{
+    char p[PATH_MAX];
+    struct stat st;
+
+    snprintf(p, sizeof p, "%s", dir);
+    for (;;) {
+        if (stat(p, &st) != 0) {
+            snprintf(why, len, "%s: %s", p, strerror(errno));
+            return false;
+        }
+        if (!uid_is(st.st_uid, a, b)) {
+            char who[80];
+            owner_name(st.st_uid, who, sizeof who);
+            snprintf(why, len, "directory %s belongs to %s", p, who);
+            return false;
+        }
+        if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) {
+            snprintf(why, len, "directory %s is writable by others and not sticky", p);
+            return false;
+        }
+        char *slash = strrchr(p, '/');
+        if (slash == NULL || strcmp(p, "/") == 0)
+            return true;
+        slash[slash == p ? 1 : 0] = '\0';
+    }
+}
+
+/*
+ * A socket in a directory anyone may write to (the fallback endpoint
+ * /tmp/rmsnormd-$UID.sock) can be created by anyone before the daemon
+ * starts; a client that connected there would hand its requests, and the
+ * names of its buffers, to whoever created it.  There the socket must be a
+ * socket of the caller's own (or root's), in a sticky directory of the
+ * caller's or root's, else the endpoint is refused.  Elsewhere the
+ * directory's permissions decide who may create the socket, as they do for
+ * the daemon's own directory.  A missing socket is left to the connect,
+ * which says that nobody listens.
+ */
+static int check_owner(rn_client *c, const char *path)
+{
+    char dir[PATH_MAX], who[80], why[PATH_MAX + 160];
+    struct stat st, ds;
+    uid_t me = geteuid();
+
+    if (!socket_dir(path, dir) || stat(dir, &ds) != 0 || !(ds.st_mode & S_IWOTH))
+        return 0;
+    if (lstat(path, &st) != 0)
+        return 0;
+    if (!S_ISSOCK(st.st_mode))
+        return rnc_fail(c, RN_ENDPOINT,
+                        "endpoint %s: not a socket, in %s where anyone can create files: refusing "
+                        "it",
+                        c->endpoint, dir);
+    if (!uid_is(st.st_uid, me, me)) {
+        owner_name(st.st_uid, who, sizeof who);
+        return rnc_fail(c, RN_ENDPOINT,
+                        "endpoint %s: the socket belongs to %s, not to you or root, and lies in %s "
+                        "where anyone can create it: refusing it (set RMSNORMD_ENDPOINT to the "
+                        "daemon's socket)",
+                        c->endpoint, who, dir);
+    }
+    if (!dirs_safe(dir, me, me, why, sizeof why))
+        return rnc_fail(c, RN_ENDPOINT, "endpoint %s: %s: refusing it", c->endpoint, why);
+    return 0;
+}
+
+bool rnc_daemon_trusted(const rn_client *c, gid_t *gid)
+{
+    const char *path = c->endpoint;
+    char dir[PATH_MAX], why[PATH_MAX + 160], tmp[1024];
+    struct passwd pw, *pp = NULL;
+    struct stat st;
+    uid_t daemon_uid = 0;
+
+    if (strncmp(path, "ipc://", 6) != 0)
+        return false;
+    path += 6;
+    if (getpwnam_r(RN_DAEMON_USER, &pw, tmp, sizeof tmp, &pp) == 0 && pp)
+        daemon_uid = pp->pw_uid;
+    if (lstat(path, &st) != 0 || !S_ISSOCK(st.st_mode) || !uid_is(st.st_uid, daemon_uid, 0))
+        return false;
+    if (!socket_dir(path, dir) || !dirs_safe(dir, daemon_uid, 0, why, sizeof why))
+        return false;
+    *gid = st.st_gid;
+    return true;
+}
+
 int rnc_conn_open(rn_client *c, int timeout_ms)
 {
     rnp_error err = {0};
@@ -136,7 +269,7 @@ int rnc_conn_open(rn_client *c, int timeout_ms)
     /* nanomsg aborts on socket paths of 108-121 characters: check first. */
     if (rnp_check_endpoint(c->endpoint, &path, &err) != 0)
         return rnc_fail(c, RN_ENDPOINT, "%s", err.msg);
-    if ((rv = probe(c, path, timeout_ms)) != 0)
+    if ((rv = check_owner(c, path)) != 0 || (rv = probe(c, path, timeout_ms)) != 0)
         return rv;
     return open_socket(c);
 }
@@ -258,7 +391,6 @@ int rnc_transact(rn_client *c, int timeout_ms)
     uint64_t est0 = established(c);
     bool was_up = nn_get_statistic(c->sock, NN_STAT_CURRENT_CONNECTIONS) > 0;
     c->reconnected = false;
-
 
     /* An interrupted send sent nothing: send again. */
     while ((n = nn_send(c->sock, c->tx, len, 0)) < 0 && nn_errno() == EINTR)
