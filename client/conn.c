@@ -1,5 +1,6 @@
 /*
- * conn.c - libclient's connection to the daemon: the endpoint check, the
+ * conn.c - libclient's connection to the daemon: the endpoint check (is it
+ * a socket the caller may trust, and whom may buffers be shared with), the
  * REQ socket, one request/reply exchange with its timeout, and where a
  * failure's message is kept.  Nothing here knows about sessions.
  */
