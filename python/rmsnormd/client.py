@@ -186,8 +186,8 @@ class Client:
 
     Client(endpoint=None, timeout=None, name=None):
       endpoint  "ipc:///path"; None: default_endpoint()
-      timeout   seconds per request, and for connecting (float); None: libclient's default (10 s);
-                math.inf: wait forever
+      timeout   seconds per request, and for connecting (float); None:
+                libclient's default (10 s); math.inf: wait forever
       name      shown in the daemon's log; None: "pid <pid>"
 
     A Client may be shared by threads (libclient serialises its calls).  It
