@@ -209,8 +209,7 @@ static bool dirs_safe(const char *dir, uid_t a, uid_t b, char *why, size_t len)
  * socket of the caller's own (or root's), in a sticky directory of the
  * caller's or root's, else the endpoint is refused.  Elsewhere the
  * directory's permissions decide who may create the socket, as they do for
- * the daemon's own directory.  A missing socket is left to the connect,
- * which says that nobody listens.
+ * the daemon's own directory.
  */
 static int check_owner(rn_client *c, const char *path)
 {
@@ -270,7 +269,17 @@ int rnc_conn_open(rn_client *c, int timeout_ms)
     /* nanomsg aborts on socket paths of 108-121 characters: check first. */
     if (rnp_check_endpoint(c->endpoint, &path, &err) != 0)
         return rnc_fail(c, RN_ENDPOINT, "%s", err.msg);
-    if ((rv = check_owner(c, path)) != 0 || (rv = probe(c, path, timeout_ms)) != 0)
+    /* The owner is checked after the probe: a socket planted between a
+     * check and the connect would otherwise pass unseen.  nanomsg
+     * reconnects by path on its own later (after a daemon restart), which
+     * only a check of the peer on the connection itself, the descriptor
+     * passing planned for buffers, can cover. */
+    if ((rv = probe(c, path, timeout_ms)) != 0) {
+        /* A planted file that is no socket refuses connections: say that. */
+        int why = rv == RN_UNREACHABLE ? check_owner(c, path) : 0;
+        return why != 0 ? why : rv;
+    }
+    if ((rv = check_owner(c, path)) != 0)
         return rv;
     return open_socket(c);
 }
