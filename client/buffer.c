@@ -137,26 +137,33 @@ void rnc_buf_release(rnc_buf *b)
  * give the object the group of the daemon's socket file, which the caller
  * must belong to in order to connect at all, and make it group read-write.
  * Other members of that group can then open the buffer too: the socket's
- * group is the trust boundary, as it is for the daemon itself.  When the
- * daemon runs as the caller's own user the object stays 0600.
+ * group is the trust boundary, as it is for the daemon itself.
+ *
+ * Only a socket that is the service's can set that group: one of root or
+ * of RN_DAEMON_USER, in directories only they can change
+ * (rnc_daemon_trusted).  Any other user's socket (one planted in /tmp, a
+ * colleague's daemon) would otherwise choose the group that gets to read
+ * and write the caller's tensors.  When the daemon runs as the caller's own
+ * user, or is not trusted, the object stays 0600; an untrusted daemon of
+ * another user then cannot open it and REGISTER says so.
  */
 static int share_with_daemon(rn_client *c, int fd, const char *name)
 {
-    const char *path = c->endpoint;
+    const char *path = c->endpoint + 6;
     struct stat st;
+    gid_t gid;
     rn_fault f;
 
-    if (strncmp(path, "ipc://", 6) != 0)
+    if (strncmp(c->endpoint, "ipc://", 6) != 0 || stat(path, &st) != 0 || st.st_uid == geteuid())
         return 0;
-    path += 6;
-    if (stat(path, &st) != 0 || st.st_uid == geteuid())
+    if (!rnc_daemon_trusted(c, &gid))
         return 0;
-    RN_SYS_GOTO(fchown(fd, (uid_t)-1, st.st_gid), &f, fail);
+    RN_SYS_GOTO(fchown(fd, (uid_t)-1, gid), &f, fail);
     RN_SYS_GOTO(fchmod(fd, 0660), &f, fail);
     return 0;
 fail:
     return rnc_fail(c, RN_SYSTEM, "buffer: sharing %s with the daemon (group %u of %s): %s", name,
-                    (unsigned)st.st_gid, path, strerror(f.err));
+                    (unsigned)gid, path, strerror(f.err));
 }
 
 /* Create, size and map a fresh shm object. */
