@@ -82,9 +82,15 @@ __device__ __forceinline__ void stage_row(const Params &p, int64_t r, const int6
 /*
  * One row of a stripe, read from its ring slot st (this thread's first
  * vector): the row sums (sum of x^2 only when rstd is recomputed), rstd and
- * c, then dx and dw's sums.  The vectors are read from shared memory in each
- * pass rather than held in registers, which leaves the registers to dw's sums.
+ * c, then dx and dw's sums.  With -DRNK_HOLD_ROWS=1 and one or two vectors a
+ * thread the row is held in registers across the two passes (a stripe's
+ * barrier between them makes the compiler read shared memory again), as the
+ * kernel before issue 15 did; with four, whose stripes are one or two warps,
+ * the registers are left to dw's sums and the second pass reads the ring.
  */
+#ifndef RNK_HOLD_ROWS
+#define RNK_HOLD_ROWS 0
+#endif
 template <class T, int NV>
 __device__ __forceinline__ void process_row(const Params &p, int64_t r, int parity, int g,
                                             const int64_t (&col)[NV], const bool (&ok)[NV],
@@ -92,7 +98,16 @@ __device__ __forceinline__ void process_row(const Params &p, int64_t r, int pari
                                             float (&acc)[NV][Vec<T>::N], rsum_t (*red)[32][2])
 {
     constexpr int VEC = Vec<T>::N;
+    constexpr bool HOLD = RNK_HOLD_ROWS && NV <= 2;
     const bool only_b = p.rstd != nullptr;
+    uint4 hx[HOLD ? NV : 1], hy[HOLD ? NV : 1];
+    if (HOLD) {
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+            hx[HOLD ? v : 0] = ok[v] ? st[v * blockDim.x] : make_uint4(0, 0, 0, 0);
+            hy[HOLD ? v : 0] = ok[v] ? st[(NV + v) * blockDim.x] : make_uint4(0, 0, 0, 0);
+        }
+    }
     /* One chain of additions per vector, then a fixed tree over the
      * vectors: NV independent chains keep the scheduler busy where one
      * chain over the thread's whole share of the row would stall it. */
@@ -103,8 +118,8 @@ __device__ __forceinline__ void process_row(const Params &p, int64_t r, int pari
         s2v[v] = 0;
         if (ok[v]) {
             float xf[VEC], yf[VEC], wv[VEC];
-            Vec<T>::unpack(st[v * blockDim.x], xf);
-            Vec<T>::unpack(st[(NV + v) * blockDim.x], yf);
+            Vec<T>::unpack(HOLD ? hx[HOLD ? v : 0] : st[v * blockDim.x], xf);
+            Vec<T>::unpack(HOLD ? hy[HOLD ? v : 0] : st[(NV + v) * blockDim.x], yf);
             load_w<VEC>(wsm + col[v], wv);
 #pragma unroll
             for (int e = 0; e < VEC; e++) {
@@ -134,8 +149,8 @@ __device__ __forceinline__ void process_row(const Params &p, int64_t r, int pari
     for (int v = 0; v < NV; v++) {
         if (ok[v]) {
             float xf[VEC], yf[VEC], rf[VEC], d[VEC], wv[VEC];
-            Vec<T>::unpack(st[v * blockDim.x], xf);
-            Vec<T>::unpack(st[(NV + v) * blockDim.x], yf);
+            Vec<T>::unpack(HOLD ? hx[HOLD ? v : 0] : st[v * blockDim.x], xf);
+            Vec<T>::unpack(HOLD ? hy[HOLD ? v : 0] : st[(NV + v) * blockDim.x], yf);
             load_w<VEC>(wsm + col[v], wv);
             if (p.dres)
                 Vec<T>::unpack(ld16((const T *)p.dres + r * p.drs + col[v]), rf);
@@ -155,11 +170,14 @@ __device__ __forceinline__ void process_row(const Params &p, int64_t r, int pari
 
 /*
  * Block shapes (cuda_bwd.cu's plan): a stripe of tpr threads holds NV
- * vectors of 16 bytes of a row per thread (NV = 1, 2 or 4: about four, so
- * that small rows reduce inside one warp and larger ones across at most a
- * few warps), and a block is G such stripes, at most 512 threads.  Blocks of
- * NV <= 2 must fit two per SM in registers, blocks of NV = 4 one of 512 or
- * two of 256 threads.
+ * vectors of 16 bytes of a row per thread, NV = 1, 2 or 4: about four below
+ * 512 vectors a row (bf16 n < 4096), so that small rows reduce inside one
+ * warp and rows of 2048 across two; about two from there (256 threads at
+ * n = 4096, 512 at 8192), where four left too few warps a SM.  A block is G
+ * such stripes, at most 512 threads.  The register bounds leave the compiler
+ * free (NV = 4 takes 125, NV <= 2 96-108): capping NV <= 2 at 64 for two
+ * blocks of 512 spilled, and capping NV = 4 at 80 for three blocks of 256
+ * spilled and lost 25-45 % (bench/RESULTS.md).
  */
 #ifndef RNK_NV_TARGET
 #define RNK_NV_TARGET 4 /* vectors per thread the plan aims at, rows < 512 vectors */

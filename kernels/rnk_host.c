@@ -124,11 +124,16 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen)
  * of it, so the stripes of a chunk stay equally long.  The workspace
  * (nchunks * G * n * 4 bytes) is capped at 256 MiB.
  *
- * A GPU block covers about RNK_STRIPE_COLS = 8192 columns of rows at once: a
- * whole row for n >= 8192, else G rows, one stripe each, at most
- * RNK_MAX_STRIPES = 16.  Its stripes run independently (one warp each up to
- * 1024 bf16 columns), so a wide block costs no barrier per row, and keeps
- * more bytes in flight per SM while the grid stays at one block per chunk.
+ * A GPU block covers G rows of one chunk at once, one stripe each: the
+ * largest power of two G <= RNK_MAX_STRIPES = 8 with G * n <= RNK_STRIPE_COLS
+ * = 8192 (8 rows up to n = 1024, 4 at 2048), and a whole row alone from
+ * RNK_WIDE_ROW = 4096 columns.  The stripes run independently (one warp each
+ * up to 1024 bf16 columns, so no barrier per row there), and the wide block
+ * keeps more bytes in flight per SM while the grid stays at one block per
+ * chunk.  Measured on the H200 (bench/RESULTS.md, issue 15): 16 stripes of
+ * one warp (registers capped for two such blocks a SM) were 2-9 % slower at
+ * n = 256 than 8; two rows of 4096 columns made a ring too large for two
+ * blocks a SM (12 % slower).
  */
 #ifndef RNK_MAX_CHUNKS
 #define RNK_MAX_CHUNKS 256
