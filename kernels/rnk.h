@@ -173,12 +173,6 @@ int rnk_cuda_bwd(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t 
  */
 void rnk_cuda_force_grid(rnk_device *dev, int ctas);
 
-/* Transitional: the programs that still take rnk_test.h's helpers from here
- * (tests/gpu/prog_hog.c, tests/gpu/prog_e2e_cuda.c, bench/bench_e2e_cuda.c)
- * include rnk_test.h themselves once this goes. */
-#ifndef RNK_PRODUCTION_ONLY
-#include "rnk_test.h"
-#endif
 
 #ifdef __cplusplus
 }

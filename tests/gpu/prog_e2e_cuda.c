@@ -44,6 +44,7 @@
 #include "rmsnorm_client.h"
 #include "rmsnormctl_verify.h"
 #include "rnk.h"
+#include "rnk_test.h"
 
 static const char *endpoint;
 static cudaStream_t st;
