@@ -64,6 +64,7 @@
 #include "gpu/e2e_cuda.h"
 #include "rmsnorm_client.h"
 #include "rnk.h"
+#include "rnk_test.h"
 
 #define CK(call)                                                                            \
     do {                                                                                    \

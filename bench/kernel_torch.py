@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch's side of the kernel benchmark (bench/bench_kernel.c reads its CSV).
+"""PyTorch's and Quack's side of the kernel benchmark (bench/bench_kernel.c reads its CSV).
 
 Grid: M in {4096, 8192, 16384, 32768, 65536} x N in {256 .. 8192}, bf16 x, dy
 and dx, with an fp32 weight (w "f32": fp32 dw) and with a bf16 weight (w
@@ -27,6 +27,13 @@ and dx, with an fp32 weight (w "f32": fp32 dw) and with a bf16 weight (w
            Dynamo's recompile limits are raised so that no shape falls back
            to eager; a shape that fails to compile gets 0 (absent) and a
            message on stderr.
+  compile_det  the same, compiled and run with
+           torch.use_deterministic_algorithms(True) (a second compiled
+           function, so each mode has its own graphs).
+  quack    Quack's quack.rmsnorm.rmsnorm_bwd(x, w, dy, rstd) (one CuTe-DSL
+           kernel writing per-CTA fp32 dw partials, then dw_partial.sum(0)),
+           when the quack package imports (0 otherwise); it compiles once per
+           N and dtype set, at the first call.
 
 Timing, the same for both: after warm-up calls, many calls (--reps, default
 60) are queued behind a GPU sleep long enough that all of them are enqueued
@@ -37,12 +44,20 @@ never zeros) that they read >= 240 MB, 4x the H200's 60 MB L2, so L2 cannot
 serve the inputs.  Shapes run largest first; each shape's tensors are freed
 before the next.
 
-Writes OUT.csv: the header m,n,w,eager_us,compile_us, then one row per shape,
+Writes OUT.csv: the header m,n,w,eager_us,compile_us,compile_det_us,quack_us,
+then one row per shape,
 flushed as it is measured (a run cut short keeps its rows); progress goes to
 stderr.  0 in a column means not measured.
 
+With --accuracy DIR it then measures dx's accuracy on fixed random inputs
+(M = 4096, N in {256, 1024, 4096, 8192}, both weights): the worst error of
+each element against an fp64 reference with the same fp32 rstd, in bf16
+ulps of the reference, and the fraction beyond one ulp, for eager,
+torch.compile and Quack (DIR/acc_torch.csv); the inputs go to DIR for
+bench_kernel --accuracy DIR to measure ours on the same values.
+
 Usage: kernel_torch.py OUT.csv [--quick] [--mode default|max-autotune-no-cudagraphs]
-                       [--reps N] [--shape M,N,f32|bf16 ...]
+                       [--reps N] [--shape M,N,f32|bf16 ...] [--accuracy DIR]
 """
 import argparse
 import math
@@ -79,6 +94,83 @@ def bwd_formula(x, dy, w, rstd):
     dx = r * (g - xhat * c)
     dw = (dyf * xhat).sum(dim=0)
     return dx.to(x.dtype), dw.to(w.dtype)
+
+
+def bwd_formula_det(x, dy, w, rstd):
+    """The same formula, as a second function for the deterministic mode."""
+    return bwd_formula(x, dy, w, rstd)
+
+
+def load_quack():
+    try:
+        from quack.rmsnorm import rmsnorm_bwd
+    except Exception as e:  # not installed: the column stays 0
+        log(f"note: quack not available: {e!r}")
+        return None
+
+    def quack_bwd(x, dy, w, rstd):
+        dx, dw, _, _ = rmsnorm_bwd(x, w, dy, rstd)
+        return dx, dw
+
+    return quack_bwd
+
+
+ACC_SHAPES = [(4096, n, w) for w in ("f32", "bf16") for n in (256, 1024, 4096, 8192)]
+
+
+def ulp_stats(dx, ref):
+    """Worst |dx - ref| in bf16 ulps of ref (2^(floor(log2|ref|) - 7)), and the
+    fraction of elements more than one such ulp away."""
+    d = (dx.double() - ref).abs()
+    e = torch.floor(torch.log2(ref.abs().clamp_min(2.0 ** -126)))
+    u = d / torch.exp2(e - 7)
+    return u.max().item(), (u > 1).double().mean().item()
+
+
+def accuracy(outdir, fns, dev):
+    """dx accuracy on the same random inputs for eager, torch.compile and Quack;
+    the inputs go to outdir for bench_kernel --accuracy to run ours on."""
+    compiled, _, quack = fns
+    os.makedirs(outdir, exist_ok=True)
+    g = torch.Generator(device=dev)
+    g.manual_seed(12345)
+    with open(os.path.join(outdir, "acc_torch.csv"), "w") as f:
+        f.write("m,n,w,impl,max_ulp,frac_over1\n")
+        for m, n, wname in ACC_SHAPES:
+            wdt = dict(WDTYPES)[wname]
+            x = torch.randn(m, n, device=dev, generator=g).to(torch.bfloat16)
+            dy = torch.randn(m, n, device=dev, generator=g).to(torch.bfloat16)
+            w = (1.0 + 0.3 * torch.randn(n, device=dev, generator=g)).to(wdt)
+            x64 = x.double()
+            rstd = torch.rsqrt(x64.pow(2).mean(dim=1) + EPS).float()
+            r = rstd.double().unsqueeze(1)
+            xh = x64 * r
+            gg = dy.double() * w.double()
+            ref = r * (gg - xh * (xh * gg).mean(dim=1, keepdim=True))
+            base = os.path.join(outdir, f"acc_{m}_{n}_{wname}")
+            x.view(torch.int16).cpu().numpy().tofile(base + ".x")
+            dy.view(torch.int16).cpu().numpy().tofile(base + ".dy")
+            w.float().cpu().numpy().tofile(base + ".w")
+            rstd.cpu().numpy().tofile(base + ".rstd")
+            xr = x.detach().requires_grad_(True)
+            wr = w.detach().requires_grad_(True)
+            y = F.rms_norm(xr, (n,), wr, EPS)
+            impls = [("eager", torch.autograd.grad(y, (xr, wr), dy)[0])]
+            try:
+                impls.append(("compile", compiled(x, dy, w, rstd)[0]))
+            except Exception as e:
+                log(f"  accuracy {m}x{n}: compile failed: {e!r}")
+            if quack is not None:
+                try:
+                    impls.append(("quack", quack(x, dy, w, rstd)[0]))
+                except Exception as e:
+                    log(f"  accuracy {m}x{n}: quack failed: {e!r}")
+            for name, dx in impls:
+                mx, fr = ulp_stats(dx, ref)
+                f.write(f"{m},{n},{wname},{name},{mx:.4f},{fr:.3e}\n")
+                log(f"accuracy {m}x{n} w={wname} {name}: worst {mx:.3f} ulp, "
+                    f"{100 * fr:.4f} % beyond 1 ulp")
+            f.flush()
 
 
 def raise_recompile_limits():
@@ -170,7 +262,40 @@ def rel_err(a, b):
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
 
-def bench_shape(m, n, wname, wdt, compiled, reps, sleep, dev):
+def time_compiled(compiled, comp_sets, eager_sets, eager, reps, sleep, label, dynamo=True):
+    """Compile (first call), check against autograd, time; 0 on failure.
+    dynamo: a torch.compile'd function, which must compile a new graph."""
+    try:
+        g0 = unique_graphs()
+        t = time.perf_counter()
+        dx_c, dw_c = compiled(*comp_sets[0])
+        torch.cuda.synchronize()
+        compile_s = time.perf_counter() - t
+        g1 = unique_graphs()
+        if dynamo and g0 > 0 and g1 == g0:
+            # nothing new was compiled for a new static shape: Dynamo ran it eagerly
+            raise RuntimeError("torch.compile compiled no graph for this shape (fell back to eager?)")
+        try:  # the formula against PyTorch's backward, same inputs
+            dx_e, dw_e = eager(*eager_sets[0])
+            ex, ew = rel_err(dx_c, dx_e), rel_err(dw_c, dw_e)
+            if not (ex < 0.03 and ew < 0.03):
+                log(f"  {label}: WARNING: result differs from autograd: "
+                    f"dx {ex:.3g}, dw {ew:.3g} (relative to max |value|)")
+            del dx_e, dw_e
+        except Exception as e:
+            log(f"  {label}: check against autograd skipped: {e!r}")
+        del dx_c, dw_c
+        us = time_calls(compiled, comp_sets, reps, sleep, label)
+        log(f"  {label}: first call {compile_s:.1f} s (graphs {g0} -> {g1})")
+        return us
+    except Exception as e:
+        msg = "".join(traceback.format_exception_only(type(e), e)).strip()
+        log(f"  {label}: failed, time = 0: {msg[:2000]}")
+        return 0.0
+
+
+def bench_shape(m, n, wname, wdt, fns, reps, sleep, dev):
+    compiled, compiled_det, quack = fns
     label = f"{m}x{n} w={wname}"
     per_set = 4 * m * n  # bytes of x and dy that one call reads
     nsets = max(2, min(MAX_SETS, math.ceil(ROTATE_BYTES / per_set)))
@@ -189,40 +314,24 @@ def bench_shape(m, n, wname, wdt, compiled, reps, sleep, dev):
     def eager(y, xr, wr, dy):
         return torch.autograd.grad(y, (xr, wr), dy, retain_graph=True)
 
-    e_us = c_us = 0.0
+    e_us = 0.0
     try:
         e_us = time_calls(eager, eager_sets, reps, sleep, label + " eager")
     except Exception as e:
         log(f"  {label}: eager failed: {e!r}")
-
+    c_us = time_compiled(compiled, comp_sets, eager_sets, eager, reps, sleep, label + " compile")
+    torch.use_deterministic_algorithms(True)
     try:
-        g0 = unique_graphs()
-        t = time.perf_counter()
-        dx_c, dw_c = compiled(*comp_sets[0])
-        torch.cuda.synchronize()
-        compile_s = time.perf_counter() - t
-        g1 = unique_graphs()
-        if g0 > 0 and g1 == g0:
-            # nothing new was compiled for a new static shape: Dynamo ran it eagerly
-            raise RuntimeError("torch.compile compiled no graph for this shape (fell back to eager?)")
-        try:  # the formula against PyTorch's backward, same inputs
-            dx_e, dw_e = eager(*eager_sets[0])
-            ex, ew = rel_err(dx_c, dx_e), rel_err(dw_c, dw_e)
-            if not (ex < 0.03 and ew < 0.03):
-                log(f"  {label}: WARNING: compiled formula differs from autograd: "
-                    f"dx {ex:.3g}, dw {ew:.3g} (relative to max |value|)")
-            del dx_e, dw_e
-        except Exception as e:
-            log(f"  {label}: check against autograd skipped: {e!r}")
-        del dx_c, dw_c
-        c_us = time_calls(compiled, comp_sets, reps, sleep, label + " compile")
-        log(f"  {label}: compiled in {compile_s:.1f} s (graphs {g0} -> {g1})")
-    except Exception as e:
-        c_us = 0.0
-        msg = "".join(traceback.format_exception_only(type(e), e)).strip()
-        log(f"  {label}: torch.compile failed, compile_us = 0: {msg[:2000]}")
+        d_us = time_compiled(compiled_det, comp_sets, eager_sets, eager, reps, sleep,
+                             label + " compile (deterministic)")
+    finally:
+        torch.use_deterministic_algorithms(False)
+    q_us = 0.0
+    if quack is not None:
+        q_us = time_compiled(quack, comp_sets, eager_sets, eager, reps, sleep, label + " quack",
+                             dynamo=False)
     del eager_sets, comp_sets, w
-    return e_us, c_us
+    return e_us, c_us, d_us, q_us
 
 
 def main():
@@ -237,6 +346,9 @@ def main():
     ap.add_argument("--reps", type=int, default=60, help="timed calls per shape and variant")
     ap.add_argument("--shape", action="append", default=[], metavar="M,N,W",
                     help="only this shape, e.g. 65536,4096,bf16 (repeatable)")
+    ap.add_argument("--accuracy", metavar="DIR",
+                    help="then compare dx accuracy (eager, compile, Quack) on fixed random "
+                         "inputs, written to DIR for bench_kernel --accuracy DIR")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         log("kernel_torch.py: no CUDA device")
@@ -244,13 +356,15 @@ def main():
     dev = torch.device("cuda")
     torch.manual_seed(0)
     raise_recompile_limits()
-    compiled = torch.compile(bwd_formula, dynamic=False,
-                             mode=None if args.mode == "default" else args.mode)
+    mode = None if args.mode == "default" else args.mode
+    compiled = torch.compile(bwd_formula, dynamic=False, mode=mode)
+    compiled_det = torch.compile(bwd_formula_det, dynamic=False, mode=mode)
+    fns = (compiled, compiled_det, load_quack())
     shapes = [(m, n, wname, wdt)
               for wname, wdt in WDTYPES
               for i, m in enumerate(MS)
               for j, n in enumerate(NS)
-              if not (args.quick and (i % 2 or j % 2))]
+              if not (args.quick and (i % 2 or j == 1))]
     if args.shape:
         want = {tuple(x.strip() for x in s.split(",")) for s in args.shape}
         shapes = [s for s in shapes if (str(s[0]), str(s[1]), s[2]) in want]
@@ -261,17 +375,17 @@ def main():
     t0 = time.time()
     done = 0
     with open(args.out, "w") as f:  # written row by row: a cut-short run still leaves its rows
-        f.write("m,n,w,eager_us,compile_us\n")
+        f.write("m,n,w,eager_us,compile_us,compile_det_us,quack_us\n")
         f.flush()
         for m, n, wname, wdt in shapes:
             try:
-                e_us, c_us = bench_shape(m, n, wname, wdt, compiled, args.reps, sleep, dev)
+                e_us, c_us, d_us, q_us = bench_shape(m, n, wname, wdt, fns, args.reps, sleep, dev)
             except Exception as e:  # e.g. out of memory making the inputs
                 log(f"  {m}x{n} w={wname}: failed: {e!r}")
-                e_us = c_us = 0.0
+                e_us = c_us = d_us = q_us = 0.0
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
-            f.write(f"{m},{n},{wname},{e_us:.3f},{c_us:.3f}\n")
+            f.write(f"{m},{n},{wname},{e_us:.3f},{c_us:.3f},{d_us:.3f},{q_us:.3f}\n")
             f.flush()
             done += 1
             nbytes = 6 * m * n + 4 * m + 2 * n * (4 if wname == "f32" else 2)  # as bench_kernel
@@ -279,10 +393,13 @@ def main():
             def tbps(us):
                 return nbytes / (us * 1e-6) / 1e12 if us > 0 else 0.0
 
-            log(f"torch {m:6d} x {n:5d} w={wname:4s}: eager {e_us:9.2f} us, compile {c_us:9.2f} us"
-                f" ({tbps(e_us):.2f} / {tbps(c_us):.2f} TB/s)"
+            log(f"torch {m:6d} x {n:5d} w={wname:4s}: eager {e_us:9.2f} us, compile {c_us:9.2f} us,"
+                f" deterministic {d_us:9.2f} us, quack {q_us:9.2f} us"
+                f" ({tbps(e_us):.2f} / {tbps(c_us):.2f} / {tbps(d_us):.2f} / {tbps(q_us):.2f} TB/s)"
                 f"  [{done}/{len(shapes)}, {time.time() - t0:.0f} s]")
     log(f"kernel_torch.py: {done} shapes in {time.time() - t0:.0f} s -> {args.out}")
+    if args.accuracy:  # after the timing, whose check wants each shape's first compile
+        accuracy(args.accuracy, fns, dev)
     return 0
 
 

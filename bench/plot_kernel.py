@@ -22,14 +22,16 @@ def main():
     fig, axes = plt.subplots(2, 1, figsize=(14, 9), sharey=True)
     series = [("fused_us", "fused (deterministic)", "-o"), ("separate_us", "separate (2 kernels)", "-s"),
               ("atomic_us", "atomic (non-deterministic)", "-^"),
-              ("torch_eager_us", "PyTorch eager", "--x"), ("torch_compile_us", "torch.compile", "--+")]
+              ("torch_eager_us", "PyTorch eager", "--x"), ("torch_compile_us", "torch.compile", "--+"),
+              ("torch_compile_det_us", "torch.compile, deterministic", ":+"),
+              ("quack_us", "Quack rmsnorm_bwd", "-D")]
     for ax, w in zip(axes, ("f32", "bf16")):
         rs = [r for r in rows if r["w"] == w]
         rs.sort(key=lambda r: (r["n"], r["m"]))
         labels = [f'{r["m"] // 1024}K x {r["n"]}' for r in rs]
         xs = range(len(rs))
         for key, name, style in series:
-            ys = [r["bytes"] / (r[key] * 1e-6) / 1e12 if r[key] > 0 else float("nan") for r in rs]
+            ys = [r["bytes"] / (r[key] * 1e-6) / 1e12 if r.get(key, 0) > 0 else float("nan") for r in rs]
             ax.plot(xs, ys, style, label=name, markersize=4)
         ax.axhline(copy, color="k", linewidth=0.8, label=f"D2D copy {copy:.2f} TB/s")
         ax.axhline(0.9 * copy, color="k", linewidth=0.8, linestyle=":", label="90 % of copy")

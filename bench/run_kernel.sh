@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
-# The kernel benchmark, whole, on a GPU host: PyTorch's numbers, then ours
-# (which merges them), then the plot.  Build first, where nvcc is, with the
-# benchmark-only variants compiled in:
+# The kernel benchmark, whole, on a GPU host: PyTorch's and Quack's numbers
+# (and dx accuracy on shared inputs), then ours (which merges them), then the
+# plot.  Build first, where nvcc is, with the benchmark-only variants compiled in:
 #   make BUILD=build/bench NVCCFLAGS=-DRNK_BENCH_VARIANTS=1 build/bench/bench/bench_kernel
+# Quack is measured when `import quack` works (/work/shared/tools/quack-wheels.sh
+# says how to bring it to a host without package access).
 # Usage: bench/run_kernel.sh BUILD_DIR OUT_DIR [--quick]
-# Writes OUT_DIR/torch.csv, kernel.csv, kernel.json, kernel.png, bench.log.
+# Writes OUT_DIR/torch.csv, kernel.csv, kernel.json, kernel.png, bench.log and
+# OUT_DIR/acc/acc_torch.csv, acc_ours.csv (the inputs they share stay in OUT_DIR/acc).
 set -euo pipefail
 build=${1:?usage: run_kernel.sh BUILD_DIR OUT_DIR [--quick]}
 out=${2:?usage: run_kernel.sh BUILD_DIR OUT_DIR [--quick]}
 quick=${3:-}
 here=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$out"
+mkdir -p "$out/acc"
 export PYTHONUNBUFFERED=1
-# PyTorch first; its failure or a time limit (TORCH_TIMEOUT, default 300 s)
-# leaves the rows it finished, and our own numbers are measured regardless.
-timeout "${TORCH_TIMEOUT:-300}" python3 "$here/kernel_torch.py" "$out/torch.csv" $quick \
-    >"$out/torch.log" 2>&1 || echo "kernel_torch.py: exit $? (see $out/torch.log)"
+# PyTorch and Quack first; a failure or a time limit (TORCH_TIMEOUT, default
+# 420 s) leaves the rows finished, and our own numbers are measured regardless.
+timeout "${TORCH_TIMEOUT:-420}" python3 "$here/kernel_torch.py" "$out/torch.csv" $quick \
+    --accuracy "$out/acc" >"$out/torch.log" 2>&1 || echo "kernel_torch.py: exit $? (see $out/torch.log)"
 tail -n 2 "$out/torch.log"
+"$build/bench/bench_kernel" --accuracy "$out/acc" 2>&1 | tee "$out/accuracy.log" || true
 "$build/bench/bench_kernel" --out "$out" --torch "$out/torch.csv" $quick 2>&1 | tee "$out/bench.log"
 python3 "$here/plot_kernel.py" "$out/kernel.json" "$out/kernel.png"

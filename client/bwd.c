@@ -7,6 +7,7 @@
  * device entry points are here and say they are not available, so the ABI
  * stays fixed.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -55,12 +56,97 @@ static int check_args(rn_client *c, const rn_bwd_args *a)
     return 0;
 }
 
+/* ---- whether a call may run twice ------------------------------------------------------ */
+
+static size_t esize(rn_dtype dt)
+{
+    return dt == RN_DTYPE_F32 ? 4 : 2;
+}
+
+/* The bytes [*lo, *hi) from a tensor's first to its last element, gaps
+ * between rows included (the protocol's conservative span).  false when
+ * the span does not fit the address space. */
+static bool span(const void *p, int64_t rows, int64_t stride, int64_t cols, size_t es, uintptr_t *lo,
+                 uintptr_t *hi)
+{
+    uint64_t elems, bytes;
+    if (rows <= 0) {
+        *lo = *hi = (uintptr_t)p;
+        return true;
+    }
+    if (__builtin_mul_overflow((uint64_t)(rows - 1), (uint64_t)stride, &elems) ||
+        __builtin_add_overflow(elems, (uint64_t)cols, &elems) ||
+        __builtin_mul_overflow(elems, (uint64_t)es, &bytes) ||
+        __builtin_add_overflow((uintptr_t)p, (uintptr_t)bytes, hi))
+        return false;
+    *lo = (uintptr_t)p;
+    return true;
+}
+
+/* Whether the output at out (its span [olo, ohi)) meets input tensor in;
+ * an unrepresentable span meets everything. */
+static bool meets(bool out_ok, uintptr_t olo, uintptr_t ohi, const void *in, int64_t rows,
+                  int64_t stride, int64_t cols, size_t es)
+{
+    uintptr_t lo, hi;
+    if (!out_ok || !span(in, rows, stride, cols, es, &lo, &hi))
+        return true;
+    return olo < ohi && lo < hi && olo < hi && lo < ohi;
+}
+
+/*
+ * Whether running a twice gives what running it once does.  The daemon
+ * writes only the outputs, dx and dw, and writes each of them whole, so a
+ * second run over the same inputs writes the same bytes again, unless an
+ * output overlaps an input: then the first run (perhaps cut short by a
+ * crash) has changed the second one's inputs.  The protocol allows exactly
+ * one such overlap, dx == dy (an in-place backward); the daemon refuses
+ * every other one before it runs anything, but the check here is the
+ * general one, on the same conservative spans, so that it stays right if
+ * the protocol ever allows more.
+ */
+static bool idempotent(const rn_bwd_args *a)
+{
+    struct {
+        const void *p;
+        int64_t rows, stride, cols;
+        rn_dtype dt;
+        bool present;
+    } in[] = {
+        {a->x, a->m, a->x_stride, a->n, a->x_dtype, true},
+        {a->dy, a->m, a->dy_stride, a->n, a->dy_dtype, true},
+        {a->w, 1, a->n, a->n, a->w_dtype, a->w_dtype != RN_DTYPE_NONE},
+        {a->rstd, 1, a->m, a->m, RN_DTYPE_F32, a->rstd != NULL},
+        {a->dres, a->m, a->dres_stride, a->n, a->dres_dtype, a->dres_dtype != RN_DTYPE_NONE},
+    };
+    uintptr_t dxlo = 0, dxhi = 0, dwlo = 0, dwhi = 0;
+    bool dx_ok, dw_ok = true, has_dw = a->dw_dtype != RN_DTYPE_NONE;
+
+    if (a->m == 0) /* nothing is written */
+        return true;
+    dx_ok = span(a->dx, a->m, a->dx_stride, a->n, esize(a->dx_dtype), &dxlo, &dxhi);
+    if (has_dw)
+        dw_ok = span(a->dw, 1, a->n, a->n, esize(a->dw_dtype), &dwlo, &dwhi);
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        if (!in[i].present)
+            continue;
+        size_t es = esize(in[i].dt);
+        if (meets(dx_ok, dxlo, dxhi, in[i].p, in[i].rows, in[i].stride, in[i].cols, es) ||
+            (has_dw && meets(dw_ok, dwlo, dwhi, in[i].p, in[i].rows, in[i].stride, in[i].cols, es)))
+            return false;
+    }
+    return true;
+}
+
+/* ---- the call --------------------------------------------------------------------------- */
+
 /* One backward call on its way through the session retry loop. */
 typedef struct bwd_call {
     const rn_bwd_args *a;
     int mode;
     const rnc_mapper *m;
     void *ctx;
+    bool idempotent; /* may run again after a lost session (idempotent()) */
 } bwd_call;
 
 static int map_one(rn_client *c, const bwd_call *k, const char *field, const void *p, rnp_tensor *t)
@@ -141,7 +227,25 @@ static int bwd_step(rn_client *c, void *arg)
         return rv;
     fill_bwd(c, k->a, k->mode, slot, &b);
     rnc_request(c, RN_OP_BWD)->u.bwd = b;
-    return rnc_transact(c, c->timeout_ms);
+    rv = rnc_transact(c, c->timeout_ms);
+    /*
+     * The daemon does not know the session.  Either it lost the session
+     * before this request went out (a restart between calls, the idle
+     * timeout): nothing ran, and the retry loop may run the call again in a
+     * new session.  Or the socket reconnected while the call waited: then a
+     * copy of the request may have reached the daemon that died, and it may
+     * have written part of the outputs before it did; the copy the new
+     * daemon refused is nanomsg's own re-send.  Running the call again is
+     * right only when that cannot change the result.
+     */
+    if (rv == RN_UNKNOWN_SESSION && c->reconnected && !k->idempotent) {
+        c->have_session = false;
+        return rnc_fail(c, RN_RESTARTED,
+                        "bwd: the daemon restarted during the call and its outputs overlap its "
+                        "inputs (dx is dy), so it is not run again: dx, dw and dy may be partly "
+                        "written; restore the inputs and call again");
+    }
+    return rv;
 }
 
 int rnc_bwd(rn_client *c, const rn_bwd_args *a, int mode, const rnc_mapper *m, void *ctx,
@@ -154,7 +258,10 @@ int rnc_bwd(rn_client *c, const rn_bwd_args *a, int mode, const rnc_mapper *m, v
     if (c == NULL)
         return RN_INVALID_ARGUMENT;
     pthread_mutex_lock(&c->mu);
-    if ((rv = check_args(c, a)) != 0 || (rv = rnc_in_session(c, bwd_step, &k)) != 0)
+    if ((rv = check_args(c, a)) != 0)
+        goto out;
+    k.idempotent = idempotent(a);
+    if ((rv = rnc_in_session(c, bwd_step, &k)) != 0)
         goto out;
     if (m->accepted && (rv = m->accepted(c, ctx)) != 0)
         goto out;

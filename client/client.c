@@ -66,7 +66,8 @@ int rn_connect(const rn_connect_opts *opts, rn_client **out)
     char epbuf[256];
     rn_client *c = NULL;
     rn_fault f;
-    int rv;
+    uint64_t t0;
+    int rv, left = -1;
 
     rnc_clear_thread_error();
     if (out == NULL)
@@ -97,18 +98,30 @@ int rn_connect(const rn_connect_opts *opts, rn_client **out)
     else
         snprintf(c->name, sizeof c->name, "pid %ld", (long)getpid());
 
-    if ((rv = rnc_conn_open(c)) != 0)
+    /* One timeout for the whole call: the connect and the PING share it. */
+    t0 = rnc_now_ns();
+    if ((rv = rnc_conn_open(c, c->timeout_ms)) != 0)
         goto fail;
     rnc_sweep_stale();
-    /* A daemon that accepts the connection but never answers is as good as
-     * none. */
-    if ((rv = rnc_ensure_session(c)) == RN_TIMEOUT)
-        rv = RN_UNREACHABLE;
-    if (rv != 0)
+    /*
+     * A PING, not a HELLO: it shows that the daemon answers, and it needs no
+     * session, so that rmsnormctl health, stats and ping work at the
+     * daemon's session limit and take no session from a worker.  The first
+     * call that needs a session opens it.  A daemon that accepts the
+     * connection but never answers is as good as none.
+     */
+    if (c->timeout_ms >= 0) {
+        uint64_t spent = (rnc_now_ns() - t0) / 1000000u;
+        left = spent >= (uint64_t)c->timeout_ms ? 1 : c->timeout_ms - (int)spent;
+    }
+    rnc_request(c, RN_OP_PING);
+    if ((rv = rnc_transact(c, left)) != 0)
         goto fail;
     *out = c;
     return 0;
 fail:
+    if (rv == RN_TIMEOUT)
+        rv = RN_UNREACHABLE;
     rnc_fail(NULL, rv, "%s", c->last_error);
     rnc_conn_close(c);
     pthread_mutex_destroy(&c->mu);

@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "rmsnorm_client.h"
 #include "rn_proto.h"
@@ -54,7 +55,10 @@ struct rn_client {
     char endpoint[256];
     char name[RNP_MAX_NAME];
 
-    bool have_session; /* false: the next call re-opens (HELLO) first */
+    bool have_session; /* false: the next call that needs one opens it (HELLO) */
+    /* The last exchange saw a new connection after its request may already
+     * have gone out on an earlier one (rnc_transact). */
+    bool reconnected;
     bool have_chan;    /* chan is the session's channel connection */
     int chan;
     rnp_session session;
@@ -89,11 +93,19 @@ void rnc_clear_thread_error(void);
 uint64_t rnc_now_ns(void);
 
 /*
- * Check c->endpoint (ipc:// with a path that fits a Unix socket, and a
- * daemon listening there) and open c's REQ socket on it.  On failure c->sock
- * is closed again (< 0) and c's last error says why.
+ * Check c->endpoint (ipc:// with a path that fits a Unix socket, a socket
+ * that a stranger cannot have planted, and a daemon listening there, waiting
+ * at most timeout_ms for it to accept) and open c's REQ socket on it.  On
+ * failure c->sock is closed again (< 0) and c's last error says why.
  */
-int rnc_conn_open(rn_client *c);
+int rnc_conn_open(rn_client *c, int timeout_ms);
+
+/*
+ * Whether the daemon behind c->endpoint may be given c's buffers' group:
+ * its socket is a socket of root or of RN_DAEMON_USER, in directories only
+ * they can change.  Sets *gid to the socket's group then.
+ */
+bool rnc_daemon_trusted(const rn_client *c, gid_t *gid);
 
 /* Close c's socket; c->sock < 0 afterwards.  Fine when it is closed. */
 void rnc_conn_close(rn_client *c);
@@ -107,6 +119,7 @@ rnp_request *rnc_request(rn_client *c, uint32_t op);
  * id, encodes, sends, waits for the reply (timeout_ms) and checks its op
  * and id.  Returns 0 with c->rep filled, the daemon's error code (message
  * kept), or a transport error (RN_TIMEOUT, RN_SYSTEM, RN_BAD_REPLY).
+ * Sets c->reconnected.
  */
 int rnc_transact(rn_client *c, int timeout_ms);
 
@@ -148,8 +161,11 @@ void rnc_end_session(rn_client *c);
  * Run step(c, arg) in a session: make sure there is one, run the step, and
  * when the daemon no longer knows the session (it restarted: the step
  * returns RN_UNKNOWN_SESSION) open a new one and run the step once more.
- * A step sends its own requests; it must be safe to run twice.  Inline: a
- * call with a live session stays in its caller's file.
+ * A step sends its own requests.  Running it again must give what running
+ * it once does; a step for which that is not so (an in-place BWD whose
+ * first copy may have started, see bwd.c) returns RN_RESTARTED instead of
+ * RN_UNKNOWN_SESSION, with c->have_session cleared.  Inline: a call with a
+ * live session stays in its caller's file.
  */
 static inline int rnc_in_session(rn_client *c, int (*step)(rn_client *c, void *arg), void *arg)
 {

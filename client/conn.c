@@ -1,13 +1,18 @@
 /*
- * conn.c - libclient's connection to the daemon: the endpoint check, the
+ * conn.c - libclient's connection to the daemon: the endpoint check (is it
+ * a socket the caller may trust, and whom may buffers be shared with), the
  * REQ socket, one request/reply exchange with its timeout, and where a
  * failure's message is kept.  Nothing here knows about sessions.
  */
 #include <errno.h>
+#include <limits.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,8 +57,13 @@ uint64_t rnc_now_ns(void)
 /*
  * nanomsg connects to a missing daemon silently (its REQ socket would wait
  * for the timeout); a plain connect() tells at once whether anybody listens.
+ * The connect is bounded by timeout_ms: a daemon that is stopped (SIGSTOP,
+ * ^Z) or hung accepts nothing, its listen backlog fills up, and a blocking
+ * connect() to a Unix socket with a full backlog waits until the daemon
+ * accepts.  Linux bounds that wait by the socket's send timeout and then
+ * fails with EAGAIN, which says "no answer", not "nobody there".
  */
-static int probe(rn_client *c, const char *path)
+static int probe(rn_client *c, const char *path, int timeout_ms)
 {
     struct sockaddr_un sa;
     rn_fault f;
@@ -63,13 +73,34 @@ static int probe(rn_client *c, const char *path)
     sa.sun_family = AF_UNIX;
     memcpy(sa.sun_path, path, strlen(path));
     RN_SYS_GOTO(fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), &f, fail);
-    RN_SYS_GOTO(connect(fd, (struct sockaddr *)&sa, sizeof sa), &f, fail);
+    if (timeout_ms >= 0) {
+        /* 0 would mean "forever" to the kernel: the shortest wait is 1 ms. */
+        int ms = timeout_ms > 0 ? timeout_ms : 1;
+        struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+        RN_SYS_GOTO(setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv), &f, fail);
+    }
+    for (;;) {
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
+            break;
+        /* A signal in the caller's process interrupts the wait; a Unix
+         * socket's connect can simply be tried again (it is not in
+         * progress, unlike a TCP one). */
+        if (errno != EINTR) {
+            f.err = errno;
+            goto fail;
+        }
+    }
     close(fd);
     return 0;
 fail:
     if (fd < 0)
         return rnc_fail(c, RN_SYSTEM, "socket(AF_UNIX): %s", strerror(f.err));
     close(fd);
+    if (f.err == EAGAIN || f.err == EWOULDBLOCK)
+        return rnc_fail(c, RN_TIMEOUT,
+                        "endpoint %s: the daemon accepts no connections within %d ms (stopped or "
+                        "hung?)",
+                        c->endpoint, timeout_ms);
     return rnc_fail(c, RN_UNREACHABLE, "endpoint %s: %s (is rmsnormd running?)", c->endpoint,
                     strerror(f.err));
 }
@@ -100,7 +131,136 @@ static int open_socket(rn_client *c)
     return rv;
 }
 
-int rnc_conn_open(rn_client *c)
+/* ---- whom the endpoint belongs to ------------------------------------------------------ */
+
+/* The user rmsnormd runs as when it is a system service (User= in
+ * systemd/rmsnormd@.service); a packager who changes it sets this too. */
+#ifndef RN_DAEMON_USER
+#define RN_DAEMON_USER "rmsnormd"
+#endif
+
+static bool uid_is(uid_t u, uid_t a, uid_t b)
+{
+    return u == 0 || u == a || u == b;
+}
+
+static void owner_name(uid_t u, char *buf, size_t len)
+{
+    struct passwd pw, *pp = NULL;
+    char tmp[1024];
+    if (getpwuid_r(u, &pw, tmp, sizeof tmp, &pp) == 0 && pp)
+        snprintf(buf, len, "uid %u (%s)", (unsigned)u, pp->pw_name);
+    else
+        snprintf(buf, len, "uid %u", (unsigned)u);
+}
+
+/* The directory part of the socket path path, resolved (no symlinks). */
+static bool socket_dir(const char *path, char out[PATH_MAX])
+{
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash == NULL ? 1 : slash == path ? 1 : (size_t)(slash - path);
+    if (n >= sizeof dir)
+        return false;
+    memcpy(dir, slash == NULL ? "." : path, n);
+    dir[n] = '\0';
+    return realpath(dir, out) != NULL;
+}
+
+/*
+ * Whether nobody but root and uids a, b can replace what lies under dir:
+ * dir and every directory above it belong to one of them, and each one that
+ * others may write to is sticky (then others can add names, but not remove
+ * or rename the names of its owners).  why says which directory is not.
+ */
+static bool dirs_safe(const char *dir, uid_t a, uid_t b, char *why, size_t len)
+{
+    char p[PATH_MAX];
+    struct stat st;
+
+    snprintf(p, sizeof p, "%s", dir);
+    for (;;) {
+        if (stat(p, &st) != 0) {
+            snprintf(why, len, "%s: %s", p, strerror(errno));
+            return false;
+        }
+        if (!uid_is(st.st_uid, a, b)) {
+            char who[80];
+            owner_name(st.st_uid, who, sizeof who);
+            snprintf(why, len, "directory %s belongs to %s", p, who);
+            return false;
+        }
+        if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) {
+            snprintf(why, len, "directory %s is writable by others and not sticky", p);
+            return false;
+        }
+        char *slash = strrchr(p, '/');
+        if (slash == NULL || strcmp(p, "/") == 0)
+            return true;
+        slash[slash == p ? 1 : 0] = '\0';
+    }
+}
+
+/*
+ * A socket in a directory anyone may write to (the fallback endpoint
+ * /tmp/rmsnormd-$UID.sock) can be created by anyone before the daemon
+ * starts; a client that connected there would hand its requests, and the
+ * names of its buffers, to whoever created it.  There the socket must be a
+ * socket of the caller's own (or root's), in a sticky directory of the
+ * caller's or root's, else the endpoint is refused.  Elsewhere the
+ * directory's permissions decide who may create the socket, as they do for
+ * the daemon's own directory.
+ */
+static int check_owner(rn_client *c, const char *path)
+{
+    char dir[PATH_MAX], who[80], why[PATH_MAX + 160];
+    struct stat st, ds;
+    uid_t me = geteuid();
+
+    if (!socket_dir(path, dir) || stat(dir, &ds) != 0 || !(ds.st_mode & S_IWOTH))
+        return 0;
+    if (lstat(path, &st) != 0)
+        return 0;
+    if (!S_ISSOCK(st.st_mode))
+        return rnc_fail(c, RN_ENDPOINT,
+                        "endpoint %s: not a socket, in %s where anyone can create files: refusing "
+                        "it",
+                        c->endpoint, dir);
+    if (!uid_is(st.st_uid, me, me)) {
+        owner_name(st.st_uid, who, sizeof who);
+        return rnc_fail(c, RN_ENDPOINT,
+                        "endpoint %s: the socket belongs to %s, not to you or root, and lies in %s "
+                        "where anyone can create it: refusing it (set RMSNORMD_ENDPOINT to the "
+                        "daemon's socket)",
+                        c->endpoint, who, dir);
+    }
+    if (!dirs_safe(dir, me, me, why, sizeof why))
+        return rnc_fail(c, RN_ENDPOINT, "endpoint %s: %s: refusing it", c->endpoint, why);
+    return 0;
+}
+
+bool rnc_daemon_trusted(const rn_client *c, gid_t *gid)
+{
+    const char *path = c->endpoint;
+    char dir[PATH_MAX], why[PATH_MAX + 160], tmp[1024];
+    struct passwd pw, *pp = NULL;
+    struct stat st;
+    uid_t daemon_uid = 0;
+
+    if (strncmp(path, "ipc://", 6) != 0)
+        return false;
+    path += 6;
+    if (getpwnam_r(RN_DAEMON_USER, &pw, tmp, sizeof tmp, &pp) == 0 && pp)
+        daemon_uid = pp->pw_uid;
+    if (lstat(path, &st) != 0 || !S_ISSOCK(st.st_mode) || !uid_is(st.st_uid, daemon_uid, 0))
+        return false;
+    if (!socket_dir(path, dir) || !dirs_safe(dir, daemon_uid, 0, why, sizeof why))
+        return false;
+    *gid = st.st_gid;
+    return true;
+}
+
+int rnc_conn_open(rn_client *c, int timeout_ms)
 {
     rnp_error err = {0};
     const char *path;
@@ -109,7 +269,17 @@ int rnc_conn_open(rn_client *c)
     /* nanomsg aborts on socket paths of 108-121 characters: check first. */
     if (rnp_check_endpoint(c->endpoint, &path, &err) != 0)
         return rnc_fail(c, RN_ENDPOINT, "%s", err.msg);
-    if ((rv = probe(c, path)) != 0)
+    /* The owner is checked after the probe: a socket planted between a
+     * check and the connect would otherwise pass unseen.  nanomsg
+     * reconnects by path on its own later (after a daemon restart), which
+     * only a check of the peer on the connection itself, the descriptor
+     * passing planned for buffers, can cover. */
+    if ((rv = probe(c, path, timeout_ms)) != 0) {
+        /* A planted file that is no socket refuses connections: say that. */
+        int why = rv == RN_UNREACHABLE ? check_owner(c, path) : 0;
+        return why != 0 ? why : rv;
+    }
+    if ((rv = check_owner(c, path)) != 0)
         return rv;
     return open_socket(c);
 }
@@ -188,6 +358,16 @@ static int check_reply(rn_client *c, uint32_t op, uint64_t id)
     return 0;
 }
 
+/*
+ * Connections nanomsg has made on c's socket, and whether one is up now.
+ * nanomsg reports no connection state otherwise; its counters are enough to
+ * tell whether a request may have reached an earlier daemon (rnc_transact).
+ */
+static uint64_t established(const rn_client *c)
+{
+    return nn_get_statistic(c->sock, NN_STAT_ESTABLISHED_CONNECTIONS);
+}
+
 int rnc_transact(rn_client *c, int timeout_ms)
 {
     rnp_error err = {0};
@@ -210,6 +390,18 @@ int rnc_transact(rn_client *c, int timeout_ms)
     if (timeout_ms != c->timeout_ms && (rv = set_timeouts(c, timeout_ms)) != 0)
         return rv;
 
+    /*
+     * The REQ socket sends the request again by itself on every new
+     * connection (after a daemon restart, say) while no reply has come.  If
+     * a connection was up when the request went out and another one was
+     * made before the reply, the first copy may have reached a daemon that
+     * then died, possibly after it began to write the outputs.  One new
+     * connection is expected when none was up: the request waited for it.
+     */
+    uint64_t est0 = established(c);
+    bool was_up = nn_get_statistic(c->sock, NN_STAT_CURRENT_CONNECTIONS) > 0;
+    c->reconnected = false;
+
     /* An interrupted send sent nothing: send again. */
     while ((n = nn_send(c->sock, c->tx, len, 0)) < 0 && nn_errno() == EINTR)
         ;
@@ -217,7 +409,9 @@ int rnc_transact(rn_client *c, int timeout_ms)
         rv = io_fail(c, op, true, timeout_ms);
         goto out;
     }
-    if ((n = receive(c, timeout_ms, &msg, &retimed)) < 0) {
+    n = receive(c, timeout_ms, &msg, &retimed);
+    c->reconnected = established(c) - est0 > (was_up ? 0u : 1u);
+    if (n < 0) {
         rv = io_fail(c, op, false, timeout_ms);
         if (rv == RN_TIMEOUT) {
             /*

@@ -59,17 +59,28 @@ typedef struct rn_client rn_client;
 
 typedef struct rn_connect_opts {
     const char *endpoint;    /* "ipc:///path"; NULL: rn_default_endpoint() */
-    int timeout_ms;          /* per request; 0: RN_DEFAULT_TIMEOUT_MS; -1: wait forever */
+    int timeout_ms;          /* per request and for rn_connect as a whole;
+                                0: RN_DEFAULT_TIMEOUT_MS; -1: wait forever */
     const char *client_name; /* shown in the daemon's log; NULL: "pid <pid>" */
 } rn_connect_opts;
 
 /*
- * Connect to the daemon and open a session (HELLO).  opts NULL means all
- * defaults.  On success *out owns the connection; free it with rn_close.
- * On failure *out is untouched and rn_last_error(NULL) gives the reason in
- * the calling thread.  An endpoint whose socket file is missing or refuses
- * connections fails at once with RN_UNREACHABLE; a daemon that does not
- * answer fails after timeout_ms.
+ * Connect to the daemon and check that it answers (PING).  No session is
+ * opened here: the first call that needs one (rn_buffer_alloc, the backward
+ * calls, rn_server_info) opens it (HELLO), and fails with RN_BUSY while the
+ * daemon is at its session limit; rn_ping, rn_health and rn_stats need
+ * none, so they work at that limit too.  opts NULL means all defaults.  On
+ * success *out owns the connection; free it with rn_close.  On failure *out
+ * is untouched and rn_last_error(NULL) gives the reason in the calling
+ * thread.  An endpoint whose socket file is missing or refuses connections
+ * fails at once with RN_UNREACHABLE; a daemon that does not answer or
+ * accepts no connections (stopped, hung) fails with RN_UNREACHABLE after
+ * timeout_ms, which bounds the whole call.
+ *
+ * Whose socket: in a directory anyone may write to (/tmp, where the
+ * fallback endpoint lies) anyone could have created the socket before the
+ * daemon, so there it must be a socket of the caller's own or root's, in a
+ * sticky directory (else RN_ENDPOINT, naming the path and the owner).
  *
  * Housekeeping: it also removes this user's shared-memory names left behind
  * by client processes that died without rn_close (see rn_buffer_alloc).
@@ -77,8 +88,8 @@ typedef struct rn_connect_opts {
 RN_EXPORT int rn_connect(const rn_connect_opts *opts, rn_client **out);
 
 /*
- * End the session (BYE, best effort: a dead daemon only delays it by the
- * timeout), unmap and unlink every buffer still allocated, and free c.
+ * End the session if one is open (BYE, best effort: a dead daemon only
+ * delays it by the timeout), unmap and unlink every buffer still allocated, and free c.
  * Pointers from rn_buffer_alloc are invalid afterwards.  NULL is fine.
  */
 RN_EXPORT void rn_close(rn_client *c);
@@ -185,8 +196,14 @@ typedef struct rn_timing {
  * After a daemon restart the call opens a new session, registers every live
  * buffer again and retries once; if that fails it returns the error
  * (RN_UNREACHABLE, RN_TIMEOUT, ...) and the next call tries again.
+ * A call is run again only where that gives the same result: where no
+ * output overlaps an input.  An in-place call (dx == dy) that the daemon
+ * may have begun before it died (a crash or restart during the call) is not
+ * run again: it returns RN_RESTARTED, and dx, dw and dy may be partly
+ * written; restore the inputs and call again.
  * After RN_TIMEOUT the daemon may still run the request and write its
- * outputs later; treat them as undefined until a new call rewrites them.
+ * outputs later; treat them as undefined until a new call rewrites them
+ * (and, for an in-place call, dy with them).
  */
 RN_EXPORT int rn_rmsnorm_bwd_host(rn_client *c, const rn_bwd_args *a, rn_timing *t);
 
@@ -203,7 +220,8 @@ RN_EXPORT int rn_rmsnorm_bwd_sync(rn_client *c, const rn_bwd_args *a, void *cuda
 
 /* ---- observation ------------------------------------------------------------------- */
 
-/* One round trip to the daemon; *rtt_ns (may be NULL) gets its duration. */
+/* One round trip to the daemon; *rtt_ns (may be NULL) gets its duration.
+ * rn_ping, rn_health and rn_stats need no session. */
 RN_EXPORT int rn_ping(rn_client *c, uint64_t *rtt_ns);
 
 enum { RN_HEALTH_OK = 0, RN_HEALTH_DEGRADED = 1, RN_HEALTH_FAILING = 2 };
@@ -245,8 +263,10 @@ RN_EXPORT int rn_stats(rn_client *c, rn_stats_info *s);
 RN_EXPORT uint64_t rn_stats_get(const rn_stats_info *s, const char *name, uint64_t dflt);
 
 /*
- * What the daemon said in HELLO.  The type is `struct rn_server_info` (it
- * shares its name with the function, so it has no typedef).
+ * What the daemon said in HELLO; opens the session if none is open yet
+ * (RN_BUSY at the daemon's session limit).  The type is `struct
+ * rn_server_info` (it shares its name with the function, so it has no
+ * typedef).
  */
 struct rn_server_info {
     char endpoint[256]; /* where this client is connected */

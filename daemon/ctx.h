@@ -35,7 +35,11 @@ typedef struct rnd_ctx {
     rnd_transport tx;
     rnd_chan chan;
 
-    uint32_t inflight_total;       /* BWD requests between receipt and release */
+    uint32_t inflight_total;       /* BWD requests submitted and not yet answered
+                                    * (the admission limit; an acknowledged one
+                                    * runs on, bounded by the backend's queue) */
+    uint32_t held_total;           /* BWD requests submitted and not yet released:
+                                    * the drain ends at 0 */
     bool draining;                 /* new work is refused */
     bool failing;                  /* the backend failed; fail_msg says how */
     char fail_msg[RNP_REASON_LEN];

@@ -46,6 +46,7 @@ typedef struct req {
     rnd_job job;                   /* the backend hands this back */
     req_state state;
     bool answered;
+    bool counted;                  /* in the in-flight counts (until answered) */
     rnd_ctx *ctx;
     rnd_session *sess;
     void *control;                 /* the sender until the reply */
@@ -60,6 +61,26 @@ typedef struct req {
 #define REQ_OF_RUN(q) RN_QUEUE_DATA(q, req, run.link)
 
 /* ---- the end of a BWD request: answer, release ------------------------------------- */
+
+/* The in-flight limits count requests until they are answered: an
+ * acknowledged one runs on (its regions held until done), bounded by the
+ * backend's own queue, so that a client may queue GPU work ahead as far as
+ * its event ring lets it. */
+static void count(req *r)
+{
+    r->counted = true;
+    r->sess->inflight++;
+    r->ctx->inflight_total++;
+}
+
+static void uncount(req *r)
+{
+    if (!r->counted)
+        return;
+    r->counted = false;
+    r->sess->inflight--;
+    r->ctx->inflight_total--;
+}
 
 static void reply_from(rnp_reply *rep, uint64_t id, const rnd_result *r)
 {
@@ -110,6 +131,7 @@ static void answer(req *r)
     if (r->answered)
         return;
     r->answered = true;
+    uncount(r);
     result_of(r, &res);
     if (res.status == 0) {
         rnd_hist_add(&ctx->stats.queue, res.rep.queue_ns);
@@ -160,9 +182,9 @@ static void release(req *r)
     if (r->state >= REQ_SUBMITTED) {
         if (r->job.status == 0)
             ctx->stats.bytes_processed += r->bytes;
+        uncount(r);
         rn_queue_remove(&r->run.link);
-        s->inflight--;
-        ctx->inflight_total--;
+        ctx->held_total--;
         s->last_active_ns = rnd_now_ns();
     }
     r->state = REQ_DONE;
@@ -397,15 +419,15 @@ static void bwd(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_request
     /* On the running queue before submit: a backend's events never run
      * inside submit, and a copy arriving from now on waits for this one. */
     rn_queue_push_back(&s->running, &r->run.link);
-    s->inflight++;
-    ctx->inflight_total++;
+    count(r);
+    ctx->held_total++;
     r->state = REQ_SUBMITTED;
     if (ctx->be->ops->submit(ctx->be, &r->job, &err) != 0) {
         /* Never reached the backend: back to PINNED so release undoes
          * exactly what was done. */
         rn_queue_remove(&r->run.link);
-        s->inflight--;
-        ctx->inflight_total--;
+        uncount(r);
+        ctx->held_total--;
         r->state = REQ_PINNED;
         if (err.code == RN_BUSY)   /* the backend's queue: daemon-wide */
             ctx->last_busy_ns = rnd_now_ns();

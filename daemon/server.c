@@ -117,7 +117,7 @@ static void on_drain_check(uv_check_t *h)
     uv_idle_stop(&srv->drain_idle);
     /* Draining refuses new BWD work, so once nothing is in flight nothing
      * will be: the grace period only answers. */
-    if (srv->ctx.draining && !srv->grace && srv->ctx.inflight_total == 0) {
+    if (srv->ctx.draining && !srv->grace && srv->ctx.held_total == 0) {
         srv->grace = true;
         uv_timer_start(&srv->grace_timer, on_grace_over, RND_DRAIN_GRACE_MS, 0);
     }
@@ -145,12 +145,12 @@ void rnd_server_drain(rnd_server *srv, const char *why)
     if (!srv->grace)
         uv_idle_start(&srv->drain_idle, on_drain_idle);
     if (ctx->draining) {
-        rnd_notice("Already draining (%u requests in flight)", ctx->inflight_total);
+        rnd_notice("Already draining (%u requests in flight)", ctx->held_total);
         return;
     }
     ctx->draining = true;
     rnd_notice("Draining (%s): %u requests in flight, new work is refused", why,
-               ctx->inflight_total);
+               ctx->held_total);
     rnd_notify_stopping();
 }
 

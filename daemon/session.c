@@ -422,7 +422,7 @@ void rnd_session_end(rnd_session *s, const char *why)
     s->chan = NULL;
     session_hex(s, hx);
     rnd_info("Session %s of '%s' (pid %u) ends: %s%s", hx, s->name, (unsigned)s->pid, why,
-             s->inflight ? "; releasing after its in-flight requests" : "");
+             rn_queue_empty(&s->running) ? "" : "; releasing after its in-flight requests");
     if (s->tab->be->ops->session_ending)
         s->tab->be->ops->session_ending(s->tab->be, s->bsess);
     /* Unlinking closes every region no request uses; the rest close as their
@@ -436,7 +436,7 @@ void rnd_session_maybe_free(rnd_session *s)
 {
     rnd_sessions *tab = s->tab;
 
-    if (!s->ending || s->inflight > 0)
+    if (!s->ending || !rn_queue_empty(&s->running))
         return;
     rn_queue_remove(&s->link);
     tab->n--;
@@ -459,7 +459,7 @@ void rnd_sessions_expire(rnd_sessions *tab, uint64_t now_ns)
         return;
     RN_QUEUE_FOREACH_SAFE(q, n, &tab->list) {
         rnd_session *s = SESSION_OF(q);
-        if (s->ending || s->inflight || now_ns - s->last_active_ns < limit)
+        if (s->ending || !rn_queue_empty(&s->running) || now_ns - s->last_active_ns < limit)
             continue;
         tab->stats->sessions_expired++;
         snprintf(why, sizeof why, "idle for %u s", tab->cfg->idle_timeout);

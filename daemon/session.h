@@ -71,11 +71,11 @@ struct rnd_session {
     uint32_t nregions;
     uint64_t mapped_bytes;         /* sum of the sizes of the regions still mapped */
     uint32_t next_region_id;
-    uint32_t inflight;             /* requests on running */
-    rn_queue running;              /* rnd_running nodes */
+    uint32_t inflight;             /* requests submitted and not yet answered */
+    rn_queue running;              /* rnd_running nodes: submitted, not yet released */
     rnd_dedupe dedupe;
     uint64_t last_active_ns;
-    bool ending;                   /* no new requests; freed at inflight == 0 */
+    bool ending;                   /* no new requests; freed once running is empty */
     rnd_sessions *tab;
     rn_queue link;
 };
@@ -135,7 +135,7 @@ void rnd_session_end(rnd_session *s, const char *why);
 /* The client of s is gone (its process exited, or its session channel
  * connection closed): cancel its requests that have not started and end s. */
 void rnd_session_client_gone(rnd_session *s, const char *why);
-/* A request of s ended (inflight dropped): free an ending session at zero. */
+/* A request of s was released: free an ending session with none running. */
 void rnd_session_maybe_free(rnd_session *s);
 
 /* REGISTER / UNREGISTER.  err may be NULL for remove. */

@@ -1,16 +1,17 @@
 /*
- * bwd_kernel.cuh - device code of the fused, deterministic RMSNorm backward
- * kernel, shared by the production entry point (cuda_bwd.cu) and the
- * benchmark-only variants (cuda_variants.cu).  C++ templates; nothing here is
- * visible through rnk.h.
+ * bwd_kernel.cuh - the device code of the fused, deterministic RMSNorm
+ * backward kernel, shared by the production entry point (cuda_bwd.cu) and
+ * the benchmark-only variants (cuda_variants.cu); the pieces both paths use
+ * are in bwd_common.cuh.  C++ templates; nothing here is visible through rnk.h.
  *
  * One launch does everything:
  *   1. blocks claim chunks of C = rnk_chunk_rows(m, n) rows from an atomic
  *      counter; a block works on G = rnk_chunk_stripes(n) rows at once (one
- *      stripe each), writes dx, and keeps fp32 dw sums per stripe in
- *      registers (fast path: rows arrive through a ring of STAGES row slots
- *      in shared memory, filled with cp.async STAGES - 1 rows ahead) or in
- *      the chunk's workspace slots (general path); at the chunk's end it adds
+ *      stripe of tpr threads each), writes dx, and keeps fp32 dw sums per
+ *      stripe in registers (fast path: rows arrive through a ring of STAGES
+ *      row slots in shared memory, filled with cp.async STAGES - 1 rows
+ *      ahead, and the stripes run independently of each other) or in the
+ *      chunk's workspace slots (general path); at the chunk's end it adds
  *      the stripes in order into the chunk's partial row and bumps a "done"
  *      counter (release);
  *   2. a block that finds no chunk left waits (acquire) until done ==
@@ -24,324 +25,14 @@
  *      launch (or a graph replay) starts clean without a memset.
  * dx and dw are bitwise deterministic and dw does not depend on the grid:
  * every sum has a fixed order (rnk.h documents dw's; the row reductions use a
- * fixed shuffle tree, then warps in order).
+ * fixed shuffle tree, then the stripe's warps in order).
  */
 #ifndef RNK_BWD_KERNEL_CUH
 #define RNK_BWD_KERNEL_CUH
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-#include <stdint.h>
-
-#include "rnk.h"
+#include "bwd_common.cuh"
 
 namespace rnk {
-
-enum Mode {
-    MODE_FUSED = 0,         /* production: deterministic, one launch */
-    MODE_PARTIALS_ONLY = 1, /* benchmark "separate": a second kernel finishes dw */
-    MODE_ATOMIC = 2,        /* benchmark "fused non-deterministic": fp32 atomics */
-};
-
-/* Counter words, each on its own 128-byte line of the workspace header. */
-enum { CTR_CLAIM = 0, CTR_DONE = 32, CTR_SLICE = 64, CTR_EXIT = 96, CTR_WORDS = 128 };
-enum { FIN_COLS = 32 };
-static constexpr size_t WS_HEADER = CTR_WORDS * 4;
-
-struct Params {
-    const void *x, *dy, *w, *dres;
-    void *dx, *dw;
-    const float *rstd;
-    int64_t m, n, xs, dys, dxs, drs;
-    int x_dt, dy_dt, dx_dt, w_dt, dr_dt, dw_dt;
-    float eps, offset;
-    int64_t C;        /* rows per chunk */
-    int nchunks, G, tpr, nslices;
-    int64_t pst;      /* floats per stripe slot (n rounded up to 4) */
-    int64_t cs;       /* floats per chunk: G * pst */
-    unsigned *ctr;    /* workspace header */
-    float *part;      /* chunk k, stripe slot g at part + k * cs + g * pst */
-    float *acc;       /* MODE_ATOMIC: fp32 accumulator [n], zero between launches */
-};
-
-/* ---- element access ------------------------------------------------------ */
-
-__device__ __forceinline__ float ld_any(int dt, const void *p, int64_t i)
-{
-    if (dt == RNK_F32)
-        return ((const float *)p)[i];
-    if (dt == RNK_BF16)
-        return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    return __half2float(((const __half *)p)[i]);
-}
-
-__device__ __forceinline__ void st_any(int dt, void *p, int64_t i, float v)
-{
-    if (dt == RNK_F32)
-        ((float *)p)[i] = v;
-    else if (dt == RNK_BF16)
-        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
-    else
-        ((__half *)p)[i] = __float2half_rn(v);
-}
-
-template <class T> struct Vec;
-template <> struct Vec<float> {
-    static constexpr int N = 4;
-    static constexpr int DT = RNK_F32;
-    static __device__ __forceinline__ void unpack(const uint4 &u, float (&f)[4])
-    {
-        f[0] = __uint_as_float(u.x);
-        f[1] = __uint_as_float(u.y);
-        f[2] = __uint_as_float(u.z);
-        f[3] = __uint_as_float(u.w);
-    }
-    static __device__ __forceinline__ uint4 pack(const float (&f)[4])
-    {
-        return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]),
-                          __float_as_uint(f[3]));
-    }
-};
-template <> struct Vec<__nv_bfloat16> {
-    static constexpr int N = 8;
-    static constexpr int DT = RNK_BF16;
-    static __device__ __forceinline__ void unpack(const uint4 &u, float (&f)[8])
-    {
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            f[2 * i] = __uint_as_float(w[i] << 16);
-            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-        }
-    }
-    static __device__ __forceinline__ uint32_t pk2(float a, float b)
-    {
-        __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-        return *reinterpret_cast<uint32_t *>(&h);
-    }
-    static __device__ __forceinline__ uint4 pack(const float (&f)[8])
-    {
-        return make_uint4(pk2(f[0], f[1]), pk2(f[2], f[3]), pk2(f[4], f[5]), pk2(f[6], f[7]));
-    }
-};
-template <> struct Vec<__half> {
-    static constexpr int N = 8;
-    static constexpr int DT = RNK_F16;
-    static __device__ __forceinline__ void unpack(const uint4 &u, float (&f)[8])
-    {
-        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            __half2 h = *reinterpret_cast<const __half2 *>(&w[i]);
-            float2 v = __half22float2(h);
-            f[2 * i] = v.x;
-            f[2 * i + 1] = v.y;
-        }
-    }
-    static __device__ __forceinline__ uint32_t pk2(float a, float b)
-    {
-        __half2 h = __floats2half2_rn(a, b);
-        return *reinterpret_cast<uint32_t *>(&h);
-    }
-    static __device__ __forceinline__ uint4 pack(const float (&f)[8])
-    {
-        return make_uint4(pk2(f[0], f[1]), pk2(f[2], f[3]), pk2(f[4], f[5]), pk2(f[6], f[7]));
-    }
-};
-
-/* Streaming loads and stores: every byte is touched once. Plain (coherent)
- * loads, not the read-only path: dx may alias dy. */
-__device__ __forceinline__ uint4 ld16(const void *p)
-{
-    return __ldcs(reinterpret_cast<const uint4 *>(p));
-}
-__device__ __forceinline__ void st16(void *p, uint4 v)
-{
-    __stcs(reinterpret_cast<uint4 *>(p), v);
-}
-
-__device__ __forceinline__ unsigned ld_acquire(const unsigned *p)
-{
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-/* Asynchronous 16-byte copies, global to shared (sm_80 and later). */
-__device__ __forceinline__ void cp_async16(void *sdst, const void *gsrc)
-{
-    const unsigned s = (unsigned)__cvta_generic_to_shared(sdst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gsrc) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-/*
- * Sum (a, b) over the tpr threads of stripe g in a fixed order: a shuffle
- * tree inside each warp, then the stripe's warps in order.  When a stripe
- * spans several warps the whole block meets at one barrier per row (all
- * stripes step through their rows in lockstep, so the count always matches);
- * red is [2][32][2] floats, double-buffered by parity so one barrier per row
- * does.
- */
-__device__ __forceinline__ void stripe_sum2(float &a, float &b, int g, int tpr, int parity,
-                                            float (*red)[32][2])
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        a += __shfl_xor_sync(0xffffffffu, a, o);
-        b += __shfl_xor_sync(0xffffffffu, b, o);
-    }
-    if (tpr > 32) {
-        const int warp = threadIdx.x >> 5, w0 = (g * tpr) >> 5, nw = tpr >> 5;
-        if ((threadIdx.x & 31) == 0) {
-            red[parity][warp][0] = a;
-            red[parity][warp][1] = b;
-        }
-        /* The whole block meets (stripes step in lockstep).  Barrier 1 and
-         * __syncthreads' barrier 0 measured the same on the H200. */
-        asm volatile("bar.sync 1, %0;" ::"r"(blockDim.x) : "memory");
-        a = 0.0f;
-        b = 0.0f;
-        for (int i = 0; i < nw; i++) {
-            a += red[parity][w0 + i][0];
-            b += red[parity][w0 + i][1];
-        }
-    }
-}
-
-/* ---- shared phases ----------------------------------------------------- */
-
-/*
- * Publish a chunk's partial: the barrier orders every thread's writes before
- * thread 0's fence, which makes them visible before the "done" bump (the
- * pattern of a cooperative grid barrier, without its residency requirement).
- */
-__device__ __forceinline__ void publish_chunk(const Params &p)
-{
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(&p.ctr[CTR_DONE], 1u);
-    }
-}
-
-/*
- * Chunk claims.  Thread 0 asks for the block's next chunk as soon as it
- * starts on the current one, so the atomic's round trip hides behind the
- * chunk's loads; the answer goes to one of two shared slots (by parity), so a
- * slot is never rewritten while a thread may still read it.  A claimed chunk
- * always belongs to a running block: that is what makes waiting safe.
- */
-__device__ __forceinline__ unsigned claim_issue(const Params &p)
-{
-    return threadIdx.x == 0 ? atomicAdd(&p.ctr[CTR_CLAIM], 1u) : 0u;
-}
-
-/*
- * Finish 32 columns [sl*32, sl*32+32): stage up to 256 chunks' partials at a
- * time in shared memory (cp.async, all in flight at once); each warp adds whole
- * groups of RNK_DW_GROUP partials in chunk order, then warp 0 adds the group
- * sums in order (rnk.h's two-level order); round once at the end.
- * tile: 256 * 32 floats.
- */
-static_assert(256 % RNK_DW_GROUP == 0, "a staged batch holds whole groups");
-__device__ __forceinline__ void finish_slice(const Params &p, int sl, float *tile)
-{
-    __shared__ float gsum[256 / RNK_DW_GROUP][FIN_COLS];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const int64_t col = (int64_t)sl * FIN_COLS + lane;
-    const bool ok = col < p.n;
-    float d = 0.0f;
-    for (int base = 0; base < p.nchunks; base += 256) {
-        const int cnt = p.nchunks - base < 256 ? p.nchunks - base : 256;
-        /* 8 copies of 16 bytes per chunk, all in flight at once; columns
-         * past n are left as they are and never stored. */
-        for (int it = threadIdx.x; it < cnt * 8; it += blockDim.x) {
-            const int k = it >> 3, q = it & 7;
-            const int64_t c0 = (int64_t)sl * FIN_COLS + 4 * q;
-            if (c0 < p.n)
-                cp_async16(tile + k * FIN_COLS + 4 * q, p.part + (int64_t)(base + k) * p.cs + c0);
-        }
-        cp_async_commit();
-        cp_async_wait<0>();
-        __syncthreads();
-        const int ng = (cnt + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
-        for (int q = warp; q < ng; q += nw) {
-            const int k1 = (q + 1) * RNK_DW_GROUP < cnt ? (q + 1) * RNK_DW_GROUP : cnt;
-            float gs = 0.0f;
-            for (int k = q * RNK_DW_GROUP; k < k1; k++)
-                gs = __fadd_rn(gs, tile[k * FIN_COLS + lane]);
-            gsum[q][lane] = gs;
-        }
-        __syncthreads();
-        if (warp == 0) {
-            for (int q = 0; q < ng; q++)
-                d = __fadd_rn(d, gsum[q][lane]);
-        }
-        __syncthreads();
-    }
-    if (warp == 0 && ok)
-        st_any(p.dw_dt, p.dw, col, d);
-}
-
-/* Steps 2-4 of the fused launch.  Slices are dealt to blocks statically:
- * once every chunk is done nothing waits any more, so a block that starts
- * late still finishes its slices. */
-__device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bool fused)
-{
-    if (fused && p.dw) {
-        if (threadIdx.x == 0) {
-            while (ld_acquire(&p.ctr[CTR_DONE]) < (unsigned)p.nchunks)
-                __nanosleep(64);
-            __threadfence();
-        }
-        __syncthreads();
-        for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
-            finish_slice(p, sl, tile);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        unsigned prev = atomicAdd(&p.ctr[CTR_EXIT], 1u);
-        if (prev == gridDim.x - 1) {
-            /* Everyone else has exited its claim loops: nothing reads the
-             * counters any more in this launch. */
-            atomicExch(&p.ctr[CTR_CLAIM], 0u);
-            atomicExch(&p.ctr[CTR_DONE], 0u);
-            atomicExch(&p.ctr[CTR_SLICE], 0u);
-            __threadfence();
-            atomicExch(&p.ctr[CTR_EXIT], 0u);
-        }
-    }
-}
-
-/* MODE_ATOMIC: after a chunk, the block that completed the last chunk
- * converts the fp32 accumulator to dw and zeroes it for the next launch. */
-__device__ __forceinline__ void atomic_tail(const Params &p, int *s_last)
-{
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        *s_last = (int)atomicAdd(&p.ctr[CTR_DONE], 1u);
-    }
-    __syncthreads();
-    if (*s_last == p.nchunks - 1) {
-        __threadfence();
-        for (int64_t j = threadIdx.x; j < p.n; j += blockDim.x) {
-            st_any(p.dw_dt, p.dw, j, __ldcg(p.acc + j));
-            p.acc[j] = 0.0f;
-        }
-    }
-    __syncthreads();
-}
 
 /* ---- the fast path: aligned rows of one dtype, staged in shared memory ---- */
 
@@ -388,41 +79,78 @@ __device__ __forceinline__ void stage_row(const Params &p, int64_t r, const int6
     }
 }
 
-/* One row of a stripe: the two row sums, rstd and c, then dx and dw's sums. */
+/*
+ * One row of a stripe, read from its ring slot st (this thread's first
+ * vector): the row sums (sum of x^2 only when rstd is recomputed), rstd and
+ * c, then dx and dw's sums.  With -DRNK_HOLD_ROWS=1 and one or two vectors a
+ * thread the row is held in registers across the two passes (a stripe's
+ * barrier between them makes the compiler read shared memory again), as the
+ * kernel before issue 15 did; with four, whose stripes are one or two warps,
+ * the registers are left to dw's sums and the second pass reads the ring.
+ */
+#ifndef RNK_HOLD_ROWS
+#define RNK_HOLD_ROWS 0
+#endif
 template <class T, int NV>
-__device__ __forceinline__ void process_row(const Params &p, int64_t r, bool valid, int parity, int g,
+__device__ __forceinline__ void process_row(const Params &p, int64_t r, int parity, int g,
                                             const int64_t (&col)[NV], const bool (&ok)[NV],
-                                            const uint4 (&bx)[NV], const uint4 (&by)[NV], float rs,
-                                            const float *wsm, float (&acc)[NV][Vec<T>::N],
-                                            float (*red)[32][2])
+                                            const uint4 *st, float rs, const float *wsm,
+                                            float (&acc)[NV][Vec<T>::N], rsum_t (*red)[32][2])
 {
     constexpr int VEC = Vec<T>::N;
-    float s1 = 0.0f, s2 = 0.0f;
+    constexpr bool HOLD = RNK_HOLD_ROWS && NV <= 2;
+    const bool only_b = p.rstd != nullptr;
+    uint4 hx[HOLD ? NV : 1], hy[HOLD ? NV : 1];
+    if (HOLD) {
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+            hx[HOLD ? v : 0] = ok[v] ? st[v * blockDim.x] : make_uint4(0, 0, 0, 0);
+            hy[HOLD ? v : 0] = ok[v] ? st[(NV + v) * blockDim.x] : make_uint4(0, 0, 0, 0);
+        }
+    }
+    /* One chain of additions per vector, then a fixed tree over the
+     * vectors: NV independent chains keep the scheduler busy where one
+     * chain over the thread's whole share of the row would stall it. */
+    rsum_t s1v[NV], s2v[NV];
 #pragma unroll
     for (int v = 0; v < NV; v++) {
-        if (valid && ok[v]) {
+        s1v[v] = 0;
+        s2v[v] = 0;
+        if (ok[v]) {
             float xf[VEC], yf[VEC], wv[VEC];
-            Vec<T>::unpack(bx[v], xf);
-            Vec<T>::unpack(by[v], yf);
+            Vec<T>::unpack(HOLD ? hx[HOLD ? v : 0] : st[v * blockDim.x], xf);
+            Vec<T>::unpack(HOLD ? hy[HOLD ? v : 0] : st[(NV + v) * blockDim.x], yf);
             load_w<VEC>(wsm + col[v], wv);
 #pragma unroll
             for (int e = 0; e < VEC; e++) {
-                s1 += xf[e] * xf[e];
-                s2 += xf[e] * (yf[e] * wv[e]);
+                if (!only_b)
+                    s1v[v] += (rsum_t)(xf[e] * xf[e]);
+                s2v[v] += (rsum_t)(xf[e] * (yf[e] * wv[e]));
             }
         }
     }
-    stripe_sum2(s1, s2, g, p.tpr, parity, red);
-    if (!valid)
-        return;
-    const float rstd = p.rstd ? rs : 1.0f / sqrtf(s1 / (float)p.n + p.eps);
-    const float c = rstd * (s2 / (float)p.n);
+#pragma unroll
+    for (int h = 1; h < NV; h <<= 1)
+#pragma unroll
+        for (int v = 0; v + h < NV; v += 2 * h) {
+            s1v[v] += s1v[v + h];
+            s2v[v] += s2v[v + h];
+        }
+    rsum_t s1 = s1v[0], s2 = s2v[0];
+#if RNK_RELOAD_ROW
+    /* Read the row from shared memory again below rather than keeping it
+     * in registers from the sums' pass. */
+    asm volatile("" ::: "memory");
+#endif
+    stripe_sum2<rsum_t>(s1, s2, only_b, g, p.tpr, parity, true, red);
+    const float rstd = only_b ? rs : 1.0f / sqrtf((float)(s1 / (rsum_t)p.n) + p.eps);
+    const float c = (float)((rsum_t)rstd * (s2 / (rsum_t)p.n));
 #pragma unroll
     for (int v = 0; v < NV; v++) {
         if (ok[v]) {
             float xf[VEC], yf[VEC], rf[VEC], d[VEC], wv[VEC];
-            Vec<T>::unpack(bx[v], xf);
-            Vec<T>::unpack(by[v], yf);
+            Vec<T>::unpack(HOLD ? hx[HOLD ? v : 0] : st[v * blockDim.x], xf);
+            Vec<T>::unpack(HOLD ? hy[HOLD ? v : 0] : st[(NV + v) * blockDim.x], yf);
             load_w<VEC>(wsm + col[v], wv);
             if (p.dres)
                 Vec<T>::unpack(ld16((const T *)p.dres + r * p.drs + col[v]), rf);
@@ -441,29 +169,40 @@ __device__ __forceinline__ void process_row(const Params &p, int64_t r, bool val
 }
 
 /*
- * Block shapes (measured on the H200, bench/RESULTS.md): a one-vector block
- * (NV = 1) of up to 512 threads when it covers several rows (G > 1), which
- * doubles the bytes in flight per SM over 256 at N = 1024; but at most 256
- * over a single row (G = 1), where 512 threads of one vector were 20 % slower
- * than 256 threads of two (N = 4096).  64 registers per thread either way.
+ * Block shapes (cuda_bwd.cu's plan): a stripe of tpr threads holds NV
+ * vectors of 16 bytes of a row per thread, NV = 1, 2 or 4: about four below
+ * 512 vectors a row (bf16 n < 4096), so that small rows reduce inside one
+ * warp and rows of 2048 across two; about two from there (256 threads at
+ * n = 4096, 512 at 8192), where four left too few warps a SM.  A block is G
+ * such stripes, at most 512 threads.  The register bounds leave the compiler
+ * free (NV = 4 takes 125, NV <= 2 96-108): capping NV <= 2 at 64 for two
+ * blocks of 512 spilled, and capping NV = 4 at 80 for three blocks of 256
+ * spilled and lost 25-45 % (bench/RESULTS.md).
  */
-#ifndef RNK_NV1_THREADS
-#define RNK_NV1_THREADS 512 /* most threads of a one-vector block */
+#ifndef RNK_NV_TARGET
+#define RNK_NV_TARGET 4 /* vectors per thread the plan aims at, rows < 512 vectors */
 #endif
-#ifndef RNK_NV1_THREADS_G1
-#define RNK_NV1_THREADS_G1 256 /* the same, when the block covers one row (G = 1) */
+#ifndef RNK_NV_WIDE
+#define RNK_NV_WIDE 2 /* the same for rows of 512 vectors or more (bf16 n >= 4096) */
 #endif
-#ifndef RNK_NV1_MINB
-#define RNK_NV1_MINB 4 /* blocks of 256 threads per SM the registers must allow */
+#ifndef RNK_NV12_MINB
+#define RNK_NV12_MINB 1 /* blocks of 512 threads per SM for NV = 1, 2 */
+#endif
+#ifndef RNK_NV4_MINB
+#define RNK_NV4_MINB 1 /* the same for NV = 4 */
+#endif
+#ifndef RNK_FAST_MAXT
+#define RNK_FAST_MAXT 512
+#endif
+#ifndef RNK_RELOAD_ROW
+#define RNK_RELOAD_ROW 0
 #endif
 template <class T, class TW, int NV, int MODE>
-__global__ void __launch_bounds__(NV == 1 ? RNK_NV1_THREADS : 512,
-                                  NV == 1 ? RNK_NV1_MINB * 256 / RNK_NV1_THREADS : 1)
-fast_kernel(Params p)
+__global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV12_MINB) fast_kernel(Params p)
 {
     constexpr int VEC = Vec<T>::N;
     extern __shared__ float smem[];
-    __shared__ float red[2][32][2];
+    __shared__ rsum_t red[2][32][2];
     __shared__ int s_claim[2], s_last;
     const int tpr = p.tpr, G = p.G;
     const int g = threadIdx.x / tpr, lt = threadIdx.x - g * tpr;
@@ -472,7 +211,7 @@ fast_kernel(Params p)
 
     unsigned nxt = claim_issue(p); /* overlaps the weight staging below */
     /* w + weight_offset in shared memory (1 without a weight): registers
-     * are kept for rows in flight. */
+     * are kept for dw's sums. */
     float *wsm = smem, *work = smem + p.pst; /* work: the ring, or comb / tile */
     uint4 *ring = reinterpret_cast<uint4 *>(work);
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
@@ -500,13 +239,14 @@ fast_kernel(Params p)
             for (int e = 0; e < VEC; e++)
                 acc[v][e] = 0.0f;
 
-        /* STAGES - 1 rows of the stripe in flight (see stage_row).  Stripes
-         * step in lockstep (a stripe past the chunk's end joins the barriers
-         * with no row).  One commit group per step, empty or not, so that
-         * wait_group<STAGES - 1> always means "this step's row is here".
-         * rstd is prefetched as far ahead, in registers (rsq[0]: this step). */
-        const int64_t steps = (r1 - r0 + G - 1) / G;
+        /* Stripe g takes rows r0 + g, r0 + g + G, ... on its own: STAGES - 1
+         * of them in flight (see stage_row), no barrier with the other
+         * stripes until the chunk's end.  One commit group per step, empty
+         * or not, so that wait_group<STAGES - 1> always means "this step's
+         * row is here".  rstd is prefetched as far ahead, in registers
+         * (rsq[0]: this step). */
         const int64_t rg = r0 + g;
+        const int64_t steps = rg < r1 ? (r1 - rg + G - 1) / G : 0;
         const int slot = 2 * NV * (int)blockDim.x;
         float rsq[STAGES];
 #pragma unroll
@@ -514,8 +254,8 @@ fast_kernel(Params p)
             rsq[i] = 0.0f;
 #pragma unroll
         for (int i = 0; i < STAGES - 1; i++) {
-            const int64_t r = rg + (int64_t)i * G;
-            if (i < steps && r < r1) {
+            if (i < steps) {
+                const int64_t r = rg + (int64_t)i * G;
                 stage_row<T, NV>(p, r, col, ok, ring + i * slot);
                 if (p.rstd)
                     rsq[i] = __ldg(p.rstd + r);
@@ -524,25 +264,19 @@ fast_kernel(Params p)
         }
         int sa = STAGES - 1, sc = 0; /* stage being filled, being read */
         for (int64_t t = 0; t < steps; t++) {
-            const int64_t ta = t + STAGES - 1, ra = rg + ta * G;
-            if (ta < steps && ra < r1) {
+            const int64_t ta = t + STAGES - 1;
+            if (ta < steps) {
+                const int64_t ra = rg + ta * G;
                 stage_row<T, NV>(p, ra, col, ok, ring + sa * slot);
                 if (p.rstd)
                     rsq[STAGES - 1] = __ldg(p.rstd + ra);
             }
             cp_async_commit();
             cp_async_wait<STAGES - 1>();
-            const int64_t r = rg + t * G;
-            const uint4 *st = ring + sc * slot + threadIdx.x;
+            process_row<T, NV>(p, rg + t * G, (int)(t & 1), g, col, ok,
+                               ring + sc * slot + threadIdx.x, rsq[0], wsm, acc, red);
             sa = sa + 1 == STAGES ? 0 : sa + 1;
             sc = sc + 1 == STAGES ? 0 : sc + 1;
-            uint4 cx[NV], cy[NV];
-#pragma unroll
-            for (int v = 0; v < NV; v++) {
-                cx[v] = ok[v] && r < r1 ? st[v * blockDim.x] : make_uint4(0, 0, 0, 0);
-                cy[v] = ok[v] && r < r1 ? st[(NV + v) * blockDim.x] : make_uint4(0, 0, 0, 0);
-            }
-            process_row<T, NV>(p, r, r < r1, (int)(t & 1), g, col, ok, cx, cy, rsq[0], wsm, acc, red);
 #pragma unroll
             for (int i = 0; i < STAGES - 1; i++)
                 rsq[i] = rsq[i + 1];
@@ -609,7 +343,7 @@ fast_kernel(Params p)
 static __global__ void __launch_bounds__(1024) general_kernel(Params p)
 {
     extern __shared__ float smem[];
-    __shared__ float red[2][32][2];
+    __shared__ rsum_t red[2][32][2];
     __shared__ int s_claim[2];
     const int tpr = p.tpr, G = p.G;
     const int g = threadIdx.x / tpr, lt = threadIdx.x - g * tpr;
@@ -633,22 +367,23 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
         const int64_t steps = (r1 - r0 + G - 1) / G;
         int64_t r = r0 + g;
         for (int64_t t = 0; t < steps; t++, r += G) {
-            const bool valid = r < r1; /* lockstep: see the fast path */
+            const bool valid = r < r1; /* stripes step in lockstep here: the row
+                                        * sums meet at the block's barrier */
             const int parity = (int)(t & 1);
             const int64_t xo = r * p.xs, yo = r * p.dys;
-            float s1 = 0.0f, s2 = 0.0f;
+            rsum_t s1 = 0, s2 = 0;
             for (int64_t j = lt; valid && j < n; j += tpr) {
                 float xf = ld_any(p.x_dt, p.x, xo + j);
                 float yf = ld_any(p.dy_dt, p.dy, yo + j);
                 float w = has_w ? ld_any(p.w_dt, p.w, j) + p.offset : 1.0f;
-                s1 += xf * xf;
-                s2 += xf * (yf * w);
+                s1 += (rsum_t)(xf * xf);
+                s2 += (rsum_t)(xf * (yf * w));
             }
-            stripe_sum2(s1, s2, g, tpr, parity, red);
+            stripe_sum2<rsum_t>(s1, s2, false, g, tpr, parity, false, red);
             if (!valid)
                 continue;
-            const float rstd = p.rstd ? p.rstd[r] : 1.0f / sqrtf(s1 / (float)n + p.eps);
-            const float c = rstd * (s2 / (float)n);
+            const float rstd = p.rstd ? p.rstd[r] : 1.0f / sqrtf((float)(s1 / (rsum_t)n) + p.eps);
+            const float c = (float)((rsum_t)rstd * (s2 / (rsum_t)n));
             for (int64_t j = lt; j < n; j += tpr) {
                 float xf = ld_any(p.x_dt, p.x, xo + j);
                 float yf = ld_any(p.dy_dt, p.dy, yo + j);

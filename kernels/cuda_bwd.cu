@@ -6,6 +6,7 @@
  */
 #include "bwd_kernel.cuh"
 #include "cuda_launch.h"
+#include "rnk_test.h"
 
 #include <mutex>
 #include <stdarg.h>
@@ -98,8 +99,7 @@ size_t rnk::ws_bytes(int64_t m, int64_t n)
         return WS_HEADER;
     int64_t C = rnk_chunk_rows(m, n), nch = (m + C - 1) / C;
     int64_t pst = (n + 3) / 4 * 4;
-    return WS_HEADER + (size_t)nch * (size_t)rnk_chunk_stripes(n) * (size_t)pst * 4 +
-           (size_t)pst * 4; /* + the benchmark's atomic accumulator */
+    return WS_HEADER + (size_t)nch * (size_t)rnk_chunk_stripes(n) * (size_t)pst * 4;
 }
 
 extern "C" size_t rnk_cuda_workspace_size(const rnk_device *dev, int64_t m, int64_t n)
@@ -169,7 +169,7 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
     p.nslices = (int)((a->n + FIN_COLS - 1) / FIN_COLS);
     p.ctr = (unsigned *)ws;
     p.part = (float *)((char *)ws + WS_HEADER);
-    p.acc = p.part + (int64_t)p.nchunks * p.cs;
+    p.acc = nullptr; /* the ATOMIC benchmark variant's, set there */
 
     /* The fast path: x, dy, dx (and dres) of one dtype, 16-byte aligned rows,
      * n a multiple of the vector width, rows that fit in registers. */
@@ -184,41 +184,54 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
                 (a->dres_dtype == RNK_NONE || aligned16(a->dres, a->dres_stride, es));
     pl->fast = false;
     if (fast) {
-        /* One vector per thread while a block of 256 does; else two, with
-         * up to 512 threads (n <= 8192 for 16-bit rows, 4096 for fp32).
-         * Longer rows take the general path. */
-        static const int nvs[2] = {1, 2};
-        int choose = 0, tpr = 0;
-        for (int i = 0; i < 2 && !choose; i++) {
-            int64_t need_t = (a->n / vec + nvs[i] - 1) / nvs[i];
-            int64_t tp = (need_t + 31) / 32 * 32;
-            const int cap = nvs[i] == 2 ? 512 : p.G > 1 ? RNK_NV1_THREADS : RNK_NV1_THREADS_G1;
-            if (tp * p.G <= cap) {
-                choose = nvs[i];
-                tpr = (int)tp;
-            }
+        /* About RNK_NV_TARGET vectors of 16 bytes per thread: the stripe is
+         * the fewest warps that hold the row that way (one warp up to 512
+         * bf16 columns at NV = 2, 1024 at NV = 4), so small rows reduce with
+         * shuffles alone and larger ones across a few warps; NV 3 runs as 4
+         * with its last vector masked. */
+        const int64_t nvec = a->n / vec;
+        int target = nvec >= 512 ? RNK_NV_WIDE : RNK_NV_TARGET;
+        int64_t tp;
+        int nv;
+        for (;;) {
+            tp = (nvec + target - 1) / target;
+            tp = (tp + 31) / 32 * 32;
+            nv = (int)((nvec + tp - 1) / tp);
+            if (tp * p.G <= RNK_FAST_MAXT || target >= 4)
+                break;
+            target = 4; /* a block too large: four vectors a thread */
         }
-        if (choose) {
+        if (nv == 3)
+            nv = 4;
+        /* Stripes of several warps need a named barrier each (15 at most). */
+        if (tp * p.G <= RNK_FAST_MAXT && (tp == 32 || p.G <= 15)) {
             pl->fast = true;
-            pl->nv = choose;
-            p.tpr = tpr;
+            pl->nv = nv;
+            p.tpr = (int)tp;
         }
     }
-    if (!pl->fast) {
-        int64_t tp = (a->n + 31) / 32 * 32;
-        if (tp > 1024 / p.G)
-            tp = 1024 / p.G;
-        p.tpr = (int)tp;
+    for (;;) {
+        if (!pl->fast) {
+            int64_t tp = (a->n + 31) / 32 * 32;
+            if (tp > 1024 / p.G)
+                tp = 1024 / p.G;
+            p.tpr = (int)tp;
+        }
+        pl->threads = p.tpr * p.G;
+        size_t comb = p.G > 1 ? (size_t)p.G * (size_t)a->n * 4 : 0;
+        size_t tile = p.dw ? (size_t)(p.nchunks < 256 ? p.nchunks : 256) * FIN_COLS * 4 : 0;
+        pl->smem = comb > tile ? comb : tile;
+        if (pl->fast) /* the row ring (bwd_kernel.cuh), which comb and tile reuse, and w */
+            pl->smem = fast_smem(*pl, pl->smem);
+        /* 4 KiB: the static arrays (2.5 KiB with fp64 row sums).  A ring
+         * too large for one block: the general path, which stages nothing. */
+        if (pl->smem + 4096 <= (size_t)dev->smem_per_block)
+            break;
+        if (!pl->fast)
+            return einval(msg, msglen, "n: %lld needs %zu bytes of shared memory",
+                          (long long)a->n, pl->smem);
+        pl->fast = false;
     }
-    pl->threads = p.tpr * p.G;
-    size_t comb = p.G > 1 ? (size_t)p.G * (size_t)a->n * 4 : 0;
-    size_t tile = p.dw ? (size_t)(p.nchunks < 256 ? p.nchunks : 256) * FIN_COLS * 4 : 0;
-    pl->smem = comb > tile ? comb : tile;
-    if (pl->fast) /* the row ring (bwd_kernel.cuh), which comb and tile reuse, and w */
-        pl->smem = fast_smem(*pl, pl->smem);
-    if (pl->smem + 1024 > (size_t)dev->smem_per_block) /* 1 KiB: the static arrays */
-        return einval(msg, msglen, "n: %lld needs %zu bytes of shared memory", (long long)a->n,
-                      pl->smem);
     return RNK_OK;
 }
 
@@ -262,8 +275,9 @@ int rnk::grid_for(rnk_device *dev, const void *fn, const Plan &pl, char *msg, si
 template <class T, class TW>
 static const void *fast_fn(int nv)
 {
-    return nv == 1 ? (const void *)fast_kernel<T, TW, 1, MODE_FUSED>
-                   : (const void *)fast_kernel<T, TW, 2, MODE_FUSED>;
+    return nv == 1   ? (const void *)fast_kernel<T, TW, 1, MODE_FUSED>
+           : nv == 2 ? (const void *)fast_kernel<T, TW, 2, MODE_FUSED>
+                     : (const void *)fast_kernel<T, TW, 4, MODE_FUSED>;
 }
 
 template <class T>

@@ -11,10 +11,17 @@
  * comparison measures only the way dw is finished.
  */
 #include "cuda_launch.h"
+#include "rnk_test.h"
 
 #include <stdio.h>
 
 using namespace rnk;
+
+extern "C" size_t rnk_cuda_variant_workspace_size(const rnk_device *dev, int64_t m, int64_t n)
+{
+    (void)dev;
+    return ws_bytes(m, n) + (size_t)(n + 3) / 4 * 16; /* + ATOMIC's accumulator */
+}
 
 #ifdef RNK_BENCH_VARIANTS
 
@@ -25,8 +32,11 @@ static const void *variant_fn(const Plan &pl)
     if (pl.nv == 1)
         return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 1, MODE>
                   : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 1, MODE>;
-    return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 2, MODE>
-              : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 2, MODE>;
+    if (pl.nv == 2)
+        return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 2, MODE>
+                  : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 2, MODE>;
+    return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 4, MODE>
+              : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 4, MODE>;
 }
 
 extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void *ws,
@@ -61,6 +71,11 @@ extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void
         return RNK_OK;
     }
     if (variant == RNK_VARIANT_ATOMIC) {
+        if (wsb < rnk_cuda_variant_workspace_size(dev, a->m, a->n)) {
+            snprintf(msg, msglen, "variant: ws smaller than rnk_cuda_variant_workspace_size()");
+            return RNK_EINVAL;
+        }
+        pl.p.acc = (float *)((char *)ws + ws_bytes(a->m, a->n));
         /* The stripe combine runs through shared memory for every G here. */
         pl.smem = fast_smem(pl, (size_t)pl.p.G * (size_t)a->n * 4);
         return launch(dev, variant_fn<MODE_ATOMIC>(pl), pl, st, msg, msglen);

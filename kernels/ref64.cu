@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "rnk.h"
+#include "rnk_test.h"
 
 namespace {
 

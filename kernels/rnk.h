@@ -1,19 +1,21 @@
 /*
  * rnk.h - RMSNorm backward behind a plain C ABI: the fused, deterministic CUDA
- * kernel and its CPU twin.  Used by the daemon's backends, the tests and the
- * benchmarks.  No C++ and no CUDA headers here, so C code includes it freely.
+ * kernel and its CPU twin, as the daemon's backends and rmsnormctl's selftest
+ * call them.  The tests' and benchmarks' helpers are in rnk_test.h.  No C++
+ * and no CUDA headers here, so C code includes it freely.
  *
  * kernels/ depends on nothing of ours.  Internal names use the prefix rnk_.
  * What lives there:
  *   rnk_host.c      dtype sizes, argument checks, chunk geometry, bf16/fp16
  *                   conversions, the fp64 reference
  *   cpu_twin.c      the CPU backend (pthreads), same dw order as the GPU
- *   rnk_verify.c    issue 3's accuracy rules, shared by every test
+ *   rnk_verify.c    issue 3's accuracy rules, shared by every test (rnk_test.h)
  *   cuda_bwd.cu     per-device init, workspace, the one-launch entry point
- *   bwd_kernel.cuh  the device code (fast and general paths, the finish)
+ *   bwd_kernel.cuh  the device code of the two paths (fast and general)
+ *   bwd_common.cuh  the device code both share (row sums, claims, dw finish)
  *   cuda_launch.h   internal C++ glue between the .cu files
- *   cuda_variants.cu  benchmark-only variants (-DRNK_BENCH_VARIANTS=1)
- *   ref64.cu        GPU test helpers: fp64 reference, random fill, SM hog
+ *   cuda_variants.cu  benchmark-only variants (-DRNK_BENCH_VARIANTS=1; rnk_test.h)
+ *   ref64.cu        GPU test helpers: fp64 reference, random fill, SM hog (rnk_test.h)
  *
  * Math, per row i (fp32 inside, inputs upcast once):
  *   xhat = x * rstd           g  = dy * (w + weight_offset)   (g = dy without w)
@@ -117,7 +119,7 @@ int rnk_chunk_stripes(int64_t n);
  */
 int rnk_cpu_bwd(const rnk_bwd_args *a, int nthreads, char *msg, size_t msglen);
 
-/* ---- host helpers for tests, the CLI's selftest and the benchmarks ------- */
+/* ---- host helpers: rmsnormctl's selftest and the tests ------------------- */
 
 /* Element i of an array of dtype dt, as float / stored from float with
  * round-to-nearest-even (bf16, fp16) - the same rounding the kernel uses. */
@@ -131,79 +133,6 @@ void rnk_store(rnk_dtype dt, void *base, int64_t i, float v);
  */
 int rnk_ref64_bwd(const rnk_bwd_args *a, double *dx_ref, double *dw_ref);
 
-/*
- * Judge a's outputs (dx, and dw when requested) against the fp64 reference
- * with issue 3's tolerances:
- *   dx bf16/fp16: within 1 ulp of the correctly rounded reference for
- *                 >= 99.99 % of the elements, within 2 ulp for all;
- *   dx fp32:      ||dx - ref|| / ||ref|| <= 1e-5;
- *   dw fp32:      relative norm error <= 1e-5; dw bf16/fp16: as dx bf16/fp16.
- * A non-finite output where the reference is finite (an unwritten, poisoned
- * element) always fails.  The ulp bounds are relaxed only for elements whose
- * value cancels below fp32's own forward error: no fp32 implementation can
- * hold 2 ulp there, so an element also passes when its error is within
- * 64 * 2^-24 * rstd * (|g| + |xhat| * (|c| + mean|xhat*g|)) + |dres|'s share
- * (dw: a chain-length multiple of 2^-24 * sum|dy * xhat|); the relative norm
- * errors likewise count only the error beyond that floor.  dx_ref is [m*n],
- * row stride n; dw_ref may be NULL when dw is not wanted.  The inputs are
- * read through a: after an in-place run (dx == dy) pass args whose dy points
- * at a copy of the original dy.
- */
-typedef struct rnk_verdict {
-    int ok;                /* 1: every tolerance holds */
-    int64_t dx_count;      /* elements compared */
-    int64_t dx_nonfinite;  /* finite where the reference is not, or the other way,
-                            * or a different NaN/infinity class */
-    int64_t dx_over1;      /* 16-bit dx beyond 1 ulp (and the cancellation floor) */
-    int64_t dx_over2;      /* ... beyond 2 ulp */
-    double dx_max_ulp;     /* largest ulp distance seen (16-bit dx) */
-    double dx_rel;         /* relative norm error of dx */
-    int64_t dw_nonfinite, dw_over1, dw_over2;
-    double dw_rel;         /* relative norm error of dw */
-    char why[200];         /* first failed tolerance, or "" */
-} rnk_verdict;
-
-int rnk_verify(const rnk_bwd_args *a, const double *dx_ref, const double *dw_ref,
-               rnk_verdict *v);
-
-/*
- * The verdict step on its own, for callers that count dx's errors elsewhere
- * (rnk_cuda_verify counts them on the GPU): v's dx fields are filled in;
- * this sets v->ok and v->why from them and judges dw (host copy dw, fp64
- * reference dw_ref and sum |dy * xhat| per column dw_abs; dw NULL: no dw).
- */
-void rnk_judge(const rnk_bwd_args *a, rnk_verdict *v, const void *dw, const double *dw_ref,
-               const double *dw_abs);
-
-/* Round v correctly (to nearest, ties to even) to a 16-bit dtype and return
- * the bits; and the ulp distance between two 16-bit values of dtype dt. */
-uint16_t rnk_round16(rnk_dtype dt, double v);
-int64_t rnk_ulp_dist16(rnk_dtype dt, uint16_t a, uint16_t b);
-
-/* ---- GPU test helpers (kernels/ref64.cu): an fp64 reference written
- * separately from the production kernel, for shapes the CPU is too slow for.
- * All pointers in a, dx_ref and dw_ref are device pointers. */
-
-/* dx_ref [m*n] and dw_ref [n] (either may be NULL), synchronously. */
-int rnk_cuda_ref64(const rnk_bwd_args *a, double *dx_ref, double *dw_ref, void *stream,
-                   char *msg, size_t msglen);
-/* Judge a's device outputs exactly as rnk_verify does, synchronously. */
-int rnk_cuda_verify(const rnk_bwd_args *a, void *stream, rnk_verdict *v, char *msg,
-                    size_t msglen);
-
-/* Fill rows x cols (row stride in elements) with hashed pseudo-random values
- * around bias (never all zeros), asynchronously on stream. */
-int rnk_cuda_fill(rnk_dtype dt, void *p, int64_t rows, int64_t cols, int64_t stride,
-                  uint64_t seed, float scale, float bias, void *stream, char *msg, size_t msglen);
-/* rstd of each row of x, from an fp64 sum, rounded to fp32, asynchronously. */
-int rnk_cuda_rstd(rnk_dtype dt, const void *x, int64_t m, int64_t n, int64_t stride, float eps,
-                  float *out_rstd, void *stream, char *msg, size_t msglen);
-/* Occupy `blocks` SMs (one block each, holding all of an SM's shared memory)
- * until *stop (host-mapped memory) becomes non-zero or timeout_ms passes;
- * *started (host-mapped) becomes 1 once the first block runs. */
-int rnk_cuda_hog(int blocks, const int *stop, int *started, unsigned timeout_ms, void *stream,
-                 char *msg, size_t msglen);
-
 /* ---- CUDA ----------------------------------------------------------------- */
 
 /* Per-device state: SM count, shared-memory limits, occupancy. Opaque. */
@@ -212,7 +141,6 @@ typedef struct rnk_device rnk_device;
 /* Initialise for the current device of the calling thread's CUDA context. */
 int rnk_cuda_init(int device, rnk_device **out, char *msg, size_t msglen);
 void rnk_cuda_fini(rnk_device *dev);            /* NULL is fine */
-int rnk_cuda_sm_count(const rnk_device *dev);
 
 /*
  * Bytes of device workspace a launch of (m, n) needs.  The workspace must be
@@ -245,22 +173,6 @@ int rnk_cuda_bwd(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t 
  */
 void rnk_cuda_force_grid(rnk_device *dev, int ctas);
 
-/*
- * One line describing the launch rnk_cuda_bwd would make for a: path (fast
- * with its vector count, or general), block size, grid, chunk geometry.
- */
-int rnk_cuda_describe(rnk_device *dev, const rnk_bwd_args *a, char *buf, size_t len);
-
-/* ---- benchmark-only variants (kernels/cuda_variants.cu) ------------------
- * Compiled only with NVCCFLAGS=-DRNK_BENCH_VARIANTS=1 (bench/run_kernel.sh
- * does this); otherwise rnk_cuda_bwd_variant returns RNK_EINVAL.  Fast path
- * shapes with bf16 rows only.
- *   SEPARATE: the same kernel writes partials, a second kernel finishes dw;
- *   ATOMIC:   dw finished with fp32 atomics (non-deterministic).
- */
-enum { RNK_VARIANT_FUSED = 0, RNK_VARIANT_SEPARATE = 1, RNK_VARIANT_ATOMIC = 2 };
-int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t ws_bytes,
-                         int variant, void *stream, char *msg, size_t msglen);
 
 #ifdef __cplusplus
 }

@@ -120,24 +120,32 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen)
  * fraction of the 6 bytes per element of the main pass: 4/(3C), 0.5 % at
  * C = 256.  (Measured on the H200: 512 chunks were 10-25 % slower at M <=
  * 16384 and N <= 256 and no faster at N = 4096; only 65536 x 1024 gained,
- * and a wider block gains that too.)  C above 8 is a multiple of 8 so the
- * stripes of a chunk stay equally long.  The workspace (nchunks * G * n * 4
- * bytes) is capped at 256 MiB.
+ * and a wider block gains that too.)  C above RNK_MAX_STRIPES is a multiple
+ * of it, so the stripes of a chunk stay equally long.  The workspace
+ * (nchunks * G * n * 4 bytes) is capped at 256 MiB.
  *
- * A GPU block covers about RNK_STRIPE_COLS = 4096 columns of rows at once: a
- * whole row for n >= 2048... n >= 4096, else G rows, one stripe each, at most
- * RNK_MAX_STRIPES.  Wider blocks keep more bytes in flight per SM while the
- * grid stays at one block per chunk (measured: 65536 x 1024 bf16 159 us with
- * 2048 columns, 139 us with 4096).
+ * A GPU block covers G rows of one chunk at once, one stripe each: the
+ * largest power of two G <= RNK_MAX_STRIPES = 8 with G * n <= RNK_STRIPE_COLS
+ * = 8192 (8 rows up to n = 1024, 4 at 2048), and a whole row alone from
+ * RNK_WIDE_ROW = 4096 columns.  The stripes run independently (one warp each
+ * up to 1024 bf16 columns, so no barrier per row there), and the wide block
+ * keeps more bytes in flight per SM while the grid stays at one block per
+ * chunk.  Measured on the H200 (bench/RESULTS.md, issue 15): 16 stripes of
+ * one warp (registers capped for two such blocks a SM) were 2-9 % slower at
+ * n = 256 than 8; two rows of 4096 columns made a ring too large for two
+ * blocks a SM (12 % slower).
  */
 #ifndef RNK_MAX_CHUNKS
 #define RNK_MAX_CHUNKS 256
 #endif
 #ifndef RNK_STRIPE_COLS
-#define RNK_STRIPE_COLS 4096
+#define RNK_STRIPE_COLS 8192
 #endif
 #ifndef RNK_MAX_STRIPES
 #define RNK_MAX_STRIPES 8
+#endif
+#ifndef RNK_WIDE_ROW
+#define RNK_WIDE_ROW 4096
 #endif
 
 int64_t rnk_chunk_rows(int64_t m, int64_t n)
@@ -149,8 +157,8 @@ int64_t rnk_chunk_rows(int64_t m, int64_t n)
     if (cap < maxchunks)
         maxchunks = cap < 1 ? 1 : cap;
     int64_t c = (m + maxchunks - 1) / maxchunks;
-    if (c > 8)
-        c = (c + 7) / 8 * 8;
+    if (c > RNK_MAX_STRIPES)
+        c = (c + RNK_MAX_STRIPES - 1) / RNK_MAX_STRIPES * RNK_MAX_STRIPES;
     return c;
 }
 
@@ -159,7 +167,7 @@ int64_t rnk_chunk_rows(int64_t m, int64_t n)
 int rnk_chunk_stripes(int64_t n)
 {
     int g = 1;
-    while (g < RNK_MAX_STRIPES && n * g * 2 <= RNK_STRIPE_COLS)
+    while (g < RNK_MAX_STRIPES && n < RNK_WIDE_ROW && n * g * 2 <= RNK_STRIPE_COLS)
         g *= 2;
     return g;
 }

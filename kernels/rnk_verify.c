@@ -4,7 +4,7 @@
  * tests and the CLI's selftest so that every one of them applies the same
  * rule.  Pure C, host only.
  */
-#include "rnk.h"
+#include "rnk_test.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-"""The Client: one connection (session) to rmsnormd through libclient.
+"""The Client: one connection to rmsnormd through libclient.
 
 Every failing call raises RNError carrying the status code, its symbolic
 name and the one-line message libclient kept (the daemon's own message when
@@ -180,12 +180,14 @@ class HostBuffer:
 
 
 class Client:
-    """A session with rmsnormd.
+    """A connection to rmsnormd.  Its session opens with the first call that
+    needs one (buffers, backward calls, server_info); ping, health and stats
+    need none, so they work at the daemon's session limit too.
 
     Client(endpoint=None, timeout=None, name=None):
       endpoint  "ipc:///path"; None: default_endpoint()
-      timeout   seconds per request (float); None: libclient's default (10 s);
-                math.inf: wait forever
+      timeout   seconds per request, and for connecting (float); None:
+                libclient's default (10 s); math.inf: wait forever
       name      shown in the daemon's log; None: "pid <pid>"
 
     A Client may be shared by threads (libclient serialises its calls).  It

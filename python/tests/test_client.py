@@ -3,8 +3,11 @@ context management and the mapping of failures to RNError."""
 
 import math
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -86,7 +89,8 @@ def test_ping_and_stats_count_requests(client):
     assert all(r > 0 for r in rtts)
     after = client.stats()
     assert after.get("requests.ping") == before.get("requests.ping") + 3
-    assert after.get("sessions.active") >= 1
+    # Observation needs no session: this client holds none.
+    assert after.get("sessions.active") == 0
     assert after.get("no.such.counter", 42) == 42
     assert set(after.histograms) >= {"queue", "compute", "total"}
 
@@ -96,6 +100,9 @@ def test_close_ends_the_session(daemon):
         base = watcher.stats().get("sessions.active")
         with rmsnormd.Client(daemon.endpoint) as c:
             c.ping()
+            # The first call that needs a session opens it.
+            assert watcher.stats().get("sessions.active") == base
+            c.server_info()
             assert watcher.stats().get("sessions.active") == base + 1
         assert c.closed
         assert watcher.stats().get("sessions.active") == base
@@ -155,6 +162,39 @@ def test_daemon_restart_is_survived(daemon):
         assert daemon.stop() == 0
         daemon.start()
         assert c.ping() > 0
+        assert c.health().ok
+
+
+def test_stopped_daemon_connect_honours_timeout(daemon):
+    # A stopped daemon accepts no connections; once its listen backlog is
+    # full a connect() waits for it.  Client(timeout=1) must still give up
+    # after about a second, every time.  The connects run in a thread so that
+    # one that blocks fails the test instead of hanging it.
+    results = []
+
+    def connect_many():
+        for _ in range(16):
+            t0 = time.monotonic()
+            try:
+                rmsnormd.Client(daemon.endpoint, timeout=1).close()
+                results.append(("connected", time.monotonic() - t0))
+            except rmsnormd.RNError as e:
+                results.append((e.name, time.monotonic() - t0))
+
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    try:
+        t = threading.Thread(target=connect_many, daemon=True)
+        t.start()
+        t.join(16 * 2.0 + 10)
+        assert not t.is_alive(), "Client(timeout=1) blocked: %r" % (results,)
+    finally:
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+    assert len(results) == 16
+    for name, took in results:
+        assert name in ("TIMEOUT", "UNREACHABLE")
+        assert took < 2.0
+    # Continued, the daemon serves again.
+    with rmsnormd.Client(daemon.endpoint, timeout=10) as c:
         assert c.health().ok
 
 

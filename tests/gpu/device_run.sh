@@ -17,7 +17,7 @@ step() { # step NAME LOG COMMAND...: run, keep the log, note pass or fail
     local t0=$SECONDS
     "$@" >"$out/$log" 2>&1
     local rc=$?
-    local res; res=$(grep -E '^\[  (PASSED|FAILED) \]|ERROR SUMMARY|RACECHECK SUMMARY' "$out/$log" | tr '\n' ' ')
+    local res; res=$(grep -E '^\[  (PASSED|FAILED)  \]|ERROR SUMMARY|RACECHECK SUMMARY' "$out/$log" | tr '\n' ' ')
     summary+=("$(printf '%-26s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) "$res")")
 }
 

@@ -13,6 +13,8 @@
  *   prog_e2e_cuda ENDPOINT realloc           free + allocate at the same address
  *   prog_e2e_cuda ENDPOINT errors            each bad argument gets its error
  *   prog_e2e_cuda ENDPOINT stall MS [sync|async [EXPECT]]
+ *   prog_e2e_cuda ENDPOINT wait MODE ...   (print "waiting", read "go" first; for
+ *                                            stall, after its warm-up call)
  *                                            inputs that become ready only
  *                                            after MS ms: still a correct result
  *                                            ("stalling" just before the call,
@@ -42,6 +44,7 @@
 #include "rmsnorm_client.h"
 #include "rmsnormctl_verify.h"
 #include "rnk.h"
+#include "rnk_test.h"
 
 static const char *endpoint;
 static cudaStream_t st;
@@ -588,6 +591,21 @@ static bool name_in(const char *name, const char *list)
     return false;
 }
 
+/* "wait": print "waiting" and read a line ("go") from stdin. */
+static bool wait_for_go;
+
+static bool await_go(void)
+{
+    char go[64];
+    printf("waiting\n");
+    fflush(stdout);
+    if (!fgets(go, sizeof go, stdin)) {
+        printf("FAIL wait: stdin closed\n");
+        return false;
+    }
+    return true;
+}
+
 static int run_stall(unsigned ms, bool async, const char *expect)
 {
     rn_bwd_args a;
@@ -613,6 +631,11 @@ static int run_stall(unsigned ms, bool async, const char *expect)
         return 1;
     }
     if (!verify(&a, "stall warm-up"))
+        return 1;
+    /* With "wait", the test starts the stalled calls of several clients
+     * only once every warm-up is done: under MPS a stream that waits on a
+     * late input can hold up another client's warm-up kernel. */
+    if (wait_for_go && !await_go())
         return 1;
     /* The producer of the stalled call's inputs runs only after MS ms of
      * spinning: a daemon that did not wait for it would compute on the
@@ -690,16 +713,15 @@ int main(int argc, char **argv)
     CK(rne_load(&kern));
     connect_or_die();
     if (strcmp(argv[2], "wait") == 0 && argc >= 4) {
-        char go[64];
-        /* The context and the connection exist: what follows is the work. */
-        printf("waiting\n");
-        if (!fgets(go, sizeof go, stdin)) {
-            printf("FAIL wait: stdin closed\n");
+        argv++;
+        argc--;
+        /* stall waits after its warm-up (run_stall); the rest before the
+         * work: the context and the connection exist already. */
+        wait_for_go = true;
+        if (strcmp(argv[2], "stall") != 0 && !await_go()) {
             rn_close(cli);
             return 1;
         }
-        argv++;
-        argc--;
     }
     if (strcmp(argv[2], "grid") == 0)
         rc = run_grid();

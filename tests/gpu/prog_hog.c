@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "rnk.h"
+#include "rnk_test.h"
 
 int main(int argc, char **argv)
 {

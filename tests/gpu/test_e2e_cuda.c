@@ -222,8 +222,9 @@ static void test_grid_two_clients(void **state)
     assert_int_equal(finish_client(&a, "grid"), 0);
     assert_int_equal(finish_client(&b, "grid"), 0);
     assert_true(rnh_stat(d, "replies.ok") > 0);
-    /* The harness's own connection is a session too. */
-    assert_int_equal(rnh_wait_stat(d, "sessions.active", 1, 10000), 0);
+    /* Every session has ended: the harness's own connection asks for
+     * STATS, which needs none. */
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 0, 10000), 0);
     assert_int_equal(rnh_wait_stat(d, "regions.active", 0, 10000), 0);
     /* A clean drain after GPU work exits 0. */
     assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
@@ -270,8 +271,9 @@ static void test_kill_midflight(void **state)
     /* The pid watch ends the session; its mappings close once the kernels
      * that were in flight have ended. */
     assert_int_equal(rnh_wait_stat(d, "clients.died", 1, 20000), 0);
-    /* The harness's own connection is a session too. */
-    assert_int_equal(rnh_wait_stat(d, "sessions.active", 1, 20000), 0);
+    /* Every session has ended: the harness's own connection asks for
+     * STATS, which needs none. */
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 0, 20000), 0);
     assert_int_equal(rnh_wait_stat(d, "regions.active", 0, 20000), 0);
     /* The daemon still serves, and is not failing. */
     assert_int_equal(run_client(d, after), 0);
@@ -423,14 +425,15 @@ static void test_kill_stalled_client(void **state)
     assert_int_equal(rnh_wait(&a, 10000), 128 + SIGKILL);
     rnh_proc_close(&a);
     /* (Under MPS the daemon may already be gone: see below.) */
-    if (rnh_wait_stat(d, "regions.active", regions_b, 6000) == 0) {
-        printf("the stream went on after the client's death: mappings closed\n");
+    /* The other client's request is answered either way: OK when its inputs
+     * came and the daemon went on, DEVICE_FAILING when the daemon failed. */
+    assert_int_equal(await_line(&b, "other", "stall: ", line, sizeof line, 60000), 0);
+    (void)regions_b;
+    if (strncmp(line, "stall: OK ", 10) == 0) {
+        printf("the stream went on after the client's death\n");
         assert_int_equal(rnh_stat(d, "clients.died"), 1);
         assert_int_equal(run_client(d, after), 0);
         assert_healthy(d, "after the stalled client died");
-        /* The other client's inputs come, and its request completes. */
-        assert_int_equal(await_line(&b, "other", "stall: ", line, sizeof line, 60000), 0);
-        assert_int_equal(strncmp(line, "stall: OK ", 10), 0);
         assert_int_equal(finish_client(&b, "other"), 0);
         assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
     } else {
@@ -448,7 +451,6 @@ static void test_kill_stalled_client(void **state)
         /* The other client's pending request was answered before the exit.
          * (Its exit status is not judged: under MPS its own context may
          * have failed together with the daemon's.) */
-        assert_int_equal(await_line(&b, "other", "stall: ", line, sizeof line, 30000), 0);
         assert_int_equal(strncmp(line, "stall: DEVICE_FAILING ", 22), 0);
         finish_client(&b, "other");
     }
@@ -475,11 +477,13 @@ static void test_kernel_deadline_fails_daemon(void **state)
 static void test_debug_fail_after(void **state)
 {
     rnh_daemon *d = *state;
-    /* Each client makes a sync warm-up request and then one whose inputs
-     * are held back for 8 s, so that it is still pending when the backend
-     * fails: requests 1-2 (a), 3-4 (b) and 5-6 (c).  The 6th, c's async
-     * request, fails the backend: its acknowledgement must not go out, and
-     * a's and b's sync requests must not wait for their kernels. */
+    /* Each client makes a sync warm-up request (requests 1-3, all done
+     * before any stall: under MPS a stream waiting on a late input can hold
+     * up another client's kernel) and then, on "go", one whose inputs are
+     * held back for 8 s, so that it is still pending when the backend
+     * fails: requests 4 (a), 5 (b) and 6 (c).  The 6th, c's async request,
+     * fails the backend: its acknowledgement must not go out, and a's and
+     * b's sync requests must not wait for their kernels. */
     const char *held_sync[] = {"wait", "stall", "8000", "sync", "DEVICE_FAILING", NULL};
     const char *held_async[] = {"wait", "stall", "8000", "async", "DEVICE_FAILING", NULL};
     rnh_proc p[3];

@@ -13,7 +13,7 @@
  * RNK_GPU_QUICK=1 runs a small subset (for compute-sanitizer and MPS runs).
  */
 #include "rn_test.h"
-#include "rnk.h"
+#include "rnk_test.h"
 
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -407,7 +407,8 @@ static void test_grid(void **state)
 {
     (void)state;
     static const int64_t ms[] = {1, 7, 199, 4096, 8192, 65537};
-    static const int64_t ns[] = {1, 33, 192, 256, 760, 1024, 1128, 4096, 8192, 16384, 32768, 65536};
+    static const int64_t ns[] = {1,    33,   192,  256,   512,   760,   1024,
+                                 1128, 2048, 4096, 8192, 16384, 32768, 65536};
     int k = 0;
     double t0 = now_s();
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
@@ -546,10 +547,17 @@ static void test_repeat_bitwise(void **state)
 static void test_grid_invariance(void **state)
 {
     (void)state;
+    /* Each block shape of the fast path (stripes of one warp with one, two
+     * or four vectors, of two and four warps), the general path, and a row
+     * too long for the fast path's ring. */
     gspec specs[] = {gs(4096, 4096, RNK_BF16, RNK_F32, RNK_F32), gs(8192, 256, RNK_BF16, RNK_BF16, RNK_BF16),
-                     gs(199, 33, RNK_F16, RNK_F32, RNK_F32), gs(1000, 16384, RNK_BF16, RNK_F32, RNK_F32)};
+                     gs(199, 33, RNK_F16, RNK_F32, RNK_F32),     gs(3000, 1024, RNK_BF16, RNK_F32, RNK_F32),
+                     gs(2500, 2048, RNK_F16, RNK_F16, RNK_F16),  gs(777, 512, RNK_BF16, RNK_BF16, RNK_F32),
+                     gs(1000, 16384, RNK_BF16, RNK_F32, RNK_F32)};
+    specs[4].rstd_given = false;
     static const int grids[] = {1, 2, 3, 7, 64, 132, 500, 2000};
-    for (size_t k = 0; k < (quick ? 3 : 4); k++) {
+    const size_t nspecs = sizeof specs / sizeof specs[0];
+    for (size_t k = 0; k < (quick ? 3 : nspecs); k++) {
         gprob p;
         gp_init(&p, &specs[k]);
         rnk_cuda_force_grid(dev, 0);

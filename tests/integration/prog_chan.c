@@ -109,10 +109,19 @@ static int sessions(const char *endpoint, int n)
     rn_client **c = calloc((size_t)n, sizeof *c);
     int k, rv = 0;
 
-    for (k = 0; k < n; k++)
+    /* A client opens its session when it first needs one: for a buffer. */
+    for (k = 0; k < n; k++) {
+        void *p;
         if ((rv = rn_connect(&o, &c[k])) != 0)
             break;
+        if ((rv = rn_buffer_alloc(c[k], 4096, &p)) != 0) {
+            printf("opened %d rc=%d %s\n", k, rv, rn_last_error(c[k]));
+            rn_close(c[k]);
+            goto wait;
+        }
+    }
     printf("opened %d rc=%d %s\n", k, rv, rv ? rn_last_error(NULL) : "");
+wait:
     fflush(stdout);
     wait_stdin();
     for (int i = 0; i < k; i++)

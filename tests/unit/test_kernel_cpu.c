@@ -8,7 +8,7 @@
  * printed at the start and with every failure.
  */
 #include "rn_test.h"
-#include "rnk.h"
+#include "rnk_test.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -388,6 +388,8 @@ static void test_chunk_geometry(void **state)
     assert_int_equal(rnk_chunk_rows(65536, 4096), 256);
     assert_int_equal(rnk_chunk_stripes(256), 8);
     assert_int_equal(rnk_chunk_stripes(1), 8);
+    assert_int_equal(rnk_chunk_stripes(1024), 8);
+    assert_int_equal(rnk_chunk_stripes(2048), 4);
     assert_int_equal(rnk_chunk_stripes(4096), 1);
 }
 

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Build bench_kernel once per set of kernel knobs (-D flags of kernels/, given
+# to both the C and the CUDA compiler), for comparing variants side by side in
+# one GPU run.  Every build has the benchmark-only variants compiled in.
+# Usage: bench/build_variants.sh DEST NAME='FLAGS' [NAME='FLAGS' ...]
+#   e.g. bench/build_variants.sh .dev/v base='' s8='-DRNK_MAX_STRIPES=8'
+# Writes DEST/bench_kernel.NAME; NVCC_GENCODE defaults to sm_90 alone here.
+set -euo pipefail
+dest=${1:?usage: build_variants.sh DEST NAME=FLAGS ...}
+shift
+mkdir -p "$dest"
+gencode=${NVCC_GENCODE:--gencode=arch=compute_90,code=sm_90}
+for spec in "$@"; do
+    name=${spec%%=*}
+    flags=${spec#*=}
+    b=build/var-$name
+    make -s -j2 BUILD="$b" CFLAGS="$flags" NVCCFLAGS="-DRNK_BENCH_VARIANTS=1 $flags" \
+        NVCC_GENCODE="$gencode" "$b/bench/bench_kernel"
+    cp "$b/bench/bench_kernel" "$dest/bench_kernel.$name"
+    echo "$name: $flags"
+done

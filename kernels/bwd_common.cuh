@@ -1,0 +1,347 @@
+/*
+ * bwd_common.cuh - the device code both paths of the fused RMSNorm backward
+ * kernel share (bwd_kernel.cuh has the paths themselves): parameters,
+ * element access, cp.async, the row reduction, chunk claims and publication,
+ * and the dw finish.  C++ templates; nothing here is visible through rnk.h.
+ */
+#ifndef RNK_BWD_COMMON_CUH
+#define RNK_BWD_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "rnk.h"
+
+namespace rnk {
+
+enum Mode {
+    MODE_FUSED = 0,         /* production: deterministic, one launch */
+    MODE_PARTIALS_ONLY = 1, /* benchmark "separate": a second kernel finishes dw */
+    MODE_ATOMIC = 2,        /* benchmark "fused non-deterministic": fp32 atomics */
+};
+
+/* Counter words, each on its own 128-byte line of the workspace header. */
+enum { CTR_CLAIM = 0, CTR_DONE = 32, CTR_SLICE = 64, CTR_EXIT = 96, CTR_WORDS = 128 };
+enum { FIN_COLS = 32 };
+static constexpr size_t WS_HEADER = CTR_WORDS * 4;
+
+struct Params {
+    const void *x, *dy, *w, *dres;
+    void *dx, *dw;
+    const float *rstd;
+    int64_t m, n, xs, dys, dxs, drs;
+    int x_dt, dy_dt, dx_dt, w_dt, dr_dt, dw_dt;
+    float eps, offset;
+    int64_t C;        /* rows per chunk */
+    int nchunks, G, tpr, nslices;
+    int64_t pst;      /* floats per stripe slot (n rounded up to 4) */
+    int64_t cs;       /* floats per chunk: G * pst */
+    unsigned *ctr;    /* workspace header */
+    float *part;      /* chunk k, stripe slot g at part + k * cs + g * pst */
+    float *acc;       /* MODE_ATOMIC: fp32 accumulator [n], zero between launches */
+};
+
+/* ---- element access ------------------------------------------------------ */
+
+__device__ __forceinline__ float ld_any(int dt, const void *p, int64_t i)
+{
+    if (dt == RNK_F32)
+        return ((const float *)p)[i];
+    if (dt == RNK_BF16)
+        return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    return __half2float(((const __half *)p)[i]);
+}
+
+__device__ __forceinline__ void st_any(int dt, void *p, int64_t i, float v)
+{
+    if (dt == RNK_F32)
+        ((float *)p)[i] = v;
+    else if (dt == RNK_BF16)
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else
+        ((__half *)p)[i] = __float2half_rn(v);
+}
+
+template <class T> struct Vec;
+template <> struct Vec<float> {
+    static constexpr int N = 4;
+    static constexpr int DT = RNK_F32;
+    static __device__ __forceinline__ void unpack(const uint4 &u, float (&f)[4])
+    {
+        f[0] = __uint_as_float(u.x);
+        f[1] = __uint_as_float(u.y);
+        f[2] = __uint_as_float(u.z);
+        f[3] = __uint_as_float(u.w);
+    }
+    static __device__ __forceinline__ uint4 pack(const float (&f)[4])
+    {
+        return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]),
+                          __float_as_uint(f[3]));
+    }
+};
+template <> struct Vec<__nv_bfloat16> {
+    static constexpr int N = 8;
+    static constexpr int DT = RNK_BF16;
+    static __device__ __forceinline__ void unpack(const uint4 &u, float (&f)[8])
+    {
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = __uint_as_float(w[i] << 16);
+            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        }
+    }
+    static __device__ __forceinline__ uint32_t pk2(float a, float b)
+    {
+        __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    static __device__ __forceinline__ uint4 pack(const float (&f)[8])
+    {
+        return make_uint4(pk2(f[0], f[1]), pk2(f[2], f[3]), pk2(f[4], f[5]), pk2(f[6], f[7]));
+    }
+};
+template <> struct Vec<__half> {
+    static constexpr int N = 8;
+    static constexpr int DT = RNK_F16;
+    static __device__ __forceinline__ void unpack(const uint4 &u, float (&f)[8])
+    {
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            __half2 h = *reinterpret_cast<const __half2 *>(&w[i]);
+            float2 v = __half22float2(h);
+            f[2 * i] = v.x;
+            f[2 * i + 1] = v.y;
+        }
+    }
+    static __device__ __forceinline__ uint32_t pk2(float a, float b)
+    {
+        __half2 h = __floats2half2_rn(a, b);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    static __device__ __forceinline__ uint4 pack(const float (&f)[8])
+    {
+        return make_uint4(pk2(f[0], f[1]), pk2(f[2], f[3]), pk2(f[4], f[5]), pk2(f[6], f[7]));
+    }
+};
+
+/* Streaming loads and stores: every byte is touched once. Plain (coherent)
+ * loads, not the read-only path: dx may alias dy. */
+__device__ __forceinline__ uint4 ld16(const void *p)
+{
+    return __ldcs(reinterpret_cast<const uint4 *>(p));
+}
+__device__ __forceinline__ void st16(void *p, uint4 v)
+{
+    __stcs(reinterpret_cast<uint4 *>(p), v);
+}
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned *p)
+{
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* Asynchronous 16-byte copies, global to shared (sm_80 and later). */
+__device__ __forceinline__ void cp_async16(void *sdst, const void *gsrc)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(sdst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gsrc) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/*
+ * The per-row sums are fp32 by default; -DRNK_ROW_F64=1 accumulates them in
+ * fp64 (each thread's products are still formed in fp32), the accuracy
+ * experiment of bench/RESULTS.md.
+ */
+#ifndef RNK_ROW_F64
+#define RNK_ROW_F64 0
+#endif
+#if RNK_ROW_F64
+typedef double rsum_t;
+#else
+typedef float rsum_t;
+#endif
+
+/*
+ * Sum (a, b) over the tpr threads of stripe g in a fixed order: a shuffle
+ * tree inside each warp, then the stripe's warps in order (b only when
+ * only_b: a is not needed when rstd is given).  A stripe of one warp needs no
+ * barrier.  A stripe of several warps meets at one barrier per row: its own
+ * named barrier (1 + g, tpr threads) when stripes run independently (the
+ * fast path: G <= 15 there whenever tpr > 32), else the whole block's (the
+ * general path, whose stripes step in lockstep).  red is [2][32][2],
+ * double-buffered by parity so that one barrier per row does: a warp can
+ * rewrite red[parity] only after the stripe's next barrier, which every
+ * reader of the last red[parity] has passed.
+ */
+template <class S>
+__device__ __forceinline__ void stripe_sum2(S &a, S &b, bool only_b, int g, int tpr, int parity,
+                                            bool own_barrier, S (*red)[32][2])
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        if (!only_b)
+            a += __shfl_xor_sync(0xffffffffu, a, o);
+        b += __shfl_xor_sync(0xffffffffu, b, o);
+    }
+    if (tpr > 32) {
+        const int warp = threadIdx.x >> 5, w0 = (g * tpr) >> 5, nw = tpr >> 5;
+        if ((threadIdx.x & 31) == 0) {
+            red[parity][warp][0] = a;
+            red[parity][warp][1] = b;
+        }
+        if (own_barrier)
+            asm volatile("bar.sync %0, %1;" ::"r"(1 + g), "r"(tpr) : "memory");
+        else
+            asm volatile("bar.sync 1, %0;" ::"r"(blockDim.x) : "memory");
+        a = 0;
+        b = 0;
+        for (int i = 0; i < nw; i++) {
+            a += red[parity][w0 + i][0];
+            b += red[parity][w0 + i][1];
+        }
+    }
+}
+
+/* ---- shared phases ----------------------------------------------------- */
+
+/*
+ * Publish a chunk's partial: the barrier orders every thread's writes before
+ * thread 0's fence, which makes them visible before the "done" bump (the
+ * pattern of a cooperative grid barrier, without its residency requirement).
+ */
+__device__ __forceinline__ void publish_chunk(const Params &p)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(&p.ctr[CTR_DONE], 1u);
+    }
+}
+
+/*
+ * Chunk claims.  Thread 0 asks for the block's next chunk as soon as it
+ * starts on the current one, so the atomic's round trip hides behind the
+ * chunk's loads; the answer goes to one of two shared slots (by parity), so a
+ * slot is never rewritten while a thread may still read it.  A claimed chunk
+ * always belongs to a running block: that is what makes waiting safe.
+ */
+__device__ __forceinline__ unsigned claim_issue(const Params &p)
+{
+    return threadIdx.x == 0 ? atomicAdd(&p.ctr[CTR_CLAIM], 1u) : 0u;
+}
+
+/*
+ * Finish 32 columns [sl*32, sl*32+32): stage up to 256 chunks' partials at a
+ * time in shared memory (cp.async, all in flight at once); each warp adds whole
+ * groups of RNK_DW_GROUP partials in chunk order, then warp 0 adds the group
+ * sums in order (rnk.h's two-level order); round once at the end.
+ * tile: 256 * 32 floats.
+ */
+static_assert(256 % RNK_DW_GROUP == 0, "a staged batch holds whole groups");
+__device__ __forceinline__ void finish_slice(const Params &p, int sl, float *tile)
+{
+    __shared__ float gsum[256 / RNK_DW_GROUP][FIN_COLS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int64_t col = (int64_t)sl * FIN_COLS + lane;
+    const bool ok = col < p.n;
+    float d = 0.0f;
+    for (int base = 0; base < p.nchunks; base += 256) {
+        const int cnt = p.nchunks - base < 256 ? p.nchunks - base : 256;
+        /* 8 copies of 16 bytes per chunk, all in flight at once; columns
+         * past n are left as they are and never stored. */
+        for (int it = threadIdx.x; it < cnt * 8; it += blockDim.x) {
+            const int k = it >> 3, q = it & 7;
+            const int64_t c0 = (int64_t)sl * FIN_COLS + 4 * q;
+            if (c0 < p.n)
+                cp_async16(tile + k * FIN_COLS + 4 * q, p.part + (int64_t)(base + k) * p.cs + c0);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        const int ng = (cnt + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
+        for (int q = warp; q < ng; q += nw) {
+            const int k1 = (q + 1) * RNK_DW_GROUP < cnt ? (q + 1) * RNK_DW_GROUP : cnt;
+            float gs = 0.0f;
+            for (int k = q * RNK_DW_GROUP; k < k1; k++)
+                gs = __fadd_rn(gs, tile[k * FIN_COLS + lane]);
+            gsum[q][lane] = gs;
+        }
+        __syncthreads();
+        if (warp == 0) {
+            for (int q = 0; q < ng; q++)
+                d = __fadd_rn(d, gsum[q][lane]);
+        }
+        __syncthreads();
+    }
+    if (warp == 0 && ok)
+        st_any(p.dw_dt, p.dw, col, d);
+}
+
+/* Steps 2-4 of the fused launch.  Slices are dealt to blocks statically:
+ * once every chunk is done nothing waits any more, so a block that starts
+ * late still finishes its slices. */
+__device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bool fused)
+{
+    if (fused && p.dw) {
+        if (threadIdx.x == 0) {
+            while (ld_acquire(&p.ctr[CTR_DONE]) < (unsigned)p.nchunks)
+                __nanosleep(64);
+            __threadfence();
+        }
+        __syncthreads();
+        for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
+            finish_slice(p, sl, tile);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        unsigned prev = atomicAdd(&p.ctr[CTR_EXIT], 1u);
+        if (prev == gridDim.x - 1) {
+            /* Everyone else has exited its claim loops: nothing reads the
+             * counters any more in this launch. */
+            atomicExch(&p.ctr[CTR_CLAIM], 0u);
+            atomicExch(&p.ctr[CTR_DONE], 0u);
+            atomicExch(&p.ctr[CTR_SLICE], 0u);
+            __threadfence();
+            atomicExch(&p.ctr[CTR_EXIT], 0u);
+        }
+    }
+}
+
+/* MODE_ATOMIC: after a chunk, the block that completed the last chunk
+ * converts the fp32 accumulator to dw and zeroes it for the next launch. */
+__device__ __forceinline__ void atomic_tail(const Params &p, int *s_last)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        *s_last = (int)atomicAdd(&p.ctr[CTR_DONE], 1u);
+    }
+    __syncthreads();
+    if (*s_last == p.nchunks - 1) {
+        __threadfence();
+        for (int64_t j = threadIdx.x; j < p.n; j += blockDim.x) {
+            st_any(p.dw_dt, p.dw, j, __ldcg(p.acc + j));
+            p.acc[j] = 0.0f;
+        }
+    }
+    __syncthreads();
+}
+
+} /* namespace rnk */
+
+#endif
