@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -128,6 +129,37 @@ static int expect(rn_client *c, const uint8_t *rep, int n, uint16_t t, int len)
     return 0;
 }
 
+/* The service user a system daemon runs as (conn.c checks its socket's
+ * owner against the same name). */
+#ifndef RN_DAEMON_USER
+#define RN_DAEMON_USER "rmsnormd"
+#endif
+
+/*
+ * Buffers go to whoever listens on the channel, so the peer must be a daemon
+ * the caller trusts with them: its own user, root or the service user.  The
+ * kernel vouches for the peer of this very connection, which a check of the
+ * socket file's owner before connecting cannot (a file replaced meanwhile).
+ */
+static int check_peer(rn_client *c, const char *path)
+{
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    struct passwd pw, *pp = NULL;
+    char tmp[1024];
+
+    if (getsockopt(c->chan, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0 || len != sizeof cr)
+        return rnc_fail(c, RN_SYSTEM, "session channel %s: SO_PEERCRED: %s", path,
+                        strerror(errno));
+    if (cr.uid == geteuid() || cr.uid == 0)
+        return 0;
+    if (getpwnam_r(RN_DAEMON_USER, &pw, tmp, sizeof tmp, &pp) == 0 && pp && pp->pw_uid == cr.uid)
+        return 0;
+    return rnc_fail(c, RN_ENDPOINT,
+                    "session channel %s: the daemon runs as uid %u, not as you, root or %s: "
+                    "refusing to share buffers with it", path, (unsigned)cr.uid, RN_DAEMON_USER);
+}
+
 /* Connect to path by the deadline.  A listener with a full backlog answers
  * EAGAIN at once rather than making the connect wait, so it is tried again
  * until the deadline. */
@@ -168,7 +200,7 @@ int rnc_chan_open(rn_client *c)
     RN_SYS_GOTO(c->chan = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), &f,
                 fail);
     c->have_chan = true;
-    if ((rv = connect_by(c, &sa, deadline)) != 0)
+    if ((rv = connect_by(c, &sa, deadline)) != 0 || (rv = check_peer(c, sa.sun_path)) != 0)
         goto out;
     rnp_chan_hdr(m, RNP_CHAN_AUTH);
     memcpy(m + RNP_CHAN_HDR, c->session.b, RNP_SESSION_BYTES);

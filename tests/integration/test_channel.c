@@ -12,6 +12,8 @@
  *   clients out.
  * - Sessions per verified uid are limited; the drain removes the channel's
  *   socket file.
+ * - libclient passes buffers only to a channel whose peer is the caller's
+ *   own user, root or the service user.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "rn_test.h"
@@ -336,6 +341,57 @@ static void test_uid_quota(void **state)
     RNH_PASS(d);
 }
 
+/* A channel socket planted by another user (nobody) where the daemon's
+ * was: libclient refuses to pass its buffer there. */
+static void test_untrusted_channel(void **state)
+{
+    rnh_daemon *d = *state;
+    struct sockaddr_un sa;
+    int go[2], ready[2], status;
+    rn_client *c;
+    void *b = NULL;
+    pid_t pid;
+    char x;
+
+    assert_int_equal(rnh_start(d), 0);
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s" RNP_CHAN_SUFFIX, d->endpoint + 6);
+    assert_int_equal(unlink(sa.sun_path), 0);
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(ready), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* The listener's credentials are those of the process that called
+         * listen(): bind where root may, then listen as nobody. */
+        int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+        close(go[1]);
+        close(ready[0]);
+        if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+            chmod(sa.sun_path, 0666) != 0 || setgid(65534) != 0 || setuid(65534) != 0 ||
+            listen(fd, 8) != 0)
+            _exit(1);
+        if (write(ready[1], "r", 1) != 1)
+            _exit(1);
+        _exit(read(go[0], &x, 1) >= 0 ? 0 : 1);
+    }
+    close(go[0]);
+    close(ready[1]);
+    assert_int_equal(read(ready[0], &x, 1), 1);
+
+    c = rnh_client(d);
+    assert_non_null(c);
+    assert_int_equal(rn_buffer_alloc(c, 4096, &b), RN_ENDPOINT);
+    assert_non_null(strstr(rn_last_error(c), "refusing to share buffers"));
+    rn_close(c);
+    close(go[1]);
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(ready[0]);
+    RNH_PASS(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -343,6 +399,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_auth_rules, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_claimed_pid, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_uid_quota, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_untrusted_channel, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
