@@ -117,7 +117,7 @@ typedef struct probe {
 } probe;
 
 /* How long a probe's send may wait for its connection. */
-#define PROBE_SEND_MS 1000
+#define PROBE_SEND_MS 200
 
 static void probe_end(probe *p)
 {
@@ -260,9 +260,12 @@ static int forward_requests(int sock, int link, table *t, uint32_t *next_token, 
             nn_freemsg(body);
             continue;
         }
-        uint32_t token = (*next_token)++;
-        if (token == 0)
+        /* A token still waiting for its reply (after the counter wrapped)
+         * is skipped: its header must not be overwritten. */
+        uint32_t token;
+        do
             token = (*next_token)++;
+        while (token == 0 || find(t, token)->token == token);
         if (put(t, token, control) != 0) {
             /* Out of memory: the request is dropped as if it never came;
              * the client's REQ socket re-sends it. */
@@ -271,7 +274,14 @@ static int forward_requests(int sock, int link, table *t, uint32_t *next_token, 
             continue;
         }
         int rc = link_send(link, RND_LINK_REQ, token, rnd_now_ns(), body, (size_t)n);
+        int e = errno;
         nn_freemsg(body);
+        if (rc != 0 && e == EMSGSIZE) {
+            /* Too large for one datagram on this host: dropped, as nanomsg
+             * drops what passes NN_RCVMAXSIZE. */
+            nn_freemsg(take(t, token));
+            continue;
+        }
         if (rc != 0)
             return -1;
     }
@@ -335,10 +345,11 @@ int rnd_front_main(int argc, char **argv)
     signal(SIGINT, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
     signal(SIGPIPE, SIG_IGN);
-    if (getppid() == 1)
+    if (argc != 4 || strncmp(argv[1], "ipc://", 6) != 0)
+        return fail(link, "front: expected CORE_PID ENDPOINT MODE GROUP");
+    if (getppid() != (pid_t)atol(argv[0]))
         return 1;   /* the core died before the death signal was armed */
-    if (argc != 3 || strncmp(argv[0], "ipc://", 6) != 0)
-        return fail(link, "front: expected ENDPOINT MODE GROUP");
+    argv++;
     mode = strtol(argv[1], &end, 8);
     if (*end || mode < 0 || mode > 07777)
         return fail(link, "front: bad mode '%s'", argv[1]);

@@ -55,8 +55,8 @@ typedef struct rnd_link_hdr {
 } rnd_link_hdr;
 
 /*
- * The front process's main: argv after "--front" is ENDPOINT MODE GROUP
- * (MODE octal, GROUP "" for unchanged).  Returns the exit status.
+ * The front process's main: argv after "--front" is CORE_PID ENDPOINT MODE
+ * GROUP (MODE octal, GROUP "" for unchanged).  Returns the exit status.
  */
 int rnd_front_main(int argc, char **argv);
 

@@ -55,7 +55,7 @@ void rnd_health_fill(const rnd_ctx *ctx, rnp_health_rep *out)
         out->nreasons += n;
         WORSE(st);
     }
-    if (ctx->tx.flapping) {
+    if (rnd_transport_flapping(ctx)) {
         WORSE(RNP_HEALTH_FAILING);
         REASON("front: the socket's front process died %u times within a minute; "
                "restarting it once a second", RND_FRONT_RESTARTS);

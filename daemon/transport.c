@@ -74,7 +74,8 @@ static void link_send(rnd_ctx *ctx, void *control, uint32_t kind, const void *bo
         if (n >= 0)
             return;
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            /* The front is going away; its exit restarts it. */
+            /* The front is going away (its exit restarts it), or the reply
+             * does not fit a datagram (EMSGSIZE): dropped, counted. */
             t->replies_dropped++;
             return;
         }
@@ -236,6 +237,15 @@ static void close_link(rnd_transport *t)
     drop_out(t);
 }
 
+/* Close the timers when start-up fails (the loop must end). */
+static void close_timers(rnd_transport *t)
+{
+    if (!uv_is_closing((uv_handle_t *)&t->restart_timer))
+        uv_close((uv_handle_t *)&t->restart_timer, NULL);
+    if (!uv_is_closing((uv_handle_t *)&t->probe_timer))
+        uv_close((uv_handle_t *)&t->probe_timer, NULL);
+}
+
 static void on_restart_timer(uv_timer_t *timer)
 {
     start_front(timer->data);
@@ -284,11 +294,14 @@ static void on_front_closed(uv_handle_t *h)
             uv_close((uv_handle_t *)&t->restart_timer, NULL);
         return;
     }
+    if (t->spawn_failed) {
+        t->spawn_failed = false;
+        uv_timer_start(&t->restart_timer, on_restart_timer, 1000, 0);
+        return;
+    }
     /* Restart at once, unless it died RND_FRONT_RESTARTS times within a
      * minute: then report failing and go on trying once a second. */
-    uint64_t oldest = t->restarts[t->nrestarts % RND_FRONT_RESTARTS];
-    t->flapping = t->nrestarts >= RND_FRONT_RESTARTS && now - oldest < 60000000000ull;
-    if (t->flapping)
+    if (rnd_transport_flapping(ctx))
         delay_ms = 1000;
     t->restarts[t->nrestarts % RND_FRONT_RESTARTS] = now;
     t->nrestarts++;
@@ -326,7 +339,10 @@ static int spawn_front(rnd_ctx *ctx)
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
         return -errno;
     snprintf(mode, sizeof mode, "%04o", (unsigned)ctx->cfg.socket_mode);
-    char *args[] = {t->exe, "--front", ctx->cfg.endpoint, mode, ctx->cfg.socket_group, NULL};
+    char pid[16];
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    char *args[] = {t->exe, "--front", pid, ctx->cfg.endpoint, mode, ctx->cfg.socket_group,
+                    NULL};
     uv_stdio_container_t io[4] = {
         {.flags = UV_IGNORE},
         {.flags = UV_INHERIT_FD, .data.fd = 1},
@@ -344,8 +360,17 @@ static int spawn_front(rnd_ctx *ctx)
     if ((rc = uv_spawn(ctx->loop, &t->front, &o)) != 0) {
         close(sv[0]);
         close(sv[1]);
+        /* uv_spawn added the handle to the loop even so: it must be closed
+         * before the handle is used again. */
+        t->spawn_failed = true;
+        uv_close((uv_handle_t *)&t->front, on_front_closed);
         return rc;
     }
+    /* Room for the largest message in one datagram, whatever the host's
+     * default socket buffers. */
+    int sz = (int)(2 * RBUF_BYTES);
+    setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+    setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
     close(sv[1]);
     t->front_running = true;
     t->gen++;
@@ -375,13 +400,13 @@ static void start_front(rnd_ctx *ctx)
     if (t->closing)
         return;
     t->last_restart_ns = rnd_now_ns();
-    if ((rc = spawn_front(ctx)) != 0 || (rc = watch_link(ctx)) != 0) {
+    if ((rc = spawn_front(ctx)) != 0) {
+        /* The handle's close callback tries again in a second. */
         rnd_err("Failed to restart the front process: %s; trying again in 1 s", uv_strerror(rc));
+    } else if ((rc = watch_link(ctx)) != 0) {
+        rnd_err("Failed to watch the front's link: %s; restarting it", uv_strerror(rc));
         close_link(t);
-        if (t->front_running)
-            uv_process_kill(&t->front, SIGKILL);   /* its exit restarts it */
-        else
-            uv_timer_start(&t->restart_timer, on_restart_timer, 1000, 0);
+        uv_process_kill(&t->front, SIGKILL);   /* its exit restarts it */
     }
 }
 
@@ -389,7 +414,7 @@ int rnd_transport_open(rnd_ctx *ctx, rnd_rx_fn rx, rnp_error *err)
 {
     rnd_transport *t = &ctx->tx;
     rnd_link_hdr h;
-    ssize_t n, len;
+    ssize_t n;
     int rc;
 
     t->fd = -1;
@@ -397,18 +422,28 @@ int rnd_transport_open(rnd_ctx *ctx, rnd_rx_fn rx, rnp_error *err)
     rn_queue_init(&t->out);
     if (!(t->rbuf = malloc(RBUF_BYTES)))
         return rnp_fail(err, RN_NOMEM, "transport: out of memory");
-    if ((len = readlink("/proc/self/exe", t->exe, sizeof t->exe - 1)) < 0)
-        return rnp_fail(err, RN_SYSTEM, "Failed to find this program (/proc/self/exe): %s",
-                        strerror(errno));
+    /* The front is this binary.  Its path, as the kernel names it (valgrind
+     * answers this with the program it runs, where executing
+     * /proc/self/exe would start valgrind's own tool); once a package
+     * upgrade has replaced the file ("... (deleted)"), /proc/self/exe, which
+     * still is the very binary the core runs. */
+    ssize_t len = readlink("/proc/self/exe", t->exe, sizeof t->exe - 1);
+    if (len < 0 || (size_t)len >= sizeof t->exe - 1)
+        len = 0;
     t->exe[len] = '\0';
+    if (!t->exe[0] || access(t->exe, X_OK) != 0)
+        snprintf(t->exe, sizeof t->exe, "/proc/self/exe");
     uv_timer_init(ctx->loop, &t->restart_timer);
     t->restart_timer.data = ctx;
     uv_timer_init(ctx->loop, &t->probe_timer);
     t->probe_timer.data = ctx;
     t->timer_init = true;
-    if ((rc = spawn_front(ctx)) != 0)
-        return rnp_fail(err, RN_SYSTEM, "Failed to start the front process %s: %s", t->exe,
+    if ((rc = spawn_front(ctx)) != 0) {
+        t->closing = true;
+        close_timers(t);
+        return rnp_fail(err, RN_SYSTEM, "Failed to start the front process: %s",
                         uv_strerror(rc));
+    }
     /* The first front binds before the daemon says READY=1: wait for it. */
     struct pollfd pf = {t->fd, POLLIN, 0};
     do
@@ -426,12 +461,14 @@ int rnd_transport_open(rnd_ctx *ctx, rnd_rx_fn rx, rnp_error *err)
                      rc == 0 ? "no answer within 10 s" : "it exited");
         t->closing = true;
         close_link(t);
+        close_timers(t);
         uv_process_kill(&t->front, SIGKILL);
         return err ? err->code : RN_SYSTEM;
     }
     if ((rc = watch_link(ctx)) != 0) {
         t->closing = true;
         close_link(t);
+        close_timers(t);
         uv_process_kill(&t->front, SIGKILL);
         return rnp_fail(err, RN_SYSTEM, "Failed to poll the front's link: %s", uv_strerror(rc));
     }
@@ -451,18 +488,12 @@ void rnd_transport_close(rnd_ctx *ctx)
     if (t->timer_init && !uv_is_closing((uv_handle_t *)&t->probe_timer))
         uv_close((uv_handle_t *)&t->probe_timer, NULL);
     if (t->fd >= 0) {
-        /* The replies still queued go first, blocking: the front is reading,
-         * and each is a few hundred bytes. */
-        int fl = fcntl(t->fd, F_GETFL);
-        if (fl >= 0)
-            fcntl(t->fd, F_SETFL, fl & ~O_NONBLOCK);
-        rn_queue *q;
-        while ((q = rn_queue_head(&t->out))) {
-            pending *p = RN_QUEUE_DATA(q, pending, link);
-            (void)send(t->fd, p->bytes, p->len, MSG_NOSIGNAL);
-            rn_queue_remove(q);
-            free(p);
-        }
+        /* The replies still queued go out as far as the link takes them now;
+         * never blocking: a full link means the front is itself blocked
+         * sending to us, and waiting here would wait forever. */
+        flush_out(ctx);
+        if (!rn_queue_empty(&t->out))
+            rnd_warn("The drain drops replies the front could not take in time");
         /* EOF tells the front to close the socket, remove its file and
          * exit; its exit closes the process handle, and the loop ends. */
         shutdown(t->fd, SHUT_WR);
@@ -478,7 +509,15 @@ void rnd_transport_close(rnd_ctx *ctx)
     t->rbuf = NULL;
 }
 
+bool rnd_transport_flapping(const rnd_ctx *ctx)
+{
+    const rnd_transport *t = &ctx->tx;
+    /* The slot of the next restart holds the RND_FRONT_RESTARTS-th last. */
+    uint64_t oldest = t->restarts[t->nrestarts % RND_FRONT_RESTARTS];
+    return t->nrestarts >= RND_FRONT_RESTARTS && rnd_now_ns() - oldest < 60000000000ull;
+}
+
 bool rnd_transport_serving(const rnd_ctx *ctx)
 {
-    return ctx->tx.front_running && !ctx->tx.flapping && !ctx->tx.probe_failed;
+    return ctx->tx.front_running && !rnd_transport_flapping(ctx) && !ctx->tx.probe_failed;
 }

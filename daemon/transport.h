@@ -61,14 +61,14 @@ typedef struct rnd_transport {
     uint64_t restarts[RND_FRONT_RESTARTS];  /* when the last restarts began */
     uint32_t nrestarts;            /* since start-up */
     uint64_t last_restart_ns;      /* 0: never */
-    bool flapping;                 /* restarting too often: HEALTH says failing */
+    bool spawn_failed;             /* the front's handle closes after a failed spawn */
     uv_timer_t probe_timer;        /* the end-to-end probe (front.h) */
     uint32_t probe_token;
     uint64_t probe_sent_ns;        /* 0: no probe outstanding */
     bool probe_failed;             /* the last probe went unanswered */
     rn_queue out;                  /* datagrams waiting for room on the link */
-    uint64_t replies_dropped;      /* to a front that was replaced */
     char exe[4096];                /* this binary, for the front */
+    uint64_t replies_dropped;      /* to a front that was replaced */
     rnd_rx_fn rx;
     uint8_t *rbuf;                 /* one datagram from the front */
     uint8_t buf[RNP_MAX_MSG];      /* reply encoding */
@@ -84,6 +84,8 @@ void rnd_transport_receive_all(rnd_ctx *ctx);
 /* Close the link: the front closes the socket, removes its file and exits;
  * the loop ends once it has.  Idempotent. */
 void rnd_transport_close(rnd_ctx *ctx);
+/* The front died RND_FRONT_RESTARTS times within the last minute. */
+bool rnd_transport_flapping(const rnd_ctx *ctx);
 /* A front is serving (for the watchdog and HEALTH): running, answering its
  * end-to-end probe, and not restarting too often. */
 bool rnd_transport_serving(const rnd_ctx *ctx);
