@@ -100,13 +100,6 @@ uint64_t rnc_now_ns(void);
  */
 int rnc_conn_open(rn_client *c, int timeout_ms);
 
-/*
- * Whether the daemon behind c->endpoint may be given c's buffers' group:
- * its socket is a socket of root or of RN_DAEMON_USER, in directories only
- * they can change.  Sets *gid to the socket's group then.
- */
-bool rnc_daemon_trusted(const rn_client *c, gid_t *gid);
-
 /* Close c's socket; c->sock < 0 afterwards.  Fine when it is closed. */
 void rnc_conn_close(rn_client *c);
 

@@ -239,27 +239,6 @@ static int check_owner(rn_client *c, const char *path)
     return 0;
 }
 
-bool rnc_daemon_trusted(const rn_client *c, gid_t *gid)
-{
-    const char *path = c->endpoint;
-    char dir[PATH_MAX], why[PATH_MAX + 160], tmp[1024];
-    struct passwd pw, *pp = NULL;
-    struct stat st;
-    uid_t daemon_uid = 0;
-
-    if (strncmp(path, "ipc://", 6) != 0)
-        return false;
-    path += 6;
-    if (getpwnam_r(RN_DAEMON_USER, &pw, tmp, sizeof tmp, &pp) == 0 && pp)
-        daemon_uid = pp->pw_uid;
-    if (lstat(path, &st) != 0 || !S_ISSOCK(st.st_mode) || !uid_is(st.st_uid, daemon_uid, 0))
-        return false;
-    if (!socket_dir(path, dir) || !dirs_safe(dir, daemon_uid, 0, why, sizeof why))
-        return false;
-    *gid = st.st_gid;
-    return true;
-}
-
 int rnc_conn_open(rn_client *c, int timeout_ms)
 {
     rnp_error err = {0};
@@ -271,9 +250,9 @@ int rnc_conn_open(rn_client *c, int timeout_ms)
         return rnc_fail(c, RN_ENDPOINT, "%s", err.msg);
     /* The owner is checked after the probe: a socket planted between a
      * check and the connect would otherwise pass unseen.  nanomsg
-     * reconnects by path on its own later (after a daemon restart), which
-     * only a check of the peer on the connection itself, the descriptor
-     * passing planned for buffers, can cover. */
+     * reconnects by path on its own later (after a daemon restart); the
+     * session channel (chan.c) checks its peer on each connection, and
+     * buffers go only there. */
     if ((rv = probe(c, path, timeout_ms)) != 0) {
         /* A planted file that is no socket refuses connections: say that. */
         int why = rv == RN_UNREACHABLE ? check_owner(c, path) : 0;
