@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed for %s" % sys.executable)
 
 from conftest import BUILD, REPO  # noqa: E402
 

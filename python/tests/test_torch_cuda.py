@@ -13,7 +13,7 @@ import zlib
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed for %s" % sys.executable)
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device visible to PyTorch", allow_module_level=True)
 
