@@ -25,6 +25,8 @@
 # rules, and make would otherwise delete and rebuild them on every run.
 .SECONDARY:
 SHELL := /bin/bash
+comma := ,
+space := $(subst ,, )
 
 # Build in parallel unless told otherwise: the test, fuzz and benchmark
 # programs take over a minute to build one at a time on two cores.
@@ -44,7 +46,11 @@ PYTHON ?= python3
 # ---- dependencies ----------------------------------------------------------
 # Debian package names; `make deps` installs the missing ones as root.
 DEB_PKGS := libuv1-dev libnanomsg-dev libmsgpack-dev libsystemd-dev libcmocka-dev \
-            pkg-config clang libclang-rt-14-dev python3-pytest valgrind systemd
+            pkg-config clang libclang-rt-14-dev python3-pytest python3-prometheus-client \
+            python3-setuptools python3-wheel valgrind systemd
+# What the Python tests import, for an interpreter other than Debian's
+# (PYTHON=, or a python3 from pyenv or a venv first on PATH): pip installs them.
+PY_TEST_MODS := pytest prometheus_client setuptools wheel
 # The product needs the first four; the tests need cmocka as well.
 PRODUCT_PC_MODS := libuv nanomsg msgpack libsystemd
 PC_MODS := $(PRODUCT_PC_MODS) cmocka
@@ -273,6 +279,15 @@ deps:
 	export DEBIAN_FRONTEND=noninteractive; \
 	apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null && \
 	echo "deps: installed$$missing"
+	@if ! $(PYTHON) -c 'import $(subst $(space),$(comma),$(PY_TEST_MODS))' 2>/dev/null && \
+	    [ "$$($(PYTHON) -c 'import sys; print(sys.prefix)' 2>/dev/null)" != /usr ]; then \
+	  if [ "$$(id -u)" != 0 ]; then \
+	    echo "deps: $(PYTHON) lacks some of $(PY_TEST_MODS): $(PYTHON) -m pip install $(PY_TEST_MODS)"; \
+	  else \
+	    echo "deps: pip installing $(PY_TEST_MODS) for $(PYTHON)"; \
+	    $(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore $(PY_TEST_MODS); \
+	  fi; \
+	fi
 
 clean:
 	rm -rf build
@@ -492,10 +507,10 @@ endif
 
 # The Python package (pure Python) with $(PYTHON)'s pip, offline where the
 # interpreter has setuptools and wheel.  Into DESTDIR (a package build) it
-# goes under PREFIX; so it does for an interpreter that refuses pip into its
-# own environment (PEP 668, Debian's python3: PREFIX=/usr/local gives
-# /usr/local/lib/python3.X/dist-packages, on its path); else into the
-# interpreter's own environment.
+# goes under PREFIX; else into the interpreter's own environment.  Debian's
+# python3 refuses that (PEP 668) unless told: its pip then writes
+# /usr/local/lib/python3.X/dist-packages, beside the rest of `make install`
+# and outside the package manager's files.
 install-python:
 	$(call say,PIP,$(PYTHON) ./python)
 	$(Q)set -e; \
@@ -503,7 +518,7 @@ install-python:
 	offline=; if $(PYTHON) -c 'import setuptools, wheel' 2>/dev/null; then \
 	    offline="--no-build-isolation --no-index"; fi; \
 	where=; if [ -n '$(DESTDIR)' ]; then where="--root $(DESTDIR) --prefix $(PREFIX)"; \
-	elif [ "$$managed" = 1 ]; then where="--prefix $(PREFIX)"; fi; \
+	elif [ "$$managed" = 1 ]; then where="--break-system-packages"; fi; \
 	$(PYTHON) -m pip install --quiet --no-deps --no-warn-script-location $$offline $$where ./python; \
 	rm -rf python/build python/rmsnormd.egg-info
 

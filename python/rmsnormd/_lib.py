@@ -216,26 +216,25 @@ class LibraryNotFound(ImportError):
     """libclient could not be found or loaded."""
 
 
-def _prefix_libdirs():
-    # The libdirs of the prefix this package is installed under, then of
-    # sys.prefix: <prefix>/lib, lib64 and their multiarch subfolders.
-    parts = os.path.dirname(os.path.abspath(__file__)).split(os.sep)
-    prefixes = []
-    # .../<prefix>/lib/pythonX.Y/{site,dist}-packages/rmsnormd
-    if (len(parts) >= 5 and parts[-2] in ("site-packages", "dist-packages")
-            and parts[-3].startswith("python") and parts[-4] in ("lib", "lib64")):
-        prefixes.append(os.sep.join(parts[:-4]) or os.sep)
-    # sys.prefix, and the Makefile's default PREFIX.
-    prefixes += [sys.prefix, "/usr/local"]
+def _libdirs(prefix):
+    # <prefix>/lib, lib64 and their multiarch subfolders, as library paths.
     multiarch = sysconfig.get_config_var("MULTIARCH")
     out = []
-    for p in prefixes:
-        for d in ("lib", "lib64"):
-            for sub in ([multiarch] if multiarch else []) + [""]:
-                path = os.path.join(p, d, sub, SONAME) if sub else os.path.join(p, d, SONAME)
-                if path not in out:
-                    out.append(path)
+    for d in ("lib", "lib64"):
+        if multiarch:
+            out.append(os.path.join(prefix, d, multiarch, SONAME))
+        out.append(os.path.join(prefix, d, SONAME))
     return out
+
+
+def _own_prefix():
+    # The prefix this package is installed under, or None:
+    # <prefix>/lib/pythonX.Y/{site,dist}-packages/rmsnormd.
+    parts = os.path.dirname(os.path.abspath(__file__)).split(os.sep)
+    if (len(parts) >= 5 and parts[-2] in ("site-packages", "dist-packages")
+            and parts[-3].startswith("python") and parts[-4] in ("lib", "lib64")):
+        return os.sep.join(parts[:-4]) or os.sep
+    return None
 
 
 def _candidates():
@@ -250,12 +249,18 @@ def _candidates():
         out.append(os.path.join(build, SONAME))
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out.append(os.path.join(repo, "build", SONAME))
+    # The library installed with this package: the same PREFIX.
+    own = _own_prefix()
+    if own:
+        out.extend(_libdirs(own))
     # A bare name: the dynamic loader searches its own path and ld.so.cache.
     out.append(SONAME)
     found = ctypes.util.find_library("rmsnorm_client")
     if found:
         out.append(found)
-    out.extend(_prefix_libdirs())
+    # sys.prefix's, and the Makefile's default PREFIX.
+    for p in (sys.prefix, "/usr/local"):
+        out.extend(d for d in _libdirs(p) if d not in out)
     return out, False
 
 
