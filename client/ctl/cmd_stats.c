@@ -66,7 +66,12 @@ int rnctl_stats(const rnctl_globals *g, int argc, char **argv)
         free(s);
         return rnctl_failure_status(rv);
     }
-    rnctl_instance_of(c, g, &in);
+    /* The instance labels cost a HELLO (a session opened and closed): only
+     * the machine-read formats carry them. */
+    if (fmt != RNCTL_TABLE)
+        rnctl_instance_of(c, g, &in);
+    else
+        memset(&in, 0, sizeof in);
     rn_close(c);
     if (outpath) {
         snprintf(tmp, sizeof tmp, "%s.tmp", outpath);
