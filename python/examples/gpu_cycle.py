@@ -50,6 +50,15 @@ def start_daemon(build, workdir, log_path, backend):
 
 
 def main():
+    # Only OUTDIR is ours; every other argument goes to train_mp.py.  Help,
+    # or an option where OUTDIR belongs, must not start a daemon or create a
+    # directory named after the option.
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        sys.exit(0 if len(sys.argv) >= 2 else 64)
+    if sys.argv[1].startswith("-"):
+        sys.exit("gpu_cycle: the first argument is OUTDIR, not an option (%s); see --help"
+                 % sys.argv[1])
     out = os.path.abspath(sys.argv[1])
     # A run that takes a minute has hung: fail it rather than the whole cycle.
     extra = ["--timeout", "60"] + sys.argv[2:]
