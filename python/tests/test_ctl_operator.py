@@ -123,3 +123,21 @@ def test_table_says_which_percentiles_are_bounds(daemon):
     r = ctl("-e", daemon.endpoint, "stats")
     assert r.returncode == 0, r.stderr
     assert "upper bounds of log-scale buckets" in r.stdout
+
+
+def test_no_driver_message(daemon_factory):
+    """On a host without an NVIDIA driver, --backend auto says so in those
+    words, not with cudart's "driver version is insufficient"."""
+    import ctypes
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        pytest.skip("this host has an NVIDIA driver (libcuda.so.1)")
+    except OSError:
+        pass
+    d = daemon_factory(backend="auto")
+    log = d.log()
+    if "cuda" not in subprocess.run(["strings", os.path.join(BUILD, "rmsnormd")],
+                                    capture_output=True, text=True).stdout.lower():
+        pytest.skip("rmsnormd was built without CUDA")
+    assert "no NVIDIA driver (libcuda.so.1 not found): using the CPU backend" in log, log
+    assert "insufficient" not in log, log
