@@ -190,3 +190,26 @@ def test_example_of_the_build(daemon):
     r = subprocess.run([exe], capture_output=True, text=True, timeout=60,
                        env=_clean_env(RMSNORMD_ENDPOINT=daemon.endpoint))
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _exposure(unit, user=False):
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze is not installed (make deps installs systemd)")
+    xdg = tempfile.mkdtemp(prefix="rn-xdg-")
+    try:
+        r = subprocess.run(["systemd-analyze", "security", "--offline=true", "--no-pager"]
+                           + (["--user"] if user else []) + [unit], capture_output=True,
+                           text=True, env=_clean_env(XDG_RUNTIME_DIR=xdg), timeout=120)
+    finally:
+        shutil.rmtree(xdg, ignore_errors=True)
+    m = re.search(r"Overall exposure level for \S+: ([0-9.]+)", r.stdout + r.stderr)
+    assert m, r.stdout + r.stderr
+    return float(m.group(1))
+
+
+def test_mps_units_hardened():
+    # systemd/README.md ("The MPS units") gives these numbers and the reason
+    # for each exposure left.
+    assert _exposure(os.path.join(REPO, "systemd", "nvidia-cuda-mps.service")) <= 2.0
+    assert _exposure(os.path.join(REPO, "systemd", "user", "nvidia-cuda-mps.service"),
+                     user=True) <= 6.2
