@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * client.c - libclient's public face: rn_connect and rn_close, the
  * observation calls (ping, health, stats, server info) and the small helpers

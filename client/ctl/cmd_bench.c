@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmd_bench.c - rmsnormctl bench: K forked client processes send R verified
  * requests each; the parent reports throughput and latency percentiles.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmd_info.c - rmsnormctl info: what the daemon said at HELLO (backend,
  * device, limits).

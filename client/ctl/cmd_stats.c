@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmd_stats.c - rmsnormctl stats: the daemon's counters and latency
  * histograms, as a table, JSON or Prometheus text (format.c), to stdout or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * common.c - what rmsnormctl's commands share: connecting, reporting a
  * failed call, option parsing helpers, percentiles and the clock.  Below the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * format.c - rmsnormctl's one formatter of the daemon's statistics: a table
  * for people, one JSON object for programs, and the Prometheus text

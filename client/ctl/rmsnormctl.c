@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rmsnormctl - ask rmsnormd for its health and statistics, measure it, and
  * check that it computes the right thing.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rmsnormctl.h - what rmsnormctl's files share: the global options, the exit
  * codes, the helpers of common.c, one entry point per command (each in

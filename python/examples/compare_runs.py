@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Judge train_mp.py's outputs:
 
     compare_runs.py DAEMON_RUN1.json DAEMON_RUN2.json TORCH_RUN.json [TORCH_RUN2.json]

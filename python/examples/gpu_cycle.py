@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """The training part of the GPU cycle (gpu_run.sh runs it): start one CUDA
 rmsnormd, wait for its READY=1 on a notify socket of our own, run
 train_mp.py four times (daemon, daemon again, PyTorch's RMSNorm twice), judge them

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """rmsnormd.torch where PyTorch is installed but no GPU is needed: the
 module's drop-in contract with torch.nn.RMSNorm, argument checks, the CPU
 fallback and the expandable-segments check.  Skipped without PyTorch."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """rmsnormd.torch on a GPU host: gradients against torch.autograd of
 F.rms_norm in fp64, over a grid of shapes and dtypes, within the kernel's
 tolerances (kernels/rnk.h); strided inputs, streams, determinism, the
