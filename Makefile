@@ -30,8 +30,11 @@ space := $(subst ,, )
 
 # Build in parallel unless told otherwise: the test, fuzz and benchmark
 # programs take over a minute to build one at a time on two cores.
+# A sub-make shares its parent's job slots instead.
 JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+ifeq ($(MAKELEVEL),0)
 MAKEFLAGS += -j$(JOBS)
+endif
 
 # The one version number: VERSION is read here (the C library, rmsnormctl,
 # the pkg-config file) and by the Python package (python/rmsnormd/VERSION
