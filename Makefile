@@ -515,14 +515,14 @@ endif
 # /usr/local/lib/python3.X/dist-packages, beside the rest of `make install`
 # and outside the package manager's files.
 install-python:
-	$(call say,PIP,$(PYTHON) ./python)
+	$(call say,PIP,'$(PYTHON) ./python')
 	$(Q)set -e; \
 	managed=$$($(PYTHON) -c 'import os, sysconfig; print(int(os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))))'); \
 	offline=; if $(PYTHON) -c 'import setuptools, wheel' 2>/dev/null; then \
 	    offline="--no-build-isolation --no-index"; fi; \
 	where=; if [ -n '$(DESTDIR)' ]; then where="--root $(DESTDIR) --prefix $(PREFIX)"; \
 	elif [ "$$managed" = 1 ]; then where="--break-system-packages"; fi; \
-	$(PYTHON) -m pip install --quiet --no-deps --no-warn-script-location $$offline $$where ./python; \
+	$(PYTHON) -m pip install --quiet --no-deps --no-warn-script-location --root-user-action=ignore --disable-pip-version-check $$offline $$where ./python; \
 	rm -rf python/build python/rmsnormd.egg-info
 
 uninstall:
