@@ -213,3 +213,33 @@ def test_mps_units_hardened():
     assert _exposure(os.path.join(REPO, "systemd", "nvidia-cuda-mps.service")) <= 2.2
     assert _exposure(os.path.join(REPO, "systemd", "user", "nvidia-cuda-mps.service"),
                      user=True) <= 6.2
+
+
+def test_library_sets_struct_size(client):
+    """The structs the library fills in say how much of them it filled."""
+    import ctypes
+    from rmsnormd import _lib
+    lib = _lib.lib()
+    for fn, cls in (("rn_health", _lib.HealthInfo), ("rn_stats", _lib.StatsInfo),
+                    ("rn_server_info", _lib.ServerInfo)):
+        out = cls()
+        assert getattr(lib, fn)(client._handle, ctypes.byref(out)) == 0
+        assert out.struct_size == ctypes.sizeof(cls), fn
+        assert list(out.reserved) == [0] * _lib.RESERVED_WORDS, fn
+    # The caller's structs: the init macros' value, set by the mirrors.
+    assert _lib.BwdArgs().struct_size == ctypes.sizeof(_lib.BwdArgs)
+    assert _lib.ConnectOpts().struct_size == ctypes.sizeof(_lib.ConnectOpts)
+
+
+def test_bash_completion():
+    if not shutil.which("bash"):
+        pytest.skip("no bash")
+    script = os.path.join(REPO, "client", "ctl", "rmsnormctl.bash")
+    probe = ('source "%s"; COMP_WORDS=(rmsnormctl st); COMP_CWORD=1; _rmsnormctl; '
+             'echo "${COMPREPLY[@]}"; COMP_WORDS=(rmsnormctl stats --p); COMP_CWORD=2; '
+             '_rmsnormctl; echo "${COMPREPLY[@]}"' % script)
+    r = subprocess.run(["bash", "-c", probe], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    first, second = r.stdout.splitlines()
+    assert first.split() == ["stats"]
+    assert second.split() == ["--prometheus"]
