@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # rmsnormd - one Makefile for everything.  `make` builds under build/,
 # `make test` runs every suite, `make demo` shows the daemon working.
 #
@@ -9,7 +10,14 @@
 #   CUDA=0         build without the CUDA Toolkit even where it exists
 #   NVCC_GENCODE=  override the CUDA targets (default sm_80, sm_90 + compute_90 PTX)
 #   CUDA_HOME=     where the CUDA Toolkit lives (else /usr/local/cuda, else nvcc on PATH)
-#   PREFIX= DESTDIR=  for `make install`
+#   PREFIX= DESTDIR= LIBDIR= INCLUDEDIR=  for `make install` (LIBDIR for multiarch:
+#                  LIBDIR=/usr/lib/x86_64-linux-gnu)
+#   WITH_MPS=1     `make install` also installs the NVIDIA MPS units (opt-in)
+#   PYTHON=        the interpreter of `make install-python` and of the Python tests
+#                  (default python3)
+#   JOBS=          parallel jobs (default: the number of CPUs; a -j on the command
+#                  line wins)
+#   CPPFLAGS= CFLAGS= LDFLAGS=  added to the build's own (dpkg-buildflags' output works)
 
 .SUFFIXES:
 .DELETE_ON_ERROR:
@@ -17,17 +25,40 @@
 # rules, and make would otherwise delete and rebuild them on every run.
 .SECONDARY:
 SHELL := /bin/bash
+comma := ,
+space := $(subst ,, )
 
-VERSION := 0.1.0
+# Build in parallel unless told otherwise: the test, fuzz and benchmark
+# programs take over a minute to build one at a time on two cores.
+# A sub-make shares its parent's job slots instead.
+JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+ifeq ($(MAKELEVEL),0)
+MAKEFLAGS += -j$(JOBS)
+endif
+
+# The one version number: VERSION is read here (the C library, rmsnormctl,
+# the pkg-config file) and by the Python package (python/rmsnormd/VERSION
+# links to it); the public header's RN_VERSION_* must agree (checked where
+# the installed header is made).
+VERSION := $(shell cat VERSION)
+VERSION_MAJOR := $(word 1,$(subst ., ,$(VERSION)))
 PREFIX ?= /usr/local
-SOVERSION := 0
+SOVERSION := $(VERSION_MAJOR)
+PYTHON ?= python3
 
 # ---- dependencies ----------------------------------------------------------
 # Debian package names; `make deps` installs the missing ones as root.
 DEB_PKGS := libuv1-dev libnanomsg-dev libmsgpack-dev libsystemd-dev libcmocka-dev \
-            pkg-config clang libclang-rt-14-dev python3-pytest valgrind systemd
-PC_MODS := libuv nanomsg msgpack libsystemd cmocka
+            pkg-config clang libclang-rt-14-dev python3-pytest python3-prometheus-client \
+            python3-setuptools python3-wheel valgrind systemd
+# What the Python tests import, for an interpreter other than Debian's
+# (PYTHON=, or a python3 from pyenv or a venv first on PATH): pip installs them.
+PY_TEST_MODS := pytest prometheus_client setuptools wheel
+# The product needs the first four; the tests need cmocka as well.
+PRODUCT_PC_MODS := libuv nanomsg msgpack libsystemd
+PC_MODS := $(PRODUCT_PC_MODS) cmocka
 DEPS_OK := $(shell pkg-config --exists $(PC_MODS) 2>/dev/null && echo yes)
+PRODUCT_DEPS_OK := $(shell pkg-config --exists $(PRODUCT_PC_MODS) 2>/dev/null && echo yes)
 
 # ---- build configuration ---------------------------------------------------
 ifneq ($(ASAN)$(UBSAN),)
@@ -59,18 +90,21 @@ ifeq ($(WERROR),1)
 WARN += -Werror
 endif
 
-ifeq ($(DEPS_OK),yes)
-PC_CFLAGS := $(shell pkg-config --cflags $(PC_MODS))
+ifeq ($(PRODUCT_DEPS_OK),yes)
+PC_CFLAGS := $(shell pkg-config --cflags $(PRODUCT_PC_MODS))
 LIBUV := $(shell pkg-config --libs libuv)
 LIBNN := $(shell pkg-config --libs nanomsg)
 LIBMP := $(shell pkg-config --libs msgpack)
 LIBSD := $(shell pkg-config --libs libsystemd)
+endif
+ifeq ($(DEPS_OK),yes)
+PC_CFLAGS += $(shell pkg-config --cflags cmocka)
 LIBCMOCKA := $(shell pkg-config --libs cmocka)
 endif
 
 INCLUDES := -Iproto -Ikernels -Iclient -Iclient/ctl -Idaemon -Itests
 CFLAGS_ALL := $(CSTD) $(OPT) $(WARN) $(SAN) -fPIC -pthread $(INCLUDES) $(PC_CFLAGS) \
-              -DRN_VERSION='"$(VERSION)"' $(CFLAGS)
+              -DRN_VERSION='"$(VERSION)"' $(CPPFLAGS) $(CFLAGS)
 LDFLAGS_ALL := $(SAN) -pthread $(LDFLAGS)
 
 # ---- CUDA ------------------------------------------------------------------
@@ -101,6 +135,8 @@ NVCCFLAGS_ALL := -std=c++17 $(NVCC_OPT) $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall -
 else
 HAVE_CUDA :=
 endif
+# Whether CUDA could run here at all (the driver's library is installed).
+HAVE_DRIVER := $(shell /sbin/ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' && echo 1)
 
 ifeq ($(V),1)
 Q :=
@@ -166,22 +202,31 @@ BENCH_BINS := $(if $(HAVE_CUDA),$(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/replay_%,$(FUZZ_SRC))
 
-ALL_BINS := $(RMSNORMD) $(RMSNORMCTL) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(PUBLIC_H) \
-            $(BUILD)/rmsnorm-client.pc $(UNIT_BINS) $(INTEG_BINS) $(GPU_BINS) \
+# What is installed: the programs, the library, its header and .pc file.
+PRODUCT := $(RMSNORMD) $(RMSNORMCTL) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(PUBLIC_H) \
+           $(BUILD)/rmsnorm-client.pc
+# examples/*.c: programs a worker could start from, built against the
+# product as an installed copy would be (the header and the shared library).
+EXAMPLE_BINS := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+ALL_BINS := $(PRODUCT) $(EXAMPLE_BINS) $(UNIT_BINS) $(INTEG_BINS) $(GPU_BINS) \
             $(BENCH_BINS) $(FUZZ_REPLAY)
 
 # ---- top-level targets -----------------------------------------------------
-.PHONY: all deps test test-unit test-integration test-gpu demo run fuzz clean install \
-        cuda-note format
+.PHONY: all product deps test test-unit test-integration test-gpu demo run fuzz clean \
+        install install-python uninstall cuda-note build-note format
 
 ifneq ($(DEPS_OK),yes)
 # Something is missing: install it, then re-run the same goal with a fresh
-# pkg-config view of the system.
-all test test-unit test-integration test-gpu demo run fuzz install:
+# pkg-config view of the system.  `make install` is not among these goals:
+# installing builds and installs the product and never fetches packages.
+all product test test-unit test-integration test-gpu demo run fuzz:
 	@$(MAKE) --no-print-directory deps
 	@$(MAKE) --no-print-directory $@
 else
-all: cuda-note $(ALL_BINS)
+all: cuda-note build-note $(ALL_BINS)
+
+# Only what `make install` installs: no test or benchmark program.
+product: cuda-note $(PRODUCT)
 
 test: all
 	@tests/run.sh $(BUILD)
@@ -195,18 +240,33 @@ test-integration: all
 test-gpu: all
 	@tests/run.sh $(BUILD) gpu
 
-demo: all
+# The demo and the daemon need the two programs only, not the tests.  On a
+# host without an NVIDIA driver the demo can only use the CPU backend: it is
+# built without the CUDA kernels (nvcc takes most of a clean build), in
+# $(BUILD)/cpu so that its objects never mix with a full build's.
+ifeq ($(HAVE_CUDA)$(HAVE_DRIVER),1)
+demo:
+	@echo "note: no NVIDIA driver (libcuda.so.1 not found): the demo runs the CPU backend, built without CUDA in $(BUILD)/cpu"
+	@$(MAKE) --no-print-directory CUDA=0 BUILD=$(BUILD)/cpu demo
+else
+demo: cuda-note $(RMSNORMD) $(RMSNORMCTL)
 	@tests/demo.sh $(BUILD)
+endif
 
-run: all
+run: cuda-note $(RMSNORMD)
 	$(RMSNORMD) --backend auto
 endif
+
+build-note:
+	@echo "note: building the product and $(words $(EXAMPLE_BINS) $(UNIT_BINS) $(INTEG_BINS) $(GPU_BINS) $(BENCH_BINS) $(FUZZ_REPLAY)) example, test, fuzz and benchmark programs with -j$(JOBS) (make product: the product alone)"
 
 cuda-note:
 ifeq ($(CUDA),0)
 	@echo "note: CUDA=0: building the CPU-only parts"
 else ifeq ($(HAVE_CUDA),)
 	@echo "note: no CUDA Toolkit found (CUDA_HOME, /usr/local/cuda, nvcc on PATH): building the CPU-only parts"
+else
+	@[ -e $(LIBKCUDA) ] || echo "note: compiling the CUDA kernels with nvcc takes most of a clean build (CUDA=0 leaves them out)"
 endif
 
 deps:
@@ -222,6 +282,15 @@ deps:
 	export DEBIAN_FRONTEND=noninteractive; \
 	apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null && \
 	echo "deps: installed$$missing"
+	@if ! $(PYTHON) -c 'import $(subst $(space),$(comma),$(PY_TEST_MODS))' 2>/dev/null && \
+	    [ "$$($(PYTHON) -c 'import sys; print(sys.prefix)' 2>/dev/null)" != /usr ]; then \
+	  if [ "$$(id -u)" != 0 ]; then \
+	    echo "deps: $(PYTHON) lacks some of $(PY_TEST_MODS): $(PYTHON) -m pip install $(PY_TEST_MODS)"; \
+	  else \
+	    echo "deps: pip installing $(PY_TEST_MODS) for $(PYTHON)"; \
+	    $(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore $(PY_TEST_MODS); \
+	  fi; \
+	fi
 
 clean:
 	rm -rf build
@@ -266,14 +335,23 @@ $(LIBCLIENT_SO): $(call obj,$(CLIENT_SRC) $(PROTO_SRC))
 
 # The installed header is rmsnorm_client.h with rn_wire.h folded in, so a
 # worker includes exactly one file.
-$(PUBLIC_H): client/rmsnorm_client.h proto/rn_wire.h
+$(PUBLIC_H): client/rmsnorm_client.h proto/rn_wire.h VERSION
 	@mkdir -p $(@D)
+	$(Q)hv=$$(sed -n 's/^#define RN_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$$/\2/p' $< | paste -sd.); \
+	if [ "$$hv" != "$(VERSION)" ]; then \
+	    echo "$<: RN_VERSION_* say $$hv, the VERSION file says $(VERSION)" >&2; exit 1; fi
 	$(Q)awk '/^#include "rn_wire.h"/ { while ((getline l < "proto/rn_wire.h") > 0) print l; next } { print }' \
 	    client/rmsnorm_client.h > $@
 
-$(BUILD)/rmsnorm-client.pc: client/rmsnorm-client.pc.in
+$(BUILD)/rmsnorm-client.pc: client/rmsnorm-client.pc.in VERSION
 	@mkdir -p $(@D)
-	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@CUDA_LIBS@|$(CLIENT_CUDA)|g' $< > $@
+	$(Q)$(PC_SED) $< > $@
+
+$(BUILD)/examples/%: examples/%.c $(LIBCLIENT_SO) $(PUBLIC_H)
+	$(call say,CC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CSTD) $(OPT) $(WARN) $(SAN) -I$(BUILD)/include $(CPPFLAGS) $(CFLAGS) -o $@ $< \
+	    $(LDFLAGS_ALL) -L$(BUILD) -lrmsnorm_client -lm -Wl,-rpath,'$$ORIGIN/..'
 
 $(RMSNORMD): $(call obj,$(DAEMON_SRC)) $(LIBPROTO) $(LIBKCPU) $(LIBKCUDA)
 	$(call say,LD,$@)
@@ -330,42 +408,65 @@ endif
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # ---- install / uninstall ---------------------------------------------------
-# `make install PREFIX=/usr/local DESTDIR=`: the daemon goes to sbin (systemd
-# starts it, users do not), rmsnormctl to bin, libclient (shared with its
-# SONAME links, and static), the one public header, the pkg-config file, the
-# man pages, the systemd units (system and user), the sysusers.d and
-# tmpfiles.d entries and the example configuration (a documentation file:
-# installing never writes /etc).  The units name the daemon by its installed
-# path: /usr/local/sbin/rmsnormd in the sources becomes $(SBINDIR)/rmsnormd.
-# The pkg-config file is made afresh here, so it names the PREFIX of this
-# install even when the build used another.  The directories systemd searches
-# include /usr/local/lib/systemd/{system,user}, /usr/local/lib/sysusers.d and
-# /usr/local/lib/tmpfiles.d, so the default PREFIX works as it is.
 BINDIR ?= $(PREFIX)/bin
 SBINDIR ?= $(PREFIX)/sbin
-LIBDIR := $(PREFIX)/lib
-INCLUDEDIR := $(PREFIX)/include
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
 MANDIR ?= $(PREFIX)/share/man
 DOCDIR ?= $(PREFIX)/share/doc/rmsnormd
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
 SYSTEMD_SYSTEMDIR ?= $(PREFIX)/lib/systemd/system
 SYSTEMD_USERDIR ?= $(PREFIX)/lib/systemd/user
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 
-SYSTEM_UNITS := systemd/rmsnormd@.service systemd/nvidia-cuda-mps.service
-USER_UNITS := systemd/user/rmsnormd@.service systemd/user/nvidia-cuda-mps.service
-MAN_PAGES := systemd/man/rmsnormd.8 systemd/man/rmsnormctl.1 systemd/man/rmsnorm_client.3
-DOC_FILES := systemd/rmsnormd.conf.example systemd/README.md \
-             systemd/kubernetes/rmsnormd-daemonset.yaml
+# The pkg-config file: paths under PREFIX are written relative to ${prefix}
+# so that `pkg-config --define-prefix` can move them.  The static cudart
+# that `--static` links lives in ${cudalibdir}: the build host's toolkit by
+# default; a packager sets another with --define-variable=cudalibdir=DIR.
+pc_rel = $(patsubst $(PREFIX)/%,$${prefix}/%,$(1))
+PC_CUDA_LIBS := $(if $(HAVE_CUDA),-L$${cudalibdir} -lcudart_static -ldl -lrt -lstdc++)
+PC_SED = sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+             -e 's|@LIBDIR@|$(call pc_rel,$(LIBDIR))|g' -e 's|@INCLUDEDIR@|$(call pc_rel,$(INCLUDEDIR))|g' \
+             -e 's|@CUDA_LIBDIR@|$(CUDA_LIBDIR)|g' -e 's|@CUDA_LIBS@|$(PC_CUDA_LIBS)|g'
 
-ifeq ($(DEPS_OK),yes)
+# The MPS control daemon's units are an opt-in (WITH_MPS=1): the system one
+# runs as root, and a node that does not use MPS should not carry it.
+SYSTEM_UNITS := systemd/rmsnormd@.service $(if $(filter 1,$(WITH_MPS)),systemd/nvidia-cuda-mps.service)
+USER_UNITS := systemd/user/rmsnormd@.service $(if $(filter 1,$(WITH_MPS)),systemd/user/nvidia-cuda-mps.service)
+MPS_UNITS := nvidia-cuda-mps.service
+MAN_PAGES := systemd/man/rmsnormd.8 systemd/man/rmsnormctl.1 systemd/man/rmsnorm_client.3
+# `man rn_connect` opens rmsnorm_client(3): one .so link per public function.
+lparen := (
+MAN_LINKS := $(shell sed -n 's/^RN_EXPORT [^$(lparen)]*[ *]\(rn_[a-z_]*\)$(lparen).*/\1/p' client/rmsnorm_client.h)
+DOC_FILES := systemd/rmsnormd.conf.example systemd/README.md \
+             systemd/kubernetes/rmsnormd-daemonset.yaml LICENSE CHANGELOG.md
+BASH_COMPLETION := client/ctl/rmsnormctl.bash
+
+# `make install PREFIX=/usr/local DESTDIR=`: the daemon goes to sbin (systemd
+# starts it, users do not), rmsnormctl to bin with its bash completion,
+# libclient (shared with its SONAME links, and static) to LIBDIR, the one
+# public header, the pkg-config file, the man pages (and a link per
+# function), the systemd units (system and user; the MPS ones with
+# WITH_MPS=1), the sysusers.d and tmpfiles.d entries, the example
+# configuration, LICENSE and CHANGELOG (documentation files: installing never
+# writes /etc).  It builds the product only and never fetches a package.
+# The units name the daemon by its installed path: /usr/local/sbin/rmsnormd
+# in the sources becomes $(SBINDIR)/rmsnormd.  The pkg-config file is made
+# afresh here, so it names the PREFIX of this install even when the build
+# used another.  The directories systemd searches include
+# /usr/local/lib/systemd/{system,user}, /usr/local/lib/sysusers.d and
+# /usr/local/lib/tmpfiles.d, so the default PREFIX works as it is.  Into the
+# live system (no DESTDIR) as root, ldconfig refreshes the loader's cache so
+# that programs and the Python package find the new library.
+ifeq ($(PRODUCT_DEPS_OK),yes)
 install: $(RMSNORMD) $(RMSNORMCTL) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(PUBLIC_H)
 	$(call say,INSTALL,$(DESTDIR)$(PREFIX))
 	$(Q)set -e; D='$(DESTDIR)'; \
 	install -d -m 0755 "$$D$(SBINDIR)" "$$D$(BINDIR)" "$$D$(LIBDIR)/pkgconfig" \
 	    "$$D$(INCLUDEDIR)" "$$D$(MANDIR)/man1" "$$D$(MANDIR)/man3" "$$D$(MANDIR)/man8" \
 	    "$$D$(DOCDIR)" "$$D$(SYSTEMD_SYSTEMDIR)" "$$D$(SYSTEMD_USERDIR)" \
-	    "$$D$(SYSUSERSDIR)" "$$D$(TMPFILESDIR)"; \
+	    "$$D$(SYSUSERSDIR)" "$$D$(TMPFILESDIR)" "$$D$(BASHCOMPDIR)"; \
 	install -m 0755 $(RMSNORMD) "$$D$(SBINDIR)/rmsnormd"; \
 	install -m 0755 $(RMSNORMCTL) "$$D$(BINDIR)/rmsnormctl"; \
 	install -m 0644 $(LIBCLIENT_SO) "$$D$(LIBDIR)/librmsnorm_client.so.$(VERSION)"; \
@@ -373,12 +474,14 @@ install: $(RMSNORMD) $(RMSNORMCTL) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(PUBLIC_H)
 	ln -sfn librmsnorm_client.so.$(SOVERSION) "$$D$(LIBDIR)/librmsnorm_client.so"; \
 	install -m 0644 $(LIBCLIENT_A) "$$D$(LIBDIR)/librmsnorm_client.a"; \
 	install -m 0644 $(PUBLIC_H) "$$D$(INCLUDEDIR)/rmsnorm_client.h"; \
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
-	    -e 's|@CUDA_LIBS@|$(CLIENT_CUDA)|g' client/rmsnorm-client.pc.in \
-	    > "$$D$(LIBDIR)/pkgconfig/rmsnorm-client.pc"; \
+	$(PC_SED) client/rmsnorm-client.pc.in > "$$D$(LIBDIR)/pkgconfig/rmsnorm-client.pc"; \
 	chmod 0644 "$$D$(LIBDIR)/pkgconfig/rmsnorm-client.pc"; \
 	for m in $(MAN_PAGES); do \
 	    install -m 0644 "$$m" "$$D$(MANDIR)/man$${m##*.}/$$(basename "$$m")"; done; \
+	for f in $(MAN_LINKS); do \
+	    echo ".so man3/rmsnorm_client.3" > "$$D$(MANDIR)/man3/$$f.3"; \
+	    chmod 0644 "$$D$(MANDIR)/man3/$$f.3"; done; \
+	install -m 0644 $(BASH_COMPLETION) "$$D$(BASHCOMPDIR)/rmsnormctl"; \
 	for u in $(SYSTEM_UNITS); do \
 	    sed 's|/usr/local/sbin/rmsnormd|$(SBINDIR)/rmsnormd|g' "$$u" \
 	        > "$$D$(SYSTEMD_SYSTEMDIR)/$$(basename "$$u")"; \
@@ -390,11 +493,37 @@ install: $(RMSNORMD) $(RMSNORMCTL) $(LIBCLIENT_A) $(LIBCLIENT_SO) $(PUBLIC_H)
 	install -m 0644 systemd/sysusers.d/rmsnormd.conf "$$D$(SYSUSERSDIR)/rmsnormd.conf"; \
 	install -m 0644 systemd/tmpfiles.d/rmsnormd.conf "$$D$(TMPFILESDIR)/rmsnormd.conf"; \
 	install -m 0644 $(DOC_FILES) "$$D$(DOCDIR)/"
+	@if [ -z '$(DESTDIR)' ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then \
+	    ldconfig; fi
 	@if [ -z '$(DESTDIR)' ]; then \
-	    echo "installed under $(PREFIX); next, as root: ldconfig; systemd-sysusers;"; \
+	    echo "installed under $(PREFIX); next, as root: systemd-sysusers;"; \
 	    echo "  systemd-tmpfiles --create; systemctl daemon-reload; systemctl enable --now rmsnormd@0"; \
+	    echo "  (the Python package: make install-python, or pip install ./python)"; \
 	fi
+	$(if $(filter 1,$(WITH_PYTHON)),@$(MAKE) --no-print-directory install-python)
+else
+install:
+	@echo "install: the build needs pkg-config modules that are missing ($(PRODUCT_PC_MODS));" >&2
+	@echo "  install them first (make deps, as root); installing never fetches packages" >&2
+	@exit 1
 endif
+
+# The Python package (pure Python) with $(PYTHON)'s pip, offline where the
+# interpreter has setuptools and wheel.  Into DESTDIR (a package build) it
+# goes under PREFIX; else into the interpreter's own environment.  Debian's
+# python3 refuses that (PEP 668) unless told: its pip then writes
+# /usr/local/lib/python3.X/dist-packages, beside the rest of `make install`
+# and outside the package manager's files.
+install-python:
+	$(call say,PIP,'$(PYTHON) ./python')
+	$(Q)set -e; \
+	managed=$$($(PYTHON) -c 'import os, sysconfig; print(int(os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))))'); \
+	offline=; if $(PYTHON) -c 'import setuptools, wheel' 2>/dev/null; then \
+	    offline="--no-build-isolation --no-index"; fi; \
+	where=; if [ -n '$(DESTDIR)' ]; then where="--root $(DESTDIR) --prefix $(PREFIX)"; \
+	elif [ "$$managed" = 1 ]; then where="--break-system-packages"; fi; \
+	$(PYTHON) -m pip install --quiet --no-deps --no-warn-script-location --root-user-action=ignore --disable-pip-version-check $$offline $$where ./python; \
+	rm -rf python/build python/rmsnormd.egg-info
 
 uninstall:
 	$(call say,RM,$(DESTDIR)$(PREFIX))
@@ -402,12 +531,11 @@ uninstall:
 	    "$$D$(LIBDIR)/librmsnorm_client.so.$(VERSION)" \
 	    "$$D$(LIBDIR)/librmsnorm_client.so.$(SOVERSION)" "$$D$(LIBDIR)/librmsnorm_client.so" \
 	    "$$D$(LIBDIR)/librmsnorm_client.a" "$$D$(LIBDIR)/pkgconfig/rmsnorm-client.pc" \
-	    "$$D$(INCLUDEDIR)/rmsnorm_client.h" \
+	    "$$D$(INCLUDEDIR)/rmsnorm_client.h" "$$D$(BASHCOMPDIR)/rmsnormctl" \
 	    $(foreach m,$(MAN_PAGES),"$$D$(MANDIR)/man$(subst .,,$(suffix $(m)))/$(notdir $(m))") \
-	    $(foreach u,$(SYSTEM_UNITS),"$$D$(SYSTEMD_SYSTEMDIR)/$(notdir $(u))") \
-	    $(foreach u,$(USER_UNITS),"$$D$(SYSTEMD_USERDIR)/$(notdir $(u))") \
+	    $(foreach f,$(MAN_LINKS),"$$D$(MANDIR)/man3/$(f).3") \
+	    $(foreach u,$(SYSTEM_UNITS) $(MPS_UNITS),"$$D$(SYSTEMD_SYSTEMDIR)/$(notdir $(u))") \
+	    $(foreach u,$(USER_UNITS) $(MPS_UNITS),"$$D$(SYSTEMD_USERDIR)/$(notdir $(u))") \
 	    "$$D$(SYSUSERSDIR)/rmsnormd.conf" "$$D$(TMPFILESDIR)/rmsnormd.conf" \
 	    $(foreach f,$(DOC_FILES),"$$D$(DOCDIR)/$(notdir $(f))"); \
 	rmdir "$$D$(DOCDIR)" 2>/dev/null; true
-
-.PHONY: uninstall

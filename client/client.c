@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * client.c - libclient's public face: rn_connect and rn_close, the
  * observation calls (ping, health, stats, server info) and the small helpers
@@ -190,6 +191,7 @@ int rn_health(rn_client *c, rn_health_info *h)
         const rnp_health_rep *r = &c->rep.u.health;
         rn_health_info hi;
         memset(&hi, 0, sizeof hi);
+        hi.struct_size = sizeof hi;
         hi.state = (int)r->state;
         hi.mps = r->mps;
         snprintf(hi.backend, sizeof hi.backend, "%s", r->backend);
@@ -210,6 +212,7 @@ int rn_stats(rn_client *c, rn_stats_info *s)
     if ((rv = ask(c, RN_OP_STATS, s, "s", NULL)) == 0) {
         const rnp_stats_rep *r = &c->rep.u.stats;
         memset(s, 0, sizeof *s);
+        s->struct_size = sizeof *s;
         snprintf(s->backend, sizeof s->backend, "%s", r->backend);
         snprintf(s->device, sizeof s->device, "%s", r->device);
         s->nstats = r->nstats <= RN_MAX_STATS ? r->nstats : RN_MAX_STATS;
@@ -256,6 +259,7 @@ int rn_server_info(rn_client *c, struct rn_server_info *i)
         const rnp_hello_rep *h = &c->hello;
         struct rn_server_info si;
         memset(&si, 0, sizeof si);
+        si.struct_size = sizeof si;
         snprintf(si.endpoint, sizeof si.endpoint, "%s", c->endpoint);
         snprintf(si.daemon_version, sizeof si.daemon_version, "%s", h->daemon_version);
         snprintf(si.backend, sizeof si.backend, "%s", h->backend);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rmsnorm_client.h - the public API of libclient (librmsnorm_client): connect
  * to rmsnormd, share buffers with it and run RMSNorm's backward pass there.
@@ -14,6 +15,20 @@
  *    message of the last failure, naming the field at fault.
  *  - Output parameters are written only on success.
  *  - Destructors (rn_close) accept NULL.
+ *
+ * ABI: the library keeps its binary interface within a major version (the
+ * SONAME, librmsnorm_client.so.RN_VERSION_MAJOR).  Every struct a caller
+ * passes or receives starts with `size_t struct_size`:
+ *  - structs the caller fills in (rn_connect_opts, rn_bwd_args): set it
+ *    with the RN_*_INIT macro, or zero-initialise the struct; 0 means the
+ *    layout of 0.1.  A later version appends fields and reads them only when
+ *    struct_size covers them, so a binary built against this header keeps
+ *    working with a newer library.
+ *  - structs the library fills in (rn_health_info, rn_stats_info, struct
+ *    rn_server_info): they end in reserved space, so their size never
+ *    changes; a later version puts new fields there.  The library sets
+ *    struct_size to the number of bytes it filled in: a caller built against
+ *    a newer header tells a field the library did not know by its offset.
  *
  * Thread safety: an rn_client may be shared by threads; an internal mutex
  * serialises its calls (the daemon connection carries one request at a time
@@ -35,6 +50,14 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The version of this header; rn_version() gives the library's. */
+#define RN_VERSION_MAJOR 0
+#define RN_VERSION_MINOR 1
+#define RN_VERSION_PATCH 0
+/* Compare versions: #if RN_VERSION_NUMBER >= RN_MAKE_VERSION(0, 2, 0) */
+#define RN_MAKE_VERSION(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
+#define RN_VERSION_NUMBER RN_MAKE_VERSION(RN_VERSION_MAJOR, RN_VERSION_MINOR, RN_VERSION_PATCH)
 
 #if defined(RN_BUILDING_CLIENT)
 #define RN_EXPORT __attribute__((visibility("default")))
@@ -58,11 +81,14 @@ extern "C" {
 typedef struct rn_client rn_client;
 
 typedef struct rn_connect_opts {
+    size_t struct_size;      /* sizeof(rn_connect_opts) or 0 (see ABI above) */
     const char *endpoint;    /* "ipc:///path"; NULL: rn_default_endpoint() */
     int timeout_ms;          /* per request and for rn_connect as a whole;
                                 0: RN_DEFAULT_TIMEOUT_MS; -1: wait forever */
     const char *client_name; /* shown in the daemon's log; NULL: "pid <pid>" */
 } rn_connect_opts;
+
+#define RN_CONNECT_OPTS_INIT {.struct_size = sizeof(rn_connect_opts)}
 
 /*
  * Connect to the daemon and check that it answers (PING).  No session is
@@ -158,6 +184,7 @@ RN_EXPORT int rn_buffer_free(rn_client *c, void *ptr);
  * dx may equal dy exactly (in place); no other output may overlap anything.
  */
 typedef struct rn_bwd_args {
+    size_t struct_size;                   /* sizeof(rn_bwd_args) or 0 (see ABI above) */
     int64_t m;                            /* rows, >= 0 (0: a no-op; outputs untouched) */
     int64_t n;                            /* columns, >= 1 */
     rn_dtype x_dtype, dy_dtype, dx_dtype; /* F32/F16/BF16 */
@@ -178,6 +205,9 @@ typedef struct rn_bwd_args {
     float eps;
     float weight_offset;
 } rn_bwd_args;
+
+/* rn_bwd_args a = RN_BWD_ARGS_INIT; then set the fields. */
+#define RN_BWD_ARGS_INIT {.struct_size = sizeof(rn_bwd_args)}
 
 /* Times of one request, nanoseconds. */
 typedef struct rn_timing {
@@ -226,12 +256,17 @@ RN_EXPORT int rn_ping(rn_client *c, uint64_t *rtt_ns);
 
 enum { RN_HEALTH_OK = 0, RN_HEALTH_DEGRADED = 1, RN_HEALTH_FAILING = 2 };
 
+/* Reserved space at the end of the structs the library fills in (zero). */
+#define RN_RESERVED_WORDS 8
+
 typedef struct rn_health_info {
+    size_t struct_size;        /* set by the library: bytes it filled in */
     int state;                 /* RN_HEALTH_OK, _DEGRADED or _FAILING */
     int mps;                   /* 1: the daemon runs as an MPS client */
     char backend[RN_NAME_LEN]; /* "cpu" or "cuda" */
     unsigned nreasons;         /* why it is not OK */
     char reasons[RN_MAX_REASONS][RN_REASON_LEN];
+    uint64_t reserved[RN_RESERVED_WORDS];
 } rn_health_info;
 
 RN_EXPORT int rn_health(rn_client *c, rn_health_info *h);
@@ -248,12 +283,14 @@ typedef struct rn_hist {
 } rn_hist;
 
 typedef struct rn_stats_info {
+    size_t struct_size; /* set by the library: bytes it filled in */
     char backend[RN_NAME_LEN];
     char device[RN_NAME_LEN];
     unsigned nstats;
     rn_stat stats[RN_MAX_STATS];
     unsigned nhists;
     rn_hist hists[RN_MAX_HISTS];
+    uint64_t reserved[RN_RESERVED_WORDS];
 } rn_stats_info;
 
 /* The daemon's counters and histograms, in the daemon's order. */
@@ -269,6 +306,7 @@ RN_EXPORT uint64_t rn_stats_get(const rn_stats_info *s, const char *name, uint64
  * typedef).
  */
 struct rn_server_info {
+    size_t struct_size; /* set by the library: bytes it filled in */
     char endpoint[256]; /* where this client is connected */
     char daemon_version[RN_NAME_LEN];
     char backend[RN_NAME_LEN]; /* "cpu" or "cuda" */
@@ -282,11 +320,13 @@ struct rn_server_info {
     unsigned max_sessions, max_regions, max_inflight, max_inflight_total;
     uint64_t max_m;
     unsigned max_n, max_msg, event_slots;
+    uint64_t reserved[RN_RESERVED_WORDS];
 };
 
 RN_EXPORT int rn_server_info(rn_client *c, struct rn_server_info *i);
 
-/* The library's version, "MAJOR.MINOR.PATCH". */
+/* The library's version, "MAJOR.MINOR.PATCH" (RN_VERSION_* above are the
+ * header's: they differ when a program runs with a newer library). */
 RN_EXPORT const char *rn_version(void);
 
 #ifdef __cplusplus

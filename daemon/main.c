@@ -98,7 +98,7 @@ static int start_backend(const rnd_config *cfg, uv_loop_t *loop, rnd_backend **o
             return -1;
         }
         if (rc == RN_NO_CUDA)
-            rnd_info("No usable CUDA device (%s): using the cpu backend", err.msg);
+            rnd_info("%s: using the CPU backend", err.msg);
         else {
             rnd_warn("The cuda backend did not start (%s): using the cpu backend", err.msg);
             snprintf(fallback, fallback_len, "cuda did not start (%.60s); serving on the cpu",

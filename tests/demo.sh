@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # make demo: start rmsnormd (best backend available) on a private endpoint,
 # check it, run 4 client processes that each send a stream of requests
 # through libclient and verify every result, print the daemon's statistics,

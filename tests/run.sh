@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Run test suites and print one summary line: "N passed, N failed, N skipped".
 # Usage: tests/run.sh BUILD_DIR [SUITE...]   (suites: layers unit fuzz integration python gpu)
 # Each test binary is cmocka; its log goes to BUILD_DIR/test-logs/ and is
@@ -78,11 +79,15 @@ for suite in $suites; do
         echo "suite python"
         if [ ! -d python/tests ]; then continue; fi
         log="$logs/python.log"
-        py=/usr/bin/python3; [ -x "$py" ] || py=python3
+        # The user's interpreter (PYTHON, else python3 on PATH): the one
+        # where they installed PyTorch and prometheus_client.
+        py=${PYTHON:-python3}
+        pyname="$py ($(command -v "$py" 2>/dev/null || echo "not found"))"
         if ! "$py" -c 'import pytest' 2>/dev/null; then
-            skipped=$((skipped + 1)); reasons+=("python: pytest is not installed (make deps installs python3-pytest)")
+            skipped=$((skipped + 1)); reasons+=("python: pytest is not installed for $pyname (make deps installs it; PYTHON= picks another interpreter)")
             continue
         fi
+        echo "  interpreter: $pyname"
         # A sanitizer build's libclient needs the ASan runtime loaded first.
         san=; grep -qa 'libasan\.so' "$build/librmsnorm_client.so.0" 2>/dev/null && san=$(${CC:-cc} -print-file-name=libasan.so)
         # Test the libclient of this build, never one named in the caller's environment.

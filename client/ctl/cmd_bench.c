@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmd_bench.c - rmsnormctl bench: K forked client processes send R verified
  * requests each; the parent reports throughput and latency percentiles.
@@ -184,8 +185,7 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
         } else if (strcmp(o, "-q") == 0 || strcmp(o, "--quiet") == 0) {
             quiet = 1;
         } else {
-            fprintf(stderr, "%s bench: unknown option or missing value: %s\n", RNCTL_PROG, o);
-            return EXIT_USAGE;
+            return rnctl_usage_error("bench", "unknown option or missing value: %s", o);
         }
     }
 
@@ -275,7 +275,9 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
             uint64_t d = 0;
             for (uint64_t i = 0; i < cfg.k; i++)
                 d += w[i].done;
-            fprintf(stderr, "\rbench: %" PRIu64 "/%" PRIu64 " requests done%20s\n", d, total, "");
+            /* Nothing done: the workers' errors below say why. */
+            if (d > 0)
+                fprintf(stderr, "\rbench: %" PRIu64 "/%" PRIu64 " requests done%20s\n", d, total, "");
         }
     }
     t1 = rnctl_now_s();
@@ -310,6 +312,16 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
         if (last <= first) {
             first = t0;
             last = t1;
+        }
+        /* No worker got as far as a request (a dead daemon, a refused
+         * connection): the errors above are the whole report. */
+        if (total_ok + total_failed == 0 && rc != 0) {
+            free(all);
+            free(qa);
+            free(ca);
+            munmap(shm, shared_bytes);
+            free(pids);
+            return rc;
         }
         printf("bench: %" PRIu64 " clients x %" PRIu64 " requests, m=%" PRIu64 " n=%" PRIu64
                " %s (w %s, dw f32, rstd given)\n",

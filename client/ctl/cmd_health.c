@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmd_health.c - rmsnormctl health: the daemon's health state and why it is
  * not ok; the exit status says the same for scripts and probes.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmd_info.c - rmsnormctl info: what the daemon said at HELLO (backend,
  * device, limits).
@@ -47,7 +48,12 @@ int rnctl_info(const rnctl_globals *g, int argc, char **argv)
            si.max_inflight_total);
     printf("max shape           m <= %" PRIu64 ", n <= %u\n", si.max_m, si.max_n);
     printf("max message         %u bytes\n", si.max_msg);
-    printf("event slots         %u\n", si.event_slots);
+    /* CUDA events a session may register (its ready and done events); the
+     * CPU backend answers without events, so it offers none. */
+    if (si.event_slots == 0)
+        printf("event slots         0 (CUDA events per session: none on this backend)\n");
+    else
+        printf("event slots         %u CUDA events per session\n", si.event_slots);
     rn_close(c);
     return 0;
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmd_ping.c - rmsnormctl ping: N round trips one after another, and their
  * percentiles.

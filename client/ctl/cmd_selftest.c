@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmd_selftest.c - rmsnormctl selftest: a grid of shapes and dtypes and the
  * optional parts of the call, each checked against the CPU twin and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmd_stats.c - rmsnormctl stats: the daemon's counters and latency
  * histograms, as a table, JSON or Prometheus text (format.c), to stdout or
@@ -13,6 +14,8 @@
 int rnctl_stats(const rnctl_globals *g, int argc, char **argv)
 {
     rnctl_format fmt = RNCTL_TABLE;
+    const char *fmt_opt = NULL;
+    rnctl_instance in;
     const char *outpath = NULL;
     rn_client *c = NULL;
     rn_stats_info *s;
@@ -26,17 +29,23 @@ int rnctl_stats(const rnctl_globals *g, int argc, char **argv)
                    "Print the daemon's counters and latency histograms.\n"
                    "  --json          one JSON object\n"
                    "  --prometheus    text exposition format (HELP/TYPE lines), for\n"
-                   "                  node_exporter's textfile collector\n"
+                   "                  node_exporter's textfile collector; every series is\n"
+                   "                  labelled with the endpoint and the GPU's UUID, so one\n"
+                   "                  file per daemon never collides\n"
                    "  -o, --output F  write to F atomically (F.tmp, then rename), e.g.\n"
                    "                  /var/lib/node_exporter/textfile/rmsnormd.prom\n",
                    RNCTL_PROG);
             return 0;
-        } else if (strcmp(argv[i], "--json") == 0) {
-            fmt = RNCTL_JSON;
-        } else if (strcmp(argv[i], "--prometheus") == 0) {
-            fmt = RNCTL_PROMETHEUS;
-        } else if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) &&
-                   i + 1 < argc) {
+        } else if (strcmp(argv[i], "--json") == 0 || strcmp(argv[i], "--prometheus") == 0) {
+            /* Two formats at once is a mistake, not a choice of the last. */
+            if (fmt_opt && strcmp(fmt_opt, argv[i]) != 0)
+                return rnctl_usage_error("stats", "%s and %s: choose one format", fmt_opt,
+                                         argv[i]);
+            fmt_opt = argv[i];
+            fmt = strcmp(argv[i], "--json") == 0 ? RNCTL_JSON : RNCTL_PROMETHEUS;
+        } else if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) {
+            if (i + 1 >= argc)
+                return rnctl_usage_error("stats", "%s needs a file name", argv[i]);
             outpath = argv[++i];
         } else {
             return rnctl_unknown_option("stats", argv[i]);
@@ -58,6 +67,12 @@ int rnctl_stats(const rnctl_globals *g, int argc, char **argv)
         free(s);
         return rnctl_failure_status(rv);
     }
+    /* The instance labels cost a HELLO (a session opened and closed): only
+     * the machine-read formats carry them. */
+    if (fmt != RNCTL_TABLE)
+        rnctl_instance_of(c, g, &in);
+    else
+        memset(&in, 0, sizeof in);
     rn_close(c);
     if (outpath) {
         snprintf(tmp, sizeof tmp, "%s.tmp", outpath);
@@ -68,7 +83,7 @@ int rnctl_stats(const rnctl_globals *g, int argc, char **argv)
             return EXIT_CHECK;
         }
     }
-    rnctl_print_stats(f, fmt, s);
+    rnctl_print_stats(f, fmt, s, &in);
     free(s);
     if (outpath) {
         if (fclose(f) != 0 || rename(tmp, outpath) != 0) {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmd_version.c - rmsnormctl version: the versions of rmsnormctl and
  * libclient, and the daemon's when it answers within two seconds.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * common.c - what rmsnormctl's commands share: connecting, reporting a
  * failed call, option parsing helpers, percentiles and the clock.  Below the
@@ -6,6 +7,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -56,10 +58,45 @@ bool rnctl_wants_help(int argc, char **argv)
     return false;
 }
 
+int rnctl_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s%s%s: ", RNCTL_PROG, cmd ? " " : "", cmd ? cmd : "");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry '%s%s%s --help' for more information.\n", RNCTL_PROG, cmd ? " " : "",
+            cmd ? cmd : "");
+    return EXIT_USAGE;
+}
+
 int rnctl_unknown_option(const char *cmd, const char *opt)
 {
-    fprintf(stderr, "%s %s: unknown option %s\n", RNCTL_PROG, cmd, opt);
-    return EXIT_USAGE;
+    return rnctl_usage_error(cmd, "unknown option %s", opt);
+}
+
+void rnctl_instance_of(rn_client *c, const rnctl_globals *g, rnctl_instance *in)
+{
+    struct rn_server_info si = {0};
+    bool any = false;
+    memset(in, 0, sizeof *in);
+    if (g->endpoint)
+        snprintf(in->endpoint, sizeof in->endpoint, "%s", g->endpoint);
+    else if (!rn_default_endpoint(in->endpoint, sizeof in->endpoint))
+        in->endpoint[0] = '\0';
+    /* HELLO opens a session; a daemon at its session limit answers BUSY,
+     * and the statistics go out without the UUID rather than not at all. */
+    if (rn_server_info(c, &si) != 0)
+        return;
+    snprintf(in->endpoint, sizeof in->endpoint, "%s", si.endpoint);
+    for (int i = 0; i < RN_UUID_LEN; i++)
+        any |= si.device_uuid[i] != 0;
+    if (!any)
+        return;
+    char *p = in->gpu_uuid;
+    p += sprintf(p, "GPU-");
+    for (int i = 0; i < RN_UUID_LEN; i++)
+        p += sprintf(p, "%02x%s", si.device_uuid[i], i == 3 || i == 5 || i == 7 || i == 9 ? "-" : "");
 }
 
 int rnctl_parse_u64(const char *s, const char *what, uint64_t lo, uint64_t hi, uint64_t *out)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * format.c - rmsnormctl's one formatter of the daemon's statistics: a table
  * for people, one JSON object for programs, and the Prometheus text
@@ -24,9 +25,13 @@ static void json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static void stats_json(FILE *f, const rn_stats_info *s)
+static void stats_json(FILE *f, const rn_stats_info *s, const rnctl_instance *in)
 {
-    fprintf(f, "{\"backend\":");
+    fprintf(f, "{\"endpoint\":");
+    json_str(f, in->endpoint);
+    fprintf(f, ",\"gpu_uuid\":");
+    json_str(f, in->gpu_uuid);
+    fprintf(f, ",\"backend\":");
     json_str(f, s->backend);
     fprintf(f, ",\"device\":");
     json_str(f, s->device);
@@ -56,8 +61,13 @@ static void stats_table(FILE *f, const rn_stats_info *s)
     for (unsigned i = 0; i < s->nstats; i++)
         fprintf(f, "%-40s %20" PRIu64 "\n", s->stats[i].name, s->stats[i].value);
     if (s->nhists) {
-        fprintf(f, "\n%-10s %12s %12s %12s %12s %12s\n", "latency", "count", "p50 us", "p90 us",
-                "p99 us", "max us");
+        /* The daemon's percentiles are the upper bounds of its log-scale
+         * buckets (within 1/8 above the true value); the maximum is exact.
+         * Say so: rmsnormctl ping and bench print exact percentiles. */
+        fprintf(f, "\nlatency since start; p50, p90, p99: upper bounds of log-scale buckets; "
+                   "max: exact\n");
+        fprintf(f, "%-10s %12s %12s %12s %12s %12s\n", "stage", "count", "p50 <= us",
+                "p90 <= us", "p99 <= us", "max us");
         for (unsigned i = 0; i < s->nhists; i++) {
             const rn_hist *h = &s->hists[i];
             fprintf(f, "%-10s %12" PRIu64 " %12.1f %12.1f %12.1f %12.1f\n", h->name, h->count,
@@ -88,6 +98,24 @@ static void prom_label(FILE *f, const char *s)
     }
 }
 
+/* What each of the daemon's counters means, for the HELP lines. */
+static const struct {
+    const char *name, *help;
+} counter_help[] = {
+    {"bytes.processed", "Bytes of x, dy and dx that backward passes read and wrote."},
+    {"sessions.active", "Client sessions open now."},
+    {"sessions.total", "Client sessions opened since the daemon started."},
+    {"sessions.expired", "Sessions the daemon ended because their client stopped renewing them."},
+    {"regions.active", "Shared memory regions registered by clients now."},
+    {"inflight.current", "Requests received and not yet answered, now."},
+    {"inflight.max", "The most requests in flight at once since the daemon started."},
+    {"uptime.seconds", "Seconds since the daemon started."},
+    {"busy.rejected", "Requests refused with BUSY at a limit."},
+    {"dup.answered", "Retried requests answered from the duplicate window, not run again."},
+    {"clients.died", "Client processes that died with a session open."},
+    {"front.restarts", "Restarts of the daemon's front process."},
+};
+
 /* Counters that are gauges: they go down as well as up. */
 static int is_gauge(const char *name)
 {
@@ -100,24 +128,48 @@ static int is_gauge(const char *name)
 }
 
 /*
+ * The labels every sample carries, so that the series of two daemons (one
+ * .prom file per GPU in node_exporter's textfile folder) never collide:
+ * the endpoint, and the GPU's UUID where the daemon has a GPU.
+ */
+static void prom_instance(FILE *f, const rnctl_instance *in)
+{
+    fprintf(f, "endpoint=\"");
+    prom_label(f, in->endpoint);
+    fputc('"', f);
+    if (in->gpu_uuid[0]) {
+        fprintf(f, ",gpu_uuid=\"");
+        prom_label(f, in->gpu_uuid);
+        fputc('"', f);
+    }
+}
+
+/*
  * The text exposition format.  Families whose members differ by one word
  * ("requests.bwd", "errors.OUT_OF_BOUNDS", "replies.ok") become one metric
- * with a label; the rest become one metric each.
+ * with a label; the rest become one metric each.  The daemon reports its
+ * latency histograms as percentiles estimated from log-scale buckets and
+ * the maximum, not the buckets themselves: they become a summary (p50,
+ * p90, p99 and the count) and a separate gauge for the maximum, because a
+ * quantile="1" sample cannot be aggregated across daemons.
  */
-static void stats_prometheus(FILE *f, const rn_stats_info *s)
+static void stats_prometheus(FILE *f, const rn_stats_info *s, const rnctl_instance *in)
 {
     static const struct {
         const char *prefix, *metric, *label, *help;
     } fam[] = {
-        {"requests.", "rmsnormd_requests_total", "op", "Requests received, by operation."},
-        {"errors.", "rmsnormd_errors_total", "code", "Error replies, by error code."},
+        {"requests.", "rmsnormd_requests_total", "op",
+         "Requests received since the daemon started, by operation."},
+        {"errors.", "rmsnormd_errors_total", "code", "Error replies sent, by error code."},
         {"replies.", "rmsnormd_replies_total", "result", "Replies sent, by result."},
     };
     char name[128];
 
-    fprintf(f,
-            "# HELP rmsnormd_info The daemon's backend and device.\n# TYPE rmsnormd_info gauge\n");
-    fprintf(f, "rmsnormd_info{backend=\"");
+    fprintf(f, "# HELP rmsnormd_info The daemon's backend and device; the value is always 1.\n"
+               "# TYPE rmsnormd_info gauge\n");
+    fprintf(f, "rmsnormd_info{");
+    prom_instance(f, in);
+    fprintf(f, ",backend=\"");
     prom_label(f, s->backend);
     fprintf(f, "\",device=\"");
     prom_label(f, s->device);
@@ -134,57 +186,84 @@ static void stats_prometheus(FILE *f, const rn_stats_info *s)
                         fam[k].metric);
                 header = 1;
             }
-            fprintf(f, "%s{%s=\"", fam[k].metric, fam[k].label);
+            fprintf(f, "%s{", fam[k].metric);
+            prom_instance(f, in);
+            fprintf(f, ",%s=\"", fam[k].label);
             prom_label(f, s->stats[i].name + pl);
             fprintf(f, "\"} %" PRIu64 "\n", s->stats[i].value);
         }
     }
     for (unsigned i = 0; i < s->nstats; i++) {
-        const char *n = s->stats[i].name;
+        const char *n = s->stats[i].name, *help = NULL;
         int in_family = 0, gauge = is_gauge(n);
         for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++)
             if (strncmp(n, fam[k].prefix, strlen(fam[k].prefix)) == 0)
                 in_family = 1;
         if (in_family)
             continue;
+        for (size_t k = 0; k < sizeof counter_help / sizeof counter_help[0]; k++)
+            if (strcmp(n, counter_help[k].name) == 0)
+                help = counter_help[k].help;
         prom_name(name, sizeof name, n);
         /* Counters end in _total, once ("sessions.total" stays one). */
         size_t nl = strlen(name);
         const char *suffix =
             gauge || (nl >= 6 && strcmp(name + nl - 6, "_total") == 0) ? "" : "_total";
-        fprintf(f, "# HELP rmsnormd_%s%s The daemon's statistic \"%s\".\n", name, suffix, n);
+        if (help)
+            fprintf(f, "# HELP rmsnormd_%s%s %s\n", name, suffix, help);
+        else
+            fprintf(f, "# HELP rmsnormd_%s%s The daemon's counter \"%s\".\n", name, suffix, n);
         fprintf(f, "# TYPE rmsnormd_%s%s %s\n", name, suffix, gauge ? "gauge" : "counter");
-        fprintf(f, "rmsnormd_%s%s %" PRIu64 "\n", name, suffix, s->stats[i].value);
+        fprintf(f, "rmsnormd_%s%s{", name, suffix);
+        prom_instance(f, in);
+        fprintf(f, "} %" PRIu64 "\n", s->stats[i].value);
     }
     if (s->nhists) {
-        fprintf(f, "# HELP rmsnormd_latency_seconds Request latency by stage (from log-scale "
-                   "buckets).\n# TYPE rmsnormd_latency_seconds summary\n");
+        fprintf(f, "# HELP rmsnormd_latency_seconds Request latency by stage (queue: receipt to "
+                   "start of compute; compute; total), percentiles estimated from the daemon's "
+                   "log-scale buckets (each an upper bound).\n"
+                   "# TYPE rmsnormd_latency_seconds summary\n");
         for (unsigned i = 0; i < s->nhists; i++) {
             const rn_hist *h = &s->hists[i];
             const struct {
                 const char *q;
                 uint64_t v;
-            } qs[] = {{"0.5", h->p50}, {"0.9", h->p90}, {"0.99", h->p99}, {"1", h->max}};
-            for (size_t k = 0; k < 4; k++) {
-                fprintf(f, "rmsnormd_latency_seconds{stage=\"");
+            } qs[] = {{"0.5", h->p50}, {"0.9", h->p90}, {"0.99", h->p99}};
+            for (size_t k = 0; k < sizeof qs / sizeof qs[0]; k++) {
+                fprintf(f, "rmsnormd_latency_seconds{");
+                prom_instance(f, in);
+                fprintf(f, ",stage=\"");
                 prom_label(f, h->name);
                 fprintf(f, "\",quantile=\"%s\"} %.9f\n", qs[k].q, (double)qs[k].v / 1e9);
             }
-            fprintf(f, "rmsnormd_latency_seconds_count{stage=\"");
+            fprintf(f, "rmsnormd_latency_seconds_count{");
+            prom_instance(f, in);
+            fprintf(f, ",stage=\"");
             prom_label(f, h->name);
             fprintf(f, "\"} %" PRIu64 "\n", h->count);
+        }
+        fprintf(f, "# HELP rmsnormd_latency_max_seconds The largest request latency by stage "
+                   "since the daemon started (exact).\n"
+                   "# TYPE rmsnormd_latency_max_seconds gauge\n");
+        for (unsigned i = 0; i < s->nhists; i++) {
+            fprintf(f, "rmsnormd_latency_max_seconds{");
+            prom_instance(f, in);
+            fprintf(f, ",stage=\"");
+            prom_label(f, s->hists[i].name);
+            fprintf(f, "\"} %.9f\n", (double)s->hists[i].max / 1e9);
         }
     }
 }
 
-void rnctl_print_stats(FILE *f, rnctl_format fmt, const rn_stats_info *s)
+void rnctl_print_stats(FILE *f, rnctl_format fmt, const rn_stats_info *s,
+                       const rnctl_instance *in)
 {
     switch (fmt) {
     case RNCTL_JSON:
-        stats_json(f, s);
+        stats_json(f, s, in);
         break;
     case RNCTL_PROMETHEUS:
-        stats_prometheus(f, s);
+        stats_prometheus(f, s, in);
         break;
     case RNCTL_TABLE:
         stats_table(f, s);

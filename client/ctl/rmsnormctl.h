@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rmsnormctl.h - what rmsnormctl's files share: the global options, the exit
  * codes, the helpers of common.c, one entry point per command (each in
@@ -22,7 +23,8 @@
 #define RNCTL_PROG "rmsnormctl"
 
 /* Exit codes: 0 success; 1 a check failed (health degraded, selftest or
- * bench mismatch); 2 daemon unreachable or failing; 64 usage error. */
+ * bench mismatch); 2 daemon unreachable or failing; 64 usage error
+ * (EX_USAGE of sysexits.h).  The usage text and rmsnormctl(1) list them. */
 #define EXIT_CHECK       1
 #define EXIT_UNREACHABLE 2
 #define EXIT_USAGE       64
@@ -34,6 +36,10 @@ typedef struct rnctl_globals {
 } rnctl_globals;
 
 /* ---- helpers (common.c) ------------------------------------------------------------- */
+
+/* "rmsnormctl CMD: WHAT" and a hint to CMD --help on stderr; returns
+ * EXIT_USAGE.  cmd NULL: the global options. */
+int rnctl_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Connect as "rmsnormctl"; on failure say why on stderr. */
 int rnctl_connect(const rnctl_globals *g, rn_client **c);
@@ -69,8 +75,20 @@ double rnctl_now_s(void);
 
 typedef enum rnctl_format { RNCTL_TABLE, RNCTL_JSON, RNCTL_PROMETHEUS } rnctl_format;
 
+/* Which daemon the statistics are of: the labels that keep the series of
+ * several daemons apart. */
+typedef struct rnctl_instance {
+    char endpoint[256];
+    char gpu_uuid[48]; /* "GPU-xxxxxxxx-...", "" without a GPU or when unknown */
+} rnctl_instance;
+
+/* Fill in the endpoint c is connected to and the daemon's GPU UUID (through
+ * rn_server_info; left empty when that fails, e.g. at the session limit). */
+void rnctl_instance_of(rn_client *c, const rnctl_globals *g, rnctl_instance *in);
+
 /* s as a table, one JSON object, or the Prometheus text exposition format. */
-void rnctl_print_stats(FILE *f, rnctl_format fmt, const rn_stats_info *s);
+void rnctl_print_stats(FILE *f, rnctl_format fmt, const rn_stats_info *s,
+                       const rnctl_instance *in);
 
 /* ---- the commands (cmd_*.c): argv[0] is the command's name ------------------------------ */
 

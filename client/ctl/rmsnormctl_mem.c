@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rmsnormctl_mem.c - where rmsnormctl's test cases live: shared-memory
  * buffers for a daemon on the CPU backend, device memory for one on the CUDA

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rmsnormctl_verify.c - test cases for RMSNorm backward and the checks of
  * the daemon's results (see rmsnormctl_verify.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rmsnormctl_verify.h - build RMSNorm backward test cases in a shared buffer
  * and check the daemon's results against the CPU twin (bitwise) and the fp64

@@ -6,6 +6,7 @@
  */
 #include "cuda_int.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -203,7 +204,17 @@ int rnd_cuda_pick_device(rnd_cuda *b, const char *spec, rnp_error *err)
 
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        return rnp_fail(err, RN_NO_CUDA, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
+        /* Without the driver's library cudart says "CUDA driver version is
+         * insufficient for CUDA runtime version", which sends a user to
+         * update a driver that is not there: say what it is. */
+        if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice) {
+            void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+            if (drv == NULL)
+                return rnp_fail(err, RN_NO_CUDA, "no NVIDIA driver (libcuda.so.1 not found)");
+            dlclose(drv);
+        }
+        return rnp_fail(err, RN_NO_CUDA, "no usable CUDA device (cudaGetDeviceCount: %s)",
+                        cudaGetErrorString(e));
     }
     if (n == 0)
         return rnp_fail(err, RN_NO_CUDA, "no CUDA device");

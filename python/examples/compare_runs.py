@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Judge train_mp.py's outputs:
 
     compare_runs.py DAEMON_RUN1.json DAEMON_RUN2.json TORCH_RUN.json [TORCH_RUN2.json]
@@ -7,10 +8,10 @@
  - determinism: the two daemon runs have bit-identical loss curves and final
    parameters, worker by worker;
  - closeness: the daemon run's loss curve follows the PyTorch run's (the
-   mean loss of the last 50 steps within 3 %, the first 10 steps within
+   mean loss of the last 50 steps, or all of a shorter run, within 3 %, the first 10 steps within
    0.05 nats: the runs start from the same weights and data);
- - step time: median step time per worker after 20 warm-up steps, with and
-   without the daemon.
+ - step time: median step time per worker after 20 warm-up steps (all
+   steps of a run of 20 or fewer), with and without the daemon.
 A second PyTorch run, when given, shows whether the rest of the model is
 deterministic by itself (if it is not, the daemon runs cannot be either).
 Exit status 0 when both checks hold.  --md writes a Markdown table.
@@ -27,9 +28,19 @@ def load(p):
         return json.load(f)
 
 
+WARMUP = 20
+
+
+def warmup(run):
+    """The warm-up steps left out of the step time: 20, or none in a run
+    too short to have them."""
+    n = min(len(w["step_ms"]) for w in run["workers"])
+    return WARMUP if n > WARMUP else 0
+
+
 def median_step(run):
-    return statistics.mean(statistics.median(w["step_ms"][20:] or w["step_ms"])
-                           for w in run["workers"])
+    k = warmup(run)
+    return statistics.mean(statistics.median(w["step_ms"][k:]) for w in run["workers"])
 
 
 def main():
@@ -63,6 +74,9 @@ def main():
 
     close = []
     rows = []
+    # The tables say how many steps they averaged: a short run has fewer
+    # than 50 to average and 20 to leave out.
+    last_k = min(50, min(len(w["losses"]) for w in d1["workers"]))
     for wd, wt in zip(d1["workers"], tr["workers"]):
         ld, lt = wd["losses"], wt["losses"]
         k = min(50, len(ld))
@@ -85,8 +99,8 @@ def main():
                   args["vocab"], args["dtype"], args["workers"], where, args["steps"],
                   d1["torch"]))
     out.append("")
-    out.append("| worker | loss step 0 (daemon / torch) | mean loss last 50 (daemon / torch) "
-               "| rel. diff | max diff steps 0-9 | close |")
+    out.append("| worker | loss step 0 (daemon / torch) | mean loss last %d (daemon / torch) "
+               "| rel. diff | max diff steps 0-9 | close |" % last_k)
     out.append("|---|---|---|---|---|---|")
     for r, l0d, l0t, md, mt, rel, early, good in rows:
         out.append("| %d | %.4f / %.4f | %.4f / %.4f | %.2f %% | %.4f | %s |"
@@ -101,7 +115,9 @@ def main():
                    % ("identical" if identical(tr, t2) else "different: PyTorch's own kernels "
                       "are not deterministic here"))
     out.append("")
-    out.append("| step time (median after 20 warm-up steps, mean over workers) | ms |")
+    k = warmup(d1)
+    out.append("| step time (median %s, mean over workers) | ms |"
+               % ("after %d warm-up steps" % k if k else "of all steps: too few for a warm-up"))
     out.append("|---|---|")
     out.append("| torch.nn.RMSNorm (in process) | %.2f |" % st)
     out.append("| rmsnormd.torch.RMSNorm (backward in the daemon) | %.2f |" % sd)

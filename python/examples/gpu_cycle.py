@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """The training part of the GPU cycle (gpu_run.sh runs it): start one CUDA
 rmsnormd, wait for its READY=1 on a notify socket of our own, run
 train_mp.py four times (daemon, daemon again, PyTorch's RMSNorm twice), judge them
@@ -50,6 +51,15 @@ def start_daemon(build, workdir, log_path, backend):
 
 
 def main():
+    # Only OUTDIR is ours; every other argument goes to train_mp.py.  Help,
+    # or an option where OUTDIR belongs, must not start a daemon or create a
+    # directory named after the option.
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        sys.exit(0 if len(sys.argv) >= 2 else 64)
+    if sys.argv[1].startswith("-"):
+        sys.exit("gpu_cycle: the first argument is OUTDIR, not an option (%s); see --help"
+                 % sys.argv[1])
     out = os.path.abspath(sys.argv[1])
     # A run that takes a minute has hung: fail it rather than the whole cycle.
     extra = ["--timeout", "60"] + sys.argv[2:]

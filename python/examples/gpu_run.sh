@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The whole GPU cycle of the Python binding in one command, on a GPU host
 # with PyTorch (run from the repository root):
 #   1. start an MPS control daemon (unless RN_NO_MPS=1), so the daemon and

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Train a small transformer-like model in several worker processes on one
 GPU, with RMSNorm's backward pass in rmsnormd (--impl daemon) or PyTorch's own
 torch.nn.RMSNorm (--impl torch), and write each worker's loss curve, step

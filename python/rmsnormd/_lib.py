@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Loading libclient (librmsnorm_client.so) and its C declarations for ctypes.
 
 The structures below mirror client/rmsnorm_client.h field by field, in the
@@ -10,12 +11,20 @@ Where the library comes from, first match wins:
   1. $RMSNORMD_LIBCLIENT (a path to the .so);
   2. the build folder of the checkout this package lives in
      (<repo>/build/librmsnorm_client.so.0, or $RN_BUILD's when set);
-  3. ctypes.util.find_library("rmsnorm_client") (an installed library).
+  3. an installed library: the SONAME through the dynamic loader's search
+     (ld.so.cache, which `make install` refreshes), then
+     ctypes.util.find_library("rmsnorm_client");
+  4. the libdir of the prefix this package is installed under
+     (<prefix>/lib/pythonX.Y/site-packages/rmsnormd gives <prefix>/lib and
+     its multiarch subfolder), then sys.prefix's: where `make install
+     PREFIX=/opt/rn` put the library and no loader path names it.
 """
 
 import ctypes
 import ctypes.util
 import os
+import sys
+import sysconfig
 import threading
 
 # Sizes of the fixed arrays (rmsnorm_client.h).
@@ -40,20 +49,33 @@ HEALTH_DEGRADED = 1
 HEALTH_FAILING = 2
 
 SONAME = "librmsnorm_client.so.0"
+# Reserved words at the end of the structs the library fills in.
+RESERVED_WORDS = 8
 
 
-class ConnectOpts(ctypes.Structure):
+class _Sized(ctypes.Structure):
+    # A struct the caller fills in: struct_size says which layout it has.
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        if not self.struct_size:
+            self.struct_size = ctypes.sizeof(self)
+
+
+class ConnectOpts(_Sized):
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("endpoint", ctypes.c_char_p),
         ("timeout_ms", ctypes.c_int),
         ("client_name", ctypes.c_char_p),
     ]
 
 
-class BwdArgs(ctypes.Structure):
+class BwdArgs(_Sized):
     """rn_bwd_args: one backward pass.  Pointers are plain integers (addresses)."""
 
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("m", ctypes.c_int64),
         ("n", ctypes.c_int64),
         ("x_dtype", ctypes.c_int),
@@ -88,11 +110,13 @@ class Timing(ctypes.Structure):
 
 class HealthInfo(ctypes.Structure):
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("state", ctypes.c_int),
         ("mps", ctypes.c_int),
         ("backend", ctypes.c_char * NAME_LEN),
         ("nreasons", ctypes.c_uint),
         ("reasons", (ctypes.c_char * REASON_LEN) * MAX_REASONS),
+        ("reserved", ctypes.c_uint64 * RESERVED_WORDS),
     ]
 
 
@@ -116,17 +140,20 @@ class Hist(ctypes.Structure):
 
 class StatsInfo(ctypes.Structure):
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("backend", ctypes.c_char * NAME_LEN),
         ("device", ctypes.c_char * NAME_LEN),
         ("nstats", ctypes.c_uint),
         ("stats", Stat * MAX_STATS),
         ("nhists", ctypes.c_uint),
         ("hists", Hist * MAX_HISTS),
+        ("reserved", ctypes.c_uint64 * RESERVED_WORDS),
     ]
 
 
 class ServerInfo(ctypes.Structure):
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("endpoint", ctypes.c_char * 256),
         ("daemon_version", ctypes.c_char * NAME_LEN),
         ("backend", ctypes.c_char * NAME_LEN),
@@ -145,6 +172,7 @@ class ServerInfo(ctypes.Structure):
         ("max_n", ctypes.c_uint),
         ("max_msg", ctypes.c_uint),
         ("event_slots", ctypes.c_uint),
+        ("reserved", ctypes.c_uint64 * RESERVED_WORDS),
     ]
 
 
@@ -188,6 +216,27 @@ class LibraryNotFound(ImportError):
     """libclient could not be found or loaded."""
 
 
+def _libdirs(prefix):
+    # <prefix>/lib, lib64 and their multiarch subfolders, as library paths.
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    out = []
+    for d in ("lib", "lib64"):
+        if multiarch:
+            out.append(os.path.join(prefix, d, multiarch, SONAME))
+        out.append(os.path.join(prefix, d, SONAME))
+    return out
+
+
+def _own_prefix():
+    # The prefix this package is installed under, or None:
+    # <prefix>/lib/pythonX.Y/{site,dist}-packages/rmsnormd.
+    parts = os.path.dirname(os.path.abspath(__file__)).split(os.sep)
+    if (len(parts) >= 5 and parts[-2] in ("site-packages", "dist-packages")
+            and parts[-3].startswith("python") and parts[-4] in ("lib", "lib64")):
+        return os.sep.join(parts[:-4]) or os.sep
+    return None
+
+
 def _candidates():
     env = os.environ.get("RMSNORMD_LIBCLIENT")
     if env:
@@ -200,9 +249,18 @@ def _candidates():
         out.append(os.path.join(build, SONAME))
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out.append(os.path.join(repo, "build", SONAME))
+    # The library installed with this package: the same PREFIX.
+    own = _own_prefix()
+    if own:
+        out.extend(_libdirs(own))
+    # A bare name: the dynamic loader searches its own path and ld.so.cache.
+    out.append(SONAME)
     found = ctypes.util.find_library("rmsnorm_client")
     if found:
         out.append(found)
+    # sys.prefix's, and the Makefile's default PREFIX.
+    for p in (sys.prefix, "/usr/local"):
+        out.extend(d for d in _libdirs(p) if d not in out)
     return out, False
 
 
@@ -237,8 +295,9 @@ def lib():
             return _lib
         why = "; ".join(errors) if errors else "tried " + ", ".join(paths or ["nothing"])
         raise LibraryNotFound(
-            "rmsnormd: cannot load libclient (%s). Build it with `make`, or set "
-            "RMSNORMD_LIBCLIENT to the path of librmsnorm_client.so.0" % why
+            "rmsnormd: cannot load libclient (%s). Install it (`make install` as root "
+            "runs ldconfig), build it with `make`, or set RMSNORMD_LIBCLIENT to the path "
+            "of librmsnorm_client.so.0" % why
         )
 
 

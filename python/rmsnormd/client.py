@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The Client: one connection to rmsnormd through libclient.
 
 Every failing call raises RNError carrying the status code, its symbolic

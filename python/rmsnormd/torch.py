@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """RMSNorm for PyTorch with its backward pass in rmsnormd.
 
 rms_norm(x, weight, eps) is an autograd.Function: the forward runs in

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """pytest fixtures: a real rmsnormd per test, on a fresh endpoint.
 
 The daemon is $RN_BUILD/rmsnormd (tests/run.sh sets RN_BUILD; else the

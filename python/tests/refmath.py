@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Pure-Python helpers for the tests: 16-bit float encodings, deterministic
 inputs, the fp64 reference of RMSNorm's backward and the tolerances the
 kernel promises (kernels/rnk.h, rnk_verify).  No numpy."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The backward pass through the binding on the CPU backend: buffers from
 Client.alloc (rn_buffer_alloc), Client.bwd_host (rn_rmsnorm_bwd_host),
 results against a pure-Python fp64 reference, bitwise repeatability, and

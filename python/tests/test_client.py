@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The Client against a real CPU-backend daemon: connect, observation calls,
 context management and the mapping of failures to RNError."""
 

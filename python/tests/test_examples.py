@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The training example end to end on the CPU: gpu_cycle.py with the
 daemon's CPU backend runs train_mp.py (worker processes, the backward pass
 through the daemon) twice, PyTorch's RMSNorm twice, and compare_runs.py must
@@ -10,7 +11,7 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed for %s" % sys.executable)
 
 from conftest import BUILD, REPO  # noqa: E402
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """The ctypes mirrors of the public structs match the C compiler's layout.
 
 A C program generated from the mirrors' field lists is compiled against the

@@ -1,10 +1,13 @@
+# SPDX-License-Identifier: MIT
 """rmsnormd.torch where PyTorch is installed but no GPU is needed: the
 module's drop-in contract with torch.nn.RMSNorm, argument checks, the CPU
 fallback and the expandable-segments check.  Skipped without PyTorch."""
 
+import sys
+
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed for %s" % sys.executable)
 
 import torch.nn.functional as F  # noqa: E402
 

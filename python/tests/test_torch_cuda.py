@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """rmsnormd.torch on a GPU host: gradients against torch.autograd of
 F.rms_norm in fp64, over a grid of shapes and dtypes, within the kernel's
 tolerances (kernels/rnk.h); strided inputs, streams, determinism, the
@@ -13,7 +14,7 @@ import zlib
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed for %s" % sys.executable)
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device visible to PyTorch", allow_module_level=True)
 

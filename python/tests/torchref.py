@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Tolerances and the fp64 reference for the PyTorch tests (imported only
 where PyTorch is installed): gradients by torch.autograd of F.rms_norm in
 fp64, judged with issue 3's tolerances as kernels/rnk.h states them."""

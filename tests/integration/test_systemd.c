@@ -260,7 +260,7 @@ static int group_setup(void **state)
         xasprintf("%s/include/rmsnorm_client.h", g.build),
     };
     char *argv[] = {"make", "--no-print-directory", "-C", (char *)g.src, build_arg, dest_arg,
-                    "PREFIX=" TPREFIX, "-o", o[0], "-o", o[1], "-o", o[2], "-o", o[3],
+                    "PREFIX=" TPREFIX, "WITH_MPS=1", "-o", o[0], "-o", o[1], "-o", o[2], "-o", o[3],
                     "-o", o[4], "install", NULL};
     char *env[] = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "GNUMAKEFLAGS", NULL};
     g.install_rc = run(argv, env, &g.install_log, 300);
@@ -312,10 +312,14 @@ static const struct expect expected[] = {
     {"include/rmsnorm_client.h", 0644, NULL},
     {"share/man/man1/rmsnormctl.1", 0644, NULL},
     {"share/man/man3/rmsnorm_client.3", 0644, NULL},
+    {"share/man/man3/rn_connect.3", 0644, NULL},
+    {"share/bash-completion/completions/rmsnormctl", 0644, NULL},
     {"share/man/man8/rmsnormd.8", 0644, NULL},
     {"share/doc/rmsnormd/rmsnormd.conf.example", 0644, NULL},
     {"share/doc/rmsnormd/README.md", 0644, NULL},
     {"share/doc/rmsnormd/rmsnormd-daemonset.yaml", 0644, NULL},
+    {"share/doc/rmsnormd/LICENSE", 0644, NULL},
+    {"share/doc/rmsnormd/CHANGELOG.md", 0644, NULL},
     {"lib/systemd/system/rmsnormd@.service", 0644, NULL},
     {"lib/systemd/system/nvidia-cuda-mps.service", 0644, NULL},
     {"lib/systemd/user/rmsnormd@.service", 0644, NULL},
@@ -366,6 +370,15 @@ static void test_install_tree(void **state)
         bool known = false;
         for (size_t j = 0; j < NEXPECTED; j++)
             known |= strcmp(found[i], expected[j].path) == 0;
+        /* One man page link per public function (rn_connect above is one):
+         * each sends man(1) to rmsnorm_client(3). */
+        if (!known && strncmp(found[i], "share/man/man3/rn_", 18) == 0) {
+            char *p = inst(found[i]);
+            char *text = read_file(p);
+            known = text && strcmp(text, ".so man3/rmsnorm_client.3\n") == 0;
+            free(text);
+            free(p);
+        }
         if (!known) {
             printf("unexpected file installed: %s\n", found[i]);
             problems++;
