@@ -113,14 +113,18 @@ static const struct {
     {"busy.rejected", "Requests refused with BUSY at a limit."},
     {"dup.answered", "Retried requests answered from the duplicate window, not run again."},
     {"clients.died", "Client processes that died with a session open."},
-    {"front.restarts", "Restarts of the daemon's front process."},
+    {"front.restarts", "Restarts of the daemon's front process (the nanomsg socket's owner)."},
+    {"sessions.unauthenticated",
+     "Sessions open now whose client has not yet proved itself on the session channel."},
+    {"sessions.unauth_ended",
+     "Sessions the daemon ended because their client never authenticated in time."},
 };
 
 /* Counters that are gauges: they go down as well as up. */
 static int is_gauge(const char *name)
 {
     static const char *gauges[] = {"sessions.active", "regions.active", "inflight.current",
-                                   "inflight.max", "uptime.seconds"};
+                                   "inflight.max", "uptime.seconds", "sessions.unauthenticated"};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++)
         if (strcmp(name, gauges[i]) == 0)
             return 1;
