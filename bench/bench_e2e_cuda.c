@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_e2e_cuda.c - rmsnormd end to end on the GPU: starts a daemon
  * (--backend cuda) and client processes, and measures in one run

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_kernel.c - the kernel benchmark of issue 3, in one run on one GPU.
  *

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Build bench_kernel once per set of kernel knobs (-D flags of kernels/, given
 # to both the C and the CUDA compiler), for comparing variants side by side in
 # one GPU run.  Every build has the benchmark-only variants compiled in.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """PyTorch's and Quack's side of the kernel benchmark (bench/bench_kernel.c reads its CSV).
 
 Grid: M in {4096, 8192, 16384, 32768, 65536} x N in {256 .. 8192}, bf16 x, dy

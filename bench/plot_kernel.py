@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Draw bench_kernel's JSON: effective bandwidth per shape and variant.
 
 Usage: plot_kernel.py kernel.json out.png

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The kernel benchmark, whole, on a GPU host: PyTorch's and Quack's numbers
 # (and dx accuracy on shared inputs), then ours (which merges them), then the
 # plot.  Build first, where nvcc is, with the benchmark-only variants compiled in:

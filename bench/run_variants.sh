@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Run every bench_kernel.NAME in DIR (bench/build_variants.sh makes them) on
 # the same GPU, one after the other, each with ARGS (default --quick), and
 # print their fused times side by side.  Usage:

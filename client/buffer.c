@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * buffer.c - shared host buffers for the CPU backend: POSIX shm objects
  * (mode 0600) that the daemon gets as descriptors on the session channel,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bwd.c - the RMSNorm backward call that the host and the device entry
  * points share: the argument checks, the request, the session retry and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * chan.c - libclient's end of the session channel (PROTOCOL.md section
  * 12): a SOCK_SEQPACKET Unix socket at the daemon's socket path plus

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * client_cuda.c - the stream-ordered calls on device pointers (built only
  * with a CUDA Toolkit, RN_HAVE_CUDA): rn_rmsnorm_bwd and rn_rmsnorm_bwd_sync.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * client_int.h - libclient's internals shared by its source files.  Not
  * installed.  Internal non-static names use the prefix rnc_; every one of

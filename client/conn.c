@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * conn.c - libclient's connection to the daemon: the endpoint check (is it
  * a socket the caller may trust, and whom may buffers be shared with), the

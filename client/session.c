@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * session.c - libclient's sessions: HELLO, BYE, re-opening a session the
  * daemon lost (a restart) with every live buffer registered again, and the

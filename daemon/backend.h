@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * backend.h - the seam between the request path and the hardware: a small
  * table of functions that each backend fills in.  backend_cpu.c maps POSIX

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * backend_cpu.c - the CPU backend: regions are POSIX shared memory objects
  * mapped into the daemon; BWD runs the CPU twin (rnk_cpu_bwd) on a fixed pool

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * chan.c - the session channel (chan.h): the listening socket, accept with
  * the peer's credentials, and the messages AUTH and REGISTER_FD, each

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * chan.h - the session channel: a SOCK_SEQPACKET Unix socket beside the
  * nanomsg socket file (its path plus ".chan"), owned by the core.  nanomsg

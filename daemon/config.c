@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * config.c - defaults, flags and the configuration file.  Flags and file keys
  * go through one setter, so a value means the same wherever it comes from and

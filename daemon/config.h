@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * config.h - rmsnormd's settings: defaults, command-line flags and the
  * configuration file (`key = value` lines, '#' comments, keys are the long

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ctx.h - the state every part of the request path reads: configuration,
  * the backend and what it reported, the limits sent in HELLO, statistics,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dedupe.c - a fixed ring of recent results, searched newest first because a
  * re-sent request is almost always one of the last few.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dedupe.h - the per-session window of recent BWD results, keyed by seq.
  *

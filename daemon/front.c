@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * front.c - the front process (front.h says why it exists): the nanomsg raw
  * REP socket on one side, the link to the core on the other, and a table of

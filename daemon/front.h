@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * front.h - the front process and its link to the core.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * health.c - ok: serving within limits.  degraded: serving, but a client may
  * see BUSY or DRAINING (at a limit, refused a request at a limit in the last

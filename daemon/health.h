@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * health.h - the daemon's health as HEALTH reports it, and the stuck-request
  * check that the watchdog and the once-a-second tick share.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * log.c - stderr logging, one write(2) per line so that lines from the loop
  * thread and from backend threads never interleave mid-line.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * log.h - one line per event on stderr.  Under systemd (JOURNAL_STREAM names
  * our stderr) each line starts with a "<N>" syslog priority that journald

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * daemon/ - rmsnormd, the daemon: configuration (config.c), logging (log.c),
  * the daemon's life (server.c: start, timers, signals, the drain), the socket

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * notify.c - thin wrappers over libsystemd's sd_notify.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * notify.h - systemd's readiness protocol (sd_notify): READY=1 once serving,
  * STATUS= lines, STOPPING=1 when draining, WATCHDOG=1 pings.  Each call does

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ops.c - the control operations: HELLO opens a session, REGISTER and
  * UNREGISTER map and unmap client memory, EVENTS exchanges the IPC event

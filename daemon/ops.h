@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ops.h - the control operations: everything but BWD.  Each fills a reply
  * (header already set) or returns an rn_status with err; the op table in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * request.c - the request path: decode, the op table and its admission, and
  * the BWD request object from receipt to release (request.h has the states).

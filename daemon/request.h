@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * request.h - one request from receipt to its reply, and for BWD to the
  * release of what it held.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * server.c - start-up, the periodic work (idle sessions, dead clients,
  * systemd status and watchdog, the stuck-request check), signals, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * server.h - the daemon's life: start (socket, timers, signals), serving,
  * the drain and the exit status.  The request path itself is request.c's;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * session.c - client sessions: creation on HELLO with a random capability,
  * the pid watch, regions with reference counts, and the end of a session

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stats.h - the daemon's counters and latency histograms, and their
  * rendering into a STATS reply.  Counter names are part of the interface

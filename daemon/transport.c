@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * transport.c - the core's link to the front process (front.h): start it,
  * restart it when it dies, turn its datagrams into received messages, and

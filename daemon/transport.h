@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * transport.h - the core's side of the socket: the link to the front
  * process that owns the nanomsg socket (front.h), and the one way a reply

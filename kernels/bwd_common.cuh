@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bwd_common.cuh - the device code both paths of the fused RMSNorm backward
  * kernel share (bwd_kernel.cuh has the paths themselves): parameters,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bwd_kernel.cuh - the device code of the fused, deterministic RMSNorm
  * backward kernel, shared by the production entry point (cuda_bwd.cu) and

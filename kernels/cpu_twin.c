@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cpu_twin.c - the CPU backend's RMSNorm backward: the same math as the CUDA
  * kernel, multi-threaded with pthreads, and the same dw summation order

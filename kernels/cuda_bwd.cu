@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cuda_bwd.cu - the CUDA side of rnk.h: per-device init, workspace sizing,
  * and the one-launch fused deterministic backward (device code in

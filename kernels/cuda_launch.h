@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cuda_launch.h - internal glue between the CUDA entry points (cuda_bwd.cu)
  * and the benchmark-only variants (cuda_variants.cu): the launch plan, the

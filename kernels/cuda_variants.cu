@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cuda_variants.cu - the benchmark's comparison points, built only with
  * -DRNK_BENCH_VARIANTS=1 so that production builds carry none of their

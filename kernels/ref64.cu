@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ref64.cu - an fp64 reference of the backward pass on the GPU, written
  * separately from (and much more simply than) the production kernel, for the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rnk.h - RMSNorm backward behind a plain C ABI: the fused, deterministic CUDA
  * kernel and its CPU twin, as the daemon's backends and rmsnormctl's selftest

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rnk_conv.h - bf16 / fp16 <-> float conversions (round to nearest even,
  * NaN kept a NaN, subnormals exact) and whole-row load/store, shared by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rnk_host.c - the host-side pieces both backends share: dtype sizes, argument
  * checks, the chunk geometry that fixes dw's summation order, bf16/fp16

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rnk_test.h - helpers of kernels/ for the tests and the benchmarks, not for
  * the daemon: issue 3's accuracy verdict (rnk_verify.c), the GPU's fp64

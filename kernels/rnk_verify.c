@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rnk_verify.c - judging a backend's outputs against the fp64 reference with
  * issue 3's tolerances (see rnk_verify in rnk.h).  Shared by the CPU and GPU

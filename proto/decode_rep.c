@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * decode_rep.c - msgpack bytes to rnp_reply.  Pure: no I/O, no logging, no
  * allocation.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * decode_req.c - msgpack bytes to rnp_request.  Pure: no I/O, no logging, no
  * allocation.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * decode_walk.c - the decoder's field walker (rnp_dec.h): typed values and
  * maps of known fields over the allocation-free reader of rnp_mp.h.  Pure:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * digest.c - a 64-bit digest of a decoded BWD request, so that the daemon
  * can tell a re-sent copy of a request (same session and seq, same work)

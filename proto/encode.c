@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * encode.c - rnp_request / rnp_reply to msgpack bytes with msgpack-c's packer,
  * writing into the caller's fixed buffer.  Pure: no I/O, no logging, no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * endpoint.c - the daemon's endpoint: the default when none is configured
  * and the check of a configured one.  The daemon and libclient both use

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * errors.c - the error table and the small name tables of the protocol, as
  * text.  Everything here is derived from the X-macros in rn_wire.h, so adding

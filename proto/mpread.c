@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * mpread.c - the allocation-free msgpack reader of rnp_mp.h.  Format
  * reference: the msgpack specification (formats by first byte).

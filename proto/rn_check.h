@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rn_check.h - the one set of check macros of the project: system calls,
  * pthread calls, the CUDA runtime and the CUDA driver API.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rn_proto.h - rmsnormd's wire protocol: message structs, pure encode/decode
  * (bytes in, struct or error out; no I/O, no logging, no global state) and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rn_queue.h - the one intrusive list of the project: a circular doubly
  * linked list whose head is a node of its own (libuv's queue.h style).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rn_wire.h - the vocabulary shared by the wire protocol and the public client
  * API: status codes (one X-macro table), dtypes and operation codes.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rnp_dec.h - the decoder's field walker (decode_walk.c), shared by the
  * request decoder (decode_req.c) and the reply decoder (decode_rep.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rnp_mp.h - a small, allocation-free msgpack reader used by the decoder.
  * Internal to proto/.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * validate.c - the checks the daemon applies to a decoded BWD request before
  * anything touches memory: dtypes, shape limits, strides, each tensor's byte

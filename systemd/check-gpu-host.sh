@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # check-gpu-host.sh - on the GPU host (root, no systemd as PID 1): start rmsnormd with
 # rmsnormd@.service's environment and as many of its restrictions as apply without systemd,
 # show that CUDA initialises inside them, and print what was and was not verified.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """check_layers.py - the project's structure rules, checked on a build.
 
   tests/check_layers.py BUILD_DIR

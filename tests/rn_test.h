@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rn_test.h - small helpers shared by the cmocka suites.  Include after
  * <cmocka.h>'s prerequisites; it includes cmocka itself.

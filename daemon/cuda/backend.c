@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * backend.c - the cuda backend's table of functions (backend.h): init and
  * fini, info, health, and sessions.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * complete.c - how a job's events reach the server, and the fatal path.
  *

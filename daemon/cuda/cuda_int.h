@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * daemon/cuda/ - the CUDA backend (built only with a CUDA Toolkit,
  * RN_HAVE_CUDA): one device per daemon (index or UUID), CUDA IPC memory

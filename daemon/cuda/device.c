@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * device.c - which device the backend serves (an index or a UUID), UUIDs as
  * nvidia-smi prints them, which CUDA errors leave the context unusable, the

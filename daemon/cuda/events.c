@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * events.c - the backend's events.  A job's start, completion and (sync
  * mode) timing events come from pools of events, reused, so a job creates

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * mapcache.c - regions as CUDA IPC memory mappings: opened once per
  * REGISTER with the claimed size checked against the allocation, closed when

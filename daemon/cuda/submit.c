@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * submit.c - one BWD job onto its session's stream: wait on the client's
  * ready event, record a start event, launch, record a done event of the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * watch.c - the deadline watch.  The deadline (rnd_backend_opts.
  * kernel_deadline_ms, default 60 s) is a kernel's: a timer on the loop

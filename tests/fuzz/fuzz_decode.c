@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_decode.c - libFuzzer harness for the protocol decoder (proto/).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_roundtrip.c - libFuzzer harness for the encoder against the decoder.
  *

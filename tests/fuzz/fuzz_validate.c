@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_validate.c - libFuzzer harness for rnp_validate_bwd (proto/validate.c).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * replay_main.c - runs fuzz harnesses without libFuzzer: feeds every regular
  * file of the directories named on the command line to

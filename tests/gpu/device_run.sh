@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The whole GPU check of the kernel in one go, on a GPU host: the full GPU
 # test program, compute-sanitizer memcheck and racecheck on a quick subset,
 # and the no-deadlock and correctness subset under MPS with 25 % of the SMs.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * e2e_cuda.h - two tiny GPU kernels for the end-to-end tests and benchmark,
  * written in PTX and loaded at run time (cudaLibraryLoadData), because the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The daemon's whole GPU check in one go, on a GPU host: test_e2e_cuda without
 # and with MPS, and bench_e2e_cuda under MPS, optionally next to other builds
 # (the "before" of a change: the daemons run back to back in the same MPS

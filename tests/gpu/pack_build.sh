@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Copy what a run on a GPU host needs out of a build directory, stripped,
 # into DEST (same layout: DEST/rmsnormd, DEST/tests/gpu/..., DEST/bench/...),
 # so that it travels small.  Usage: tests/gpu/pack_build.sh BUILD DEST

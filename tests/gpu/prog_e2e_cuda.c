@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * prog_e2e_cuda.c - a client process of the end-to-end GPU tests: it talks
  * to a running rmsnormd (cuda backend) through libclient's stream-ordered

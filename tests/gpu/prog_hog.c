@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * prog_hog.c - occupies the GPU from another process for the no-deadlock
  * test: launches a kernel holding `blocks` SMs (default: all), prints "ready"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * prog_probe.c - exits 0 when a usable CUDA device exists (compute capability
  * 8.0 or newer, which the kernels are built for), else prints one line saying

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_e2e_cuda.c - rmsnormd's cuda backend end to end on a real GPU: a real
  * daemon (--backend cuda) and real client processes (prog_e2e_cuda) that use

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_kernel_gpu.c - the fused deterministic CUDA kernel on a real GPU:
  * accuracy over issue 3's M x N grid (fp64 reference on the GPU, itself

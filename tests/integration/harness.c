@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * harness.c - start and stop real daemons and client processes for the
  * integration tests (see harness.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * harness.h - the integration tests' harness: start a real rmsnormd on a
  * fresh socket path under a fresh temporary directory, wait for its READY=1

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * prog_chan - a client of the session channel tests, run as its own process
  * so that the daemon sees its own pid and, with --drop, another user.

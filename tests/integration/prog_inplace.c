@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * prog_inplace - a client process for test_client_failure: runs in-place
  * backward calls (dx written over dy) over and over and checks that no call

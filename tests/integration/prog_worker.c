@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * prog_worker - a client process for the integration tests: connects
  * through libclient, allocates a shared buffer, and sends a stream of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * raw.c - a plain NN_REQ socket for tests that must control the bytes on
  * the wire (see raw.h).

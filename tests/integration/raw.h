@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * raw.h - talk to the daemon on a plain NN_REQ socket, below libclient, to
  * send exactly the bytes a test wants (malformed messages, duplicates).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rawchan.c - the session channel for tests that must control its
  * messages (see rawchan.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * rawchan.h - talk to the daemon's session channel below libclient, to send
  * exactly the messages a test wants (PROTOCOL.md section 12).  Internal

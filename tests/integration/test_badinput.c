@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_badinput - bad input over the real socket, on a plain NN_REQ socket:
  * every malformed class of the protocol, out-of-bounds offsets, unknown

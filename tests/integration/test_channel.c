@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_channel - the session channel: who a client is, and what it may make
  * the daemon touch.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_client_failure - libclient when the daemon fails or cannot be
  * trusted: a daemon killed during in-place calls, a stopped daemon, a daemon

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_ctl - rmsnormctl against a real daemon: exit codes, the stats
  * formats (table, JSON, Prometheus text exposition), ping, selftest, bench,

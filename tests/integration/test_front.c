@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_front - the front process that owns the nanomsg socket (daemon/
  * front.h): 17 hostile bytes make nanomsg abort the process that parses

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_isolation - one client's misbehaviour stays that client's problem.
  *

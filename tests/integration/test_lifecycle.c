@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_lifecycle - the daemon's life around its clients: a restart under a
  * running client, SIGTERM with requests in flight, a backend that fails with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_load - many client processes at once: 8 x 1000 requests with every
  * reply checked and the daemon's counts equal to what was sent; and kill -9

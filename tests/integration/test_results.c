@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_results - results through a real daemon for a grid of shapes and
  * dtypes against the fp64 reference (and bitwise against the CPU twin), the

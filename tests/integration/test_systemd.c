@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_systemd.c - the deployment as an operator meets it.
  *

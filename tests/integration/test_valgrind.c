@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_valgrind - the daemon and clients under valgrind --leak-check=full
  * for a short run: no memory errors and no leaks (valgrind's error exit

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * verify.c - the integration tests check results with the same code as
  * rmsnormctl's selftest and bench (client/ctl/rmsnormctl_verify.c), compiled

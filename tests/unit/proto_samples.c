@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * proto_samples.c - what the proto tests share: one sample of every request
  * and reply (each optional field present in one sample and absent in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * proto_samples.h - helpers of the proto unit tests (proto_samples.c): the
  * sample messages, encode/decode wrappers, packing of msgpack-c trees.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_daemon_backend_cpu.c - the daemon's CPU backend on its own: shared
  * memory regions with size checks and errors that name the field, jobs run

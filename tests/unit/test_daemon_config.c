@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_daemon_config.c - rmsnormd's settings: defaults, the configuration
  * file, flags winning over it, error messages that name the setting, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_daemon_dedupe.c - the per-session window of finished BWD results that
  * answers a re-sent (session, seq) without running it again.

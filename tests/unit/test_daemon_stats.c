@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_daemon_stats.c - the daemon's log-scale histograms (bucket edges,
  * percentiles within the promised 12.5 %, clamping to the max) and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_kernel_cpu.c - the CPU twin of the RMSNorm backward kernel against the
  * fp64 reference (issue 3's tolerances, via rnk_verify), on fresh random

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_proto.c - the wire protocol's encoder and decoder (proto/): round trips
  * of every message, and the decoder's answer to bad input as a whole:

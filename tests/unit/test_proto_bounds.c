@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_proto_bounds.c - the limits of every field of the protocol: each value
  * at its limit decodes, one past it gives its exact code and a message

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_proto_endpoint.c - rnp_default_endpoint under every environment the
  * daemon and libclient meet (systemd's RUNTIME_DIRECTORY with one or several

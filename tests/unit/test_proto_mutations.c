@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_proto_mutations.c - every field of every sample message, mutated one
  * at a time: replaced by a value of each other type, left out, given twice,

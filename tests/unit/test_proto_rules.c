@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_proto_rules.c - the decoder's order of checks where a client written
  * from PROTOCOL.md must agree with it exactly: the version before anything

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_validate.c - rnp_validate_bwd: every rule (dtypes, shape limits,
  * strides, regions, alignment, bounds with overflow, aliasing), each at its
