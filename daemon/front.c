@@ -223,6 +223,22 @@ out:
     return -1;
 }
 
+/* Send bytes to the peer that control routes to; control is taken (on
+ * failure nanomsg has taken it already: a vanished peer, whose replies a raw
+ * REP socket drops silently). */
+static void reply(int sock, void *control, const void *bytes, size_t len)
+{
+    struct nn_msghdr hdr;
+    struct nn_iovec iov = {(void *)bytes, len};
+
+    memset(&hdr, 0, sizeof hdr);
+    hdr.msg_iov = &iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = &control;
+    hdr.msg_controllen = NN_MSG;
+    (void)nn_sendmsg(sock, &hdr, NN_DONTWAIT);
+}
+
 /* Every message waiting on the socket, to the core.  Returns -1 when the
  * link is gone. */
 static int forward_requests(int sock, int link, table *t, uint32_t *next_token, const probe *pr)
@@ -250,14 +266,7 @@ static int forward_requests(int sock, int link, table *t, uint32_t *next_token, 
         if (pr->sock >= 0 && (size_t)n == pr->len && memcmp(body, pr->msg, pr->len) == 0) {
             /* Our own probe: answer it here (echo); the core needs no part
              * in it. */
-            struct nn_msghdr rh;
-            struct nn_iovec riov = {body, (size_t)n};
-            memset(&rh, 0, sizeof rh);
-            rh.msg_iov = &riov;
-            rh.msg_iovlen = 1;
-            rh.msg_control = &control;
-            rh.msg_controllen = NN_MSG;
-            (void)nn_sendmsg(sock, &rh, NN_DONTWAIT);
+            reply(sock, control, body, (size_t)n);
             nn_freemsg(body);
             continue;
         }
@@ -314,16 +323,7 @@ static int handle_core(int sock, int link, table *t, uint8_t *buf, size_t cap, p
             nn_freemsg(control);
             continue;
         }
-        struct nn_msghdr hdr;
-        struct nn_iovec iov = {buf + sizeof h, (size_t)n - sizeof h};
-        memset(&hdr, 0, sizeof hdr);
-        hdr.msg_iov = &iov;
-        hdr.msg_iovlen = 1;
-        hdr.msg_control = &control;
-        hdr.msg_controllen = NN_MSG;
-        /* On failure nanomsg has taken the header already (a vanished peer:
-         * raw REP drops such replies silently). */
-        (void)nn_sendmsg(sock, &hdr, NN_DONTWAIT);
+        reply(sock, control, buf + sizeof h, (size_t)n - sizeof h);
     }
 }
 
