@@ -104,18 +104,79 @@ static int health_field(rnp_dctx *d, void *obj, int idx, const char *path)
     return rc;
 }
 
+/* A histogram's buckets: a bin of whole 16-byte records (upper bound, count;
+ * u64 little-endian), at most RNP_MAX_BUCKETS, upper bounds strictly
+ * ascending.  That the counts add up to the histogram's count is checked
+ * once the whole histogram has been read (keys come in any order). */
+static int dec_buckets(rnp_dctx *d, const char *path, rnp_hist *h)
+{
+    const uint8_t *b;
+    uint32_t len, n;
+    if (!rnp_mp_read_bin(&d->r, &b, &len))
+        return rnp_dec_wrong_type(d, path, "binary");
+    if (len % RNP_BUCKET_BYTES != 0)
+        return rnp_dec_fail(d, RN_INVALID_ARGUMENT, path,
+                            "binary of %u bytes is not whole %d-byte buckets", len,
+                            RNP_BUCKET_BYTES);
+    n = len / RNP_BUCKET_BYTES;
+    if (n > RNP_MAX_BUCKETS)
+        return rnp_dec_fail(d, RN_TOO_BIG, path, "%u buckets, limit %d", n, RNP_MAX_BUCKETS);
+    for (uint32_t k = 0; k < n; k++) {
+        h->buckets[k].upper = rnp_le64_get(b + k * RNP_BUCKET_BYTES);
+        h->buckets[k].count = rnp_le64_get(b + k * RNP_BUCKET_BYTES + 8);
+        if (k > 0 && h->buckets[k].upper <= h->buckets[k - 1].upper)
+            return rnp_dec_fail(d, RN_INVALID_ARGUMENT, path,
+                                "bucket %u: upper bound %llu not above the previous %llu", k,
+                                (unsigned long long)h->buckets[k].upper,
+                                (unsigned long long)h->buckets[k - 1].upper);
+    }
+    h->nbuckets = n;
+    h->has_buckets = true;
+    return 0;
+}
+
+enum { HI_COUNT, HI_P50, HI_P90, HI_P99, HI_MAX, HI_SUM, HI_BUCKETS };
+
 static int hist_field(rnp_dctx *d, void *obj, int idx, const char *path)
 {
     rnp_hist *h = obj;
-    uint64_t *dst[] = { &h->count, &h->p50, &h->p90, &h->p99, &h->max };
+    uint64_t *dst[] = { &h->count, &h->p50, &h->p90, &h->p99, &h->max, &h->sum };
+    if (idx == HI_BUCKETS)
+        return dec_buckets(d, path, h);
     return rnp_dec_u64(d, path, dst[idx]);
+}
+
+/* sum and buckets are optional (a daemon before 0.2 sends neither), but come
+ * together; the bucket counts add up to count exactly. */
+static int hist_check(rnp_dctx *d, const char *path, const char *const *names, uint32_t seen,
+                      const rnp_hist *h)
+{
+    uint64_t total = 0;
+    int rc;
+    if ((seen & (RNP_BIT(HI_SUM) | RNP_BIT(HI_BUCKETS))) &&
+        (rc = rnp_dec_require(d, path, names, seen, RNP_BIT(HI_SUM) | RNP_BIT(HI_BUCKETS))) != 0)
+        return rc;
+    if (!h->has_buckets)
+        return 0;
+    for (uint32_t k = 0; k < h->nbuckets; k++) {
+        if (h->buckets[k].count > UINT64_MAX - total)
+            return rnp_dec_fail(d, RN_INVALID_ARGUMENT, path, "bucket counts overflow");
+        total += h->buckets[k].count;
+    }
+    if (total != h->count)
+        return rnp_dec_fail(d, RN_INVALID_ARGUMENT, path,
+                            "bucket counts add up to %llu, count is %llu",
+                            (unsigned long long)total, (unsigned long long)h->count);
+    return 0;
 }
 
 /* A name -> value map (counters) or name -> histogram map (hists); names are
  * unique, 1..RNP_STAT_NAME-1 bytes. */
 static int dec_named(rnp_dctx *d, const char *path, bool hists, rnp_stats_rep *s)
 {
-    static const char *const hnames[] = { "count", "p50", "p90", "p99", "max" };
+    static const char *const hnames[] = { "count", "p50", "p90", "p99", "max", "sum",
+                                          "buckets" };
+    uint32_t seen;
     uint32_t cnt, limit = hists ? RNP_MAX_HISTS : RNP_MAX_STATS;
     char sub[RNP_PATH_MAX], name[RNP_STAT_NAME], shown[RNP_STAT_NAME + 4];
     int rc;
@@ -139,7 +200,9 @@ static int dec_named(rnp_dctx *d, const char *path, bool hists, rnp_stats_rep *s
         }
         if (hists) {
             memcpy(s->hists[i].name, name, sizeof name);
-            rc = rnp_dec_map(d, sub, hnames, 5, 0x1fu, hist_field, &s->hists[i], NULL);
+            rc = rnp_dec_map(d, sub, hnames, 7, 0x1fu, hist_field, &s->hists[i], &seen);
+            if (rc == 0)
+                rc = hist_check(d, sub, hnames, seen, &s->hists[i]);
         } else {
             memcpy(s->stats[i].name, name, sizeof name);
             rc = rnp_dec_u64(d, sub, &s->stats[i].value);

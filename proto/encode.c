@@ -311,6 +311,24 @@ static void enc_health_rep(enc *e, const rnp_health_rep *h)
         str_val(e, "health.reasons[]", h->reasons[i], RNP_REASON_LEN);
 }
 
+/*
+ * A histogram's sum and buckets.  The buckets are one bin of 16-byte records
+ * (upper bound, count; u64 little-endian each), not an array of pairs: the
+ * histogram map is already at depth 4, and an array inside it would make an
+ * older client refuse the whole reply with RN_TOO_DEEP (the depth limit
+ * applies to the values of unknown keys too).
+ */
+static void enc_buckets(enc *e, const rnp_hist *h)
+{
+    uint8_t b[RNP_MAX_BUCKETS * RNP_BUCKET_BYTES];
+    for (uint32_t k = 0; k < h->nbuckets; k++) {
+        rnp_le64_put(b + k * RNP_BUCKET_BYTES, h->buckets[k].upper);
+        rnp_le64_put(b + k * RNP_BUCKET_BYTES + 8, h->buckets[k].count);
+    }
+    kv_uint(e, "sum", h->sum);
+    kv_bin(e, "buckets", b, (size_t)h->nbuckets * RNP_BUCKET_BYTES);
+}
+
 static void enc_stats_rep(enc *e, const rnp_stats_rep *s)
 {
     if (s->nstats > RNP_MAX_STATS) {
@@ -330,6 +348,12 @@ static void enc_stats_rep(enc *e, const rnp_stats_rep *s)
         str_val(e, "stats.counters[]", s->stats[i].name, RNP_STAT_NAME);
         msgpack_pack_uint64(&e->pk, s->stats[i].value);
     }
+    for (uint32_t i = 0; i < s->nhists; i++) {
+        if (s->hists[i].has_buckets && s->hists[i].nbuckets > RNP_MAX_BUCKETS) {
+            too_many(e, "stats.hists[].buckets", s->hists[i].nbuckets, RNP_MAX_BUCKETS);
+            return;
+        }
+    }
     key(e, "hists");
     msgpack_pack_map(&e->pk, s->nhists);
     for (uint32_t i = 0; i < s->nhists; i++) {
@@ -337,7 +361,11 @@ static void enc_stats_rep(enc *e, const rnp_stats_rep *s)
         static const char *const names[] = { "count", "p50", "p90", "p99", "max" };
         const uint64_t v[] = { h->count, h->p50, h->p90, h->p99, h->max };
         str_val(e, "stats.hists[]", h->name, RNP_STAT_NAME);
-        map_uints(e, names, v, 5);
+        msgpack_pack_map(&e->pk, 5 + 2 * h->has_buckets);
+        for (uint32_t k = 0; k < 5; k++)
+            kv_uint(e, names[k], v[k]);
+        if (h->has_buckets)
+            enc_buckets(e, h);
     }
 }
 

@@ -39,6 +39,8 @@
 #define RNP_MAX_EVENTS 16        /* ready/done event ring size limit */
 #define RNP_MAX_STATS 96         /* counters in a STATS reply */
 #define RNP_MAX_HISTS 8          /* histograms in a STATS reply */
+#define RNP_MAX_BUCKETS 64       /* buckets of one histogram in a STATS reply */
+#define RNP_BUCKET_BYTES 16      /* one bucket on the wire: upper bound, count (u64 LE each) */
 #define RNP_MAX_REASONS 8        /* HEALTH reasons */
 #define RNP_STAT_NAME 48         /* counter/histogram name bytes incl. NUL */
 #define RNP_REASON_LEN 120       /* HEALTH reason bytes incl. NUL */
@@ -214,10 +216,21 @@ typedef struct rnp_health_rep {
 
 typedef struct rnp_stat { char name[RNP_STAT_NAME]; uint64_t value; } rnp_stat;
 
-/* A latency histogram summarised from log-scale buckets, nanoseconds. */
+/* One bucket of a histogram: count values v with previous bucket's
+ * upper bound < v <= upper (the first bucket starts at 0). */
+typedef struct rnp_bucket { uint64_t upper, count; } rnp_bucket;
+
+/* A latency histogram summarised from log-scale buckets, nanoseconds.  The
+ * buckets and the sum are optional on the wire (a daemon before 0.2 sends
+ * neither): has_buckets says whether they came.  When it is true the upper
+ * bounds ascend strictly and the counts add up to count. */
 typedef struct rnp_hist {
     char name[RNP_STAT_NAME];
     uint64_t count, p50, p90, p99, max;
+    bool has_buckets;
+    uint64_t sum;                  /* of all values; wraps past 2^64 - 1 */
+    uint32_t nbuckets;             /* non-empty buckets, 0..RNP_MAX_BUCKETS */
+    rnp_bucket buckets[RNP_MAX_BUCKETS];
 } rnp_hist;
 
 typedef struct rnp_stats_rep {

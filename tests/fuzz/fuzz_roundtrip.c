@@ -122,6 +122,10 @@ static void same_reply(const rnp_reply *a, const rnp_reply *b)
         for (uint32_t i = 0; i < a->u.stats.nhists; i++) {
             SAME(u.stats.hists[i].name), SAME(u.stats.hists[i].count), SAME(u.stats.hists[i].p50);
             SAME(u.stats.hists[i].p90), SAME(u.stats.hists[i].p99), SAME(u.stats.hists[i].max);
+            SAME(u.stats.hists[i].has_buckets), SAME(u.stats.hists[i].sum);
+            SAME(u.stats.hists[i].nbuckets);
+            for (uint32_t k = 0; k < a->u.stats.hists[i].nbuckets; k++)
+                SAME(u.stats.hists[i].buckets[k]);
         }
         break;
     case RN_OP_PING: SAME(u.ping.daemon_time_ns); break;

@@ -236,6 +236,31 @@ const char *tp_make_reply(int i, rnp_reply *p)
         p->op = RN_OP_STATS;
         snprintf(p->u.stats.backend, RNP_MAX_NAME, "cpu");
         return "stats-empty";
+    case 16: {
+        /* A newer daemon's histograms: sum and buckets (a daemon before 0.2
+         * sends the form of sample 10). */
+        rnp_stats_rep *s = &p->u.stats;
+        p->op = RN_OP_STATS;
+        snprintf(s->backend, RNP_MAX_NAME, "cpu");
+        snprintf(s->device, RNP_MAX_NAME, "cpu (2 threads)");
+        const char *hn[] = { "queue", "compute", "total" };
+        for (int k = 0; k < 3; k++) {
+            rnp_hist *hh = &s->hists[k];
+            snprintf(hh->name, RNP_STAT_NAME, "%s", hn[k]);
+            hh->has_buckets = true;
+            if (k == 1)
+                continue; /* an empty histogram: no buckets, sum 0 */
+            hh->buckets[0] = (rnp_bucket){ .upper = 7, .count = 1 };
+            hh->buckets[1] = (rnp_bucket){ .upper = 1023, .count = 5 };
+            hh->buckets[2] = (rnp_bucket){ .upper = 147455, .count = 3 };
+            hh->buckets[3] = (rnp_bucket){ .upper = UINT64_MAX, .count = 1 };
+            hh->nbuckets = 4;
+            hh->count = 10, hh->p50 = 1023, hh->p90 = 147455, hh->p99 = 1ull << 40;
+            hh->max = 1ull << 40, hh->sum = 5 + 5 * 1000 + 3 * 140000 + (1ull << 40);
+        }
+        s->nhists = 3;
+        return "stats-buckets";
+    }
     case 12: p->op = RN_OP_BYE; return "bye";
     case 13:
         p->op = RN_OP_BWD;

@@ -17,7 +17,7 @@
 #include "rn_test.h"
 
 #define TP_NREQ 14  /* sample requests, 0 .. TP_NREQ - 1 */
-#define TP_NREP 16  /* sample replies */
+#define TP_NREP 17  /* sample replies */
 
 /* Set a tensor's fields, leaving its padding as it was (zeroed in samples). */
 void tp_set_tensor(rnp_tensor *t, uint32_t region, uint64_t offset, uint64_t stride);
