@@ -75,6 +75,48 @@ uint64_t rnd_hist_quantile(const rnd_hist *h, double p)
     return h->max;
 }
 
+_Static_assert((RND_HIST_BUCKETS >> RND_HIST_SUB_BITS) <= RNP_MAX_BUCKETS,
+               "one bucket per power of two must fit a STATS reply");
+
+/*
+ * The non-empty buckets, coarsened until they fit RNP_MAX_BUCKETS.  Level s
+ * merges aligned runs of 2^s buckets; a run never crosses a power of two
+ * (each power of two is 2^SUB_BITS buckets, aligned), so level s is the same
+ * log scale with 2^(SUB_BITS - s) buckets per power of two.  A merged
+ * bucket's bound is the upper edge of its last fine bucket and its count the
+ * sum of the run's counts: every bound stays one of the daemon's bucket
+ * edges and the cumulative count at it stays exact; only the edges inside
+ * a run are lost.  The lowest level that fits is taken; level SUB_BITS (one
+ * bucket per power of two, RND_HIST_BUCKETS >> SUB_BITS in all) always
+ * fits.
+ */
+void rnd_hist_export(const rnd_hist *h, rnp_bucket *out, uint32_t *n)
+{
+    for (unsigned s = 0; s <= RND_HIST_SUB_BITS; s++) {
+        unsigned runs = 0;
+        for (unsigned i = 0; i < RND_HIST_BUCKETS; i += 1u << s) {
+            uint64_t c = 0;
+            for (unsigned j = i; j < i + (1u << s); j++)
+                c += h->bucket[j];
+            runs += c != 0;
+        }
+        if (runs > RNP_MAX_BUCKETS && s < RND_HIST_SUB_BITS)
+            continue;
+        *n = 0;
+        for (unsigned i = 0; i < RND_HIST_BUCKETS; i += 1u << s) {
+            uint64_t c = 0;
+            for (unsigned j = i; j < i + (1u << s); j++)
+                c += h->bucket[j];
+            if (c == 0 || *n >= RNP_MAX_BUCKETS)
+                continue;
+            out[*n].upper = rnd_hist_upper(i + (1u << s) - 1);
+            out[*n].count = c;
+            (*n)++;
+        }
+        return;
+    }
+}
+
 void rnd_stats_init(rnd_stats *s, uint64_t now_ns)
 {
     memset(s, 0, sizeof *s);
@@ -117,6 +159,9 @@ static void put_hist(rnp_stats_rep *out, const char *name, const rnd_hist *h)
     o->p90 = rnd_hist_quantile(h, 0.90);
     o->p99 = rnd_hist_quantile(h, 0.99);
     o->max = h->max;
+    o->sum = h->sum;
+    o->has_buckets = true;
+    rnd_hist_export(h, o->buckets, &o->nbuckets);
 }
 
 void rnd_stats_fill(const rnd_stats *s, const rnd_gauges *g, rnp_stats_rep *out)

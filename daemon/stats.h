@@ -39,6 +39,12 @@ uint64_t rnd_hist_quantile(const rnd_hist *h, double p);
 unsigned rnd_hist_index(uint64_t v);
 uint64_t rnd_hist_upper(unsigned i);
 
+/* The non-empty buckets of h for a STATS reply, at most RNP_MAX_BUCKETS
+ * (into out; *n gets how many): the daemon's own buckets, or, when more are
+ * non-empty, aligned runs of them merged (stats.c says how), so that every
+ * bound is an exact upper bound and every count exact. */
+void rnd_hist_export(const rnd_hist *h, rnp_bucket *out, uint32_t *n);
+
 #define RND_MAX_CODE 700   /* rn_status codes are below this */
 
 typedef struct rnd_stats {
