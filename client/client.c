@@ -20,6 +20,7 @@ _Static_assert(RN_MAX_REASONS == RNP_MAX_REASONS, "reasons");
 _Static_assert(RN_REASON_LEN == RNP_REASON_LEN, "reason length");
 _Static_assert(RN_MAX_STATS == RNP_MAX_STATS, "stats");
 _Static_assert(RN_MAX_HISTS == RNP_MAX_HISTS, "hists");
+_Static_assert(RN_MAX_BUCKETS == RNP_MAX_BUCKETS, "buckets");
 _Static_assert(RN_STAT_NAME_LEN == RNP_STAT_NAME, "stat name");
 _Static_assert(RN_ERRMSG_LEN >= RNP_MAX_ERRMSG, "error message");
 
@@ -204,33 +205,67 @@ int rn_health(rn_client *c, rn_health_info *h)
     return rv;
 }
 
+/* Copy a STATS reply into the caller's structs (the client's lock held). */
+static void stats_copy(const rnp_stats_rep *r, rn_stats_info *s, rn_hist_buckets *b, unsigned nb)
+{
+    memset(s, 0, sizeof *s);
+    s->struct_size = sizeof *s;
+    snprintf(s->backend, sizeof s->backend, "%s", r->backend);
+    snprintf(s->device, sizeof s->device, "%s", r->device);
+    s->nstats = r->nstats <= RN_MAX_STATS ? r->nstats : RN_MAX_STATS;
+    for (unsigned i = 0; i < s->nstats; i++) {
+        snprintf(s->stats[i].name, sizeof s->stats[i].name, "%s", r->stats[i].name);
+        s->stats[i].value = r->stats[i].value;
+    }
+    s->nhists = r->nhists <= RN_MAX_HISTS ? r->nhists : RN_MAX_HISTS;
+    for (unsigned i = 0; i < s->nhists; i++) {
+        const rnp_hist *hp = &r->hists[i];
+        snprintf(s->hists[i].name, sizeof s->hists[i].name, "%s", hp->name);
+        s->hists[i].count = hp->count;
+        s->hists[i].p50 = hp->p50;
+        s->hists[i].p90 = hp->p90;
+        s->hists[i].p99 = hp->p99;
+        s->hists[i].max = hp->max;
+    }
+    for (unsigned i = 0; i < nb; i++) {
+        rn_hist_buckets *o = &b[i];
+        memset(o, 0, sizeof *o);
+        o->struct_size = sizeof *o;
+        if (i >= s->nhists)
+            continue;
+        const rnp_hist *hp = &r->hists[i];
+        snprintf(o->name, sizeof o->name, "%s", hp->name);
+        o->count = hp->count;
+        if (!hp->has_buckets)
+            continue;
+        o->present = 1;
+        o->sum_ns = hp->sum;
+        o->nbuckets = hp->nbuckets <= RN_MAX_BUCKETS ? hp->nbuckets : RN_MAX_BUCKETS;
+        for (unsigned k = 0; k < o->nbuckets; k++) {
+            o->buckets[k].le_ns = hp->buckets[k].upper;
+            o->buckets[k].count = hp->buckets[k].count;
+        }
+    }
+}
+
 int rn_stats(rn_client *c, rn_stats_info *s)
+{
+    return rn_stats_hist_buckets(c, s, NULL, 0);
+}
+
+int rn_stats_hist_buckets(rn_client *c, rn_stats_info *s, rn_hist_buckets *b, unsigned nb)
 {
     int rv;
     if (c == NULL)
         return RN_INVALID_ARGUMENT;
-    if ((rv = ask(c, RN_OP_STATS, s, "s", NULL)) == 0) {
-        const rnp_stats_rep *r = &c->rep.u.stats;
-        memset(s, 0, sizeof *s);
-        s->struct_size = sizeof *s;
-        snprintf(s->backend, sizeof s->backend, "%s", r->backend);
-        snprintf(s->device, sizeof s->device, "%s", r->device);
-        s->nstats = r->nstats <= RN_MAX_STATS ? r->nstats : RN_MAX_STATS;
-        for (unsigned i = 0; i < s->nstats; i++) {
-            snprintf(s->stats[i].name, sizeof s->stats[i].name, "%s", r->stats[i].name);
-            s->stats[i].value = r->stats[i].value;
-        }
-        s->nhists = r->nhists <= RN_MAX_HISTS ? r->nhists : RN_MAX_HISTS;
-        for (unsigned i = 0; i < s->nhists; i++) {
-            const rnp_hist *hp = &r->hists[i];
-            snprintf(s->hists[i].name, sizeof s->hists[i].name, "%s", hp->name);
-            s->hists[i].count = hp->count;
-            s->hists[i].p50 = hp->p50;
-            s->hists[i].p90 = hp->p90;
-            s->hists[i].p99 = hp->p99;
-            s->hists[i].max = hp->max;
-        }
+    if (b == NULL && nb > 0) {
+        pthread_mutex_lock(&c->mu);
+        rv = rnc_fail(c, RN_INVALID_ARGUMENT, "b: must not be NULL when nb is %u", nb);
+        pthread_mutex_unlock(&c->mu);
+        return rv;
     }
+    if ((rv = ask(c, RN_OP_STATS, s, "s", NULL)) == 0)
+        stats_copy(&c->rep.u.stats, s, b, nb);
     pthread_mutex_unlock(&c->mu);
     return rv;
 }

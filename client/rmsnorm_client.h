@@ -73,6 +73,7 @@ extern "C" {
 #define RN_MAX_STATS          96  /* counters in rn_stats_info */
 #define RN_MAX_HISTS          8   /* histograms in rn_stats_info */
 #define RN_STAT_NAME_LEN      48
+#define RN_MAX_BUCKETS        64  /* buckets in rn_hist_buckets */
 #define RN_ERRMSG_LEN         256 /* rn_last_error() text */
 #define RN_DEFAULT_TIMEOUT_MS 10000
 
@@ -295,6 +296,52 @@ typedef struct rn_stats_info {
 
 /* The daemon's counters and histograms, in the daemon's order. */
 RN_EXPORT int rn_stats(rn_client *c, rn_stats_info *s);
+
+/* One bucket of a latency histogram: `count` values v with
+ * previous bucket's le_ns < v <= le_ns (the first bucket starts at 0). */
+typedef struct rn_bucket {
+    uint64_t le_ns;
+    uint64_t count; /* this bucket's own count, not cumulative */
+} rn_bucket;
+
+/*
+ * The buckets and the sum of one latency histogram, beside its rn_hist.
+ *
+ * Why a struct and a call of their own: rn_stats_info has a fixed size (it
+ * ends in reserved space, see ABI above), and the buckets of RN_MAX_HISTS
+ * histograms (8 KiB) do not fit its reserved words, while growing rn_hist
+ * or rn_stats_info would make the library write past the struct of every
+ * program built against 0.1.  So the buckets come in this separate struct,
+ * which follows the same rules (fixed size, reserved space, struct_size set
+ * by the library), from rn_stats_hist_buckets below, and rn_stats stays as
+ * it was.
+ */
+typedef struct rn_hist_buckets {
+    size_t struct_size;          /* set by the library: bytes it filled in */
+    char name[RN_STAT_NAME_LEN]; /* the histogram's name, as in rn_hist */
+    int present;                 /* 1: the daemon sent buckets and sum;
+                                    0: it is older than 0.2 and sends neither */
+    unsigned nbuckets;           /* 0 .. RN_MAX_BUCKETS */
+    uint64_t count;              /* values in the histogram: the buckets' total */
+    uint64_t sum_ns;             /* sum of the values (wraps past 2^64 - 1) */
+    /* The non-empty buckets, le_ns strictly ascending.  They are the
+     * daemon's log-scale buckets (2^3 per power of two); when more than
+     * RN_MAX_BUCKETS are non-empty, the daemon merges aligned runs of them
+     * (4, 2 or 1 per power of two), so a bound is always exact: cumulative
+     * counts at every le_ns are exact. */
+    rn_bucket buckets[RN_MAX_BUCKETS];
+    uint64_t reserved[RN_RESERVED_WORDS];
+} rn_hist_buckets;
+
+/*
+ * rn_stats, plus the buckets of each histogram, from the same STATS reply
+ * (so counts agree): *s is filled as by rn_stats, and b[i] (for i < nb)
+ * belongs to s->hists[i], with the same name; entries from s->nhists on are
+ * zero but for struct_size.  b may be NULL when nb is 0; nb RN_MAX_HISTS
+ * holds every histogram.
+ */
+RN_EXPORT int rn_stats_hist_buckets(rn_client *c, rn_stats_info *s, rn_hist_buckets *b,
+                                    unsigned nb);
 
 /* The value of counter `name` in s, or `dflt` when s has no such counter. */
 RN_EXPORT uint64_t rn_stats_get(const rn_stats_info *s, const char *name, uint64_t dflt);

@@ -19,6 +19,7 @@ int rnctl_stats(const rnctl_globals *g, int argc, char **argv)
     const char *outpath = NULL;
     rn_client *c = NULL;
     rn_stats_info *s;
+    rn_hist_buckets *b;
     int rv;
     FILE *f = stdout;
     char tmp[4096];
@@ -52,19 +53,25 @@ int rnctl_stats(const rnctl_globals *g, int argc, char **argv)
         }
     }
     s = calloc(1, sizeof *s);
-    if (s == NULL) {
+    b = calloc(RN_MAX_HISTS, sizeof *b);
+    if (s == NULL || b == NULL) {
         fprintf(stderr, "%s: out of memory\n", RNCTL_PROG);
+        free(s);
+        free(b);
         return EXIT_CHECK;
     }
     if (rnctl_connect(g, &c) != 0) {
         free(s);
+        free(b);
         return EXIT_UNREACHABLE;
     }
-    rv = rn_stats(c, s);
+    /* One STATS reply for the summaries and the buckets, so they agree. */
+    rv = rn_stats_hist_buckets(c, s, b, RN_MAX_HISTS);
     if (rv != 0) {
         rnctl_call_failed(c, "stats", rv);
         rn_close(c);
         free(s);
+        free(b);
         return rnctl_failure_status(rv);
     }
     /* The instance labels cost a HELLO (a session opened and closed): only
@@ -80,11 +87,13 @@ int rnctl_stats(const rnctl_globals *g, int argc, char **argv)
         if (f == NULL) {
             fprintf(stderr, "%s: cannot write %s: %s\n", RNCTL_PROG, tmp, strerror(errno));
             free(s);
+            free(b);
             return EXIT_CHECK;
         }
     }
-    rnctl_print_stats(f, fmt, s, &in);
+    rnctl_print_stats(f, fmt, s, b, &in);
     free(s);
+    free(b);
     if (outpath) {
         if (fclose(f) != 0 || rename(tmp, outpath) != 0) {
             fprintf(stderr, "%s: cannot write %s: %s\n", RNCTL_PROG, outpath, strerror(errno));

@@ -25,7 +25,19 @@ static void json_str(FILE *f, const char *s)
     fputc('"', f);
 }
 
-static void stats_json(FILE *f, const rn_stats_info *s, const rnctl_instance *in)
+/* The buckets of histogram i, or NULL when the daemon sent none (older than
+ * 0.2) or the caller has none. */
+static const rn_hist_buckets *buckets_of(const rn_hist_buckets *b, const rn_stats_info *s,
+                                         unsigned i)
+{
+    if (b == NULL || i >= RN_MAX_HISTS || !b[i].present ||
+        strcmp(b[i].name, s->hists[i].name) != 0)
+        return NULL;
+    return &b[i];
+}
+
+static void stats_json(FILE *f, const rn_stats_info *s, const rn_hist_buckets *b,
+                       const rnctl_instance *in)
 {
     fprintf(f, "{\"endpoint\":");
     json_str(f, in->endpoint);
@@ -48,8 +60,18 @@ static void stats_json(FILE *f, const rn_stats_info *s, const rnctl_instance *in
         json_str(f, h->name);
         fprintf(f,
                 ":{\"count\":%" PRIu64 ",\"p50_ns\":%" PRIu64 ",\"p90_ns\":%" PRIu64
-                ",\"p99_ns\":%" PRIu64 ",\"max_ns\":%" PRIu64 "}",
+                ",\"p99_ns\":%" PRIu64 ",\"max_ns\":%" PRIu64,
                 h->count, h->p50, h->p90, h->p99, h->max);
+        /* Each bucket's own count (not cumulative), as the daemon sends it. */
+        const rn_hist_buckets *hb = buckets_of(b, s, i);
+        if (hb) {
+            fprintf(f, ",\"sum_ns\":%" PRIu64 ",\"buckets\":[", hb->sum_ns);
+            for (unsigned k = 0; k < hb->nbuckets; k++)
+                fprintf(f, "%s{\"le_ns\":%" PRIu64 ",\"count\":%" PRIu64 "}", k ? "," : "",
+                        hb->buckets[k].le_ns, hb->buckets[k].count);
+            fprintf(f, "]");
+        }
+        fprintf(f, "}");
     }
     fprintf(f, "}}\n");
 }
@@ -148,16 +170,73 @@ static void prom_instance(FILE *f, const rnctl_instance *in)
     }
 }
 
+/* Nanoseconds as seconds, exactly: the decimal digits of ns / 10^9 without
+ * trailing zeros, so that an le bound is the daemon's bound to the digit. */
+static void prom_seconds(FILE *f, uint64_t ns)
+{
+    char frac[10];
+    int n = 9;
+    snprintf(frac, sizeof frac, "%09" PRIu64, ns % 1000000000u);
+    while (n > 0 && frac[n - 1] == '0')
+        frac[--n] = '\0';
+    fprintf(f, "%" PRIu64 "%s%s", ns / 1000000000u, n ? "." : "", frac);
+}
+
+/* One latency sample's name and labels, up to the value: NAME{instance,stage="..."[,le="]. */
+static void prom_stage(FILE *f, const char *metric, const rnctl_instance *in, const char *stage)
+{
+    fprintf(f, "%s{", metric);
+    prom_instance(f, in);
+    fprintf(f, ",stage=\"");
+    prom_label(f, stage);
+    fputc('"', f);
+}
+
+/*
+ * The latency histograms as Prometheus histograms: the daemon's non-empty
+ * log-scale buckets with cumulative counts (each le an exact upper bound in
+ * seconds), +Inf, the sum and the count.  Histograms add up across daemons
+ * and over time, unlike the percentiles of a summary.
+ */
+static void prom_histograms(FILE *f, const rn_stats_info *s, const rn_hist_buckets *b,
+                            const rnctl_instance *in)
+{
+    fprintf(f, "# HELP rmsnormd_latency_seconds Request latency by stage (queue: receipt to "
+               "start of compute; compute; total), in the daemon's log-scale buckets.\n"
+               "# TYPE rmsnormd_latency_seconds histogram\n");
+    for (unsigned i = 0; i < s->nhists; i++) {
+        const rn_hist_buckets *hb = &b[i];
+        uint64_t cum = 0;
+        for (unsigned k = 0; k < hb->nbuckets; k++) {
+            cum += hb->buckets[k].count;
+            prom_stage(f, "rmsnormd_latency_seconds_bucket", in, s->hists[i].name);
+            fprintf(f, ",le=\"");
+            prom_seconds(f, hb->buckets[k].le_ns);
+            fprintf(f, "\"} %" PRIu64 "\n", cum);
+        }
+        prom_stage(f, "rmsnormd_latency_seconds_bucket", in, s->hists[i].name);
+        fprintf(f, ",le=\"+Inf\"} %" PRIu64 "\n", hb->count);
+        prom_stage(f, "rmsnormd_latency_seconds_sum", in, s->hists[i].name);
+        fprintf(f, "} ");
+        prom_seconds(f, hb->sum_ns);
+        fprintf(f, "\n");
+        prom_stage(f, "rmsnormd_latency_seconds_count", in, s->hists[i].name);
+        fprintf(f, "} %" PRIu64 "\n", hb->count);
+    }
+}
+
 /*
  * The text exposition format.  Families whose members differ by one word
  * ("requests.bwd", "errors.OUT_OF_BOUNDS", "replies.ok") become one metric
- * with a label; the rest become one metric each.  The daemon reports its
- * latency histograms as percentiles estimated from log-scale buckets and
- * the maximum, not the buckets themselves: they become a summary (p50,
- * p90, p99 and the count) and a separate gauge for the maximum, because a
- * quantile="1" sample cannot be aggregated across daemons.
+ * with a label; the rest become one metric each.  The latency histograms
+ * become Prometheus histograms of the daemon's buckets where the daemon
+ * sends them (0.2 on), and the maximum a separate gauge.  An older daemon
+ * sends only percentiles estimated from its buckets: then they become a
+ * summary (p50, p90, p99 and the count), as before, beside the same gauge,
+ * because a quantile="1" sample cannot be aggregated across daemons.
  */
-static void stats_prometheus(FILE *f, const rn_stats_info *s, const rnctl_instance *in)
+static void stats_prometheus(FILE *f, const rn_stats_info *s, const rn_hist_buckets *b,
+                             const rnctl_instance *in)
 {
     static const struct {
         const char *prefix, *metric, *label, *help;
@@ -222,7 +301,15 @@ static void stats_prometheus(FILE *f, const rn_stats_info *s, const rnctl_instan
         prom_instance(f, in);
         fprintf(f, "} %" PRIu64 "\n", s->stats[i].value);
     }
-    if (s->nhists) {
+    /* One metric has one type: a histogram only when every stage has its
+     * buckets. */
+    int all_buckets = s->nhists > 0;
+    for (unsigned i = 0; i < s->nhists; i++)
+        if (buckets_of(b, s, i) == NULL)
+            all_buckets = 0;
+    if (all_buckets) {
+        prom_histograms(f, s, b, in);
+    } else if (s->nhists) {
         fprintf(f, "# HELP rmsnormd_latency_seconds Request latency by stage (queue: receipt to "
                    "start of compute; compute; total), percentiles estimated from the daemon's "
                    "log-scale buckets (each an upper bound).\n"
@@ -246,6 +333,8 @@ static void stats_prometheus(FILE *f, const rn_stats_info *s, const rnctl_instan
             prom_label(f, h->name);
             fprintf(f, "\"} %" PRIu64 "\n", h->count);
         }
+    }
+    if (s->nhists) {
         fprintf(f, "# HELP rmsnormd_latency_max_seconds The largest request latency by stage "
                    "since the daemon started (exact).\n"
                    "# TYPE rmsnormd_latency_max_seconds gauge\n");
@@ -260,14 +349,14 @@ static void stats_prometheus(FILE *f, const rn_stats_info *s, const rnctl_instan
 }
 
 void rnctl_print_stats(FILE *f, rnctl_format fmt, const rn_stats_info *s,
-                       const rnctl_instance *in)
+                       const rn_hist_buckets *b, const rnctl_instance *in)
 {
     switch (fmt) {
     case RNCTL_JSON:
-        stats_json(f, s, in);
+        stats_json(f, s, b, in);
         break;
     case RNCTL_PROMETHEUS:
-        stats_prometheus(f, s, in);
+        stats_prometheus(f, s, b, in);
         break;
     case RNCTL_TABLE:
         stats_table(f, s);

@@ -86,9 +86,11 @@ typedef struct rnctl_instance {
  * rn_server_info; left empty when that fails, e.g. at the session limit). */
 void rnctl_instance_of(rn_client *c, const rnctl_globals *g, rnctl_instance *in);
 
-/* s as a table, one JSON object, or the Prometheus text exposition format. */
+/* s as a table, one JSON object, or the Prometheus text exposition format.
+ * b: the buckets of s's histograms (b[i] beside s->hists[i]), or NULL; the
+ * JSON and Prometheus formats use them where the daemon sent them. */
 void rnctl_print_stats(FILE *f, rnctl_format fmt, const rn_stats_info *s,
-                       const rnctl_instance *in);
+                       const rn_hist_buckets *b, const rnctl_instance *in);
 
 /* ---- the commands (cmd_*.c): argv[0] is the command's name ------------------------------ */
 

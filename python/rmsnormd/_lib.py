@@ -35,6 +35,7 @@ REASON_LEN = 120
 MAX_STATS = 96
 MAX_HISTS = 8
 STAT_NAME_LEN = 48
+MAX_BUCKETS = 64
 ERRMSG_LEN = 256
 
 # rn_dtype wire values (proto/rn_wire.h).
@@ -151,6 +152,28 @@ class StatsInfo(ctypes.Structure):
     ]
 
 
+class Bucket(ctypes.Structure):
+    _fields_ = [
+        ("le_ns", ctypes.c_uint64),
+        ("count", ctypes.c_uint64),
+    ]
+
+
+class HistBuckets(ctypes.Structure):
+    # The buckets and sum of one histogram (rn_stats_hist_buckets), beside
+    # StatsInfo's Hist of the same index.
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("name", ctypes.c_char * STAT_NAME_LEN),
+        ("present", ctypes.c_int),
+        ("nbuckets", ctypes.c_uint),
+        ("count", ctypes.c_uint64),
+        ("sum_ns", ctypes.c_uint64),
+        ("buckets", Bucket * MAX_BUCKETS),
+        ("reserved", ctypes.c_uint64 * RESERVED_WORDS),
+    ]
+
+
 class ServerInfo(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
@@ -185,6 +208,8 @@ STRUCTS = {
     "rn_stat": Stat,
     "rn_hist": Hist,
     "rn_stats_info": StatsInfo,
+    "rn_bucket": Bucket,
+    "rn_hist_buckets": HistBuckets,
     "struct rn_server_info": ServerInfo,
 }
 
@@ -207,9 +232,14 @@ _PROTOTYPES = {
     "rn_ping": (ctypes.c_int, [_CLIENT, _P(ctypes.c_uint64)]),
     "rn_health": (ctypes.c_int, [_CLIENT, _P(HealthInfo)]),
     "rn_stats": (ctypes.c_int, [_CLIENT, _P(StatsInfo)]),
+    "rn_stats_hist_buckets": (ctypes.c_int, [_CLIENT, _P(StatsInfo), _P(HistBuckets),
+                                             ctypes.c_uint]),
     "rn_server_info": (ctypes.c_int, [_CLIENT, _P(ServerInfo)]),
     "rn_version": (ctypes.c_char_p, []),
 }
+
+# Calls that a 0.1 library does not have.
+_ADDED_AFTER_0_1 = {"rn_stats_hist_buckets"}
 
 
 class LibraryNotFound(ImportError):
@@ -287,6 +317,10 @@ def lib():
                 errors.append("%s: %s" % (p, e))
                 continue
             for name, (res, args) in _PROTOTYPES.items():
+                # A call added after 0.1 may be missing from an older
+                # library; the binding still loads, without that call.
+                if name in _ADDED_AFTER_0_1 and not hasattr(handle, name):
+                    continue
                 fn = getattr(handle, name)
                 fn.restype = res
                 fn.argtypes = args

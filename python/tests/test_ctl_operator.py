@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """rmsnormctl as an operator meets it: the Prometheus output parsed by
 prometheus_client (instance labels that keep two daemons' series apart,
-HELP lines, no unaggregatable quantile="1"), the usage errors (one line, a
+HELP lines, no unaggregatable quantile="1", latency as real histograms), the usage errors (one line, a
 hint, exit 64), --version, an endpoint given as a socket path, and bench
 against a dead daemon."""
 
@@ -46,7 +46,7 @@ def test_prometheus_parses_with_instance_labels(daemon_factory):
         fams = _families(_prom(d))
         names = {f.name: f for f in fams}
         assert "rmsnormd_latency_seconds" in names
-        assert names["rmsnormd_latency_seconds"].type == "summary"
+        assert names["rmsnormd_latency_seconds"].type == "histogram"
         assert names["rmsnormd_latency_max_seconds"].type == "gauge"
         for f in fams:
             assert f.documentation and "The daemon's counter" not in f.documentation, f.name
@@ -61,6 +61,51 @@ def test_prometheus_parses_with_instance_labels(daemon_factory):
     # Both files together, as node_exporter's textfile collector reads them:
     # every series is unique.
     assert len(seen) > 20
+
+
+def test_prometheus_latency_histograms(daemon):
+    fams = {f.name: f for f in _families(_prom(daemon))}
+    lat = fams["rmsnormd_latency_seconds"]
+    assert lat.type == "histogram"
+    stages = {}
+    for s in lat.samples:
+        assert s.labels["endpoint"] == daemon.endpoint, s
+        stages.setdefault(s.labels["stage"], []).append(s)
+    assert set(stages) == {"queue", "compute", "total"}
+    for stage, samples in stages.items():
+        buckets = [s for s in samples if s.name == "rmsnormd_latency_seconds_bucket"]
+        count = [s.value for s in samples if s.name == "rmsnormd_latency_seconds_count"]
+        total = [s.value for s in samples if s.name == "rmsnormd_latency_seconds_sum"]
+        assert len(count) == 1 and len(total) == 1, (stage, samples)
+        assert count[0] >= 5, (stage, count)  # the bench's requests at least
+        # Bounds ascend and end in +Inf; counts are cumulative; +Inf is the count.
+        bounds = [float(s.labels["le"]) for s in buckets]
+        assert len(buckets) >= 2, (stage, buckets)
+        assert buckets[-1].labels["le"] == "+Inf"
+        assert bounds == sorted(bounds) and len(set(bounds)) == len(bounds), bounds
+        values = [s.value for s in buckets]
+        assert values == sorted(values), values
+        assert values[-1] == count[0]
+        assert values[0] > 0  # only non-empty buckets are listed
+        assert total[0] > 0
+        # The sum lies between the smallest and the largest possible total.
+        assert total[0] <= bounds[-2] * count[0]
+    # The maximum stays a gauge of its own, one per stage.
+    mx = fams["rmsnormd_latency_max_seconds"]
+    assert mx.type == "gauge"
+    assert {s.labels["stage"] for s in mx.samples} == {"queue", "compute", "total"}
+
+
+def test_stats_json_has_buckets(daemon):
+    import json
+    _prom(daemon)
+    r = ctl("-e", daemon.endpoint, "stats", "--json")
+    assert r.returncode == 0, r.stderr
+    h = json.loads(r.stdout)["histograms"]["total"]
+    assert h["count"] >= 5 and h["sum_ns"] > 0
+    les = [b["le_ns"] for b in h["buckets"]]
+    assert les == sorted(les) and les[-1] >= h["max_ns"]
+    assert sum(b["count"] for b in h["buckets"]) == h["count"]
 
 
 def test_stats_json_has_endpoint(daemon):
