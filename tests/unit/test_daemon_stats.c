@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_daemon_stats.c - the daemon's log-scale histograms (bucket edges,
- * percentiles within the promised 12.5 %, clamping to the max) and the
+ * percentiles within the promised 12.5 %, clamping to the max), the
+ * buckets exported into a STATS reply (merged exactly when too many) and the
  * rendering of counters into a STATS reply with their stable names.
  */
 #include "rn_test.h"
@@ -130,6 +131,15 @@ static void test_fill(void **state)
     assert_int_equal(r->hists[1].count, 0);
     assert_string_equal(r->hists[2].name, "total");
     assert_int_equal(r->hists[2].max, 3000);
+    /* Sum and buckets: the one value's bucket, and none for an empty one. */
+    assert_true(r->hists[0].has_buckets);
+    assert_int_equal(r->hists[0].sum, 1000);
+    assert_int_equal(r->hists[0].nbuckets, 1);
+    assert_int_equal(r->hists[0].buckets[0].upper, rnd_hist_upper(rnd_hist_index(1000)));
+    assert_int_equal(r->hists[0].buckets[0].count, 1);
+    assert_true(r->hists[1].has_buckets);
+    assert_int_equal(r->hists[1].nbuckets, 0);
+    assert_int_equal(r->hists[1].sum, 0);
 
     /* Every error code of the table fits into one reply. */
 #define REPLY_CODE(code, name, msg) rnd_stats_reply(s, code);
@@ -142,12 +152,74 @@ static void test_fill(void **state)
     free(r);
 }
 
+/* The exported buckets of h describe it exactly: bounds are the daemon's
+ * bucket edges, strictly ascending, and the cumulative count at each bound
+ * is the number of values added that are <= it. */
+static void check_export(const rnd_hist *h, const uint64_t *vals, size_t nvals, uint32_t want_n)
+{
+    static rnp_bucket b[RNP_MAX_BUCKETS + 1];
+    uint32_t n = 12345;
+    uint64_t cum = 0;
+    rnd_hist_export(h, b, &n);
+    assert_true(n <= RNP_MAX_BUCKETS);
+    assert_int_equal(n, want_n);
+    for (uint32_t k = 0; k < n; k++) {
+        size_t le = 0;
+        assert_true(b[k].count > 0);
+        if (k > 0)
+            assert_true(b[k].upper > b[k - 1].upper);
+        assert_int_equal(rnd_hist_upper(rnd_hist_index(b[k].upper)), b[k].upper);
+        cum += b[k].count;
+        for (size_t i = 0; i < nvals; i++)
+            le += vals[i] <= b[k].upper;
+        assert_int_equal(cum, le);
+    }
+    assert_int_equal(cum, h->count);
+}
+
+static void test_export_buckets(void **state)
+{
+    (void)state;
+    rnd_hist *h = calloc(1, sizeof *h);
+    uint64_t *vals = calloc(4096, sizeof *vals);
+    size_t n = 0;
+    assert_non_null(h);
+    assert_non_null(vals);
+
+    /* Few buckets: exported as they are, one per non-empty bucket. */
+    const uint64_t few[] = { 0, 5, 1000, 1001, 1100, 250000, 1ull << 40, UINT64_MAX };
+    for (size_t i = 0; i < sizeof few / sizeof few[0]; i++)
+        rnd_hist_add(h, vals[n++] = few[i]);
+    check_export(h, vals, n, 7);   /* 1000 and 1001 share a bucket */
+
+    /* 100 non-empty buckets (values 2^10 .. 2^22.5, 8 per power of two):
+     * halving the resolution once leaves 50. */
+    memset(h, 0, sizeof *h);
+    n = 0;
+    for (unsigned i = 0; i < 100; i++) {
+        uint64_t v = rnd_hist_upper(rnd_hist_index(1024) + i);
+        rnd_hist_add(h, vals[n++] = v);
+        rnd_hist_add(h, vals[n++] = v - 1);
+    }
+    check_export(h, vals, n, 50);
+
+    /* Every bucket non-empty: one bucket per power of two, 62 in all. */
+    memset(h, 0, sizeof *h);
+    n = 0;
+    for (unsigned i = 0; i < RND_HIST_BUCKETS; i++)
+        rnd_hist_add(h, vals[n++] = rnd_hist_upper(i));
+    check_export(h, vals, n, RND_HIST_BUCKETS >> RND_HIST_SUB_BITS);
+    free(vals);
+    free(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bucket_edges),
         cmocka_unit_test(test_quantiles),
         cmocka_unit_test(test_fill),
+        cmocka_unit_test(test_export_buckets),
     };
     return cmocka_run_group_tests_name("daemon stats", tests, NULL, NULL);
 }

@@ -4,7 +4,9 @@
  * from PROTOCOL.md must agree with it exactly: the version before anything
  * else of the envelope, keys before values, a key twice whether or not it is
  * known, the message size limit (op and id kept for the reply); and the
- * protocol's duplicate detection: the BWD digest and HELLO's seq_window.
+ * protocol's duplicate detection: the BWD digest and HELLO's seq_window;
+ * and the checks of STATS histogram buckets (optional, whole, ascending,
+ * counts adding up).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -289,6 +291,130 @@ static void test_seq_window(void **state)
     assert_int_equal(back.u.hello.limits.event_slots, p.u.hello.limits.event_slots);
 }
 
+/* ---- STATS histograms with buckets -------------------------------------------------------- */
+
+/* A STATS reply with one histogram "total" of count values: fields sum and
+ * buckets as given (has_sum, nb: -1 leaves the key out), the bucket records
+ * as raw bytes. */
+static void stats_one_hist(mb *m, uint64_t count, bool has_sum, const uint8_t *bk, int nb)
+{
+    mb_init(m, 5);
+    mb_kuint(m, "v", RNP_VERSION);
+    mb_kuint(m, "op", RN_OP_STATS);
+    mb_kuint(m, "id", 1);
+    mb_kuint(m, "status", 0);
+    mb_key(m, "body");
+    msgpack_pack_map(&m->pk, 4);
+    mb_kstr(m, "backend", "cpu");
+    mb_kstr(m, "device", "cpu");
+    mb_key(m, "counters");
+    msgpack_pack_map(&m->pk, 0);
+    mb_key(m, "hists");
+    msgpack_pack_map(&m->pk, 1);
+    mb_key(m, "total");
+    msgpack_pack_map(&m->pk, 5 + has_sum + (nb >= 0));
+    mb_kuint(m, "count", count);
+    mb_kuint(m, "p50", 1), mb_kuint(m, "p90", 1), mb_kuint(m, "p99", 1), mb_kuint(m, "max", 1);
+    if (has_sum)
+        mb_kuint(m, "sum", 12345);
+    if (nb >= 0) {
+        mb_key(m, "buckets");
+        msgpack_pack_bin(&m->pk, (size_t)nb);
+        msgpack_pack_bin_body(&m->pk, bk, (size_t)nb);
+    }
+}
+
+static void reply_expect(mb *m, int want, const char *has, const char *what, rnp_reply *out)
+{
+    rnp_error err = { 0 };
+    int rc = tp_dec(true, m->sb.data, m->sb.size, out, &err);
+    if (rc != want)
+        fail_msg("%s: expected %s, got %s (%s)", what, rnp_err_name(want), rnp_err_name(rc),
+                 rc ? err.msg : "success");
+    if (rc && has && !strstr(err.msg, has))
+        fail_msg("%s: message '%s' does not name '%s'", what, err.msg, has);
+    msgpack_sbuffer_destroy(&m->sb);
+}
+
+/* Bucket records (upper, count) as the wire has them. */
+static int put_buckets(uint8_t *b, const uint64_t (*v)[2], int n)
+{
+    for (int k = 0; k < n; k++) {
+        rnp_le64_put(b + 16 * k, v[k][0]);
+        rnp_le64_put(b + 16 * k + 8, v[k][1]);
+    }
+    return 16 * n;
+}
+
+static void test_stats_buckets(void **state)
+{
+    (void)state;
+    static rnp_reply out;
+    static uint8_t b[(RNP_MAX_BUCKETS + 1) * 16];
+    mb m;
+    const uint64_t good[][2] = { { 7, 1 }, { 1023, 5 }, { UINT64_MAX, 4 } };
+    int len = put_buckets(b, good, 3);
+
+    stats_one_hist(&m, 10, true, b, len);
+    reply_expect(&m, 0, NULL, "three buckets", &out);
+    assert_true(out.u.stats.hists[0].has_buckets);
+    assert_int_equal(out.u.stats.hists[0].nbuckets, 3);
+    assert_int_equal(out.u.stats.hists[0].sum, 12345);
+    assert_int_equal(out.u.stats.hists[0].buckets[1].upper, 1023);
+    assert_int_equal(out.u.stats.hists[0].buckets[2].count, 4);
+
+    /* An older daemon sends neither key: no buckets, and that is no error. */
+    stats_one_hist(&m, 10, false, NULL, -1);
+    reply_expect(&m, 0, NULL, "no buckets", &out);
+    assert_false(out.u.stats.hists[0].has_buckets);
+    assert_int_equal(out.u.stats.hists[0].nbuckets, 0);
+
+    /* An empty histogram has an empty bin. */
+    stats_one_hist(&m, 0, true, b, 0);
+    reply_expect(&m, 0, NULL, "empty", &out);
+    assert_true(out.u.stats.hists[0].has_buckets);
+
+    /* One without the other. */
+    stats_one_hist(&m, 10, false, b, len);
+    reply_expect(&m, RN_MISSING_FIELD, "stats.hists.total.sum", "buckets without sum", &out);
+    stats_one_hist(&m, 10, true, NULL, -1);
+    reply_expect(&m, RN_MISSING_FIELD, "stats.hists.total.buckets", "sum without buckets", &out);
+
+    /* Counts must add up to count, exactly. */
+    stats_one_hist(&m, 11, true, b, len);
+    reply_expect(&m, RN_INVALID_ARGUMENT, "add up to 10, count is 11", "counts short", &out);
+    const uint64_t wrap[][2] = { { 7, UINT64_MAX }, { 9, 2 } };
+    stats_one_hist(&m, 1, true, b, put_buckets(b, wrap, 2));
+    reply_expect(&m, RN_INVALID_ARGUMENT, "overflow", "counts wrap", &out);
+
+    /* Bounds strictly ascending. */
+    const uint64_t same[][2] = { { 7, 1 }, { 7, 1 } }, down[][2] = { { 9, 1 }, { 8, 1 } };
+    stats_one_hist(&m, 2, true, b, put_buckets(b, same, 2));
+    reply_expect(&m, RN_INVALID_ARGUMENT, "bucket 1: upper bound 7", "equal bounds", &out);
+    stats_one_hist(&m, 2, true, b, put_buckets(b, down, 2));
+    reply_expect(&m, RN_INVALID_ARGUMENT, "not above the previous 9", "descending", &out);
+
+    /* Whole records only, and at most RNP_MAX_BUCKETS of them. */
+    len = put_buckets(b, good, 3);
+    stats_one_hist(&m, 10, true, b, len - 1);
+    reply_expect(&m, RN_INVALID_ARGUMENT, "not whole 16-byte buckets", "a cut record", &out);
+    uint64_t many[RNP_MAX_BUCKETS + 1][2];
+    for (int k = 0; k <= RNP_MAX_BUCKETS; k++)
+        many[k][0] = (uint64_t)k, many[k][1] = 1;
+    stats_one_hist(&m, RNP_MAX_BUCKETS, true, b, put_buckets(b, many, RNP_MAX_BUCKETS));
+    reply_expect(&m, 0, NULL, "the limit", &out);
+    assert_int_equal(out.u.stats.hists[0].nbuckets, RNP_MAX_BUCKETS);
+    stats_one_hist(&m, RNP_MAX_BUCKETS + 1, true, b, put_buckets(b, many, RNP_MAX_BUCKETS + 1));
+    reply_expect(&m, RN_TOO_BIG, "65 buckets, limit 64", "over the limit", &out);
+
+    /* Buckets of another type: the bin 8 header of the 48 bytes made a str 8. */
+    stats_one_hist(&m, 10, true, b, len);
+    uint8_t *bin = memmem(m.sb.data, m.sb.size, "\xc4\x30", 2);
+    assert_non_null(bin);
+    bin[0] = 0xd9;
+    reply_expect(&m, RN_BAD_TYPE, "stats.hists.total.buckets", "buckets as a string", &out);
+}
+
 /* ---- PROTOCOL.md agrees with the code ---------------------------------------------------- */
 
 static char *read_protocol_md(void)
@@ -357,6 +483,7 @@ int main(void)
         cmocka_unit_test(test_size_limit),
         cmocka_unit_test(test_bwd_digest),
         cmocka_unit_test(test_seq_window),
+        cmocka_unit_test(test_stats_buckets),
         cmocka_unit_test(test_protocol_md_tables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
