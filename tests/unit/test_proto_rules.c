@@ -415,6 +415,41 @@ static void test_stats_buckets(void **state)
     reply_expect(&m, RN_BAD_TYPE, "stats.hists.total.buckets", "buckets as a string", &out);
 }
 
+/* The largest STATS reply (every counter and histogram, names of 47 bytes,
+ * 64 buckets each) still fits RNP_MAX_MSG, and decodes. */
+static void test_stats_largest(void **state)
+{
+    (void)state;
+    static rnp_reply p, back;
+    static uint8_t buf[RNP_MAX_MSG];
+    rnp_error err = { 0 };
+    size_t len;
+    p.version = RNP_VERSION, p.op = RN_OP_STATS;
+    rnp_stats_rep *s = &p.u.stats;
+    memset(s->backend, 'b', RNP_MAX_NAME - 1);
+    memset(s->device, 'd', RNP_MAX_NAME - 1);
+    for (uint32_t i = 0; i < RNP_MAX_STATS; i++) {
+        snprintf(s->stats[i].name, RNP_STAT_NAME, "%02u%045u", i, 0u);
+        s->stats[i].value = UINT64_MAX;
+    }
+    s->nstats = RNP_MAX_STATS;
+    for (uint32_t i = 0; i < RNP_MAX_HISTS; i++) {
+        rnp_hist *h = &s->hists[i];
+        snprintf(h->name, RNP_STAT_NAME, "%02u%045u", i, 0u);
+        h->count = h->p50 = h->p90 = h->p99 = h->max = h->sum = UINT64_MAX - 1;
+        h->has_buckets = true;
+        h->nbuckets = RNP_MAX_BUCKETS;
+        for (uint32_t k = 0; k < RNP_MAX_BUCKETS; k++)
+            h->buckets[k] = (rnp_bucket){ .upper = UINT64_MAX - RNP_MAX_BUCKETS + k,
+                                          .count = k ? 0 : UINT64_MAX - 1 };
+    }
+    s->nhists = RNP_MAX_HISTS;
+    assert_int_equal(rnp_encode_reply(&p, buf, sizeof buf, &len, &err), 0);
+    assert_true(len < RNP_MAX_MSG / 2);
+    assert_int_equal(rnp_decode_reply(buf, len, &back, &err), 0);
+    assert_int_equal(back.u.stats.hists[RNP_MAX_HISTS - 1].nbuckets, RNP_MAX_BUCKETS);
+}
+
 /* ---- PROTOCOL.md agrees with the code ---------------------------------------------------- */
 
 static char *read_protocol_md(void)
@@ -484,6 +519,7 @@ int main(void)
         cmocka_unit_test(test_bwd_digest),
         cmocka_unit_test(test_seq_window),
         cmocka_unit_test(test_stats_buckets),
+        cmocka_unit_test(test_stats_largest),
         cmocka_unit_test(test_protocol_md_tables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
