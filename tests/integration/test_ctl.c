@@ -73,7 +73,7 @@ static void check_prometheus(const char *text)
             char type[32];
             assert_int_equal(sscanf(l + 7, "%95s %31s", typed[ntyped], type), 2);
             assert_true(strcmp(type, "counter") == 0 || strcmp(type, "gauge") == 0 ||
-                        strcmp(type, "summary") == 0);
+                        strcmp(type, "summary") == 0 || strcmp(type, "histogram") == 0);
             ntyped++;
             assert_true(ntyped < 64);
             continue;
@@ -103,7 +103,8 @@ static void check_prometheus(const char *text)
                 size_t tl = strlen(typed[t]);
                 if (strcmp(name, typed[t]) == 0 ||
                     (strncmp(name, typed[t], tl) == 0 &&
-                     (strcmp(name + tl, "_count") == 0 || strcmp(name + tl, "_sum") == 0)))
+                     (strcmp(name + tl, "_count") == 0 || strcmp(name + tl, "_sum") == 0 ||
+                      strcmp(name + tl, "_bucket") == 0)))
                     found = 1;
             }
             if (!found)
@@ -154,7 +155,7 @@ static void test_ctl(void **state)
     /* Every series carries the endpoint first (rmsnormctl's instance label). */
     assert_non_null(strstr(out, "rmsnormd_requests_total{endpoint=\""));
     assert_non_null(strstr(out, ",op=\"bwd\"} "));
-    assert_non_null(strstr(out, ",stage=\"total\",quantile=\"0.99\"} "));
+    assert_non_null(strstr(out, ",stage=\"total\",le=\"+Inf\"} "));
 
     snprintf(file, sizeof file, "%s/rmsnormd.prom", d->dir);
     assert_int_equal(
