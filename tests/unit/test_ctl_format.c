@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_ctl_format.c - rmsnormctl's Prometheus and JSON output of latency:
+ * histograms with cumulative buckets, exact le bounds, +Inf, _sum and
+ * _count where the daemon sends buckets, and the summary of before where it
+ * does not (an older daemon).  format.c is compiled into the test, so no
+ * daemon is needed for the older daemon's case.
+ */
+#include "rn_test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../client/ctl/format.c"
+
+/* Two histograms, "queue" (values in three buckets) and "total" (empty). */
+static void sample(rn_stats_info *s, rn_hist_buckets *b, int with_buckets)
+{
+    memset(s, 0, sizeof *s);
+    memset(b, 0, RN_MAX_HISTS * sizeof *b);
+    snprintf(s->backend, sizeof s->backend, "cpu");
+    snprintf(s->device, sizeof s->device, "cpu");
+    s->nhists = 2;
+    snprintf(s->hists[0].name, RN_STAT_NAME_LEN, "queue");
+    s->hists[0] = (rn_hist){ .count = 6, .p50 = 1023, .p90 = 1500000000, .p99 = 1500000000,
+                             .max = 1400000000 };
+    snprintf(s->hists[0].name, RN_STAT_NAME_LEN, "queue");
+    snprintf(s->hists[1].name, RN_STAT_NAME_LEN, "total");
+    for (unsigned i = 0; i < 2; i++) {
+        b[i].struct_size = sizeof b[i];
+        snprintf(b[i].name, RN_STAT_NAME_LEN, "%s", s->hists[i].name);
+        b[i].count = s->hists[i].count;
+        b[i].present = with_buckets;
+    }
+    if (!with_buckets)
+        return;
+    b[0].nbuckets = 3;
+    b[0].buckets[0] = (rn_bucket){ .le_ns = 7, .count = 1 };
+    b[0].buckets[1] = (rn_bucket){ .le_ns = 1023, .count = 3 };
+    b[0].buckets[2] = (rn_bucket){ .le_ns = 1610612735, .count = 2 };
+    b[0].sum_ns = 2000003007;
+}
+
+/* The output of fmt as a string (static; valid until the next call). */
+static const char *render(rnctl_format fmt, const rn_stats_info *s, const rn_hist_buckets *b)
+{
+    static char text[1 << 16];
+    rnctl_instance in;
+    memset(&in, 0, sizeof in);
+    snprintf(in.endpoint, sizeof in.endpoint, "ipc:///run/x.sock");
+    FILE *f = fmemopen(text, sizeof text, "w");
+    assert_non_null(f);
+    rnctl_print_stats(f, fmt, s, b, &in);
+    assert_int_equal(fclose(f), 0);
+    return text;
+}
+
+#define HAS(text, s)                                                              \
+    do {                                                                          \
+        if (!strstr(text, s))                                                     \
+            fail_msg("missing: %s\n---- output ----\n%s", s, text);               \
+    } while (0)
+
+static void test_prometheus_histogram(void **state)
+{
+    (void)state;
+    static rn_stats_info s;
+    static rn_hist_buckets b[RN_MAX_HISTS];
+    sample(&s, b, 1);
+    const char *t = render(RNCTL_PROMETHEUS, &s, b);
+    const char *q = "{endpoint=\"ipc:///run/x.sock\",stage=\"queue\"";
+    char line[256];
+    HAS(t, "# TYPE rmsnormd_latency_seconds histogram\n");
+    /* Cumulative counts at exact bounds in seconds, then +Inf = count. */
+    const char *want[] = { "_bucket%s,le=\"0.000000007\"} 1\n", "_bucket%s,le=\"0.000001023\"} 4\n",
+                           "_bucket%s,le=\"1.610612735\"} 6\n", "_bucket%s,le=\"+Inf\"} 6\n",
+                           "_sum%s} 2.000003007\n", "_count%s} 6\n" };
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
+        char w[200];
+        snprintf(w, sizeof w, want[k], q);
+        snprintf(line, sizeof line, "rmsnormd_latency_seconds%s", w);
+        HAS(t, line);
+    }
+    /* An empty histogram: +Inf 0, sum 0, count 0. */
+    HAS(t, "rmsnormd_latency_seconds_bucket{endpoint=\"ipc:///run/x.sock\",stage=\"total\","
+           "le=\"+Inf\"} 0\n");
+    HAS(t, "rmsnormd_latency_seconds_sum{endpoint=\"ipc:///run/x.sock\",stage=\"total\"} 0\n");
+    assert_null(strstr(t, "quantile="));
+    assert_null(strstr(t, " summary\n"));
+    /* The maximum stays a gauge. */
+    HAS(t, "# TYPE rmsnormd_latency_max_seconds gauge\n");
+    HAS(t, "rmsnormd_latency_max_seconds{endpoint=\"ipc:///run/x.sock\",stage=\"queue\"} "
+           "1.400000000\n");
+}
+
+static void test_prometheus_older_daemon(void **state)
+{
+    (void)state;
+    static rn_stats_info s;
+    static rn_hist_buckets b[RN_MAX_HISTS];
+    sample(&s, b, 0);
+    const char *t = render(RNCTL_PROMETHEUS, &s, b);
+    HAS(t, "# TYPE rmsnormd_latency_seconds summary\n");
+    HAS(t, "rmsnormd_latency_seconds{endpoint=\"ipc:///run/x.sock\",stage=\"queue\","
+           "quantile=\"0.99\"} 1.500000000\n");
+    assert_null(strstr(t, "_bucket"));
+    HAS(t, "# TYPE rmsnormd_latency_max_seconds gauge\n");
+    /* No buckets at all (b NULL) is the same. */
+    assert_string_equal(render(RNCTL_PROMETHEUS, &s, NULL), t);
+}
+
+static void test_json_buckets(void **state)
+{
+    (void)state;
+    static rn_stats_info s;
+    static rn_hist_buckets b[RN_MAX_HISTS];
+    sample(&s, b, 1);
+    const char *t = render(RNCTL_JSON, &s, b);
+    HAS(t, "\"max_ns\":1400000000,\"sum_ns\":2000003007,\"buckets\":[{\"le_ns\":7,\"count\":1},"
+           "{\"le_ns\":1023,\"count\":3},{\"le_ns\":1610612735,\"count\":2}]}");
+    HAS(t, "\"total\":{\"count\":0,\"p50_ns\":0,\"p90_ns\":0,\"p99_ns\":0,\"max_ns\":0,"
+           "\"sum_ns\":0,\"buckets\":[]}");
+    sample(&s, b, 0);
+    t = render(RNCTL_JSON, &s, b);
+    assert_null(strstr(t, "buckets"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prometheus_histogram),
+        cmocka_unit_test(test_prometheus_older_daemon),
+        cmocka_unit_test(test_json_buckets),
+    };
+    return cmocka_run_group_tests_name("rmsnormctl format", tests, NULL, NULL);
+}
