@@ -193,25 +193,33 @@ static void prom_stage(FILE *f, const char *metric, const rnctl_instance *in, co
 }
 
 /*
- * The latency histograms as Prometheus histograms: the daemon's non-empty
- * log-scale buckets with cumulative counts (each le an exact upper bound in
- * seconds), +Inf, the sum and the count.  Histograms add up across daemons
- * and over time, unlike the percentiles of a summary.
+ * The latency histograms as Prometheus histograms: cumulative counts at
+ * fixed bounds, +Inf, the sum and the count.  The bounds are the same in
+ * every daemon's output, so that series add up across daemons (a sum by le)
+ * as well as over time, unlike the percentiles of a summary: each power of
+ * two of nanoseconds less one, from 2^10 - 1 (about 1 us) to 2^37 - 1 (about
+ * 137 s).  The daemon's log-scale buckets (merged or not) never straddle such
+ * a bound, so every cumulative count is exact.
  */
+#define PROM_FIRST_POW 10
+#define PROM_LAST_POW 37
 static void prom_histograms(FILE *f, const rn_stats_info *s, const rn_hist_buckets *b,
                             const rnctl_instance *in)
 {
     fprintf(f, "# HELP rmsnormd_latency_seconds Request latency by stage (queue: receipt to "
-               "start of compute; compute; total), in the daemon's log-scale buckets.\n"
+               "start of compute; compute; total), at power-of-two bounds.\n"
                "# TYPE rmsnormd_latency_seconds histogram\n");
     for (unsigned i = 0; i < s->nhists; i++) {
         const rn_hist_buckets *hb = &b[i];
         uint64_t cum = 0;
-        for (unsigned k = 0; k < hb->nbuckets; k++) {
-            cum += hb->buckets[k].count;
+        unsigned k = 0;
+        for (unsigned e = PROM_FIRST_POW; e <= PROM_LAST_POW; e++) {
+            uint64_t le = ((uint64_t)1 << e) - 1;
+            while (k < hb->nbuckets && hb->buckets[k].le_ns <= le)
+                cum += hb->buckets[k++].count;
             prom_stage(f, "rmsnormd_latency_seconds_bucket", in, s->hists[i].name);
             fprintf(f, ",le=\"");
-            prom_seconds(f, hb->buckets[k].le_ns);
+            prom_seconds(f, le);
             fprintf(f, "\"} %" PRIu64 "\n", cum);
         }
         prom_stage(f, "rmsnormd_latency_seconds_bucket", in, s->hists[i].name);

@@ -71,10 +71,11 @@ static void test_prometheus_histogram(void **state)
     const char *q = "{endpoint=\"ipc:///run/x.sock\",stage=\"queue\"";
     char line[256];
     HAS(t, "# TYPE rmsnormd_latency_seconds histogram\n");
-    /* Cumulative counts at exact bounds in seconds, then +Inf = count. */
-    const char *want[] = { "_bucket%s,le=\"0.000000007\"} 1\n", "_bucket%s,le=\"0.000001023\"} 4\n",
-                           "_bucket%s,le=\"1.610612735\"} 6\n", "_bucket%s,le=\"+Inf\"} 6\n",
-                           "_sum%s} 2.000003007\n", "_count%s} 6\n" };
+    /* Cumulative counts at the fixed power-of-two bounds (the same for every
+     * daemon, so that series add up), then +Inf = count. */
+    const char *want[] = { "_bucket%s,le=\"0.000001023\"} 4\n", "_bucket%s,le=\"1.073741823\"} 4\n",
+                           "_bucket%s,le=\"2.147483647\"} 6\n", "_bucket%s,le=\"137.438953471\"} 6\n",
+                           "_bucket%s,le=\"+Inf\"} 6\n", "_sum%s} 2.000003007\n", "_count%s} 6\n" };
     for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
         char w[200];
         snprintf(w, sizeof w, want[k], q);
@@ -85,6 +86,8 @@ static void test_prometheus_histogram(void **state)
     HAS(t, "rmsnormd_latency_seconds_bucket{endpoint=\"ipc:///run/x.sock\",stage=\"total\","
            "le=\"+Inf\"} 0\n");
     HAS(t, "rmsnormd_latency_seconds_sum{endpoint=\"ipc:///run/x.sock\",stage=\"total\"} 0\n");
+    /* No bound other than the fixed ones (the daemon's own 7 ns is not one). */
+    assert_null(strstr(t, "le=\"0.000000007\""));
     assert_null(strstr(t, "quantile="));
     assert_null(strstr(t, " summary\n"));
     /* The maximum stays a gauge. */
