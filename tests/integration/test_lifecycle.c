@@ -193,6 +193,30 @@ static void test_shm_names(void **state)
 
 /* SIGTERM while requests are in flight: every one is answered (and right),
  * new ones are refused with DRAINING, and the daemon exits 0. */
+/* k workers with one M x 4096 bf16 request each, started together: all are
+ * ready before any sends. */
+static void spawn_together(const rnh_daemon *d, rnh_proc *w, int k, const char *m)
+{
+    char line[200];
+    for (int i = 0; i < k; i++) {
+        char seed[16];
+        snprintf(seed, sizeof seed, "%d", i + 1);
+        const char *argv[] = {"prog_worker", "--endpoint", d->endpoint, "-r",        "1",
+                              "--m",         m,            "--n",       "4096",      "--dtype",
+                              "bf16",        "--seed",     seed,        "--wait-go", NULL};
+        assert_int_equal(rnh_spawn("prog_worker", argv, false, &w[i]), 0);
+    }
+    for (int i = 0; i < k; i++) {
+        assert_true(rnh_read_line(&w[i], line, sizeof line, 60000) >= 0);
+        assert_string_equal(line, "ready");
+    }
+    for (int i = 0; i < k; i++) {
+        assert_int_equal(write(w[i].in_fd, "g", 1), 1);
+        close(w[i].in_fd);
+        w[i].in_fd = -1;
+    }
+}
+
 static void test_sigterm_drain(void **state)
 {
     rnh_daemon *d = *state;
@@ -207,23 +231,7 @@ static void test_sigterm_drain(void **state)
     rnh_arg(d, "1");
     assert_int_equal(rnh_start(d), 0);
     live_open(&l, d, 10000, 3);
-    for (int i = 0; i < K; i++) {
-        char seed[16];
-        snprintf(seed, sizeof seed, "%d", i + 1);
-        const char *argv[] = {"prog_worker", "--endpoint", d->endpoint, "-r",        "1",
-                              "--m",         "1024",       "--n",       "4096",      "--dtype",
-                              "bf16",        "--seed",     seed,        "--wait-go", NULL};
-        assert_int_equal(rnh_spawn("prog_worker", argv, false, &w[i]), 0);
-    }
-    for (int i = 0; i < K; i++) {
-        assert_true(rnh_read_line(&w[i], line, sizeof line, 60000) >= 0);
-        assert_string_equal(line, "ready");
-    }
-    for (int i = 0; i < K; i++) {
-        assert_int_equal(write(w[i].in_fd, "g", 1), 1);
-        close(w[i].in_fd);
-        w[i].in_fd = -1;
-    }
+    spawn_together(d, w, K, "1024");
     /* Every request has arrived; most are still queued or running. */
     assert_int_equal(rnh_wait_stat(d, "requests.bwd", K, 30000), 0);
     inflight = rnh_stat(d, "inflight.current");
@@ -270,23 +278,7 @@ static void test_backend_failure_answers_all(void **state)
     rnh_arg(d, "--debug-fail-after");
     rnh_arg(d, "6");
     assert_int_equal(rnh_start(d), 0);
-    for (int i = 0; i < K; i++) {
-        char seed[16];
-        snprintf(seed, sizeof seed, "%d", i + 1);
-        const char *argv[] = {"prog_worker", "--endpoint", d->endpoint, "-r",        "1",
-                              "--m",         "2048",       "--n",       "4096",      "--dtype",
-                              "bf16",        "--seed",     seed,        "--wait-go", NULL};
-        assert_int_equal(rnh_spawn("prog_worker", argv, false, &w[i]), 0);
-    }
-    for (int i = 0; i < K; i++) {
-        assert_true(rnh_read_line(&w[i], line, sizeof line, 60000) >= 0);
-        assert_string_equal(line, "ready");
-    }
-    for (int i = 0; i < K; i++) {
-        assert_int_equal(write(w[i].in_fd, "g", 1), 1);
-        close(w[i].in_fd);
-        w[i].in_fd = -1;
-    }
+    spawn_together(d, w, K, "2048");
     assert_int_equal(rnh_wait_exit(d, RNH_STOP_TIMEOUT_MS * 3), 2);
     for (int i = 0; i < K; i++) {
         assert_true(rnh_read_line(&w[i], line, sizeof line, 30000) >= 0);
