@@ -673,3 +673,35 @@ int rnh_shm_count(const char *prefix)
     closedir(dd);
     return n;
 }
+
+int rnh_run_ctl(const char *const *args, char *out, size_t outlen, int timeout_ms)
+{
+    const char *argv[32] = {"rmsnormctl"};
+    char path[512];
+    rnh_proc p;
+    size_t n = 0;
+    int i = 1;
+
+    for (; args[i - 1] && i < 31; i++)
+        argv[i] = args[i - 1];
+    argv[i] = NULL;
+    snprintf(path, sizeof path, "%s/rmsnormctl", rnh_build_dir());
+    if (rnh_spawn(path, argv, false, &p) != 0)
+        return -1;
+    close(p.in_fd);
+    p.in_fd = -1;
+    for (;;) {
+        struct pollfd pf = {.fd = p.out_fd, .events = POLLIN};
+        ssize_t r;
+        if (n + 1 >= outlen || poll(&pf, 1, timeout_ms) <= 0)
+            break;
+        r = read(p.out_fd, out + n, outlen - 1 - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    out[n] = '\0';
+    i = rnh_wait(&p, timeout_ms);
+    rnh_proc_close(&p);
+    return i;
+}

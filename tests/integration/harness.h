@@ -108,6 +108,11 @@ int rnh_read_line(rnh_proc *p, char *buf, size_t len, int timeout_ms);
  * status, 128 + signal, or -1 on timeout. */
 int rnh_wait(rnh_proc *p, int timeout_ms);
 
+/* Run $RN_BUILD/rmsnormctl with args (NULL-terminated, argv[0] excluded),
+ * its stdout into out (NUL-terminated, cut at outlen - 1), within timeout_ms.
+ * Returns its exit status (as rnh_wait), or -1 when it could not start. */
+int rnh_run_ctl(const char *const *args, char *out, size_t outlen, int timeout_ms);
+
 /* Close p's pipes (after rnh_wait). */
 void rnh_proc_close(rnh_proc *p);
 

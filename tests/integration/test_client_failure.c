@@ -34,36 +34,10 @@
 
 static char out[8192];
 
-/* Run rmsnormctl with args (NULL-terminated, argv[0] excluded) within
- * 30 s; its stdout goes to out.  Returns its exit status. */
+/* rmsnormctl with args; its stdout in out. */
 static int ctl(const char *const *args)
 {
-    const char *argv[16] = {"rmsnormctl"};
-    char path[512];
-    rnh_proc p;
-    size_t n = 0;
-    int i = 1;
-
-    for (; args[i - 1] && i < 15; i++)
-        argv[i] = args[i - 1];
-    argv[i] = NULL;
-    snprintf(path, sizeof path, "%s/rmsnormctl", rnh_build_dir());
-    assert_int_equal(rnh_spawn(path, argv, false, &p), 0);
-    close(p.in_fd);
-    p.in_fd = -1;
-    for (;;) {
-        struct pollfd pf = {.fd = p.out_fd, .events = POLLIN};
-        ssize_t r;
-        if (poll(&pf, 1, 30000) <= 0)
-            break;
-        r = read(p.out_fd, out + n, sizeof out - 1 - n);
-        if (r <= 0 || (n += (size_t)r) == sizeof out - 1)
-            break;
-    }
-    out[n] = '\0';
-    i = rnh_wait(&p, 30000);
-    rnh_proc_close(&p);
-    return i;
+    return rnh_run_ctl(args, out, sizeof out, 30000);
 }
 
 static const char *sock_path(const rnh_daemon *d)

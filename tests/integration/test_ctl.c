@@ -16,38 +16,10 @@
 
 static char out[1 << 16];
 
-/* Run rmsnormctl with args (NULL-terminated, after argv[0]); capture stdout
- * into `out`; return the exit status. */
+/* rmsnormctl with args; its stdout in out. */
 static int ctl(const char *const *args)
 {
-    const char *argv[32] = {"rmsnormctl"};
-    char path[512];
-    rnh_proc p;
-    size_t n = 0;
-    int i = 1, st;
-    for (; args[i - 1] && i < 31; i++)
-        argv[i] = args[i - 1];
-    argv[i] = NULL;
-    snprintf(path, sizeof path, "%s/rmsnormctl", rnh_build_dir());
-    assert_int_equal(rnh_spawn(path, argv, false, &p), 0);
-    close(p.in_fd);
-    p.in_fd = -1;
-    for (;;) {
-        struct pollfd pf = {.fd = p.out_fd, .events = POLLIN};
-        ssize_t r;
-        if (poll(&pf, 1, 120000) <= 0)
-            break;
-        r = read(p.out_fd, out + n, sizeof out - 1 - n);
-        if (r <= 0)
-            break;
-        n += (size_t)r;
-        if (n == sizeof out - 1)
-            break;
-    }
-    out[n] = '\0';
-    st = rnh_wait(&p, 120000);
-    rnh_proc_close(&p);
-    return st;
+    return rnh_run_ctl(args, out, sizeof out, 120000);
 }
 
 /* Each line of a text exposition is a comment (# HELP / # TYPE) or a sample
