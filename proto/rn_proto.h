@@ -354,6 +354,12 @@ int rnp_check_endpoint(const char *ep, const char **path, rnp_error *err);
  * field, never by casting a struct over the bytes.
  */
 #define RNP_CHAN_SUFFIX ".chan"
+
+/* What a daemon at its connection limit (--max-connections) writes on a new
+ * connection before it closes it, in place of nanomsg's 8-byte SP header
+ * (PROTOCOL.md, "Connections"). */
+#define RNP_CONN_REFUSED "\0RN\0FULL"
+#define RNP_CONN_REFUSED_LEN 8
 #define RNP_CHAN_MAGIC 0x68636e72u     /* the bytes "rnch" */
 #define RNP_CHAN_VERSION 1
 #define RNP_CHAN_HDR 8
