@@ -39,7 +39,7 @@ size_t rnp_chan_len(int t)
 static int parse_header(const uint8_t *m, size_t len, bool truncated, unsigned nfds,
                         rnp_chan_msg *msg, rnp_error *err)
 {
-    if (truncated || nfds > RNP_CHAN_MAX_FDS)
+    if (truncated || len > RNP_CHAN_MAX || nfds > RNP_CHAN_MAX_FDS)
         return rnp_fail(err, RN_TOO_BIG, "message: longer than %d bytes, or more than %d "
                         "descriptors", RNP_CHAN_MAX, RNP_CHAN_MAX_FDS);
     if (len < RNP_CHAN_HDR)

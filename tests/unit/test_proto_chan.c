@@ -189,6 +189,10 @@ static void test_header(void **state)
     expect(NULL, 0, true, 0, RN_TOO_BIG, "message:", RNP_CHAN_NONE);
     expect(b, len, false, RNP_CHAN_MAX_FDS + 1, RN_TOO_BIG, "message:", RNP_CHAN_NONE);
     expect(b, len, false, UINT32_MAX, RN_TOO_BIG, "message:", RNP_CHAN_NONE);
+    /* 129 bytes fit the daemon's receive buffer, but not the protocol's
+     * limit (PROTOCOL.md section 12: over 128 bytes is TOO_BIG). */
+    memset(b + len, 0, sizeof b - len);
+    expect(b, RNP_CHAN_MAX + 1, false, 0, RN_TOO_BIG, "message:", RNP_CHAN_NONE);
     /* Shorter than the header. */
     expect(NULL, 0, false, 0, RN_MALFORMED, "message: 0 bytes, shorter than the header",
            RNP_CHAN_NONE);
@@ -271,10 +275,8 @@ static void test_descriptors(void **state)
     }
 }
 
-/* Each type's exact length, every other one RN_MALFORMED naming the type.
- * That includes RNP_CHAN_MAX + 1 bytes the receiver saw whole: the daemon's
- * receive buffer has room for them, so no MSG_TRUNC; RN_TOO_BIG comes only
- * through truncated. */
+/* Each type's exact length, every other one up to RNP_CHAN_MAX RN_MALFORMED
+ * naming the type (longer is RN_TOO_BIG: test_header). */
 static void test_exact_length(void **state)
 {
     (void)state;
@@ -285,7 +287,7 @@ static void test_exact_length(void **state)
         char want[80];
 
         b[RNP_CHAN_MAX] = 0;
-        for (size_t n = RNP_CHAN_HDR; n <= RNP_CHAN_MAX + 1; n++) {
+        for (size_t n = RNP_CHAN_HDR; n <= RNP_CHAN_MAX; n++) {
             if (n == len) {
                 expect(b, n, false, fds_of(types[k]), 0, NULL, types[k]);
                 continue;
