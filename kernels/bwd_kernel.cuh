@@ -57,6 +57,13 @@ namespace rnk {
 #ifndef RNK_W_REGS
 #define RNK_W_REGS 2
 #endif
+/* RNK_RING_LANE_MAJOR = 1: each thread's ring slots contiguous (offsets are
+ * immediates); 0: slot-major, consecutive threads' 16-byte slots adjacent
+ * (as the kernel of f06db7b), so that a warp's cp.async writes 512
+ * contiguous bytes of shared memory. */
+#ifndef RNK_RING_LANE_MAJOR
+#define RNK_RING_LANE_MAJOR 0
+#endif
 static_assert(RNK_STAGES1 >= 2 && RNK_STAGES2 >= 2 && RNK_STAGES4 >= 2, "RNK_STAGES*: at least 2");
 
 __host__ __device__ constexpr int fast_stages(int nv)
@@ -101,13 +108,14 @@ __device__ __forceinline__ void cp_async16z(unsigned sdst, const void *gsrc, uns
  * thread's ring at shared address sring.
  */
 template <int NV>
-__device__ __forceinline__ void stage_row(int S, unsigned sring, const char *xr, const char *yr,
-                                          const unsigned (&coff)[NV], const unsigned (&nb)[NV])
+__device__ __forceinline__ void stage_row(int S, unsigned sring, unsigned ub, const char *xr,
+                                          const char *yr, const unsigned (&coff)[NV],
+                                          const unsigned (&nb)[NV])
 {
 #pragma unroll
     for (int v = 0; v < NV; v++) {
-        cp_async16z(sring + (S * 2 * NV + v) * 16, xr + coff[v], nb[v]);
-        cp_async16z(sring + (S * 2 * NV + NV + v) * 16, yr + coff[v], nb[v]);
+        cp_async16z(sring + (S * 2 * NV + v) * ub, xr + coff[v], nb[v]);
+        cp_async16z(sring + (S * 2 * NV + NV + v) * ub, yr + coff[v], nb[v]);
     }
 }
 
@@ -118,7 +126,8 @@ __device__ __forceinline__ void stage_row(int S, unsigned sring, const char *xr,
  * w), so they add nothing and are only not stored.
  */
 template <class T, int NV, bool ONLY_B, bool DRES>
-__device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, const float (*wv)[Vec<T>::N],
+__device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, int us,
+                                            const float (*wv)[Vec<T>::N],
                                             float rs, char *dxr, const char *drr,
                                             const unsigned (&coff)[NV], const bool (&ok)[NV], int g,
                                             int parity, float (&acc)[NV][Vec<T>::N],
@@ -132,8 +141,8 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, co
 #pragma unroll
     for (int v = 0; v < NV; v++) {
         float xf[VEC], yf[VEC];
-        Vec<T>::unpack(sl[v], xf);
-        Vec<T>::unpack(sl[NV + v], yf);
+        Vec<T>::unpack(sl[v * us], xf);
+        Vec<T>::unpack(sl[(NV + v) * us], yf);
         s1v[v] = 0;
         s2v[v] = 0;
 #pragma unroll
@@ -157,8 +166,8 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, co
 #pragma unroll
     for (int v = 0; v < NV; v++) {
         float xf[VEC], yf[VEC], rf[VEC], d[VEC];
-        Vec<T>::unpack(sl[v], xf);
-        Vec<T>::unpack(sl[NV + v], yf);
+        Vec<T>::unpack(sl[v * us], xf);
+        Vec<T>::unpack(sl[(NV + v) * us], yf);
         if (DRES)
             Vec<T>::unpack(ld16(drr + coff[v]), rf);
 #pragma unroll
@@ -201,6 +210,9 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
     constexpr int ST = fast_stages(NV);
     constexpr int ES = (int)sizeof(T);
     constexpr int SLOT = 2 * NV; /* 16-byte slots per stage */
+    /* uint4 units between a thread's consecutive slots (see RNK_RING_LANE_MAJOR) */
+    const int us = RNK_RING_LANE_MAJOR ? 1 : (int)blockDim.x;
+    const unsigned ub = (unsigned)us * 16u;
     const int64_t G = p.G;
     const int64_t xstep = G * p.xs * ES, ystep = G * p.dys * ES, dstep = G * p.dxs * ES;
     const char *xa = (const char *)p.x + rg * p.xs * ES; /* the next row to stage */
@@ -216,7 +228,7 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
 #pragma unroll
     for (int i = 0; i < ST - 1; i++) {
         if (i < steps) {
-            stage_row<NV>(i, sring, xa, ya, coff, nb);
+            stage_row<NV>(i, sring, ub, xa, ya, coff, nb);
             if (ONLY_B) {
                 rsq[i] = __ldg(ra);
                 ra += G;
@@ -229,7 +241,7 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
     int sa = ST - 1, sc = 0; /* stage being filled, being read */
     for (int64_t t = 0; t < steps; t++) {
         if (t + ST - 1 < steps) {
-            stage_row<NV>(0, sring + sa * SLOT * 16, xa, ya, coff, nb);
+            stage_row<NV>(0, sring + sa * SLOT * ub, ub, xa, ya, coff, nb);
             if (ONLY_B) {
                 rsq[ST - 1] = __ldg(ra);
                 ra += G;
@@ -239,7 +251,8 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
         }
         cp_async_commit();
         cp_async_wait<ST - 1>();
-        process_row<T, NV, ONLY_B, DRES>(p, ring + sc * SLOT, wv, rsq[0], dxr, drr, coff, ok, g,
+        process_row<T, NV, ONLY_B, DRES>(p, ring + sc * SLOT * us, us, wv, rsq[0], dxr, drr, coff,
+                                         ok, g,
                                          (int)(t & 1), acc, red);
         dxr += dstep;
         if (DRES)
@@ -295,7 +308,8 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
      * registers), then the ring, which the stripe combine and the finish's
      * tile reuse. */
     float *work = smem + p.wsp;
-    uint4 *ring = reinterpret_cast<uint4 *>(work) + threadIdx.x * ring_slots(NV);
+    uint4 *ring = reinterpret_cast<uint4 *>(work) +
+                  threadIdx.x * (RNK_RING_LANE_MAJOR ? ring_slots(NV) : 1);
     const unsigned sring = (unsigned)__cvta_generic_to_shared(ring);
     /* The plan keeps n small enough for a row to fit in shared memory. */
     const int n32 = (int)n;
