@@ -38,6 +38,7 @@ struct Params {
     int64_t C;        /* rows per chunk */
     int nchunks, G, tpr, nslices;
     int64_t pst;      /* floats per stripe slot (n rounded up to 4) */
+    int64_t wsp;      /* fast path: floats of w staged in shared memory before the ring */
     int64_t cs;       /* floats per chunk: G * pst */
     unsigned *ctr;    /* workspace header */
     float *part;      /* chunk k, stripe slot g at part + k * cs + g * pst */

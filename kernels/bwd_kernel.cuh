@@ -37,97 +37,119 @@ namespace rnk {
 
 /* ---- the fast path: aligned rows of one dtype, staged in shared memory ---- */
 
-template <int VEC>
-__device__ __forceinline__ void load_w(const float *w, float (&out)[VEC])
+/*
+ * Knobs (bench/build_variants.sh builds one benchmark per set):
+ *   RNK_STAGES1/2/4  rows in the ring per stripe for NV = 1, 2, 4 vectors a
+ *                    thread (STAGES - 1 rows of each stripe in flight while
+ *                    one is reduced);
+ *   RNK_W_REGS       w + weight_offset held in registers for NV <= this
+ *                    (else read from shared memory at every row).
+ */
+#ifndef RNK_STAGES1
+#define RNK_STAGES1 3
+#endif
+#ifndef RNK_STAGES2
+#define RNK_STAGES2 3
+#endif
+#ifndef RNK_STAGES4
+#define RNK_STAGES4 3
+#endif
+#ifndef RNK_W_REGS
+#define RNK_W_REGS 2
+#endif
+/* RNK_RING_LANE_MAJOR = 1: each thread's ring slots contiguous (offsets are
+ * immediates); 0: slot-major, consecutive threads' 16-byte slots adjacent
+ * (as the kernel of f06db7b), so that a warp's cp.async writes 512
+ * contiguous bytes of shared memory. */
+#ifndef RNK_RING_LANE_MAJOR
+#define RNK_RING_LANE_MAJOR 0
+#endif
+static_assert(RNK_STAGES1 >= 2 && RNK_STAGES2 >= 2 && RNK_STAGES4 >= 2, "RNK_STAGES*: at least 2");
+
+__host__ __device__ constexpr int fast_stages(int nv)
 {
-#pragma unroll
-    for (int e = 0; e < VEC; e += 4) {
-        float4 q = *reinterpret_cast<const float4 *>(w + e);
-        out[e] = q.x;
-        out[e + 1] = q.y;
-        out[e + 2] = q.z;
-        out[e + 3] = q.w;
-    }
+    return nv == 1 ? RNK_STAGES1 : nv == 2 ? RNK_STAGES2 : RNK_STAGES4;
+}
+__host__ __device__ constexpr bool fast_w_regs(int nv)
+{
+    return nv <= RNK_W_REGS;
+}
+/* 16-byte ring slots per thread: STAGES rows of NV x and NV dy vectors, and
+ * one slot of padding, so that threads sit an odd number of 16-byte units
+ * apart and a warp's 16-byte accesses never meet in a bank. */
+__host__ __device__ constexpr int ring_slots(int nv)
+{
+    return 2 * nv * fast_stages(nv) + 1;
+}
+/* Floats of w a stripe lane keeps in shared memory (when not in registers):
+ * its NV * VEC columns, padded for the same reason. */
+__host__ __device__ constexpr int w_lane_floats(int nv, int vec)
+{
+    return nv * vec + 4;
+}
+
+/* 16-byte asynchronous copy that writes zeros past src_bytes (0 or 16): the
+ * columns past n read as zeros, with no branch. */
+__device__ __forceinline__ void cp_async16z(unsigned sdst, const void *gsrc, unsigned src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sdst), "l"(gsrc),
+                 "r"(src_bytes)
+                 : "memory");
 }
 
 /*
- * Rows reach the block through a ring of STAGES row slots in shared memory,
- * filled with cp.async (16 bytes per copy, L2 only): STAGES - 1 rows of each
- * stripe are in flight while one is reduced, and the bytes in flight cost no
- * registers.  Each thread copies, and later reads, only its own vectors of a
- * row (slot j of stage s at ring[(s * 2 * NV + j) * blockDim.x + tid]: x's
- * vectors are j < NV, dy's j >= NV), so cp.async.wait_group alone orders the
- * copy before the read; no barrier is needed for the ring.
+ * A thread's share of a row: NV vectors of VEC columns, vector v at columns
+ * (v * tpr + lt) * VEC (a warp reads 512 contiguous bytes per vector);
+ * coff[v]: its byte offset in a row, nb[v]: 16, or 0 for a vector past n
+ * (offset 0, nothing read, zeros written); w (wv[v]): w + weight_offset of
+ * its columns, 0 past n.
+ *
+ * Start copying one row's vectors of x and dy into ring stage S of the
+ * thread's ring at shared address sring.
  */
-#ifndef RNK_STAGES
-#define RNK_STAGES 3
-#endif
-enum { STAGES = RNK_STAGES };
-static_assert(STAGES >= 2 && STAGES <= 8, "RNK_STAGES: 2 to 8");
-
-/* Start copying one row's vectors of x and dy into a stage. */
-template <class T, int NV>
-__device__ __forceinline__ void stage_row(const Params &p, int64_t r, const int64_t (&col)[NV],
-                                          const bool (&ok)[NV], uint4 *stage)
+template <int NV>
+__device__ __forceinline__ void stage_row(int S, unsigned sring, unsigned ub, const char *xr,
+                                          const char *yr, const unsigned (&coff)[NV],
+                                          const unsigned (&nb)[NV])
 {
 #pragma unroll
     for (int v = 0; v < NV; v++) {
-        if (ok[v]) {
-            cp_async16(stage + v * blockDim.x + threadIdx.x, (const T *)p.x + r * p.xs + col[v]);
-            cp_async16(stage + (NV + v) * blockDim.x + threadIdx.x,
-                       (const T *)p.dy + r * p.dys + col[v]);
-        }
+        cp_async16z(sring + (S * 2 * NV + v) * ub, xr + coff[v], nb[v]);
+        cp_async16z(sring + (S * 2 * NV + NV + v) * ub, yr + coff[v], nb[v]);
     }
 }
 
 /*
- * One row of a stripe, read from its ring slot st (this thread's first
- * vector): the row sums (sum of x^2 only when rstd is recomputed), rstd and
- * c, then dx and dw's sums.  With -DRNK_HOLD_ROWS=1 and one or two vectors a
- * thread the row is held in registers across the two passes (a stripe's
- * barrier between them makes the compiler read shared memory again), as the
- * kernel before issue 15 did; with four, whose stripes are one or two warps,
- * the registers are left to dw's sums and the second pass reads the ring.
+ * One row of a stripe, from ring slot sl (this thread's vectors): the row
+ * sums (sum of x^2 only when rstd is recomputed), rstd and c, then dx (to
+ * dxr, the row's dx) and dw's sums.  Vectors past n hold zeros (x, dy and
+ * w), so they add nothing and are only not stored.
  */
-#ifndef RNK_HOLD_ROWS
-#define RNK_HOLD_ROWS 0
-#endif
-template <class T, int NV>
-__device__ __forceinline__ void process_row(const Params &p, int64_t r, int parity, int g,
-                                            const int64_t (&col)[NV], const bool (&ok)[NV],
-                                            const uint4 *st, float rs, const float *wsm,
-                                            float (&acc)[NV][Vec<T>::N], rsum_t (*red)[32][2])
+template <class T, int NV, bool ONLY_B, bool DRES>
+__device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, int us,
+                                            const float (*wv)[Vec<T>::N],
+                                            float rs, char *dxr, const char *drr,
+                                            const unsigned (&coff)[NV], const bool (&ok)[NV], int g,
+                                            int parity, float (&acc)[NV][Vec<T>::N],
+                                            rsum_t (*red)[32][2])
 {
     constexpr int VEC = Vec<T>::N;
-    constexpr bool HOLD = RNK_HOLD_ROWS && NV <= 2;
-    const bool only_b = p.rstd != nullptr;
-    uint4 hx[HOLD ? NV : 1], hy[HOLD ? NV : 1];
-    if (HOLD) {
-#pragma unroll
-        for (int v = 0; v < NV; v++) {
-            hx[HOLD ? v : 0] = ok[v] ? st[v * blockDim.x] : make_uint4(0, 0, 0, 0);
-            hy[HOLD ? v : 0] = ok[v] ? st[(NV + v) * blockDim.x] : make_uint4(0, 0, 0, 0);
-        }
-    }
     /* One chain of additions per vector, then a fixed tree over the
      * vectors: NV independent chains keep the scheduler busy where one
      * chain over the thread's whole share of the row would stall it. */
     rsum_t s1v[NV], s2v[NV];
 #pragma unroll
     for (int v = 0; v < NV; v++) {
+        float xf[VEC], yf[VEC];
+        Vec<T>::unpack(sl[v * us], xf);
+        Vec<T>::unpack(sl[(NV + v) * us], yf);
         s1v[v] = 0;
         s2v[v] = 0;
-        if (ok[v]) {
-            float xf[VEC], yf[VEC], wv[VEC];
-            Vec<T>::unpack(HOLD ? hx[HOLD ? v : 0] : st[v * blockDim.x], xf);
-            Vec<T>::unpack(HOLD ? hy[HOLD ? v : 0] : st[(NV + v) * blockDim.x], yf);
-            load_w<VEC>(wsm + col[v], wv);
 #pragma unroll
-            for (int e = 0; e < VEC; e++) {
-                if (!only_b)
-                    s1v[v] += (rsum_t)(xf[e] * xf[e]);
-                s2v[v] += (rsum_t)(xf[e] * (yf[e] * wv[e]));
-            }
+        for (int e = 0; e < VEC; e++) {
+            if (!ONLY_B)
+                s1v[v] += (rsum_t)(xf[e] * xf[e]);
+            s2v[v] += (rsum_t)(xf[e] * (yf[e] * wv[v][e]));
         }
     }
 #pragma unroll
@@ -138,35 +160,110 @@ __device__ __forceinline__ void process_row(const Params &p, int64_t r, int pari
             s2v[v] += s2v[v + h];
         }
     rsum_t s1 = s1v[0], s2 = s2v[0];
-#if RNK_RELOAD_ROW
-    /* Read the row from shared memory again below rather than keeping it
-     * in registers from the sums' pass. */
-    asm volatile("" ::: "memory");
-#endif
-    stripe_sum2<rsum_t>(s1, s2, only_b, g, p.tpr, parity, true, red);
-    const float rstd = only_b ? rs : 1.0f / sqrtf((float)(s1 / (rsum_t)p.n) + p.eps);
+    stripe_sum2<rsum_t>(s1, s2, ONLY_B, g, p.tpr, parity, true, red);
+    const float rstd = ONLY_B ? rs : 1.0f / sqrtf((float)(s1 / (rsum_t)p.n) + p.eps);
     const float c = (float)((rsum_t)rstd * (s2 / (rsum_t)p.n));
 #pragma unroll
     for (int v = 0; v < NV; v++) {
-        if (ok[v]) {
-            float xf[VEC], yf[VEC], rf[VEC], d[VEC], wv[VEC];
-            Vec<T>::unpack(HOLD ? hx[HOLD ? v : 0] : st[v * blockDim.x], xf);
-            Vec<T>::unpack(HOLD ? hy[HOLD ? v : 0] : st[(NV + v) * blockDim.x], yf);
-            load_w<VEC>(wsm + col[v], wv);
-            if (p.dres)
-                Vec<T>::unpack(ld16((const T *)p.dres + r * p.drs + col[v]), rf);
+        float xf[VEC], yf[VEC], rf[VEC], d[VEC];
+        Vec<T>::unpack(sl[v * us], xf);
+        Vec<T>::unpack(sl[(NV + v) * us], yf);
+        if (DRES)
+            Vec<T>::unpack(ld16(drr + coff[v]), rf);
 #pragma unroll
-            for (int e = 0; e < VEC; e++) {
-                const float xh = __fmul_rn(xf[e], rstd);
-                const float gg = yf[e] * wv[e];
-                d[e] = rstd * (gg - xh * c);
-                if (p.dres)
-                    d[e] += rf[e];
-                acc[v][e] = __fadd_rn(acc[v][e], __fmul_rn(yf[e], xh));
-            }
-            st16((T *)p.dx + r * p.dxs + col[v], Vec<T>::pack(d));
+        for (int e = 0; e < VEC; e++) {
+            const float xh = __fmul_rn(xf[e], rstd);
+            const float gg = yf[e] * wv[v][e];
+            d[e] = rstd * (gg - xh * c);
+            if (DRES)
+                d[e] += rf[e];
+#if RNK_DW_FMA
+            acc[v][e] = __fmaf_rn(yf[e], xh, acc[v][e]);
+#else
+            acc[v][e] = __fadd_rn(acc[v][e], __fmul_rn(yf[e], xh));
+#endif
         }
+        if (ok[v])
+            st16(dxr + coff[v], Vec<T>::pack(d));
     }
+}
+
+/*
+ * A stripe's rows of one chunk: rows rg, rg + G, ... (steps of them), each
+ * through the ring: STAGES - 1 rows in flight while one is reduced, one
+ * commit group per step, empty or not, so that wait_group<STAGES - 1> always
+ * means "this step's row is here".  rstd is prefetched as far ahead, in
+ * registers (rsq[0]: this step).  Each thread copies, and later reads, only
+ * its own slots, so cp.async.wait_group alone orders a copy before its read,
+ * and a slot is refilled only after its row is done.  (Unrolling this loop
+ * by STAGES, so that every slot offset is a constant, made the hot loop 3 to
+ * 8 rows of code long and 20 % slower: bench/RESULTS.md.)
+ */
+template <class T, int NV, bool ONLY_B, bool DRES>
+__device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t steps, int g,
+                                            unsigned sring, const uint4 *ring,
+                                            const float (*wv)[Vec<T>::N],
+                                            const unsigned (&coff)[NV], const unsigned (&nb)[NV],
+                                            const bool (&ok)[NV], float (&acc)[NV][Vec<T>::N],
+                                            rsum_t (*red)[32][2])
+{
+    constexpr int ST = fast_stages(NV);
+    constexpr int ES = (int)sizeof(T);
+    constexpr int SLOT = 2 * NV; /* 16-byte slots per stage */
+    /* uint4 units between a thread's consecutive slots (see RNK_RING_LANE_MAJOR) */
+    const int us = RNK_RING_LANE_MAJOR ? 1 : (int)blockDim.x;
+    const unsigned ub = (unsigned)us * 16u;
+    const int64_t G = p.G;
+    const int64_t xstep = G * p.xs * ES, ystep = G * p.dys * ES, dstep = G * p.dxs * ES;
+    const char *xa = (const char *)p.x + rg * p.xs * ES; /* the next row to stage */
+    const char *ya = (const char *)p.dy + rg * p.dys * ES;
+    const float *ra = ONLY_B ? p.rstd + rg : nullptr;
+    char *dxr = (char *)p.dx + rg * p.dxs * ES; /* the row being reduced */
+    const char *drr = DRES ? (const char *)p.dres + rg * p.drs * ES : nullptr;
+    const int64_t drstep = DRES ? G * p.drs * ES : 0;
+    float rsq[ST];
+#pragma unroll
+    for (int i = 0; i < ST; i++)
+        rsq[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ST - 1; i++) {
+        if (i < steps) {
+            stage_row<NV>(i, sring, ub, xa, ya, coff, nb);
+            if (ONLY_B) {
+                rsq[i] = __ldg(ra);
+                ra += G;
+            }
+            xa += xstep;
+            ya += ystep;
+        }
+        cp_async_commit();
+    }
+    int sa = ST - 1, sc = 0; /* stage being filled, being read */
+    for (int64_t t = 0; t < steps; t++) {
+        if (t + ST - 1 < steps) {
+            stage_row<NV>(0, sring + sa * SLOT * ub, ub, xa, ya, coff, nb);
+            if (ONLY_B) {
+                rsq[ST - 1] = __ldg(ra);
+                ra += G;
+            }
+            xa += xstep;
+            ya += ystep;
+        }
+        cp_async_commit();
+        cp_async_wait<ST - 1>();
+        process_row<T, NV, ONLY_B, DRES>(p, ring + sc * SLOT * us, us, wv, rsq[0], dxr, drr, coff,
+                                         ok, g,
+                                         (int)(t & 1), acc, red);
+        dxr += dstep;
+        if (DRES)
+            drr += drstep;
+        sa = sa + 1 == ST ? 0 : sa + 1;
+        sc = sc + 1 == ST ? 0 : sc + 1;
+#pragma unroll
+        for (int i = 0; i < ST - 1; i++)
+            rsq[i] = rsq[i + 1];
+    }
+    cp_async_wait<0>();
 }
 
 /*
@@ -175,10 +272,7 @@ __device__ __forceinline__ void process_row(const Params &p, int64_t r, int pari
  * 512 vectors a row (bf16 n < 4096), so that small rows reduce inside one
  * warp and rows of 2048 across two; about two from there (256 threads at
  * n = 4096, 512 at 8192), where four left too few warps a SM.  A block is G
- * such stripes, at most 512 threads.  The register bounds leave the compiler
- * free (NV = 4 takes 125, NV <= 2 96-108): capping NV <= 2 at 64 for two
- * blocks of 512 spilled, and capping NV = 4 at 80 for three blocks of 256
- * spilled and lost 25-45 % (bench/RESULTS.md).
+ * such stripes, at most 512 threads.
  */
 #ifndef RNK_NV_TARGET
 #define RNK_NV_TARGET 4 /* vectors per thread the plan aims at, rows < 512 vectors */
@@ -195,13 +289,12 @@ __device__ __forceinline__ void process_row(const Params &p, int64_t r, int pari
 #ifndef RNK_FAST_MAXT
 #define RNK_FAST_MAXT 512
 #endif
-#ifndef RNK_RELOAD_ROW
-#define RNK_RELOAD_ROW 0
-#endif
 template <class T, class TW, int NV, int MODE>
 __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV12_MINB) fast_kernel(Params p)
 {
     constexpr int VEC = Vec<T>::N;
+    constexpr bool WREG = fast_w_regs(NV);
+    constexpr int WLF = w_lane_floats(NV, VEC);
     extern __shared__ float smem[];
     __shared__ rsum_t red[2][32][2];
     __shared__ int s_claim[2], s_last;
@@ -211,22 +304,49 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
     const bool want_dw = p.dw != nullptr;
 
     unsigned nxt = claim_issue(p); /* overlaps the weight staging below */
-    /* w + weight_offset in shared memory (1 without a weight): registers
-     * are kept for dw's sums. */
-    float *wsm = smem, *work = smem + p.pst; /* work: the ring, or comb / tile */
-    uint4 *ring = reinterpret_cast<uint4 *>(work);
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-        wsm[j] = p.w ? ld_any(Vec<TW>::DT, p.w, j) + p.offset : 1.0f;
-    if (threadIdx.x == 0)
-        s_claim[0] = (int)nxt;
-    __syncthreads();
-    int64_t col[NV];
+    /* smem: w + weight_offset per lane (p.wsp floats, none when w is held in
+     * registers), then the ring, which the stripe combine and the finish's
+     * tile reuse. */
+    float *work = smem + p.wsp;
+    uint4 *ring = reinterpret_cast<uint4 *>(work) +
+                  threadIdx.x * (RNK_RING_LANE_MAJOR ? ring_slots(NV) : 1);
+    const unsigned sring = (unsigned)__cvta_generic_to_shared(ring);
+    /* The plan keeps n small enough for a row to fit in shared memory. */
+    const int n32 = (int)n;
+    int col[NV];
+    unsigned coff[NV], nb[NV];
     bool ok[NV];
 #pragma unroll
     for (int v = 0; v < NV; v++) {
-        col[v] = ((int64_t)v * tpr + lt) * VEC;
-        ok[v] = col[v] < n;
+        col[v] = (v * tpr + lt) * VEC;
+        ok[v] = col[v] < n32;
+        coff[v] = ok[v] ? (unsigned)col[v] * (unsigned)sizeof(T) : 0u;
+        nb[v] = ok[v] ? 16u : 0u;
     }
+    float wreg[WREG ? NV : 1][VEC];
+    const float(*wv)[VEC];
+    if (WREG) {
+#pragma unroll
+        for (int v = 0; v < NV; v++)
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                wreg[WREG ? v : 0][e] =
+                    col[v] + e < n32 ? (p.w ? ld_any(Vec<TW>::DT, p.w, col[v] + e) + p.offset : 1.0f)
+                                   : 0.0f;
+        wv = wreg;
+    } else {
+        for (int i = threadIdx.x; i < tpr * NV; i += blockDim.x) {
+            const int l = i % tpr, v = i / tpr;
+            const int64_t c0 = ((int64_t)v * tpr + l) * VEC;
+            for (int e = 0; e < VEC; e++)
+                smem[l * WLF + v * VEC + e] =
+                    c0 + e < n ? (p.w ? ld_any(Vec<TW>::DT, p.w, c0 + e) + p.offset : 1.0f) : 0.0f;
+        }
+        wv = reinterpret_cast<const float(*)[VEC]>(smem + lt * WLF);
+    }
+    if (threadIdx.x == 0)
+        s_claim[0] = (int)nxt;
+    __syncthreads();
 
     int it = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
@@ -240,49 +360,18 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
             for (int e = 0; e < VEC; e++)
                 acc[v][e] = 0.0f;
 
-        /* Stripe g takes rows r0 + g, r0 + g + G, ... on its own: STAGES - 1
-         * of them in flight (see stage_row), no barrier with the other
-         * stripes until the chunk's end.  One commit group per step, empty
-         * or not, so that wait_group<STAGES - 1> always means "this step's
-         * row is here".  rstd is prefetched as far ahead, in registers
-         * (rsq[0]: this step). */
+        /* Stripe g takes rows r0 + g, r0 + g + G, ... on its own, no
+         * barrier with the other stripes until the chunk's end. */
         const int64_t rg = r0 + g;
         const int64_t steps = rg < r1 ? (r1 - rg + G - 1) / G : 0;
-        const int slot = 2 * NV * (int)blockDim.x;
-        float rsq[STAGES];
-#pragma unroll
-        for (int i = 0; i < STAGES; i++)
-            rsq[i] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < STAGES - 1; i++) {
-            if (i < steps) {
-                const int64_t r = rg + (int64_t)i * G;
-                stage_row<T, NV>(p, r, col, ok, ring + i * slot);
-                if (p.rstd)
-                    rsq[i] = __ldg(p.rstd + r);
-            }
-            cp_async_commit();
-        }
-        int sa = STAGES - 1, sc = 0; /* stage being filled, being read */
-        for (int64_t t = 0; t < steps; t++) {
-            const int64_t ta = t + STAGES - 1;
-            if (ta < steps) {
-                const int64_t ra = rg + ta * G;
-                stage_row<T, NV>(p, ra, col, ok, ring + sa * slot);
-                if (p.rstd)
-                    rsq[STAGES - 1] = __ldg(p.rstd + ra);
-            }
-            cp_async_commit();
-            cp_async_wait<STAGES - 1>();
-            process_row<T, NV>(p, rg + t * G, (int)(t & 1), g, col, ok,
-                               ring + sc * slot + threadIdx.x, rsq[0], wsm, acc, red);
-            sa = sa + 1 == STAGES ? 0 : sa + 1;
-            sc = sc + 1 == STAGES ? 0 : sc + 1;
-#pragma unroll
-            for (int i = 0; i < STAGES - 1; i++)
-                rsq[i] = rsq[i + 1];
-        }
-        cp_async_wait<0>();
+        if (p.rstd && !p.dres)
+            stripe_rows<T, NV, true, false>(p, rg, steps, g, sring, ring, wv, coff, nb, ok, acc, red);
+        else if (p.rstd)
+            stripe_rows<T, NV, true, true>(p, rg, steps, g, sring, ring, wv, coff, nb, ok, acc, red);
+        else if (!p.dres)
+            stripe_rows<T, NV, false, false>(p, rg, steps, g, sring, ring, wv, coff, nb, ok, acc, red);
+        else
+            stripe_rows<T, NV, false, true>(p, rg, steps, g, sring, ring, wv, coff, nb, ok, acc, red);
 
         if (threadIdx.x == 0)
             s_claim[(it + 1) & 1] = (int)nxt;

@@ -86,8 +86,12 @@ static void run_chunk(twin_job *job, int64_t k, float *xf, float *yf, float *of,
                 d = d + rf[j];
             of[j] = d;
             if (srow) {
+#if RNK_DW_FMA
+                srow[j] = fmaf(yf[j], xh, srow[j]);
+#else
                 float p = yf[j] * xh;
                 srow[j] = srow[j] + p;
+#endif
             }
         }
         rnk_store_row(a->dx_dtype, a->dx, dxo, n, of);

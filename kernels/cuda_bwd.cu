@@ -209,6 +209,7 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
             pl->fast = true;
             pl->nv = nv;
             p.tpr = (int)tp;
+            p.wsp = fast_w_regs(nv) ? 0 : tp * w_lane_floats(nv, vec);
         }
     }
     for (;;) {
@@ -232,6 +233,7 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
             return einval(msg, msglen, "n: %lld needs %zu bytes of shared memory",
                           (long long)a->n, pl->smem);
         pl->fast = false;
+        p.wsp = 0;
     }
     return RNK_OK;
 }

@@ -36,17 +36,18 @@ int ck(cudaError_t e, const char *file, int line, const char *what, char *msg, s
     } while (0)
 
 size_t ws_bytes(int64_t m, int64_t n);
-/* Fast path: bytes of the row ring (STAGES rows of x and dy per stripe). */
+/* Fast path: bytes of the row ring (bwd_kernel.cuh: ring_slots per thread). */
 inline size_t ring_bytes(const Plan &pl)
 {
-    return (size_t)STAGES * (size_t)pl.threads * (size_t)pl.nv * 32;
+    return (size_t)pl.threads * (size_t)ring_slots(pl.nv) * 16;
 }
-/* Fast path: the dynamic shared memory, w + weight_offset and then the
- * ring, which `reuse` bytes (the stripe combine, the finish's tile) share. */
+/* Fast path: the dynamic shared memory, w + weight_offset (p.wsp floats,
+ * none when it is held in registers) and then the ring, which `reuse` bytes
+ * (the stripe combine, the finish's tile) share. */
 inline size_t fast_smem(const Plan &pl, size_t reuse)
 {
     size_t ring = ring_bytes(pl);
-    return (size_t)pl.p.pst * 4 + (reuse > ring ? reuse : ring);
+    return (size_t)pl.p.wsp * 4 + (reuse > ring ? reuse : ring);
 }
 int plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb, Plan *pl,
          char *msg, size_t msglen);

@@ -85,6 +85,13 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen);
  */
 int64_t rnk_chunk_rows(int64_t m, int64_t n);
 
+/* dw's step per row (see below): with RNK_DW_FMA = 1, acc = fma(dy, xhat,
+ * acc), rounded once; else acc + (dy * xhat), each operation rounded.  Both
+ * backends must be built with the same value. */
+#ifndef RNK_DW_FMA
+#define RNK_DW_FMA 0
+#endif
+
 /* Partials added per group in dw's two-level sum (see below). */
 #define RNK_DW_GROUP 16
 
@@ -93,7 +100,8 @@ int64_t rnk_chunk_rows(int64_t m, int64_t n);
  * stripes (row r of the chunk goes to stripe r % G, so a GPU block works on G
  * rows at once).  Exact order of dw's fp32 sums, shared by both backends:
  *   stripe s:  acc = +0.0f; for each row of the stripe, in row order:
- *              acc = acc + (dy * (x * rstd))      (each operation rounded once)
+ *              acc = acc + (dy * (x * rstd))      (each operation rounded once;
+ *              with RNK_DW_FMA, acc = fma(dy, x * rstd, acc))
  *   partial k: p = +0.0f; for s = 0 .. G-1: p = p + stripe_s
  *   group q:   g = +0.0f; for k = q*RNK_DW_GROUP .. min((q+1)*RNK_DW_GROUP,
  *              nchunks)-1: g = g + partial_k

@@ -148,12 +148,11 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen)
 #ifndef RNK_WIDE_ROW
 #define RNK_WIDE_ROW 4096
 #endif
-/* Fewest rows a chunk takes when m allows: fewer, longer chunks for small m,
- * so fewer partials for the finish to add.  1 (off) by default; 32 made the
- * M = 4096 shapes 4-6 % faster with the experimental kernel of commit
- * 7a90195, not yet measured with this one (bench/RESULTS.md). */
+/* Fewest rows a chunk takes when m allows (fewer, longer chunks for small m:
+ * fewer partials for the finish to add).  32 with this kernel: the M = 4096
+ * shapes 4-7 % faster, nothing else changed (bench/RESULTS.md). */
 #ifndef RNK_MIN_CHUNK_ROWS
-#define RNK_MIN_CHUNK_ROWS 1
+#define RNK_MIN_CHUNK_ROWS 32
 #endif
 
 int64_t rnk_chunk_rows(int64_t m, int64_t n)

@@ -385,7 +385,8 @@ static void test_chunk_geometry(void **state)
                         nch == 1);
             assert_int_equal(c, rnk_chunk_rows(ms[i], ns[j]));
         }
-    assert_int_equal(rnk_chunk_rows(4096, 4096), 16);
+    assert_int_equal(rnk_chunk_rows(4096, 4096), 32);   /* RNK_MIN_CHUNK_ROWS */
+    assert_int_equal(rnk_chunk_rows(7, 4096), 7);        /* all of a small m */
     assert_int_equal(rnk_chunk_rows(65536, 4096), 256);
     assert_int_equal(rnk_chunk_stripes(256), 8);
     assert_int_equal(rnk_chunk_stripes(1), 8);
