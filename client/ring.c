@@ -229,6 +229,15 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, uint64_t *seqp)
     if ((rv = ensure_open(c)) != 0)
         return rv;
     g = c->ring;
+    if (__atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_STATE), __ATOMIC_ACQUIRE) !=
+        RNP_RING_OPEN) {
+        /* The daemon ended the session (the idle timeout, say): a new
+         * session opens a new ring, and the call runs there. */
+        collect(g, load_done(g));
+        lost(g, RN_RESTARTED, "the daemon closed the ring");
+        c->have_session = false;
+        return rnc_fail(c, RN_UNKNOWN_SESSION, "ring: the daemon closed it (session ended)");
+    }
     /* Earlier calls' errors first: a call after a failed one is not run. */
     collect(g, load_done(g));
     if ((rv = report(c, g)) != 0)

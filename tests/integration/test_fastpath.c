@@ -503,6 +503,34 @@ static void test_sigterm(void **state)
     RNH_PASS(d);
 }
 
+/* The daemon ends an idle session, ring and all: the next call opens a new
+ * session and a new ring, and runs there. */
+static void test_session_expired(void **state)
+{
+    rnh_daemon *d = *state;
+    rn_client *c;
+    laid l;
+    rnv_case k = mixed_case(2);
+
+    rnh_arg(d, "--idle-timeout");
+    rnh_arg(d, "1");
+    assert_int_equal(rnh_start(d), 0);
+    c = client_on(d, RN_PATH_FAST);
+    lay(c, &k, 21, &l);
+    assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0);
+    assert_int_equal(rnh_wait_stat(d, "sessions.expired", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_stat(d, "fast.rings", 0, WAIT_MS), 0);
+    rnv_poison(&l.a);
+    if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
+        fail_msg("after the session expired: %s", rn_last_error(c));
+    check(&l, "after the session expired");
+    assert_int_equal(rnh_stat(d, "fast.rings"), 1);
+    assert_int_equal(rnh_stat(d, "fast.ok"), 2);
+    unlay(c, &l);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -514,6 +542,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ring_open_close, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_session_expired, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
