@@ -9,6 +9,7 @@
  * two clients at once.
  */
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -16,6 +17,7 @@
 
 #include "rn_test.h"
 #include "integration/harness.h"
+#include "integration/raw.h"
 #include "integration/rawring.h"
 #include "rmsnormctl_verify.h"
 
@@ -531,6 +533,59 @@ static void test_session_expired(void **state)
     RNH_PASS(d);
 }
 
+/* Which path a client takes: the option, else RMSNORMD_PATH, else classic;
+ * HELLO says the CPU backend offers both. */
+static void test_path_choice(void **state)
+{
+    rnh_daemon *d = *state;
+    rn_connect_opts o = RN_CONNECT_OPTS_INIT;
+    rn_client *c = NULL;
+    static rnp_request q;
+    static rnp_reply rep;
+
+    assert_int_equal(rnh_start(d), 0);
+    o.endpoint = d->endpoint;
+    unsetenv("RMSNORMD_PATH");
+    assert_int_equal(rn_connect(&o, &c), 0);
+    assert_int_equal(rn_client_path(c), RN_PATH_CLASSIC);
+    rn_close(c);
+    setenv("RMSNORMD_PATH", "fast", 1);
+    assert_int_equal(rn_connect(&o, &c), 0);
+    assert_int_equal(rn_client_path(c), RN_PATH_FAST);
+    rn_close(c);
+    /* A caller built against 0.1's header (no path field) gets the
+     * environment's choice. */
+    rn_connect_opts old = o;
+    old.struct_size = offsetof(rn_connect_opts, path);
+    old.path = 12345;   /* beyond its struct: never read */
+    assert_int_equal(rn_connect(&old, &c), 0);
+    assert_int_equal(rn_client_path(c), RN_PATH_FAST);
+    rn_close(c);
+    o.path = RN_PATH_CLASSIC;   /* the option wins */
+    assert_int_equal(rn_connect(&o, &c), 0);
+    assert_int_equal(rn_client_path(c), RN_PATH_CLASSIC);
+    rn_close(c);
+    o.path = RN_PATH_DEFAULT;
+    setenv("RMSNORMD_PATH", "quick", 1);
+    assert_int_equal(rn_connect(&o, &c), RN_INVALID_ARGUMENT);
+    assert_non_null(strstr(rn_last_error(NULL), "RMSNORMD_PATH"));
+    unsetenv("RMSNORMD_PATH");
+    o.path = 7;
+    assert_int_equal(rn_connect(&o, &c), RN_INVALID_ARGUMENT);
+
+    int s = rnr_open(d->endpoint);
+    assert_true(s >= 0);
+    memset(&q, 0, sizeof q);
+    q.version = RNP_VERSION, q.op = RN_OP_HELLO, q.id = 1;
+    snprintf(q.u.hello.client_name, sizeof q.u.hello.client_name, "paths");
+    q.u.hello.pid = (uint32_t)getpid();
+    assert_int_equal(rnr_call(s, &q, &rep), 0);
+    assert_int_equal(rep.status, 0);
+    assert_int_equal(rep.u.hello.paths, RNP_PATH_CLASSIC | RNP_PATH_FAST);
+    rnr_close(s);
+    RNH_PASS(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -543,6 +598,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kill9, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_session_expired, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_path_choice, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
