@@ -212,6 +212,11 @@ static void take(rnd_ring *g, bool force)
 
         if (rnp_seq_reached(g->cons, prod))
             return;
+        /* A client may be at most a ring's worth of slots ahead of the
+         * answers, so of the slots taken: a producer word further on is
+         * garbage, and what it claims is never taken. */
+        if (prod - g->cons > g->slots)
+            return;
         uint8_t *slot = g->base + rnp_ring_slot_off(seq, g->slots);
         /* Once: everything below reads the private copy. */
         memcpy(desc, slot, sizeof desc);

@@ -431,6 +431,31 @@ static void test_ring_open_close(void **state)
     RNH_PASS(d);
 }
 
+/* A producer word far ahead of anything the client could have published
+ * (it may run at most a ring's worth of slots ahead of done): nothing of it
+ * is taken, not even when the ring closes, and the daemon stays well. */
+static void test_prod_garbage(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 4, 13);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
+    __atomic_store_n(rnp_ring_u64(r.g.mem, RNP_RING_O_PROD), s1 + 5, __ATOMIC_RELEASE);
+    __atomic_store_n(rnp_ring_u64(r.g.mem, RNP_RING_O_READY), s1 + 5, __ATOMIC_RELEASE);
+    assert_int_equal(simple(&r.g, RN_OP_RING_CLOSE, r.g.ring), 0);
+    assert_int_equal(rnr_ring_state(&r.g), RNP_RING_CLOSED);
+    assert_int_equal(rnr_ring_done(&r.g), s1);
+    assert_int_equal(rnh_stat(d, "fast.slots"), 1);
+    assert_int_equal(rnh_stat(d, "fast.rings"), 0);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 0, WAIT_MS), 0);
+    RNH_PASS(d);
+}
+
 /* kill -9 of clients with slots pending: one whose slots wait for a ready
  * word that never comes, one busy in a loop.  The daemon cancels and
  * releases everything of theirs; another client goes on undisturbed. */
@@ -595,6 +620,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ready_late, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bad_slots, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ring_open_close, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_prod_garbage, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_session_expired, rnh_setup, rnh_teardown),
