@@ -96,8 +96,9 @@ typedef void (*rnd_job_event_fn)(rnd_job *job);
  *     input (rnd_ring_ready, ring_io.h); a job with status set, a cancelled
  *     and an abandoned one need not wait;
  *   - computes, unless status is set (an invalid slot: the status and msg
- *     are its answer), the job was cancelled, or it was abandoned before it
- *     started (the drain: RN_DRAINING);
+ *     are its answer), the job was cancelled, or it was abandoned (the
+ *     drain, the end of its session) while its input was not ready: then
+ *     the abandon status is its answer;
  *   - then writes the job's status and message into the slot, seq into the
  *     done word with release ordering, and wakes the client's sleepers
  *     (rnd_ring_answer); a cancelled job (its client died) writes nothing.
@@ -110,7 +111,9 @@ typedef struct rnd_ring_job {
     uint64_t seq;
     int status;                        /* nonzero: nothing to compute; answer this */
     char msg[RNP_MAX_ERRMSG];
-    atomic_bool abandon;               /* the drain: do not start it, answer DRAINING */
+    atomic_int abandon;                /* nonzero: the status to answer, without
+                                        * waiting, if the input is not ready yet
+                                        * (RN_DRAINING, RN_UNKNOWN_SESSION) */
 } rnd_ring_job;
 
 /* One BWD request on its way through a backend.  The server owns the memory. */

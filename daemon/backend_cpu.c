@@ -206,10 +206,12 @@ static int ring_preset(cpu_backend *b, rnd_job *job)
         return job->ring->status;
     if (b->failed)
         return RN_DEVICE_FAILING;
-    if (!atomic_load(&job->cancelled) && atomic_load(&job->ring->abandon)) {
-        snprintf(job->ring->msg, sizeof job->ring->msg,
-                 "bwd: the daemon is shutting down; the slot was not run");
-        return RN_DRAINING;
+    int ab = atomic_load(&job->ring->abandon);
+    if (!atomic_load(&job->cancelled) && ab && !rnd_ring_ready(job->ring)) {
+        snprintf(job->ring->msg, sizeof job->ring->msg, "bwd: %s before the slot's input was "
+                 "ready; it was not run", ab == RN_DRAINING ? "the daemon shut down" :
+                 "the session ended");
+        return ab;
     }
     return 0;
 }

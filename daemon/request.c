@@ -263,17 +263,21 @@ void rnd_request_cancel_session(rnd_session *s)
         atomic_store(&REQ_OF_RUN(q)->job.cancelled, true);
 }
 
+void rnd_request_abandon_ring(rnd_session *s, int status)
+{
+    rn_queue *j;
+    RN_QUEUE_FOREACH(j, &s->running) {
+        req *r = REQ_OF_RUN(j);
+        if (r->at.owner)
+            atomic_store(&r->rj.abandon, status);
+    }
+}
+
 void rnd_request_drain_rings(rnd_ctx *ctx)
 {
-    rn_queue *q, *j;
-    RN_QUEUE_FOREACH(q, &ctx->sessions.list) {
-        rnd_session *s = RN_QUEUE_DATA(q, rnd_session, link);
-        RN_QUEUE_FOREACH(j, &s->running) {
-            req *r = REQ_OF_RUN(j);
-            if (r->at.owner)
-                atomic_store(&r->rj.abandon, true);
-        }
-    }
+    rn_queue *q;
+    RN_QUEUE_FOREACH(q, &ctx->sessions.list)
+        rnd_request_abandon_ring(RN_QUEUE_DATA(q, rnd_session, link), RN_DRAINING);
 }
 
 /* ---- a BWD request's way in -------------------------------------------------------- */

@@ -15,6 +15,16 @@
 #include "notify.h"
 #include "request.h"
 
+/* The session table's ring hook: the ring closes; a client that lives on
+ * gets an answer for its slots still waiting for their input (a dead one's
+ * were cancelled). */
+static void ring_end(rnd_session *s)
+{
+    rnd_ring_session_end(s);
+    if (!s->gone)
+        rnd_request_abandon_ring(s, RN_UNKNOWN_SESSION);
+}
+
 static void update_status(rnd_server *srv, bool force)
 {
     rnd_ctx *ctx = &srv->ctx;
@@ -231,7 +241,7 @@ int rnd_server_start(rnd_server *srv, uv_loop_t *loop, const rnd_config *cfg, rn
     fill_limits(ctx);
     rnd_sessions_init(&ctx->sessions, loop, be, &ctx->cfg, &ctx->stats,
                       rnd_request_cancel_session);
-    ctx->sessions.ring_end = rnd_ring_session_end;
+    ctx->sessions.ring_end = ring_end;
     if ((rc = rnd_rings_init(ctx, &ctx->rings, rnd_request_ring, err)) != 0)
         return rc;
 

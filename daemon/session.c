@@ -426,7 +426,7 @@ void rnd_session_end(rnd_session *s, const char *why)
     rnd_info("Session %s of '%s' (pid %u) ends: %s%s", hx, s->name, (unsigned)s->pid, why,
              rn_queue_empty(&s->running) ? "" : "; releasing after its in-flight requests");
     /* The ring first: it may still take the slots published so far. */
-    if (s->ring && s->tab->ring_end)
+    if (s->tab->ring_end)
         s->tab->ring_end(s);
     if (s->tab->be->ops->session_ending)
         s->tab->be->ops->session_ending(s->tab->be, s->bsess);

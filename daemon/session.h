@@ -102,7 +102,8 @@ struct rnd_sessions {
     /* s, bound to a channel connection (s->chan), ends: let go of the
      * connection.  Set by the channel's owner; NULL when there is none. */
     void (*unbind)(rnd_session *s);
-    /* s ends: close its ring (s->ring).  Set by the rings' owner. */
+    /* s ends: close its ring (s->ring, maybe NULL) and settle its ring
+     * jobs.  Set by the rings' owner. */
     void (*ring_end)(rnd_session *s);
 };
 

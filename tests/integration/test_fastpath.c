@@ -456,6 +456,36 @@ static void test_prod_garbage(void **state)
     RNH_PASS(d);
 }
 
+/* BYE with a slot taken that still waits for ready: it is answered
+ * UNKNOWN_SESSION without running, done reaches it, the ring closes, and the
+ * session is freed although its client lives on. */
+static void test_bye_pending(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+    char msg[RNP_MAX_ERRMSG];
+    static rnp_request q;
+    static rnp_reply rep;
+
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 4, 15);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);
+    memset(&q, 0, sizeof q);
+    q.op = RN_OP_BYE;
+    q.u.bye = r.g.session;
+    assert_int_equal(rnr_ring_call(&r.g, &q, &rep), 0);
+    assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s1, msg, sizeof msg), RN_UNKNOWN_SESSION);
+    assert_non_null(strstr(msg, "not run"));
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 0, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_state(&r.g), RNP_RING_CLOSED);
+    assert_int_equal(rnh_stat(d, "regions.active"), 0);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
 /* kill -9 of clients with slots pending: one whose slots wait for a ready
  * word that never comes, one busy in a loop.  The daemon cancels and
  * releases everything of theirs; another client goes on undisturbed. */
@@ -621,6 +651,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_slots, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ring_open_close, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_prod_garbage, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_bye_pending, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_session_expired, rnh_setup, rnh_teardown),
