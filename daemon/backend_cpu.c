@@ -640,6 +640,8 @@ static int cpu_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
         snprintf(b->fail_msg, sizeof b->fail_msg,
                  "debug-fail-after: job %u failed the backend on purpose", b->fail_after);
         uv_async_send(&b->async);
+        /* Ring jobs are answered by the workers, in order. */
+        pthread_cond_broadcast(&b->cv);
     } else {
         pthread_cond_signal(&b->cv);
     }

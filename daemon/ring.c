@@ -48,7 +48,7 @@ typedef struct rnd_ring {
     uint32_t jobs;                 /* slots taken, not yet released */
     bool closed;                   /* no more slots are taken */
     bool gone;                     /* its client died: write nothing */
-    bool blocked;                  /* a slot waits for a limit */
+    bool stopped;                  /* the backend refused a slot for good */
     uint64_t seen;                 /* the doorbell thread: the last producer word seen */
     rn_queue link;                 /* on tab->list while open (under mu) */
 } rnd_ring;
@@ -202,8 +202,7 @@ static void take(rnd_ring *g, bool force)
     rnd_session *s = g->sess;
     uint8_t desc[RNP_RING_DESC];
 
-    g->blocked = false;
-    while (g->sess) {
+    while (g->sess && !g->stopped) {
         uint64_t prod = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE);
         uint64_t seq = g->cons + 1;
         rnp_error err = {0};
@@ -223,14 +222,12 @@ static void take(rnd_ring *g, bool force)
         rnd_ring_slot at = { g->base, slot, seq, force, on_released, g };
         bool ok = rnp_ring_decode(desc, seq, &b, &err) == 0;
         rc = tab->submit(tab->ctx, s, ok ? &b : NULL, ok ? NULL : &err, &at, rnd_now_ns());
-        if (rc == RN_BUSY) {
-            g->blocked = true;
+        if (rc == RN_BUSY)   /* taken again after the next release */
             return;
-        }
         if (rc != 0) {
             rnd_warn("Ring %u of '%s': slot %llu not taken (%s); the ring stops", g->id, s->name,
                      (unsigned long long)seq, rnp_err_name(rc));
-            g->sess = NULL;
+            g->stopped = true;
             return;
         }
         g->cons = seq;

@@ -486,6 +486,34 @@ static void test_bye_pending(void **state)
     RNH_PASS(d);
 }
 
+/* The backend fails (--debug-fail-after, as a broken GPU would): the slot
+ * that failed it is answered DEVICE_FAILING in order, the ring takes no more,
+ * closes, and the daemon exits 2. */
+static void test_backend_fails(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+
+    rnh_arg(d, "--debug-fail-after");
+    rnh_arg(d, "3");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 8, 17);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    uint64_t s2 = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    assert_int_equal(rnr_ring_wait(&r.g, s2, WAIT_MS), 0);
+    uint64_t s3 = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    rnr_ring_publish(&r.g, &r.b, NULL, true);
+    assert_int_equal(rnh_wait_exit(d, WAIT_MS), 2);
+    assert_int_equal(rnr_ring_status(&r.g, s1, NULL, 0), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s2, NULL, 0), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s3, NULL, 0), RN_DEVICE_FAILING);
+    assert_int_equal(rnr_ring_done(&r.g), s3);
+    assert_int_equal(rnr_ring_state(&r.g), RNP_RING_CLOSED);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
 /* kill -9 of clients with slots pending: one whose slots wait for a ready
  * word that never comes, one busy in a loop.  The daemon cancels and
  * releases everything of theirs; another client goes on undisturbed. */
@@ -652,6 +680,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ring_open_close, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_prod_garbage, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bye_pending, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_backend_fails, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_session_expired, rnh_setup, rnh_teardown),
