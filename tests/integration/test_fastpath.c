@@ -514,6 +514,32 @@ static void test_backend_fails(void **state)
     RNH_PASS(d);
 }
 
+/* A client shrinks its ring's memory to nothing under the daemon: the
+ * daemon's reads of the ring find zero pages, not a crash; the session ends
+ * cleanly and other clients are served. */
+static void test_ring_shrunk(void **state)
+{
+    rnh_daemon *d = *state;
+    rnr_ring g;
+    rn_client *c;
+    laid l;
+    rnv_case k = mixed_case(5);
+
+    assert_int_equal(rnh_start(d), 0);
+    assert_int_equal(rnr_ring_open(&g, d->endpoint, 4, 4096), 0);
+    assert_int_equal(ftruncate(g.fd, 0), 0);
+    c = client_on(d, RN_PATH_FAST);
+    lay(c, &k, 4, &l);
+    assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0);
+    check(&l, "beside a shrunk ring");
+    assert_int_equal(simple(&g, RN_OP_RING_CLOSE, g.ring), 0);
+    rnr_ring_close(&g);
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 1, WAIT_MS), 0);
+    unlay(c, &l);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
 /* kill -9 of clients with slots pending: one whose slots wait for a ready
  * word that never comes, one busy in a loop.  The daemon cancels and
  * releases everything of theirs; another client goes on undisturbed. */
@@ -681,6 +707,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_prod_garbage, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bye_pending, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_backend_fails, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_ring_shrunk, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_session_expired, rnh_setup, rnh_teardown),
