@@ -266,9 +266,11 @@ RN_EXPORT int rn_rmsnorm_bwd_host(rn_client *c, const rn_bwd_args *a, rn_timing 
  * waits for the oldest call to finish.  Errors of the arguments the library
  * can check come back at once; the daemon's (validation, bounds, a failed
  * computation) are recorded in the call's slot and surface later: the next
- * call made after the failed one finished returns it (and is not run), as
- * do rn_sync and rn_check.  Each error is reported once; rn_last_error
- * names the call by its sequence number.
+ * call made after the failed one finished returns it (and is not run); a
+ * synchronous call (rn_rmsnorm_bwd_host) returns the first error among the
+ * calls up to its own (it ran); rn_sync and rn_check return it too.  Each
+ * error is reported once; rn_last_error names the call by its sequence
+ * number ("call 7: bwd.dx: ...").
  * rn_sync waits until every call made so far has finished and returns the
  * first error not yet reported (0: none); RN_TIMEOUT after the client's
  * timeout.  rn_check returns the same without waiting, for the calls that
