@@ -6,6 +6,8 @@
 # Usage: bench/build_variants.sh DEST NAME='FLAGS' [NAME='FLAGS' ...]
 #   e.g. bench/build_variants.sh .dev/v base='' s8='-DRNK_MAX_STRIPES=8'
 # Writes DEST/bench_kernel.NAME; NVCC_GENCODE defaults to sm_90 alone here.
+# With TESTS=1 also DEST/NAME/tests/gpu/{test_kernel_gpu,prog_hog,prog_probe},
+# the GPU tests of the same build (for tests/gpu/device_run.sh DEST/NAME).
 set -euo pipefail
 dest=${1:?usage: build_variants.sh DEST NAME=FLAGS ...}
 shift
@@ -18,5 +20,12 @@ for spec in "$@"; do
     make -s -j2 BUILD="$b" CFLAGS="$flags" NVCCFLAGS="-DRNK_BENCH_VARIANTS=1 $flags" \
         NVCC_GENCODE="$gencode" "$b/bench/bench_kernel"
     cp "$b/bench/bench_kernel" "$dest/bench_kernel.$name"
+    if [ "${TESTS:-0}" = 1 ]; then
+        t="$b/tests/gpu"
+        make -s -j2 BUILD="$b" CFLAGS="$flags" NVCCFLAGS="-DRNK_BENCH_VARIANTS=1 $flags" \
+            NVCC_GENCODE="$gencode" "$t/test_kernel_gpu" "$t/prog_hog" "$t/prog_probe"
+        mkdir -p "$dest/$name/tests/gpu"
+        cp "$t/test_kernel_gpu" "$t/prog_hog" "$t/prog_probe" "$dest/$name/tests/gpu/"
+    fi
     echo "$name: $flags"
 done

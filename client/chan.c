@@ -43,18 +43,46 @@ static int lost(rn_client *c, const char *what, int e)
 }
 
 /*
- * Send the request m (len bytes; with fd >= 0 attached) and receive one
- * reply into rep (RNP_CHAN_MAX bytes) by the deadline.  Returns the reply's
- * length, or a negative rn_status with c's last error set.
+ * The reply r of n bytes (more than RNP_CHAN_MAX: cut) into *rep: an ERROR
+ * becomes c's error with its code and message; any other reply must be of
+ * type want.  Returns 0, or an rn_status with c's last error set.
  */
-static int exchange(rn_client *c, const uint8_t *m, size_t len, int fd, uint8_t *rep,
+static int take_reply(rn_client *c, const uint8_t *r, ssize_t n, int want, rnp_chan_msg *rep)
+{
+    bool cut = n > RNP_CHAN_MAX;
+    int rc = rnp_chan_parse(r, cut ? RNP_CHAN_MAX : (size_t)n, cut, 0, rep, NULL);
+    int code;
+
+    if (rep->type == RNP_CHAN_NONE)
+        return rnc_fail(c, RN_BAD_REPLY, "session channel: a reply of %zd bytes that is not "
+                        "the channel's", n);
+    if (rep->type == RNP_CHAN_ERROR) {
+        if (rc != 0)
+            return rnc_fail(c, RN_BAD_REPLY, "session channel: an error reply of %zd bytes", n);
+        code = (int)rep->u.error.code;
+        return rnc_fail(c, code > 0 ? code : RN_BAD_REPLY, "%s", rep->u.error.msg);
+    }
+    if (rc != 0 || rep->type != want)
+        return rnc_fail(c, RN_BAD_REPLY, "session channel: reply type %u of %d bytes, "
+                        "expected type %u of %d", (unsigned)rep->type, (int)n, (unsigned)want,
+                        (int)rnp_chan_len(want));
+    return 0;
+}
+
+/*
+ * Send the request req (with fd >= 0 attached) and receive its reply, of
+ * type want, into *rep by the deadline.  Returns 0, or an rn_status with
+ * c's last error set.
+ */
+static int exchange(rn_client *c, const rnp_chan_msg *req, int fd, int want, rnp_chan_msg *rep,
                     uint64_t deadline_ns)
 {
     union {
         struct cmsghdr align;
         char b[CMSG_SPACE(sizeof(int))];
     } cb;
-    struct iovec iov = {(void *)m, len};
+    uint8_t out[RNP_CHAN_MAX], in[RNP_CHAN_MAX];
+    struct iovec iov = {out, rnp_chan_encode(req, out)};
     struct msghdr mh = {0};
     struct pollfd p = {.fd = c->chan, .events = POLLIN};
     ssize_t n;
@@ -79,55 +107,30 @@ static int exchange(rn_client *c, const uint8_t *m, size_t len, int fd, uint8_t 
     while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
         rnc_chan_close(c);
-        return -rnc_fail(c, RN_TIMEOUT, "session channel: the daemon does not read");
+        return rnc_fail(c, RN_TIMEOUT, "session channel: the daemon does not read");
     }
     if (n < 0)
-        return -lost(c, "send", errno);
+        return lost(c, "send", errno);
     for (;;) {
         int r = poll(&p, 1, left_ms(deadline_ns));
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0)
-            return -rnc_fail(c, RN_SYSTEM, "session channel: poll: %s", strerror(errno));
+            return rnc_fail(c, RN_SYSTEM, "session channel: poll: %s", strerror(errno));
         if (r == 0) {
             /* A late reply must not be taken for the next request's: the
              * connection goes, and the session with it. */
             rnc_chan_close(c);
-            return -rnc_fail(c, RN_TIMEOUT, "session channel: no reply within %d ms",
-                             c->timeout_ms);
+            return rnc_fail(c, RN_TIMEOUT, "session channel: no reply within %d ms",
+                            c->timeout_ms);
         }
-        n = recv(c->chan, rep, RNP_CHAN_MAX, MSG_DONTWAIT | MSG_TRUNC);
+        n = recv(c->chan, in, sizeof in, MSG_DONTWAIT | MSG_TRUNC);
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
         if (n <= 0)
-            return -lost(c, "receive", n < 0 ? errno : 0);
-        break;
+            return lost(c, "receive", n < 0 ? errno : 0);
+        return take_reply(c, in, n, want, rep);
     }
-    if (n > RNP_CHAN_MAX || n < RNP_CHAN_HDR || rnp_le32_get(rep) != RNP_CHAN_MAGIC ||
-        rnp_le16_get(rep + 4) != RNP_CHAN_VERSION)
-        return -rnc_fail(c, RN_BAD_REPLY, "session channel: a reply of %zd bytes that is not "
-                         "the channel's", n);
-    if (rnp_le16_get(rep + 6) == RNP_CHAN_ERROR) {
-        char msg[RNP_CHAN_ERROR_MSG];
-        int code;
-        if (n != RNP_CHAN_ERROR_LEN)
-            return -rnc_fail(c, RN_BAD_REPLY, "session channel: an error reply of %zd bytes", n);
-        code = (int)rnp_le32_get(rep + RNP_CHAN_HDR);
-        memcpy(msg, rep + RNP_CHAN_HDR + 4, sizeof msg);
-        msg[sizeof msg - 1] = '\0';
-        return -rnc_fail(c, code > 0 ? code : RN_BAD_REPLY, "%s", msg);
-    }
-    return (int)n;
-}
-
-/* Check that a reply is of type t and len bytes. */
-static int expect(rn_client *c, const uint8_t *rep, int n, uint16_t t, int len)
-{
-    if (n != len || rnp_le16_get(rep + 6) != t)
-        return rnc_fail(c, RN_BAD_REPLY, "session channel: reply type %u of %d bytes, "
-                        "expected type %u of %d", (unsigned)rnp_le16_get(rep + 6), n,
-                        (unsigned)t, len);
-    return 0;
 }
 
 /* The service user a system daemon runs as (conn.c checks its socket's
@@ -184,11 +187,11 @@ static int connect_by(rn_client *c, const struct sockaddr_un *sa, uint64_t deadl
 int rnc_chan_open(rn_client *c)
 {
     uint64_t deadline = deadline_of(c);
-    uint8_t m[RNP_CHAN_AUTH_LEN], rep[RNP_CHAN_MAX];
+    rnp_chan_msg m = {.type = RNP_CHAN_AUTH}, rep;
     struct sockaddr_un sa;
     const char *path = c->endpoint + 6;
     rn_fault f;
-    int n, rv;
+    int rv;
 
     rnc_chan_close(c);
     if (strncmp(c->endpoint, "ipc://", 6) != 0 ||
@@ -203,13 +206,8 @@ int rnc_chan_open(rn_client *c)
     c->have_chan = true;
     if ((rv = connect_by(c, &sa, deadline)) != 0 || (rv = check_peer(c, sa.sun_path)) != 0)
         goto out;
-    rnp_chan_hdr(m, RNP_CHAN_AUTH);
-    memcpy(m + RNP_CHAN_HDR, c->session.b, RNP_SESSION_BYTES);
-    if ((n = exchange(c, m, sizeof m, -1, rep, deadline)) < 0) {
-        rv = -n;
-        goto out;
-    }
-    if ((rv = expect(c, rep, n, RNP_CHAN_AUTH_OK, RNP_CHAN_AUTH_OK_LEN)) != 0)
+    m.u.auth.session = c->session;
+    if ((rv = exchange(c, &m, -1, RNP_CHAN_AUTH_OK, &rep, deadline)) != 0)
         goto out;
     return 0;
 out:
@@ -221,18 +219,15 @@ fail:
 
 int rnc_chan_register(rn_client *c, int fd, uint64_t size, uint32_t *region)
 {
-    uint8_t m[RNP_CHAN_REGISTER_FD_LEN], rep[RNP_CHAN_MAX];
-    int n, rv;
+    rnp_chan_msg m = {.type = RNP_CHAN_REGISTER_FD}, rep;
+    int rv;
 
     if (!c->have_chan)
         return rnc_fail(c, RN_UNKNOWN_SESSION, "session channel: not connected");
-    rnp_chan_hdr(m, RNP_CHAN_REGISTER_FD);
-    rnp_le64_put(m + RNP_CHAN_HDR, size);
-    if ((n = exchange(c, m, sizeof m, fd, rep, deadline_of(c))) < 0)
-        return -n;
-    if ((rv = expect(c, rep, n, RNP_CHAN_REGION_OK, RNP_CHAN_REGION_OK_LEN)) != 0)
+    m.u.register_fd.size = size;
+    if ((rv = exchange(c, &m, fd, RNP_CHAN_REGION_OK, &rep, deadline_of(c))) != 0)
         return rv;
-    *region = rnp_le32_get(rep + RNP_CHAN_HDR);
+    *region = rep.u.region_ok.region;
     if (*region == 0)
         return rnc_fail(c, RN_BAD_REPLY, "session channel: region id 0");
     return 0;

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -79,6 +80,7 @@ static int probe(rn_client *c, const char *path, int timeout_ms)
         int ms = timeout_ms > 0 ? timeout_ms : 1;
         struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
         RN_SYS_GOTO(setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv), &f, fail);
+        RN_SYS_GOTO(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), &f, fail);
     }
     for (;;) {
         if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
@@ -91,7 +93,29 @@ static int probe(rn_client *c, const char *path, int timeout_ms)
             goto fail;
         }
     }
-    close(fd);
+    /* nanomsg's side speaks first (its 8-byte header); a daemon at its
+     * connection limit writes RNP_CONN_REFUSED instead and closes. */
+    {
+        char hdr[RNP_CONN_REFUSED_LEN];
+        struct pollfd pf = {fd, POLLIN, 0};
+        ssize_t n = 0;
+        int r;
+        do
+            r = poll(&pf, 1, timeout_ms);
+        while (r < 0 && errno == EINTR);
+        if (r == 0) {
+            f.err = EAGAIN;
+            goto fail;
+        }
+        if (r > 0)
+            n = recv(fd, hdr, sizeof hdr, MSG_WAITALL);
+        close(fd);
+        if (n == (ssize_t)sizeof hdr && memcmp(hdr, RNP_CONN_REFUSED, sizeof hdr) == 0)
+            return rnc_fail(c, RN_BUSY,
+                            "endpoint %s: the daemon refuses new connections: it has as many as "
+                            "it allows (--max-connections); retry later",
+                            c->endpoint);
+    }
     return 0;
 fail:
     if (fd < 0)

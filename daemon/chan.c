@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * chan.c - the session channel (chan.h): the listening socket, accept with
- * the peer's credentials, and the messages AUTH and REGISTER_FD, each
- * checked field by field before anything is done with it.
+ * the peer's credentials, and the requests AUTH and REGISTER_FD, each
+ * parsed by proto (rnp_chan_parse) before anything is done with it.
  */
 #include "chan.h"
 
@@ -19,10 +19,6 @@
 
 #include "ctx.h"
 #include "log.h"
-
-/* Descriptors one recvmsg takes in: a well-behaved client sends one, and
- * every one received is closed again, so more is only a client's mistake. */
-#define MAX_FDS 16
 
 typedef struct conn {
     int fd;
@@ -95,63 +91,59 @@ static int send_msg(conn *c, const uint8_t *buf, size_t len)
     return -1;
 }
 
-static int send_error(conn *c, const rnp_error *err)
+/* Encode and send one reply. */
+static int send_rep(conn *c, const rnp_chan_msg *rep)
 {
-    uint8_t m[RNP_CHAN_ERROR_LEN] = {0};
-    int code = err->code ? err->code : RN_INTERNAL;
+    uint8_t m[RNP_CHAN_MAX];
 
-    rnp_chan_hdr(m, RNP_CHAN_ERROR);
-    rnp_le32_put(m + RNP_CHAN_HDR, (uint32_t)code);
-    /* Cut to the field, which keeps its terminating NUL (m is zeroed). */
-    const char *msg = err->msg[0] ? err->msg : rnp_strerror(code);
-    memcpy(m + RNP_CHAN_HDR + 4, msg, strnlen(msg, RNP_CHAN_ERROR_MSG - 1));
-    c->ctx->stats.errors[code < RND_MAX_CODE ? code : RN_INTERNAL]++;
-    return send_msg(c, m, sizeof m);
+    return send_msg(c, m, rnp_chan_encode(rep, m));
 }
 
-static int auth(conn *c, const uint8_t *m, size_t len, rnp_error *err)
+static int send_error(conn *c, const rnp_error *err)
+{
+    rnp_chan_msg rep = {.type = RNP_CHAN_ERROR};
+    int code = err->code ? err->code : RN_INTERNAL;
+    const char *msg = err->msg[0] ? err->msg : rnp_strerror(code);
+
+    rep.u.error.code = (uint32_t)code;
+    /* Cut to the field, which keeps its terminating NUL (rep is zeroed). */
+    memcpy(rep.u.error.msg, msg, strnlen(msg, RNP_CHAN_ERROR_MSG - 1));
+    c->ctx->stats.errors[code < RND_MAX_CODE ? code : RN_INTERNAL]++;
+    return send_rep(c, &rep);
+}
+
+static int auth(conn *c, const rnp_session *cap, rnp_error *err)
 {
     rnd_ctx *ctx = c->ctx;
-    uint8_t rep[RNP_CHAN_AUTH_OK_LEN] = {0};
-    rnp_session cap;
+    rnp_chan_msg rep = {.type = RNP_CHAN_AUTH_OK};
     rnd_session *s;
     int rc;
 
-    if (len != RNP_CHAN_AUTH_LEN)
-        return rnp_fail(err, RN_MALFORMED, "auth: %zu bytes, expected %d", len, RNP_CHAN_AUTH_LEN);
     if (c->sess)
         return rnp_fail(err, RN_INVALID_ARGUMENT,
                         "auth: this connection is bound to a session already");
-    memcpy(cap.b, m + RNP_CHAN_HDR, sizeof cap.b);
-    if (!(s = rnd_session_find(&ctx->sessions, &cap)))
+    if (!(s = rnd_session_find(&ctx->sessions, cap)))
         return rnp_fail(err, RN_UNKNOWN_SESSION, "auth.session: unknown or expired session");
     if ((rc = rnd_session_bind(s, c->pid, c->uid, c, err)) != 0)
         return rc;
     c->sess = s;
-    rnp_chan_hdr(rep, RNP_CHAN_AUTH_OK);
-    rnp_le32_put(rep + RNP_CHAN_HDR, c->pid);
-    rnp_le32_put(rep + RNP_CHAN_HDR + 4, c->uid);
-    return send_msg(c, rep, sizeof rep) == 0 ? 0 : -1;
+    rep.u.auth_ok.pid = c->pid;
+    rep.u.auth_ok.uid = c->uid;
+    return send_rep(c, &rep) == 0 ? 0 : -1;
 }
 
-static int register_fd(conn *c, const uint8_t *m, size_t len, int fd, rnp_error *err)
+static int register_fd(conn *c, uint64_t size, int fd, rnp_error *err)
 {
-    uint8_t rep[RNP_CHAN_REGION_OK_LEN] = {0};
-    uint32_t id;
+    rnp_chan_msg rep = {.type = RNP_CHAN_REGION_OK};
     int rc;
 
-    if (len != RNP_CHAN_REGISTER_FD_LEN)
-        return rnp_fail(err, RN_MALFORMED, "register_fd: %zu bytes, expected %d", len,
-                        RNP_CHAN_REGISTER_FD_LEN);
     if (!c->sess)
         return rnp_fail(err, RN_UNKNOWN_SESSION, "register_fd: authenticate (AUTH) first");
     if (c->ctx->draining)
         return rnp_fail(err, RN_DRAINING, "register_fd: the daemon is shutting down");
-    if ((rc = rnd_region_add_fd(c->sess, fd, rnp_le64_get(m + RNP_CHAN_HDR), &id, err)) != 0)
+    if ((rc = rnd_region_add_fd(c->sess, fd, size, &rep.u.region_ok.region, err)) != 0)
         return rc;
-    rnp_chan_hdr(rep, RNP_CHAN_REGION_OK);
-    rnp_le32_put(rep + RNP_CHAN_HDR, id);
-    return send_msg(c, rep, sizeof rep) == 0 ? 0 : -1;
+    return send_rep(c, &rep) == 0 ? 0 : -1;
 }
 
 /*
@@ -162,33 +154,20 @@ static int handle(conn *c, const uint8_t *m, size_t len, bool truncated, int *fd
 {
     rnd_stats *st = &c->ctx->stats;
     rnp_error err = {0};
-    uint16_t type;
-    int rc;
+    rnp_chan_msg msg;
+    int rc = rnp_chan_parse(m, len, truncated, (unsigned)nfds, &msg, &err);
 
-    if (truncated)
-        rc = rnp_fail(&err, RN_TOO_BIG, "message: longer than %d bytes, or more than %d "
-                      "descriptors", RNP_CHAN_MAX, MAX_FDS);
-    else if (len < RNP_CHAN_HDR)
-        rc = rnp_fail(&err, RN_MALFORMED, "message: %zu bytes, shorter than the header", len);
-    else if (rnp_le32_get(m) != RNP_CHAN_MAGIC)
-        rc = rnp_fail(&err, RN_MALFORMED, "message.magic: 0x%08x is not the channel's",
-                      rnp_le32_get(m));
-    else if (rnp_le16_get(m + 4) != RNP_CHAN_VERSION)
-        rc = rnp_fail(&err, RN_BAD_VERSION, "message.version: %u, this daemon speaks %d",
-                      rnp_le16_get(m + 4), RNP_CHAN_VERSION);
-    else if ((type = rnp_le16_get(m + 6)) == RNP_CHAN_AUTH) {
+    /* A request counts once its header is valid, whatever follows; a
+     * reply's type from a client is a type the daemon does not know. */
+    if (msg.type == RNP_CHAN_AUTH)
         st->chan_auth++;
-        rc = nfds ? rnp_fail(&err, RN_INVALID_ARGUMENT, "auth: carries no descriptors, got %d",
-                             nfds)
-                  : auth(c, m, len, &err);
-    } else if (type == RNP_CHAN_REGISTER_FD) {
+    else if (msg.type == RNP_CHAN_REGISTER_FD)
         st->chan_register_fd++;
-        rc = nfds != 1 ? rnp_fail(&err, RN_INVALID_ARGUMENT,
-                                  "register_fd: carries exactly one descriptor, got %d", nfds)
-                       : register_fd(c, m, len, fds[0], &err);
-    } else {
-        rc = rnp_fail(&err, RN_UNKNOWN_OP, "message.type: unknown type %u", (unsigned)type);
-    }
+    else if (msg.type != RNP_CHAN_NONE)
+        rc = rnp_fail(&err, RN_UNKNOWN_OP, "message.type: unknown type %u", (unsigned)msg.type);
+    if (rc == 0)
+        rc = msg.type == RNP_CHAN_AUTH ? auth(c, &msg.u.auth.session, &err)
+                                       : register_fd(c, msg.u.register_fd.size, fds[0], &err);
     /* The daemon keeps no descriptor: a region is a mapping, which stays
      * valid once its descriptor is closed. */
     for (int i = 0; i < nfds; i++)
@@ -208,14 +187,14 @@ static void on_conn(uv_poll_t *h, int status, int events)
     uint8_t buf[RNP_CHAN_MAX + 1];
     union {
         struct cmsghdr align;
-        char b[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+        char b[CMSG_SPACE(sizeof(int) * RNP_CHAN_MAX_FDS)];
     } cb;
 
     for (;;) {
         struct iovec iov = {buf, sizeof buf};
         struct msghdr mh = {0};
         struct cmsghdr *cm;
-        int fds[MAX_FDS], nfds = 0;
+        int fds[RNP_CHAN_MAX_FDS], nfds = 0;
         ssize_t n;
 
         mh.msg_iov = &iov;
@@ -240,7 +219,7 @@ static void on_conn(uv_poll_t *h, int status, int events)
             for (size_t i = 0; i < k; i++) {
                 int fd;
                 memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-                if (nfds < MAX_FDS)
+                if (nfds < RNP_CHAN_MAX_FDS)
                     fds[nfds++] = fd;
                 else
                     close(fd);

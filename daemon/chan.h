@@ -7,8 +7,8 @@
  * vouches for its pid and uid (SO_PEERCRED, read once at accept), and shared
  * memory arrives as descriptors (REGISTER_FD, SCM_RIGHTS), so the daemon only
  * maps what the client itself could open.  PROTOCOL.md section 12 is the
- * specification of the messages; every one is a small fixed-size datagram
- * parsed here field by field.
+ * specification of the messages; every one is a small fixed-size datagram,
+ * parsed and built field by field by proto/chan.c.
  *
  * One connection per session: AUTH binds the two (rnd_session_bind), and
  * from then on the session ends when the connection closes, and the

@@ -46,6 +46,10 @@ static const flag_def flags[] = {
     {"allow-shm-names", NULL, "accept REGISTER of shared memory by name over nanomsg, for old\n"
                               "                          clients: the daemon opens the name with its own\n"
                               "                          privileges (default no; in the file: yes|no)"},
+    {"max-connections", "N", "client connections to the socket at once; more are refused at\n"
+                             "                          once (default 1024)"},
+    {"spin-us", "US", "after a request, poll this long before sleeping (default 100 on\n"
+                      "                          hosts with 4 or more CPUs, else 0: never spin)"},
     {"max-regions", "N", "registered regions per session (default 4096)"},
     {"max-mapped-gib", "N", "GiB of regions one session may have mapped (default 1024)"},
     {"max-mappings", "N", "regions mapped at once in all (default 0: vm.max_map_count less an\n"
@@ -84,6 +88,8 @@ void rnd_config_defaults(rnd_config *cfg)
     cfg->max_n = 262144;
     cfg->idle_timeout = 600;
     cfg->auth_timeout = 10;
+    cfg->max_connections = 1024;
+    cfg->spin_us = -1;
     cfg->threads = 0;
     cfg->log_level = RND_LOG_INFO;
     cfg->kernel_deadline_ms = 60000;
@@ -204,6 +210,10 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, rnp_erro
         NUM(max_sessions_per_uid, 1, 65536);
     if (strcmp(f->name, "auth-timeout") == 0)
         NUM(auth_timeout, 0, 3600);
+    if (strcmp(f->name, "max-connections") == 0)
+        NUM(max_connections, 1, 1u << 20);
+    if (strcmp(f->name, "spin-us") == 0)
+        NUM(spin_us, 0, 10000);
     if (strcmp(f->name, "max-regions") == 0)
         NUM(max_regions, 1, 1u << 20);
     if (strcmp(f->name, "max-mapped-gib") == 0)
@@ -452,6 +462,10 @@ int rnd_config_finish(rnd_config *cfg, rnp_error *err)
         cfg->max_sessions_per_uid = cfg->max_sessions / 4 ? cfg->max_sessions / 4 : 1;
     if (cfg->max_inflight > cfg->max_inflight_total)
         cfg->max_inflight = cfg->max_inflight_total;
+    if (cfg->spin_us < 0)
+        /* Spinning pays where a core is free for it; on a laptop or a small
+         * CI machine it takes the CPU from the clients instead. */
+        cfg->spin_us = sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? 100 : 0;
     return 0;
 }
 

@@ -28,6 +28,12 @@ typedef struct rnd_config {
     mode_t socket_mode;
     char socket_group[64];             /* "" = leave the group unchanged */
     uint32_t max_sessions;
+    /* Connections to the socket at once (the front refuses more: each is a
+     * descriptor, and nanomsg spins when it runs out of them). */
+    uint32_t max_connections;
+    /* Microseconds the core and the front poll without sleeping after a
+     * request; -1 until rnd_config_finish picks the default. */
+    int32_t spin_us;
     uint32_t max_regions;
     /* Address space (CPU backend) or device memory (CUDA) one session may
      * have mapped: sparse shm objects cost a client nothing and could

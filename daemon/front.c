@@ -28,12 +28,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "conn_limit.h"
 #include "rn_proto.h"
 #include "stats.h"
 #include "transport.h"
-
-/* How long the front looks for replies before it sleeps (see the loop). */
-#define FRONT_SPIN_NS 50000u
 
 /* ---- the routing headers by token: open addressing, linear probing ---------------- */
 
@@ -333,7 +331,7 @@ int rnd_front_main(int argc, char **argv)
     table t = {calloc(1024, sizeof(slot)), 1024, 0};
     uint8_t *buf = malloc(sizeof(rnd_link_hdr) + RNP_MAX_MSG * 2);
     uint32_t next_token = 1;
-    uint64_t spin_until = 0;
+    uint64_t spin_until = 0, spin_ns, refused = 0;
     probe pr = {.sock = -1};
     struct pollfd pf[3];
     size_t fdlen = sizeof pf[0].fd;
@@ -346,18 +344,26 @@ int rnd_front_main(int argc, char **argv)
     signal(SIGINT, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
     signal(SIGPIPE, SIG_IGN);
-    if (argc != 4 || strncmp(argv[1], "ipc://", 6) != 0)
-        return fail(link, "front: expected CORE_PID ENDPOINT MODE GROUP");
+    if (argc != 6 || strncmp(argv[1], "ipc://", 6) != 0)
+        return fail(link, "front: expected CORE_PID ENDPOINT MODE GROUP MAX_CONNECTIONS SPIN_US");
     if (getppid() != (pid_t)atol(argv[0]))
         return 1;   /* the core died before the death signal was armed */
     argv++;
     mode = strtol(argv[1], &end, 8);
     if (*end || mode < 0 || mode > 07777)
         return fail(link, "front: bad mode '%s'", argv[1]);
+    long maxconn = strtol(argv[3], &end, 10);
+    if (*end || maxconn < 1 || maxconn > UINT32_MAX)
+        return fail(link, "front: bad connection limit '%s'", argv[3]);
+    long spin_us = strtol(argv[4], &end, 10);
+    if (*end || spin_us < 0 || spin_us > 1000000)
+        return fail(link, "front: bad spin time '%s'", argv[4]);
+    spin_ns = (uint64_t)spin_us * 1000;
     if (!t.v || !buf)
         return fail(link, "front: out of memory");
     if ((sock = bind_socket(link, argv[0], (mode_t)mode, argv[2])) < 0)
         return 1;
+    rnd_conn_limit_arm(argv[0] + 6, (uint32_t)maxconn);
     if (nn_getsockopt(sock, NN_SOL_SOCKET, NN_RCVFD, &pf[0].fd, &fdlen) < 0)
         return fail(link, "Failed to get NN_RCVFD: %s", nn_strerror(nn_errno()));
     pf[0].events = POLLIN;
@@ -382,6 +388,11 @@ int rnd_front_main(int argc, char **argv)
         int r = poll(pf, 3, timeout);
         if (r < 0 && errno != EINTR)
             break;
+        /* Refusals happen on nanomsg's thread; the count reaches the core
+         * at the next wake-up (the probe every few seconds at the latest). */
+        uint64_t nref = rnd_conn_limit_refused();
+        if (nref != refused && link_send(link, RND_LINK_REFUSED, 0, nref, NULL, 0) == 0)
+            refused = nref;
         if (r == 0)
             continue;
         if ((pf[1].revents & (POLLIN | POLLHUP | POLLERR)) &&
@@ -391,7 +402,8 @@ int rnd_front_main(int argc, char **argv)
         if (pf[0].revents & POLLIN) {
             if (forward_requests(sock, link, &t, &next_token, &pr) != 0)
                 break;
-            spin_until = rnd_now_ns() + FRONT_SPIN_NS;
+            if (spin_ns)
+                spin_until = rnd_now_ns() + spin_ns;
         }
         if (pf[2].fd >= 0 && (pf[2].revents & POLLIN)) {
             void *m = NULL;

@@ -47,6 +47,8 @@ enum rnd_link_kind {
     RND_LINK_PROBE,       /* core -> front: connect to the endpoint as a client would
                            * and get an answer (token: the probe's number) */
     RND_LINK_PROBE_OK,    /* front -> core: that probe was answered */
+    RND_LINK_REFUSED,     /* front -> core: connections refused at --max-connections
+                           * since the front started (recv_ns: the count); no body */
 };
 
 typedef struct rnd_link_hdr {
@@ -57,7 +59,7 @@ typedef struct rnd_link_hdr {
 
 /*
  * The front process's main: argv after "--front" is CORE_PID ENDPOINT MODE
- * GROUP (MODE octal, GROUP "" for unchanged).  Returns the exit status.
+ * GROUP MAX_CONNECTIONS SPIN_US (MODE octal, GROUP "" for unchanged).  Returns the exit status.
  */
 int rnd_front_main(int argc, char **argv);
 

@@ -91,6 +91,11 @@ void rnd_health_fill(const rnd_ctx *ctx, rnp_health_rep *out)
         REASON("inflight: %u requests in flight, the limit (--max-inflight-total)",
                ctx->inflight_total);
     }
+    if (ctx->tx.refused_last_ns && now - ctx->tx.refused_last_ns < RND_BUSY_WINDOW_NS) {
+        WORSE(RNP_HEALTH_DEGRADED);
+        REASON("connections: refused at the limit of %u (--max-connections) in the last %llu s",
+               ctx->cfg.max_connections, (unsigned long long)(RND_BUSY_WINDOW_NS / 1000000000u));
+    }
     if (ctx->last_busy_ns && now - ctx->last_busy_ns < RND_BUSY_WINDOW_NS) {
         WORSE(RNP_HEALTH_DEGRADED);
         REASON("busy: requests were refused at a limit in the last %llu s",

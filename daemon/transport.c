@@ -177,6 +177,24 @@ void rnd_reply_rnp_error(rnd_ctx *ctx, void *control, uint32_t op, uint64_t id,
 
 /* ---- receiving -------------------------------------------------------------------------- */
 
+static void on_spin(uv_idle_t *idle)
+{
+    rnd_transport *t = &((rnd_ctx *)idle->data)->tx;
+    if (rnd_now_ns() >= t->spin_until)
+        uv_idle_stop(idle);
+}
+
+/* Keep the loop awake for a while (an active idle handle makes its poll
+ * return at once): the next request then finds it running. */
+static void spin(rnd_ctx *ctx)
+{
+    rnd_transport *t = &ctx->tx;
+    if (!t->timer_init || t->closing || ctx->cfg.spin_us <= 0)
+        return;
+    t->spin_until = rnd_now_ns() + (uint64_t)ctx->cfg.spin_us * 1000;
+    uv_idle_start(&t->spin, on_spin);
+}
+
 void rnd_transport_receive_all(rnd_ctx *ctx)
 {
     rnd_transport *t = &ctx->tx;
@@ -193,6 +211,7 @@ void rnd_transport_receive_all(rnd_ctx *ctx)
         memcpy(&h, t->rbuf, sizeof h);
         if (h.kind == RND_LINK_REQ && h.token != 0) {
             void *control = handle_of(t->gen, h.token);
+            spin(ctx);
             t->rx(ctx, &control, t->rbuf + sizeof h, (size_t)n - sizeof h, h.recv_ns);
             if (control)
                 link_send(ctx, control, RND_LINK_FORGET, NULL, 0);
@@ -207,6 +226,20 @@ void rnd_transport_receive_all(rnd_ctx *ctx)
                       (unsigned long long)((rnd_now_ns() - t->probe_sent_ns) / 1000));
             t->probe_sent_ns = 0;
             t->probe_failed = false;
+        } else if (h.kind == RND_LINK_REFUSED) {
+            /* The front's count since it started; a new front starts at 0. */
+            uint64_t now = rnd_now_ns();
+            t->refused_last_ns = now;
+            if (h.recv_ns > t->refused_front) {
+                t->refused += h.recv_ns - t->refused_front;
+                t->refused_front = h.recv_ns;
+            }
+            if (!t->refused_logged_ns || now - t->refused_logged_ns > 10000000000ull) {
+                rnd_warn("Refusing new connections: %u are open, the limit (--max-connections); "
+                         "%llu refused by this front",
+                         ctx->cfg.max_connections, (unsigned long long)h.recv_ns);
+                t->refused_logged_ns = now;
+            }
         } else if (h.kind == RND_LINK_FAIL) {
             rnd_err("Front process: %.*s", (int)((size_t)n - sizeof h),
                     (const char *)t->rbuf + sizeof h);
@@ -245,6 +278,8 @@ static void close_timers(rnd_transport *t)
         uv_close((uv_handle_t *)&t->restart_timer, NULL);
     if (!uv_is_closing((uv_handle_t *)&t->probe_timer))
         uv_close((uv_handle_t *)&t->probe_timer, NULL);
+    if (!uv_is_closing((uv_handle_t *)&t->spin))
+        uv_close((uv_handle_t *)&t->spin, NULL);
 }
 
 static void on_restart_timer(uv_timer_t *timer)
@@ -340,10 +375,14 @@ static int spawn_front(rnd_ctx *ctx)
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
         return -errno;
     snprintf(mode, sizeof mode, "%04o", (unsigned)ctx->cfg.socket_mode);
+    t->refused_front = 0;
     char pid[16];
     snprintf(pid, sizeof pid, "%d", (int)getpid());
-    char *args[] = {t->exe, "--front", pid, ctx->cfg.endpoint, mode, ctx->cfg.socket_group,
-                    NULL};
+    char maxconn[16], spin[16];
+    snprintf(maxconn, sizeof maxconn, "%u", (unsigned)ctx->cfg.max_connections);
+    snprintf(spin, sizeof spin, "%d", (int)ctx->cfg.spin_us);
+    char *args[] = {t->exe, "--front", pid,    ctx->cfg.endpoint, mode, ctx->cfg.socket_group,
+                    maxconn, spin, NULL};
     uv_stdio_container_t io[4] = {
         {.flags = UV_IGNORE},
         {.flags = UV_INHERIT_FD, .data.fd = 1},
@@ -438,6 +477,8 @@ int rnd_transport_open(rnd_ctx *ctx, rnd_rx_fn rx, rnp_error *err)
     t->restart_timer.data = ctx;
     uv_timer_init(ctx->loop, &t->probe_timer);
     t->probe_timer.data = ctx;
+    uv_idle_init(ctx->loop, &t->spin);
+    t->spin.data = ctx;
     t->timer_init = true;
     if ((rc = spawn_front(ctx)) != 0) {
         t->closing = true;
@@ -488,6 +529,8 @@ void rnd_transport_close(rnd_ctx *ctx)
     uv_timer_stop(&t->restart_timer);
     if (t->timer_init && !uv_is_closing((uv_handle_t *)&t->probe_timer))
         uv_close((uv_handle_t *)&t->probe_timer, NULL);
+    if (t->timer_init && !uv_is_closing((uv_handle_t *)&t->spin))
+        uv_close((uv_handle_t *)&t->spin, NULL);
     if (t->fd >= 0) {
         /* The replies still queued go out as far as the link takes them now;
          * never blocking: a full link means the front is itself blocked

@@ -44,6 +44,7 @@ typedef struct rnd_ctx rnd_ctx;
  * probe may take before the front counts as not serving. */
 #define RND_PROBE_MS 5000
 
+
 /* A message arrived: body is valid during the call only; *control names its
  * sender, which the callback takes (set it to NULL) or leaves. */
 typedef void (*rnd_rx_fn)(rnd_ctx *ctx, void **control, const void *body, size_t len,
@@ -63,6 +64,10 @@ typedef struct rnd_transport {
     uint32_t nrestarts;            /* since start-up */
     uint64_t last_restart_ns;      /* 0: never */
     bool spawn_failed;             /* the front's handle closes after a failed spawn */
+    uv_idle_t spin;                /* active: the loop polls without sleeping */
+    uint64_t spin_until;           /* until then (--spin-us after a request: a client's
+                                      next request usually follows within tens of us,
+                                      and waking a sleeping loop adds ~10 us to each) */
     uv_timer_t probe_timer;        /* the end-to-end probe (front.h) */
     uint32_t probe_token;
     uint64_t probe_sent_ns;        /* 0: no probe outstanding */
@@ -70,6 +75,10 @@ typedef struct rnd_transport {
     rn_queue out;                  /* datagrams waiting for room on the link */
     char exe[4096];                /* this binary, for the front */
     uint64_t replies_dropped;      /* to a front that was replaced */
+    uint64_t refused;              /* connections the fronts refused (--max-connections) */
+    uint64_t refused_front;        /* of those, by the front running now */
+    uint64_t refused_last_ns;      /* when that count last grew; 0: never */
+    uint64_t refused_logged_ns;    /* when it was last logged */
     rnd_rx_fn rx;
     uint8_t *rbuf;                 /* one datagram from the front */
     uint8_t buf[RNP_MAX_MSG];      /* reply encoding */

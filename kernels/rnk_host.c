@@ -148,6 +148,13 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen)
 #ifndef RNK_WIDE_ROW
 #define RNK_WIDE_ROW 4096
 #endif
+/* Fewest rows a chunk takes when m allows: fewer, longer chunks for small m,
+ * so fewer partials for the finish to add.  1 (off) by default; 32 made the
+ * M = 4096 shapes 4-6 % faster with the experimental kernel of commit
+ * 7a90195, not yet measured with this one (bench/RESULTS.md). */
+#ifndef RNK_MIN_CHUNK_ROWS
+#define RNK_MIN_CHUNK_ROWS 1
+#endif
 
 int64_t rnk_chunk_rows(int64_t m, int64_t n)
 {
@@ -158,6 +165,8 @@ int64_t rnk_chunk_rows(int64_t m, int64_t n)
     if (cap < maxchunks)
         maxchunks = cap < 1 ? 1 : cap;
     int64_t c = (m + maxchunks - 1) / maxchunks;
+    if (c < RNK_MIN_CHUNK_ROWS)
+        c = m < RNK_MIN_CHUNK_ROWS ? m : RNK_MIN_CHUNK_ROWS;
     if (c > RNK_MAX_STRIPES)
         c = (c + RNK_MAX_STRIPES - 1) / RNK_MAX_STRIPES * RNK_MAX_STRIPES;
     return c;

@@ -374,10 +374,17 @@ int rnp_check_endpoint(const char *ep, const char **path, rnp_error *err);
  * A SOCK_SEQPACKET Unix socket at the nanomsg socket's path plus ".chan".
  * Every datagram is one message of a fixed size: an 8-byte header (magic
  * u32, version u16, type u16) and a body, all integers little-endian.  The
- * daemon and libclient read and write them with the helpers below, field by
- * field, never by casting a struct over the bytes.
+ * daemon and libclient read and write them with rnp_chan_parse and
+ * rnp_chan_encode (proto/chan.c), field by field, never by casting a struct
+ * over the bytes.
  */
 #define RNP_CHAN_SUFFIX ".chan"
+
+/* What a daemon at its connection limit (--max-connections) writes on a new
+ * connection before it closes it, in place of nanomsg's 8-byte SP header
+ * (PROTOCOL.md, "Connections"). */
+#define RNP_CONN_REFUSED "\0RN\0FULL"
+#define RNP_CONN_REFUSED_LEN 8
 #define RNP_CHAN_MAGIC 0x68636e72u     /* the bytes "rnch" */
 #define RNP_CHAN_VERSION 1
 #define RNP_CHAN_HDR 8
@@ -438,6 +445,67 @@ static inline void rnp_chan_hdr(uint8_t *p, uint16_t t)
     rnp_le16_put(p + 4, RNP_CHAN_VERSION);
     rnp_le16_put(p + 6, t);
 }
+
+/* Descriptors one message may carry: a receiver takes in at most this many
+ * (a well-behaved client sends one, with REGISTER_FD), and more make the
+ * message too big. */
+#define RNP_CHAN_MAX_FDS 16
+
+/* rnp_chan_msg.type before a valid header was seen (no type on the wire,
+ * where 0 is merely an unknown type). */
+#define RNP_CHAN_NONE (-1)
+
+/* One message of the channel, parsed or to be encoded. */
+typedef struct rnp_chan_msg {
+    int type;                          /* enum rnp_chan_type, the wire's value of an
+                                        * unknown type, or RNP_CHAN_NONE */
+    union {
+        struct { rnp_session session; } auth;           /* the capability from HELLO */
+        struct { uint64_t size; } register_fd;
+        struct { uint32_t pid, uid; } auth_ok;
+        struct { uint32_t region; } region_ok;          /* reserved: written 0, not read */
+        struct {
+            uint32_t code;                              /* an rn_status, as sent */
+            char msg[RNP_CHAN_ERROR_MSG];               /* NUL-terminated */
+        } error;
+    } u;
+} rnp_chan_msg;
+
+/* The whole length of a message of type t, header included; 0 for a type
+ * that is not the channel's. */
+size_t rnp_chan_len(int t);
+
+/*
+ * Parse one datagram of len bytes (m may be NULL when len is 0), received
+ * with nfds descriptors; truncated: the receiver saw it cut (MSG_TRUNC,
+ * MSG_CTRUNC).  Checks, in this order (PROTOCOL.md section 12): truncated
+ * or more than RNP_CHAN_MAX_FDS descriptors (RN_TOO_BIG, "message"), shorter
+ * than the header (RN_MALFORMED, "message"), the magic (RN_MALFORMED,
+ * "message.magic"), the version (RN_BAD_VERSION, "message.version"), the
+ * type (RN_UNKNOWN_OP, "message.type"), the descriptors (REGISTER_FD
+ * exactly one, every other type none: RN_INVALID_ARGUMENT, naming the
+ * type: "auth: carries no descriptors, got 1"), the type's exact length
+ * (RN_MALFORMED, "auth: 23 bytes, expected 24").  Requests and replies
+ * alike: which ones a side accepts is its own business.  Field values are
+ * not judged (a size of 0, a region of 0, an unknown error code), and
+ * REGION_OK's reserved field is not read.
+ *
+ * *msg is zeroed first; its type is set as soon as the header is valid,
+ * so a caller can count a message that fails later.  An ERROR's message is
+ * NUL-terminated whatever the bytes (cut at its last byte) and zero-filled
+ * after its NUL.  Returns 0, or an rn_status with err (which may be NULL).
+ */
+int rnp_chan_parse(const uint8_t *m, size_t len, bool truncated, unsigned nfds,
+                   rnp_chan_msg *msg, rnp_error *err);
+
+/*
+ * Encode msg into buf (RNP_CHAN_MAX bytes at least): the header, the body,
+ * zeros in reserved bytes and after an ERROR's message (cut to
+ * RNP_CHAN_ERROR_MSG - 1 bytes; it need not be terminated).  Returns the
+ * message's length, or 0 (nothing written) for a type that is not the
+ * channel's.
+ */
+size_t rnp_chan_encode(const rnp_chan_msg *msg, uint8_t *buf);
 
 /* ---- validation --------------------------------------------------------- */
 

@@ -96,6 +96,20 @@ class Histogram:
     p90: int
     p99: int
     max: int
+    # The non-empty buckets as (le_ns, count) pairs, le_ns ascending, each
+    # count the bucket's own (not cumulative), and the sum of the values;
+    # None for both when the daemon (older than 0.2) or the library sends
+    # no buckets.
+    buckets: tuple = None
+    sum_ns: int = None
+
+    def cumulative(self):
+        """(le_ns, values <= le_ns) pairs, as Prometheus histograms count."""
+        out, total = [], 0
+        for le, n in self.buckets or ():
+            total += n
+            out.append((le, total))
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,7 +321,14 @@ class Client:
 
     def stats(self):
         s = _lib.StatsInfo()
-        self._call("stats", _lib.lib().rn_stats, ctypes.byref(s))
+        lib = _lib.lib()
+        b = None
+        if hasattr(lib, "rn_stats_hist_buckets"):
+            # One STATS request for both, so that the counts agree.
+            b = (_lib.HistBuckets * _lib.MAX_HISTS)()
+            self._call("stats", lib.rn_stats_hist_buckets, ctypes.byref(s), b, _lib.MAX_HISTS)
+        else:
+            self._call("stats", lib.rn_stats, ctypes.byref(s))
         counters = {}
         for i in range(min(s.nstats, _lib.MAX_STATS)):
             counters[_lib.cstr(s.stats[i].name)] = s.stats[i].value
@@ -315,7 +336,14 @@ class Client:
         for i in range(min(s.nhists, _lib.MAX_HISTS)):
             x = s.hists[i]
             name = _lib.cstr(x.name)
-            hists[name] = Histogram(name, x.count, x.p50, x.p90, x.p99, x.max)
+            buckets = sum_ns = None
+            if b is not None and b[i].present:
+                buckets = tuple(
+                    (b[i].buckets[j].le_ns, b[i].buckets[j].count)
+                    for j in range(min(b[i].nbuckets, _lib.MAX_BUCKETS))
+                )
+                sum_ns = b[i].sum_ns
+            hists[name] = Histogram(name, x.count, x.p50, x.p90, x.p99, x.max, buckets, sum_ns)
         return Stats(_lib.cstr(s.backend), _lib.cstr(s.device), counters, hists)
 
     def server_info(self):

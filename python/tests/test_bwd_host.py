@@ -125,6 +125,23 @@ def test_bwd_padding_between_rows_is_not_written(client):
         assert bytes(gap) == bytes([POISON]) * len(gap), "row %d's padding was written" % i
 
 
+def test_stats_histograms_have_buckets(client):
+    # A few BWDs, so that "total" has values; its buckets add up to its
+    # count, ascend, and the cumulative count ends at the total.
+    c = Case(client, 5, 17, F32, F32, F32)
+    for _ in range(5):
+        client.bwd_host(c.args)
+    h = client.stats().histograms["total"]
+    assert h.buckets is not None and h.sum_ns is not None
+    assert h.count > 0
+    assert sum(n for _, n in h.buckets) == h.count
+    les = [le for le, _ in h.buckets]
+    assert les == sorted(les) and len(set(les)) == len(les)
+    assert h.cumulative()[-1][1] == h.count
+    assert h.max <= les[-1]
+    assert h.sum_ns >= h.count  # every value is at least 1 ns
+
+
 def test_zero_rows_is_a_no_op(client):
     c = Case(client, 3, 8, F32, F32, F32, F32, F32)
     c.args.m = 0

@@ -7,7 +7,9 @@
 # Build where nvcc is, pack with tests/gpu/pack_build.sh (another build needs
 # only rmsnormd and bench/bench_e2e_cuda), then from the repository root:
 #   tests/gpu/e2e_run.sh BUILD OUT [OTHER_BUILD...]
-# Environment: E2E_STEPS (default "tests bench"), E2E_ITERS (default 300).
+# Environment: E2E_STEPS (default "tests bench"), E2E_ITERS (default 300),
+# E2E_ROUNDS (default 1; more runs every build's benchmark that many times,
+# alternating the order, and prints the medians side by side: compare.txt).
 # Logs and the benchmark tables go to OUT; the last lines summarise each step.
 set -u
 build=${1:?usage: e2e_run.sh BUILD OUT [OTHER_BUILD...]}
@@ -16,6 +18,7 @@ shift 2
 others=("$@")
 steps=${E2E_STEPS:-tests bench}
 iters=${E2E_ITERS:-300}
+rounds=${E2E_ROUNDS:-1}
 mkdir -p "$out"
 summary=()
 step() { # step NAME LOG COMMAND...: run, keep the log, note pass or fail
@@ -56,14 +59,28 @@ esac
 
 case " $steps " in *" bench "*)
     if mps_start; then
-        # The other builds first, then this one; each its own client and daemon.
-        for b in "${others[@]}" "$build"; do
-            name=$(basename "$b")
-            step "bench_e2e_cuda MPS ($name)" "bench-$name.log" timeout 200 \
-                "$b/bench/bench_e2e_cuda" --daemon "$b/rmsnormd" --label "MPS $name" \
-                --iters "$iters" --out "$out/bench.md"
+        # Each build its own client and daemon, back to back; with several
+        # rounds the order alternates (ABBA) so that drift cancels, and
+        # bench/e2e_compare.py takes the medians.
+        order=("${others[@]}" "$build")
+        names=()
+        for b in "${order[@]}"; do names+=("$(basename "$b")"); done
+        for ((r = 1; r <= rounds; r++)); do
+            for b in "${order[@]}"; do
+                name=$(basename "$b")
+                log="bench-$name.log"
+                [ "$rounds" -gt 1 ] && log="bench-$name-r$r.log"
+                step "bench_e2e_cuda MPS ($name) round $r" "$log" timeout 200 \
+                    "$b/bench/bench_e2e_cuda" --daemon "$b/rmsnormd" --label "MPS $name r$r" \
+                    --iters "$iters" --out "$out/bench.md"
+            done
+            order=($(printf '%s\n' "${order[@]}" | tac))
         done
         mps_stop bench
+        if [ "$rounds" -gt 1 ]; then
+            python3 "$(dirname "$0")/../../bench/e2e_compare.py" "$out" "${names[@]}" \
+                | tee "$out/compare.txt"
+        fi
     else
         summary+=("MPS: nvidia-cuda-mps-control -d failed")
     fi ;;

@@ -3,9 +3,12 @@
  * test_front - the front process that owns the nanomsg socket (daemon/
  * front.h): 17 hostile bytes make nanomsg abort the process that parses
  * them; that must cost the daemon nothing but the front, which it restarts,
- * while sessions, their regions and the work of other clients go on; and
- * many idle connections must not lock new clients out.
+ * while sessions, their regions and the work of other clients go on;
+ * many idle connections must not lock new clients out; and connections
+ * beyond --max-connections are refused at once, with a reason, while the
+ * ones open go on being served.
  */
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +18,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "rn_proto.h"
 #include "rn_test.h"
 #include "integration/harness.h"
 
@@ -157,6 +161,8 @@ static void test_many_idle_connections(void **state)
     low = rl;
     low.rlim_cur = 1024;
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    rnh_arg(d, "--max-connections");
+    rnh_arg(d, "2000");
     assert_int_equal(rnh_start(d), 0);
     struct rlimit mine = rl;
     mine.rlim_cur = rl.rlim_max;
@@ -188,12 +194,146 @@ static void test_many_idle_connections(void **state)
     RNH_PASS(d);
 }
 
+/* A raw connection that sent (or tried to send) a REQ peer's SP header;
+ * -1 on error. */
+static int raw_peer(const char *endpoint)
+{
+    static const unsigned char sp_req[8] = {0x00, 'S', 'P', 0x00, 0x00, 0x30, 0x00, 0x00};
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", endpoint + 6);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    /* A refused connection may be closed already: the send may fail. */
+    (void)!send(fd, sp_req, sizeof sp_req, MSG_NOSIGNAL);
+    return fd;
+}
+
+/* The first 8 bytes the daemon sends on fd, within a second: 8 when they
+ * came, else what recv said. */
+static ssize_t first_bytes(int fd, unsigned char out[8])
+{
+    struct pollfd pf = {fd, POLLIN, 0};
+    if (poll(&pf, 1, 1000) != 1)
+        return -1;
+    return recv(fd, out, 8, MSG_WAITALL);
+}
+
+/* The front's pid: the daemon's child that is not a worker. */
+static pid_t front_pid(pid_t daemon)
+{
+    char path[64];
+    long child = 0;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)daemon, (int)daemon);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    if (fscanf(f, "%ld", &child) != 1)
+        child = -1;
+    fclose(f);
+    return (pid_t)child;
+}
+
+/* User plus system CPU time of pid in clock ticks, -1 on error. */
+static long cpu_ticks(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    /* After the command: state, then fields 4..13, then utime and stime. */
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (long)(ut + st);
+}
+
+static void test_connection_limit(void **state)
+{
+    rnh_daemon *d = *state;
+    enum { MAX = 8, EXTRA = 200 };
+    int fds[MAX];
+    unsigned char hdr[8];
+    rn_connect_opts o = {.client_name = "over", .timeout_ms = 3000};
+    rn_client *c = NULL;
+    char out[4096];
+    uint64_t rtt;
+
+    rnh_arg(d, "--max-connections");
+    rnh_arg(d, "8");
+    assert_int_equal(rnh_start(d), 0);
+    o.endpoint = d->endpoint;
+
+    /* One real client first: it must go on being served throughout. */
+    rn_client *kept = NULL;
+    assert_int_equal(rn_connect(&o, &kept), 0);
+    assert_int_equal(rn_ping(kept, &rtt), 0);
+    for (int i = 0; i < MAX - 1; i++) {
+        assert_true((fds[i] = raw_peer(d->endpoint)) >= 0);
+        assert_int_equal(first_bytes(fds[i], hdr), 8);
+        assert_memory_equal(hdr, "\0SP\0", 4);
+    }
+    /* The limit reached: each new connection gets the refusal and EOF. */
+    pid_t front = front_pid(d->pid);
+    assert_true(front > 0);
+    long t0 = cpu_ticks(front);
+    for (int i = 0; i < EXTRA; i++) {
+        int fd = raw_peer(d->endpoint);
+        assert_true(fd >= 0);
+        assert_int_equal(first_bytes(fd, hdr), 8);
+        assert_memory_equal(hdr, RNP_CONN_REFUSED, RNP_CONN_REFUSED_LEN);
+        assert_true(recv(fd, hdr, 1, 0) <= 0);   /* closed (EOF, or a reset: our header was unread) */
+        close(fd);
+    }
+    int rv = rn_connect(&o, &c);
+    printf("a client over the limit: %s: %s\n", rn_err_name(rv), rn_last_error(c));
+    assert_int_equal(rv, RN_BUSY);
+    assert_non_null(strstr(rn_last_error(c), "--max-connections"));
+    rn_close(c);
+    c = NULL;
+    /* Refusing is cheap, and nothing spins afterwards. */
+    usleep(500000);
+    long t1 = cpu_ticks(front);
+    printf("front CPU for %d refusals and 0.5 s idle: %ld ticks of %ld/s\n", EXTRA, t1 - t0,
+           sysconf(_SC_CLK_TCK));
+    assert_true(t1 - t0 < sysconf(_SC_CLK_TCK) / 4);
+    /* The open ones are still served. */
+    assert_int_equal(rn_ping(kept, &rtt), 0);
+
+    /* One closed: a new client gets in, and HEALTH says what happened. */
+    close(fds[0]);
+    usleep(100000);
+    const char *args[] = {"--endpoint", d->endpoint, "health", NULL};
+    int st = rnh_run_ctl(args, out, sizeof out, 10000);
+    printf("%s", out);
+    assert_int_equal(st, 1);
+    assert_non_null(strstr(out, "connections: refused at the limit of 8 (--max-connections)"));
+    assert_int_equal(rn_connect(&o, &c), 0);
+    assert_int_equal(rn_ping(c, &rtt), 0);
+    rn_close(c);
+    rn_close(kept);
+    for (int i = 1; i < MAX - 1; i++)
+        close(fds[i]);
+    assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    RNH_PASS(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_hostile_bytes_cost_only_the_front, rnh_setup,
                                         rnh_teardown),
         cmocka_unit_test_setup_teardown(test_many_idle_connections, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_connection_limit, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests_name("front process", tests, NULL, NULL);
 }
