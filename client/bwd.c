@@ -145,6 +145,7 @@ static bool idempotent(const rn_bwd_args *a)
 typedef struct bwd_call {
     const rn_bwd_args *a;
     int mode;
+    bool async;      /* the fast path: publish and return */
     const rnc_mapper *m;
     void *ctx;
     bool idempotent; /* may run again after a lost session (idempotent()) */
@@ -249,6 +250,89 @@ static int bwd_step(rn_client *c, void *arg)
     return rv;
 }
 
+/* One attempt on the fast path: the slot goes into the ring; a
+ * synchronous call waits for it. */
+static int ring_step(rn_client *c, void *arg)
+{
+    const bwd_call *k = arg;
+    rnp_bwd_req b;
+    uint64_t seq;
+    int rv;
+
+    memset(&b, 0, sizeof b);
+    if ((rv = map_tensors(c, k, &b)) != 0)
+        return rv;
+    fill_bwd(c, k->a, RNP_MODE_SYNC, -1, &b);
+    if ((rv = rnc_ring_publish(c, &b, &seq)) != 0 || k->async)
+        return rv;
+    rv = rnc_ring_wait(c, seq);
+    /* As in bwd_step: a call that overwrites its own inputs is not run
+     * again after the daemon may have begun it. */
+    if (rv == RN_UNKNOWN_SESSION && !k->idempotent) {
+        c->have_session = false;
+        return rnc_fail(c, RN_RESTARTED,
+                        "bwd: the session ended during the call and its outputs overlap its "
+                        "inputs (dx is dy), so it is not run again: dx, dw and dy may be partly "
+                        "written; restore the inputs and call again");
+    }
+    return rv;
+}
+
+static int host_call(rn_client *c, const rn_bwd_args *a, bool async, rn_timing *t)
+{
+    bwd_call k = {.a = a, .mode = RNP_MODE_SYNC, .m = &rnc_host_mapper, .async = async};
+    uint64_t t0 = rnc_now_ns();
+    int rv;
+
+    if (c == NULL)
+        return RN_INVALID_ARGUMENT;
+    if (c->path != RN_PATH_FAST)
+        return rnc_bwd(c, a, RNP_MODE_SYNC, &rnc_host_mapper, NULL, t);
+    pthread_mutex_lock(&c->mu);
+    if ((rv = check_args(c, a)) == 0) {
+        k.idempotent = idempotent(a);
+        rv = rnc_in_session(c, ring_step, &k);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rv == 0 && t) {
+        /* The daemon's times stay in the daemon (STATS: fast.*). */
+        rn_timing tm = {0, 0, rnc_now_ns() - t0};
+        *t = tm;
+    }
+    return rv;
+}
+
+int rn_rmsnorm_bwd_host_async(rn_client *c, const rn_bwd_args *a)
+{
+    return host_call(c, a, true, NULL);
+}
+
+static int sync_or_check(rn_client *c, bool wait)
+{
+    int rv;
+    if (c == NULL)
+        return RN_INVALID_ARGUMENT;
+    pthread_mutex_lock(&c->mu);
+    rv = rnc_ring_sync(c, wait);
+    pthread_mutex_unlock(&c->mu);
+    return rv;
+}
+
+int rn_sync(rn_client *c)
+{
+    return sync_or_check(c, true);
+}
+
+int rn_check(rn_client *c)
+{
+    return sync_or_check(c, false);
+}
+
+int rn_client_path(const rn_client *c)
+{
+    return c ? c->path : RN_INVALID_ARGUMENT;
+}
+
 int rnc_bwd(rn_client *c, const rn_bwd_args *a, int mode, const rnc_mapper *m, void *ctx,
             rn_timing *t)
 {
@@ -280,7 +364,7 @@ out:
 
 int rn_rmsnorm_bwd_host(rn_client *c, const rn_bwd_args *a, rn_timing *t)
 {
-    return rnc_bwd(c, a, RNP_MODE_SYNC, &rnc_host_mapper, NULL, t);
+    return host_call(c, a, false, t);
 }
 
 #ifndef RN_HAVE_CUDA

@@ -5,6 +5,7 @@
  * (version, error text, default endpoint).  It builds on conn.c and
  * session.c and calls nothing that calls back into it.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,8 +75,23 @@ int rn_connect(const rn_connect_opts *opts, rn_client **out)
     rnc_clear_thread_error();
     if (out == NULL)
         return rnc_fail(NULL, RN_INVALID_ARGUMENT, "out: must not be NULL");
-    if (opts)
-        o = *opts;
+    if (opts) {
+        /* 0.1's layout ends before path (ABI rules in the header). */
+        size_t n = opts->struct_size ? opts->struct_size : offsetof(rn_connect_opts, path);
+        memcpy(&o, opts, n < sizeof o ? n : sizeof o);
+    }
+    if (o.path == RN_PATH_DEFAULT) {
+        const char *p = getenv("RMSNORMD_PATH");
+        if (!p || !*p || strcmp(p, "classic") == 0)
+            o.path = RN_PATH_CLASSIC;
+        else if (strcmp(p, "fast") == 0)
+            o.path = RN_PATH_FAST;
+        else
+            return rnc_fail(NULL, RN_INVALID_ARGUMENT,
+                            "RMSNORMD_PATH: '%.40s' is not a path (classic, fast)", p);
+    }
+    if (o.path != RN_PATH_CLASSIC && o.path != RN_PATH_FAST)
+        return rnc_fail(NULL, RN_INVALID_ARGUMENT, "path: %d is not a path (RN_PATH_*)", o.path);
     if (o.timeout_ms < -1)
         return rnc_fail(NULL, RN_INVALID_ARGUMENT, "timeout_ms: %d is negative (-1 means forever)",
                         o.timeout_ms);
@@ -95,6 +111,7 @@ int rn_connect(const rn_connect_opts *opts, rn_client **out)
     RN_PT_GOTO(pthread_mutex_init(&c->mu, NULL), &f, no_mutex);
     snprintf(c->endpoint, sizeof c->endpoint, "%s", o.endpoint);
     c->timeout_ms = o.timeout_ms == 0 ? RN_DEFAULT_TIMEOUT_MS : o.timeout_ms;
+    c->path = o.path;
     if (o.client_name && *o.client_name)
         snprintf(c->name, sizeof c->name, "%s", o.client_name);
     else
@@ -142,6 +159,7 @@ void rn_close(rn_client *c)
     pthread_mutex_lock(&c->mu);
     if (c->have_session)
         rnc_end_session(c);
+    rnc_ring_release(c);
     for (size_t i = 0; i < c->nbufs; i++)
         rnc_buf_release(&c->bufs[i]);
     free(c->bufs);

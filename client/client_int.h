@@ -11,7 +11,9 @@
  *   client_cuda.c   rn_rmsnorm_bwd(_sync): the CUDA pointer mapper (IPC
  *                   registration cache) and the event ring
  *   bwd.c           the backward call both entry points share: argument
- *                   checks, request, timing; rn_rmsnorm_bwd_host
+ *                   checks, request, timing; rn_rmsnorm_bwd_host(_async),
+ *                   rn_sync, rn_check
+ *   ring.c          the fast path: the ring, its slots, waiting for done
  *   buffer.c        the shm buffers and the host pointer mapper
  *   session.c       HELLO, BYE, re-opening a lost session, regions, and the
  *                   one retry loop around a lost session
@@ -49,6 +51,9 @@ typedef struct rnc_buf {
  * call, and always NULL in a build without CUDA. */
 typedef struct rnc_cuda rnc_cuda;
 
+/* The fast path's ring of a client (ring.c); NULL until its first call. */
+typedef struct rnc_ring rnc_ring;
+
 struct rn_client {
     pthread_mutex_t mu; /* serialises every call */
     int sock;           /* nanomsg NN_REQ socket; < 0: open it at the next call */
@@ -70,6 +75,8 @@ struct rn_client {
     size_t nbufs, capbufs;
 
     rnc_cuda *cuda;
+    int path;           /* RN_PATH_CLASSIC or RN_PATH_FAST */
+    rnc_ring *ring;
 
     char last_error[RN_ERRMSG_LEN];
     /* Scratch space for one exchange; the mutex makes it private to a call. */
@@ -183,6 +190,24 @@ int rnc_register_buf(rn_client *c, rnc_buf *b);
 
 /* UNREGISTER region in the current session; the daemon's answer. */
 int rnc_unregister(rn_client *c, uint32_t region);
+
+/* ---- ring.c: the fast path ----------------------------------------------------------- */
+
+/*
+ * Publish b (tensors mapped, shape, dtypes, scalars; its session and seq are
+ * not used) as the next slot of c's ring, opening the ring in the current
+ * session first (RN_UNSUPPORTED when the daemon offers no fast path).  An
+ * error of an earlier call that finished is returned instead, once, and
+ * nothing is published.  Waits while the ring is full.  Sets *seq.
+ */
+int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, uint64_t *seq);
+/* Wait until the call seq finished; then the first error not yet
+ * reported, or 0.  RN_UNKNOWN_SESSION when the session is gone. */
+int rnc_ring_wait(rn_client *c, uint64_t seq);
+/* rn_sync (wait true) and rn_check (false) on c's ring. */
+int rnc_ring_sync(rn_client *c, bool wait);
+/* Unmap and close c's ring; rn_close calls it after the session ended. */
+void rnc_ring_release(rn_client *c);
 
 /* ---- buffer.c: shm buffers -------------------------------------------------------- */
 

@@ -87,7 +87,25 @@ typedef struct rn_connect_opts {
     int timeout_ms;          /* per request and for rn_connect as a whole;
                                 0: RN_DEFAULT_TIMEOUT_MS; -1: wait forever */
     const char *client_name; /* shown in the daemon's log; NULL: "pid <pid>" */
+    /* Added in 0.2 (read only when struct_size covers it): how the backward
+     * calls reach the daemon, RN_PATH_* below. */
+    int path;
 } rn_connect_opts;
+
+/*
+ * Paths (rn_connect_opts.path):
+ *   RN_PATH_DEFAULT  $RMSNORMD_PATH ("classic" or "fast") when set, else
+ *                    classic (on the CPU backend; the CUDA backend has no
+ *                    fast path yet)
+ *   RN_PATH_CLASSIC  every call is one request and its reply over the socket
+ *   RN_PATH_FAST     host calls go through a ring of slots in memory shared
+ *                    with the daemon (proto/PROTOCOL.md section 13): no
+ *                    round trip per call, and rn_rmsnorm_bwd_host_async
+ *                    returns without waiting.  A daemon that does not
+ *                    offer it fails the calls with RN_UNSUPPORTED.
+ * An invalid RMSNORMD_PATH makes rn_connect fail with RN_INVALID_ARGUMENT.
+ */
+enum { RN_PATH_DEFAULT = 0, RN_PATH_CLASSIC = 1, RN_PATH_FAST = 2 };
 
 #define RN_CONNECT_OPTS_INIT {.struct_size = sizeof(rn_connect_opts)}
 
@@ -237,6 +255,32 @@ typedef struct rn_timing {
  * (and, for an in-place call, dy with them).
  */
 RN_EXPORT int rn_rmsnorm_bwd_host(rn_client *c, const rn_bwd_args *a, rn_timing *t);
+
+/*
+ * The fast path's calls (RN_PATH_FAST; on the classic path they are plain
+ * synchronous calls):
+ * rn_rmsnorm_bwd_host_async publishes the call in the ring and returns
+ * without waiting for it; calls run in the order they were made.  The
+ * outputs are written once rn_sync has returned; until then the caller must
+ * not write the inputs or read the outputs.  When the ring is full it
+ * waits for the oldest call to finish.  Errors of the arguments the library
+ * can check come back at once; the daemon's (validation, bounds, a failed
+ * computation) are recorded in the call's slot and surface later: the next
+ * call made after the failed one finished returns it (and is not run); a
+ * synchronous call (rn_rmsnorm_bwd_host) returns the first error among the
+ * calls up to its own (it ran); rn_sync and rn_check return it too.  Each
+ * error is reported once; rn_last_error names the call by its sequence
+ * number ("call 7: bwd.dx: ...").
+ * rn_sync waits until every call made so far has finished and returns the
+ * first error not yet reported (0: none); RN_TIMEOUT after the client's
+ * timeout.  rn_check returns the same without waiting, for the calls that
+ * have finished.  rn_client_path says which path the client uses
+ * (RN_PATH_CLASSIC or RN_PATH_FAST).
+ */
+RN_EXPORT int rn_rmsnorm_bwd_host_async(rn_client *c, const rn_bwd_args *a);
+RN_EXPORT int rn_sync(rn_client *c);
+RN_EXPORT int rn_check(rn_client *c);
+RN_EXPORT int rn_client_path(const rn_client *c);
 
 /*
  * Stream-ordered variants on device pointers (CUDA backend): rn_rmsnorm_bwd

@@ -53,6 +53,8 @@ typedef struct rnd_device_info {
     uint32_t cc_major, cc_minor;
     bool mps;
     uint32_t event_slots;              /* ready/done ring size; 0 = no events */
+    bool rings;                        /* runs ring jobs (the fast path, rnd_ring_job);
+                                        * false: the daemon refuses RING_OPEN */
 } rnd_device_info;
 
 typedef struct rnd_backend_opts {
@@ -85,6 +87,35 @@ typedef struct rnd_mapping {
 
 typedef void (*rnd_job_event_fn)(rnd_job *job);
 
+/*
+ * A job from a session's ring (the fast path, daemon/ring.c; PROTOCOL.md
+ * section 13).  A backend runs the ring jobs of one session in the order
+ * they were submitted, each after the previous one ended, as a stream does,
+ * and for each:
+ *   - waits until the ring's ready word reaches seq before it reads any
+ *     input (rnd_ring_ready, ring_io.h); a job with status set, a cancelled
+ *     and an abandoned one need not wait;
+ *   - computes, unless status is set (an invalid slot: the status and msg
+ *     are its answer), the job was cancelled, or it was abandoned (the
+ *     drain, the end of its session) while its input was not ready: then
+ *     the abandon status is its answer;
+ *   - then writes the job's status and message into the slot, seq into the
+ *     done word with release ordering, and wakes the client's sleepers
+ *     (rnd_ring_answer); a cancelled job (its client died) writes nothing.
+ * Then the job's done event runs as for any job.  The server keeps the
+ * ring's memory mapped until every ring job's done event.
+ */
+typedef struct rnd_ring_job {
+    void *ring;                        /* the ring's header, in the daemon's mapping */
+    uint8_t *slot;                     /* the job's slot in that mapping */
+    uint64_t seq;
+    int status;                        /* nonzero: nothing to compute; answer this */
+    char msg[RNP_MAX_ERRMSG];
+    atomic_int abandon;                /* nonzero: the status to answer, without
+                                        * waiting, if the input is not ready yet
+                                        * (RN_DRAINING, RN_UNKNOWN_SESSION) */
+} rnd_ring_job;
+
 /* One BWD request on its way through a backend.  The server owns the memory. */
 struct rnd_job {
     /* in */
@@ -95,6 +126,7 @@ struct rnd_job {
     uint32_t mode;                     /* rnp_mode */
     rnd_job_event_fn acked;            /* see the top of this file */
     rnd_job_event_fn done;
+    rnd_ring_job *ring;                /* NULL: a nanomsg BWD (backend.h above) */
     atomic_bool cancelled;             /* set when the client died: a backend may skip
                                         * the work if it has not started (status
                                         * RN_PEER_DIED; done still runs) */

@@ -8,6 +8,14 @@
  * for many jobs).  Jobs are never acknowledged early: each gets its done
  * event once computed, and the reply goes then.
  *
+ * Ring jobs (the fast path, backend.h's rnd_ring_job) of a session run in
+ * order, one at a time, from the session's stream: a worker takes the head
+ * of a stream only once the ring's ready word has reached its seq.  No
+ * worker blocks on a ready word: while only streams whose heads are not
+ * ready wait, one idle worker re-checks them at a growing interval
+ * (POLL_MIN_NS .. POLL_MAX_NS), so that one client's unready inputs hold no
+ * worker that another client's requests need.
+ *
  * Failure: the CPU has no failure mode that ends the backend, but the
  * debugging knob debug-fail-after makes the Nth submitted job fail it as a
  * broken GPU would, so that the server's failure path (every pending request
@@ -29,12 +37,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ring_io.h"
 #include "rn_check.h"
 #include "stats.h"
 
 /* Below this many elements a request runs on one thread: starting helper
  * threads would cost more than it saves. */
 #define SPLIT_ELEMS (1 << 18)
+
+/* How often an idle worker re-checks ready words that streams wait on: from
+ * this ... */
+#define POLL_MIN_NS 20000ull
+/* ... doubling to this while nothing becomes ready. */
+#define POLL_MAX_NS 2000000ull
 
 /*
  * A client can shrink its shared memory object (ftruncate) after REGISTER;
@@ -87,6 +102,8 @@ typedef struct cpu_backend {
     rn_queue waiting;                  /* jobs waiting for a worker (under mu) */
     uint32_t queued, running, max_jobs;
     rn_queue finished;                 /* jobs waiting for the loop (under mu) */
+    rn_queue streams;                  /* cpu_sess with ring jobs waiting (under mu) */
+    bool polling;                      /* a worker re-checks ready words (under mu) */
     pthread_t *threads;
     uint32_t nthreads, started;
     bool stop;
@@ -98,6 +115,13 @@ typedef struct cpu_backend {
     void (*fatal)(void *ctx, const char *msg);
     void *fatal_ctx;
 } cpu_backend;
+
+/* A session's state: its stream of ring jobs. */
+typedef struct cpu_sess {
+    rn_queue stream;                   /* ring jobs in order, the head maybe running */
+    bool busy;                         /* its head is on a worker */
+    rn_queue link;                     /* on streams while the stream is not empty */
+} cpu_sess;
 
 /* Does [p, p + bytes) overlap the page at pg? */
 static bool span_hits(const void *p, uint64_t bytes, uintptr_t pg)
@@ -133,19 +157,105 @@ static uintptr_t faulted_page(const rnk_bwd_args *a)
     return 0;
 }
 
+/* Under mu: the next job to run, or NULL.  A nanomsg job first, else the
+ * head of a stream that may start (ready, or nothing to wait for); *gated
+ * says whether a stream waits on a ready word. */
+static rnd_job *pick(cpu_backend *b, bool *gated)
+{
+    rn_queue *q;
+
+    *gated = false;
+    if ((q = rn_queue_head(&b->waiting))) {
+        rn_queue_remove(q);
+        return RN_QUEUE_DATA(q, rnd_job, link);
+    }
+    RN_QUEUE_FOREACH(q, &b->streams) {
+        cpu_sess *cs = RN_QUEUE_DATA(q, cpu_sess, link);
+        if (cs->busy)
+            continue;
+        rnd_job *job = RN_QUEUE_DATA(rn_queue_head(&cs->stream), rnd_job, link);
+        if (job->ring->status || b->failed || atomic_load(&job->cancelled) ||
+            atomic_load(&job->ring->abandon) || rnd_ring_ready(job->ring)) {
+            cs->busy = true;
+            /* The others' turn first next time. */
+            rn_queue_remove(&cs->link);
+            rn_queue_push_back(&b->streams, &cs->link);
+            return job;
+        }
+        *gated = true;
+    }
+    return NULL;
+}
+
+/* Under mu: wait on cv for at most ns. */
+static void wait_ns(cpu_backend *b, uint64_t ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)(ns / 1000000000u);
+    ts.tv_nsec += (long)(ns % 1000000000u);
+    if (ts.tv_nsec >= 1000000000L)
+        ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+}
+
+/* A ring job's status when it computes nothing (backend.h), else 0. */
+static int ring_preset(cpu_backend *b, rnd_job *job)
+{
+    if (job->ring->status)
+        return job->ring->status;
+    if (b->failed)
+        return RN_DEVICE_FAILING;
+    int ab = atomic_load(&job->ring->abandon);
+    if (!atomic_load(&job->cancelled) && ab && !rnd_ring_ready(job->ring)) {
+        snprintf(job->ring->msg, sizeof job->ring->msg, "bwd: %s before the slot's input was "
+                 "ready; it was not run", ab == RN_DRAINING ? "the daemon shut down" :
+                 "the session ended");
+        return ab;
+    }
+    return 0;
+}
+
+/* Under mu: a ring job ended; answer it in the ring and let its stream's
+ * next job go. */
+static void stream_pop(cpu_backend *b, rnd_job *job)
+{
+    cpu_sess *cs = job->bsess;
+
+    rnd_ring_answer(job);
+    rn_queue_remove(&job->link);
+    cs->busy = false;
+    if (rn_queue_empty(&cs->stream))
+        rn_queue_remove(&cs->link);
+    else
+        pthread_cond_signal(&b->cv);
+}
+
 static void *worker(void *arg)
 {
     cpu_backend *b = arg;
     rnd_job *job;
 
+    uint64_t poll_ns = POLL_MIN_NS;
+    bool gated;
+
     pthread_mutex_lock(&b->mu);
     for (;;) {
-        while (!b->stop && rn_queue_empty(&b->waiting))
-            pthread_cond_wait(&b->cv, &b->mu);
-        if (rn_queue_empty(&b->waiting))
-            break;
-        job = RN_QUEUE_DATA(rn_queue_head(&b->waiting), rnd_job, link);
-        rn_queue_remove(&job->link);
+        if (!(job = pick(b, &gated))) {
+            if (b->stop && !gated)
+                break;
+            if (gated && !b->polling) {
+                /* The one poller: sleep a while, then look again. */
+                b->polling = true;
+                wait_ns(b, poll_ns);
+                b->polling = false;
+                poll_ns = poll_ns * 2 > POLL_MAX_NS ? POLL_MAX_NS : poll_ns * 2;
+            } else {
+                pthread_cond_wait(&b->cv, &b->mu);
+            }
+            continue;
+        }
+        poll_ns = POLL_MIN_NS;
         b->queued--;
         b->running++;
         /* The twin's results do not depend on its thread count, so a large
@@ -158,13 +268,18 @@ static void *worker(void *arg)
 
         char msg[RNP_MAX_ERRMSG] = "";
         bool skip = atomic_load(&job->cancelled);
+        int preset = job->ring ? ring_preset(b, job) : 0;
         uintptr_t fault;
         job->start_ns = rnd_now_ns();
-        int rc = skip ? RNK_OK : rnk_cpu_bwd(&job->args, nt, msg, sizeof msg);
+        int rc = skip || preset ? RNK_OK : rnk_cpu_bwd(&job->args, nt, msg, sizeof msg);
         job->end_ns = rnd_now_ns();
         job->done_slot = -1;
         job->priv = NULL;
-        if (skip) {
+        if (preset) {
+            job->status = preset;
+            snprintf(job->msg, sizeof job->msg, "%s", preset == RN_DEVICE_FAILING ?
+                     "bwd: the backend failed" : job->ring->msg);
+        } else if (skip) {
             job->status = RN_PEER_DIED;
             snprintf(job->msg, sizeof job->msg,
                      "bwd: the client exited before the request ran; skipped");
@@ -184,6 +299,8 @@ static void *worker(void *arg)
 
         pthread_mutex_lock(&b->mu);
         b->running--;
+        if (job->ring)
+            stream_pop(b, job);
         rn_queue_push_back(&b->finished, &job->link);
         uv_async_send(&b->async);
     }
@@ -217,9 +334,14 @@ static void on_async(uv_async_t *h)
     rn_queue_init(&list);
     pthread_mutex_lock(&b->mu);
     rn_queue_move(&list, &b->finished);
-    if (b->failed)
-        /* Nothing waiting will run: they end with the failure. */
-        rn_queue_move(&list, &b->waiting), b->queued = 0;
+    if (b->failed) {
+        /* Nothing waiting will run: they end with the failure.  Ring jobs
+         * still go through the workers, which answer them in their rings
+         * in order. */
+        RN_QUEUE_FOREACH(q, &b->waiting)
+            b->queued--;
+        rn_queue_move(&list, &b->waiting);
+    }
     idle = b->queued == 0 && b->running == 0;
     pthread_mutex_unlock(&b->mu);
     while ((q = rn_queue_head(&list))) {
@@ -285,6 +407,7 @@ static int cpu_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *err
     b->fatal_ctx = o->fatal_ctx;
     rn_queue_init(&b->waiting);
     rn_queue_init(&b->finished);
+    rn_queue_init(&b->streams);
     read_cpu_name(b->cpu_name, sizeof b->cpu_name);
     RN_PT_GOTO(pthread_mutex_init(&b->mu, NULL), &f, fail_free);
     RN_PT_GOTO(pthread_cond_init(&b->cv, NULL), &f, fail_cond);
@@ -357,17 +480,25 @@ static void cpu_info(rnd_backend *be, rnd_device_info *out)
     snprintf(out->backend, sizeof out->backend, "cpu");
     snprintf(out->device_name, sizeof out->device_name, "%s", b->cpu_name);
     out->sm_count = b->nthreads;
+    out->rings = true;
 }
 
-/* The CPU backend keeps no per-session state; a non-NULL token keeps the
- * server's bookkeeping uniform. */
 static int cpu_session_open(rnd_backend *be, void **bsess, rnp_error *err)
 {
-    *bsess = be;
+    cpu_sess *cs = calloc(1, sizeof *cs);
+    if (!cs)
+        return rnp_fail(err, RN_NOMEM, "hello: out of memory");
+    rn_queue_init(&cs->stream);
+    rn_queue_init(&cs->link);
+    *bsess = cs;
     return 0;
 }
 
-static void cpu_session_close(rnd_backend *be, void *bsess) {}
+/* Every job of the session has had its done event: its stream is empty. */
+static void cpu_session_close(rnd_backend *be, void *bsess)
+{
+    free(bsess);
+}
 
 /* Map size bytes of fd shared; field names the request's fields in errors
  * ("register" or "register_fd").  Does not close fd. */
@@ -492,7 +623,14 @@ static int cpu_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
         return rnp_fail(err, RN_BUSY, "bwd: the cpu backend's queue is full (%u jobs)",
                         b->max_jobs);
     }
-    rn_queue_push_back(&b->waiting, &job->link);
+    if (job->ring) {
+        cpu_sess *cs = job->bsess;
+        if (rn_queue_empty(&cs->stream))
+            rn_queue_push_back(&b->streams, &cs->link);
+        rn_queue_push_back(&cs->stream, &job->link);
+    } else {
+        rn_queue_push_back(&b->waiting, &job->link);
+    }
     b->queued++;
     if (b->fail_after && ++b->submitted == b->fail_after) {
         /* The knob: from here on the backend is failed.  The job just queued
@@ -502,6 +640,8 @@ static int cpu_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
         snprintf(b->fail_msg, sizeof b->fail_msg,
                  "debug-fail-after: job %u failed the backend on purpose", b->fail_after);
         uv_async_send(&b->async);
+        /* Ring jobs are answered by the workers, in order. */
+        pthread_cond_broadcast(&b->cv);
     } else {
         pthread_cond_signal(&b->cv);
     }

@@ -20,6 +20,7 @@
 #include "backend.h"
 #include "chan.h"
 #include "config.h"
+#include "ring.h"
 #include "rn_proto.h"
 #include "session.h"
 #include "stats.h"
@@ -35,6 +36,7 @@ typedef struct rnd_ctx {
     rnd_sessions sessions;
     rnd_transport tx;
     rnd_chan chan;
+    rnd_rings rings;
 
     uint32_t inflight_total;       /* BWD requests submitted and not yet answered
                                     * (the admission limit; an acknowledged one

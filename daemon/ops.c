@@ -46,6 +46,7 @@ int rnd_op_hello(rnd_ctx *ctx, rnd_session *unused, const rnp_request *req, rnp_
     h->mps = ctx->dev.mps;
     h->limits = ctx->limits;
     h->channel = true;
+    h->paths = RNP_PATH_CLASSIC | (ctx->rings.started ? RNP_PATH_FAST : 0);
     return 0;
 }
 
@@ -73,6 +74,12 @@ int rnd_op_register(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_re
 int rnd_op_unregister(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
                       rnp_error *err)
 {
+    const rnd_region *r = rnd_region_find(s, req->u.unreg.region.id);
+
+    if (r && r->ring)
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "unregister.region: region %u holds the session's open ring; "
+                        "RING_CLOSE it first", (unsigned)r->id);
     return rnd_region_remove(s, req->u.unreg.region.id, err);
 }
 
@@ -110,6 +117,7 @@ int rnd_op_stats(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply
     g.regions_active = ctx->sessions.regions_active;
     g.inflight_current = ctx->inflight_total;
     g.now_ns = rnd_now_ns();
+    g.rings_open = ctx->rings.open;
     /* The request is already counted (on receipt); its reply is not, since
      * replies are counted as they are sent. */
     rnd_stats_fill(&ctx->stats, &g, &rep->u.stats);

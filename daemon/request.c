@@ -17,6 +17,7 @@
 
 #include "log.h"
 #include "ops.h"
+#include "ring.h"
 
 /* The wire's dtypes and the kernel's are the same numbers. */
 _Static_assert((int)RNK_NONE == (int)RN_DTYPE_NONE, "dtype NONE");
@@ -56,6 +57,9 @@ typedef struct req {
     rn_queue dups;
     uint32_t ndups;
     rnd_running run;               /* on the session's running queue */
+    rnd_ring_slot at;              /* a ring slot's (at.owner set): answered in the
+                                    * ring by the backend, never by a reply */
+    rnd_ring_job rj;
 } req;
 
 #define REQ_OF_JOB(j) ((req *)(void *)((char *)(j) - offsetof(req, job)))
@@ -118,6 +122,26 @@ static void result_of(const req *r, rnd_result *res)
     }
 }
 
+/* A ring slot's request ended: the backend wrote its answer into the ring;
+ * here only the statistics. */
+static void answer_ring(req *r)
+{
+    rnd_stats *st = &r->ctx->stats;
+    const rnd_job *job = &r->job;
+
+    if (job->status != 0) {
+        st->fast_errors++;
+        if (job->status > 0 && job->status < RND_MAX_CODE)
+            st->errors[job->status]++;
+        return;
+    }
+    uint64_t start = job->start_ns > r->run.recv_ns ? job->start_ns : r->run.recv_ns;
+    st->fast_ok++;
+    rnd_hist_add(&st->fast_queue, start - r->run.recv_ns);
+    rnd_hist_add(&st->fast_compute, job->end_ns > start ? job->end_ns - start : 0);
+    rnd_hist_add(&st->fast_total, rnd_now_ns() - r->run.recv_ns);
+}
+
 /* Reply to the request and every copy of it waiting.  A submitted job ran
  * (or runs), so its result is remembered and a later copy of this seq is
  * answered from it, never run again; a request refused before that is not
@@ -133,6 +157,10 @@ static void answer(req *r)
         return;
     r->answered = true;
     uncount(r);
+    if (r->at.owner) {
+        answer_ring(r);
+        return;
+    }
     result_of(r, &res);
     if (res.status == 0) {
         rnd_hist_add(&ctx->stats.queue, res.rep.queue_ns);
@@ -188,8 +216,13 @@ static void release(req *r)
         ctx->held_total--;
         s->last_active_ns = rnd_now_ns();
     }
+    bool ring_taken = r->at.owner && r->state >= REQ_SUBMITTED;
+    rnd_ring_slot at = r->at;
     r->state = REQ_DONE;
     free(r);
+    /* Before the session may go: the ring's region is the session's. */
+    if (ring_taken)
+        at.released(at.owner);
     rnd_session_maybe_free(s);
 }
 
@@ -230,6 +263,23 @@ void rnd_request_cancel_session(rnd_session *s)
         atomic_store(&REQ_OF_RUN(q)->job.cancelled, true);
 }
 
+void rnd_request_abandon_ring(rnd_session *s, int status)
+{
+    rn_queue *j;
+    RN_QUEUE_FOREACH(j, &s->running) {
+        req *r = REQ_OF_RUN(j);
+        if (r->at.owner)
+            atomic_store(&r->rj.abandon, status);
+    }
+}
+
+void rnd_request_drain_rings(rnd_ctx *ctx)
+{
+    rn_queue *q;
+    RN_QUEUE_FOREACH(q, &ctx->sessions.list)
+        rnd_request_abandon_ring(RN_QUEUE_DATA(q, rnd_session, link), RN_DRAINING);
+}
+
 /* ---- a BWD request's way in -------------------------------------------------------- */
 
 /*
@@ -255,8 +305,9 @@ static bool replay(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_requ
 
     RN_QUEUE_FOREACH(it, &s->running) {
         req *r = REQ_OF_RUN(it);
-        /* An answered one is in the duplicate window already. */
-        if (r->seq != seq || r->answered)
+        /* An answered one is in the duplicate window already; a ring
+         * slot's seq counts the ring's slots, not BWD requests. */
+        if (r->at.owner || r->seq != seq || r->answered)
             continue;
         if (r->digest != digest) {
             reply_reused(ctx, *controlp, q);
@@ -439,6 +490,79 @@ static void bwd(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_request
         ctx->stats.inflight_max = ctx->inflight_total;
 }
 
+/* ---- a ring slot's way in (ring.h's rnd_ring_submit_fn) ------------------------------ */
+
+int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const rnp_error *bad,
+                     const rnd_ring_slot *at, uint64_t recv_ns)
+{
+    rnp_error err = {0};
+    rnp_bwd_plan plan;
+    req *r;
+
+    /* At a limit the slot waits in the ring: the client's stream waits,
+     * nothing is refused. */
+    if (!at->force && (s->inflight >= ctx->cfg.max_inflight ||
+                       ctx->inflight_total >= ctx->cfg.max_inflight_total))
+        return RN_BUSY;
+    if (!(r = calloc(1, sizeof *r)))
+        return RN_BUSY;
+    r->state = REQ_RECEIVED;
+    r->ctx = ctx;
+    r->sess = s;
+    r->seq = at->seq;
+    r->run.recv_ns = recv_ns;
+    r->run.ring = true;
+    r->at = *at;
+    r->rj.ring = at->ring;
+    r->rj.slot = at->slot;
+    r->rj.seq = at->seq;
+    rn_queue_init(&r->dups);
+    rn_queue_init(&r->run.link);
+
+    /* Admission and validation as for a BWD; a slot that fails them is
+     * still submitted, to be answered in its turn with the error. */
+    if (bad)
+        err = *bad;
+    else if (ctx->draining)
+        rnp_fail(&err, RN_DRAINING, "bwd: the daemon is shutting down");
+    else if (ctx->failing)
+        rnp_fail(&err, RN_DEVICE_FAILING, "bwd: %s", ctx->fail_msg);
+    else if (s->ending)
+        rnp_fail(&err, RN_UNKNOWN_SESSION, "bwd: the session ended");
+    else
+        pin(r, b, &plan, &err);
+    if (err.code) {
+        r->rj.status = err.code;
+        snprintf(r->rj.msg, sizeof r->rj.msg, "%s", err.msg[0] ? err.msg : rnp_strerror(err.code));
+        r->job.bsess = s->bsess;
+        r->job.ready_slot = -1;
+        r->job.acked = on_acked;
+        r->job.done = on_done;
+        r->job.done_slot = -1;
+    } else {
+        translate(r, b);
+    }
+    r->job.ring = &r->rj;
+    rn_queue_push_back(&s->running, &r->run.link);
+    count(r);
+    ctx->held_total++;
+    req_state before = r->state;
+    r->state = REQ_SUBMITTED;
+    if (ctx->be->ops->submit(ctx->be, &r->job, &err) != 0) {
+        /* Not taken: the slot stays in the ring, to be taken again. */
+        rn_queue_remove(&r->run.link);
+        uncount(r);
+        ctx->held_total--;
+        r->state = before;
+        r->answered = true;
+        release(r);
+        return err.code == RN_BUSY ? RN_BUSY : err.code ? err.code : RN_INTERNAL;
+    }
+    if (ctx->inflight_total > ctx->stats.inflight_max)
+        ctx->stats.inflight_max = ctx->inflight_total;
+    return 0;
+}
+
 /* ---- receipt and the op table --------------------------------------------------------- */
 
 enum {
@@ -463,6 +587,8 @@ static const op_entry op_table[RN_OP_MAX + 1] = {
     [RN_OP_HEALTH] = {0, rnd_op_health},
     [RN_OP_STATS] = {0, rnd_op_stats},
     [RN_OP_BYE] = {OPF_SESSION | OPF_ENDS_SESSION, rnd_op_bye},
+    [RN_OP_RING_OPEN] = {OPF_SESSION | OPF_NOT_DRAINING | OPF_NOT_FAILING, rnd_op_ring_open},
+    [RN_OP_RING_CLOSE] = {OPF_SESSION, rnd_op_ring_close},
 };
 
 /* Where a request names its session. */
@@ -474,6 +600,8 @@ static const rnp_session *session_of(const rnp_request *q)
     case RN_OP_EVENTS: return &q->u.events.session;
     case RN_OP_BWD: return &q->u.bwd.session;
     case RN_OP_BYE: return &q->u.bye;
+    case RN_OP_RING_OPEN: return &q->u.ring_open.session;
+    case RN_OP_RING_CLOSE: return &q->u.ring_close.session;
     }
     return NULL;
 }

@@ -42,5 +42,16 @@ void rnd_request_receive(rnd_ctx *ctx, void **control, const void *body, size_t 
 /* The session table's cancel hook: the client of s died, so its requests
  * that have not started may be skipped. */
 void rnd_request_cancel_session(rnd_session *s);
+/* Ring slots of s taken but not started whose input is not ready end with
+ * status instead of waiting for it (the session ended while its client
+ * lives: RN_UNKNOWN_SESSION). */
+void rnd_request_abandon_ring(rnd_session *s, int status);
+/* The drain began: the same for every session, with RN_DRAINING. */
+void rnd_request_drain_rings(rnd_ctx *ctx);
+/* A ring slot as a BWD request (ring.h's rnd_ring_submit_fn): the same
+ * object, admission, validation, pinning and statistics; the backend
+ * answers it in the ring. */
+int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const rnp_error *bad,
+                     const rnd_ring_slot *at, uint64_t recv_ns);
 
 #endif

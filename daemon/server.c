@@ -15,6 +15,16 @@
 #include "notify.h"
 #include "request.h"
 
+/* The session table's ring hook: the ring closes; a client that lives on
+ * gets an answer for its slots still waiting for their input (a dead one's
+ * were cancelled). */
+static void ring_end(rnd_session *s)
+{
+    rnd_ring_session_end(s);
+    if (!s->gone)
+        rnd_request_abandon_ring(s, RN_UNKNOWN_SESSION);
+}
+
 static void update_status(rnd_server *srv, bool force)
 {
     rnd_ctx *ctx = &srv->ctx;
@@ -82,6 +92,7 @@ static void finish_drain(rnd_server *srv)
 
     rnd_transport_receive_all(ctx);
     rnd_sessions_end_all(&ctx->sessions, "daemon shutting down");
+    rnd_rings_fini(&ctx->rings);
     rnd_chan_close(ctx);
     rnd_transport_close(ctx);
     if (srv->handles_init) {
@@ -150,6 +161,7 @@ void rnd_server_drain(rnd_server *srv, const char *why)
         return;
     }
     ctx->draining = true;
+    rnd_request_drain_rings(ctx);
     rnd_notice("Draining (%s): %u requests in flight, new work is refused", why,
                ctx->held_total);
     rnd_notify_stopping();
@@ -229,18 +241,25 @@ int rnd_server_start(rnd_server *srv, uv_loop_t *loop, const rnd_config *cfg, rn
     fill_limits(ctx);
     rnd_sessions_init(&ctx->sessions, loop, be, &ctx->cfg, &ctx->stats,
                       rnd_request_cancel_session);
+    ctx->sessions.ring_end = ring_end;
+    if ((rc = rnd_rings_init(ctx, &ctx->rings, rnd_request_ring, err)) != 0)
+        return rc;
 
     /* The channel first: its bind finds another daemon on the endpoint
      * without starting a front, and a failure leaves nothing to stop. */
-    if ((rc = rnd_chan_open(ctx, err)) != 0)
+    if ((rc = rnd_chan_open(ctx, err)) != 0) {
+        rnd_rings_fini(&ctx->rings);
         return rc;
+    }
     if ((rc = rnd_transport_open(ctx, rnd_request_receive, err)) != 0) {
         rnd_chan_close(ctx);
+        rnd_rings_fini(&ctx->rings);
         return rc;
     }
     if ((rc = rnd_chan_start(ctx, err)) != 0) {
         rnd_chan_close(ctx);
         rnd_transport_close(ctx);
+        rnd_rings_fini(&ctx->rings);
         return rc;
     }
 
@@ -283,6 +302,7 @@ void rnd_server_fini(rnd_server *srv)
 {
     /* finish_drain released everything; this covers a loop that stopped
      * some other way. */
+    rnd_rings_fini(&srv->ctx.rings);
     rnd_chan_close(&srv->ctx);
     rnd_transport_close(&srv->ctx);
 }

@@ -40,6 +40,7 @@ void rnd_session_client_gone(rnd_session *s, const char *why)
     if (s->ending)
         return;
     s->tab->stats->clients_died++;
+    s->gone = true;
     if (s->tab->cancel)
         s->tab->cancel(s);
     rnd_session_end(s, why);
@@ -424,6 +425,9 @@ void rnd_session_end(rnd_session *s, const char *why)
     session_hex(s, hx);
     rnd_info("Session %s of '%s' (pid %u) ends: %s%s", hx, s->name, (unsigned)s->pid, why,
              rn_queue_empty(&s->running) ? "" : "; releasing after its in-flight requests");
+    /* The ring first: it may still take the slots published so far. */
+    if (s->tab->ring_end)
+        s->tab->ring_end(s);
     if (s->tab->be->ops->session_ending)
         s->tab->be->ops->session_ending(s->tab->be, s->bsess);
     /* Unlinking closes every region no request uses; the rest close as their
@@ -543,13 +547,17 @@ uint64_t rnd_sessions_oldest(const rnd_sessions *tab)
     uint64_t oldest = 0;
     const rn_queue *q;
 
-    /* Each running queue is in order of receipt: its head is its oldest. */
+    /* Each running queue is in order of receipt: its first entry that is
+     * not a ring slot's is its oldest. */
     RN_QUEUE_FOREACH(q, &tab->list) {
-        const rn_queue *h = rn_queue_head(&SESSION_OF(q)->running);
-        if (h) {
-            uint64_t t = RN_QUEUE_DATA(h, rnd_running, link)->recv_ns;
-            if (!oldest || t < oldest)
-                oldest = t;
+        const rn_queue *h;
+        RN_QUEUE_FOREACH(h, &SESSION_OF(q)->running) {
+            const rnd_running *u = RN_QUEUE_DATA(h, rnd_running, link);
+            if (u->ring)
+                continue;
+            if (!oldest || u->recv_ns < oldest)
+                oldest = u->recv_ns;
+            break;
         }
     }
     return oldest;

@@ -48,6 +48,7 @@ typedef struct rnd_region {
     uint32_t id;
     uint32_t refs;                 /* requests between validation and release */
     bool unlinked;
+    bool ring;                     /* holds the session's open ring (ring.c) */
     rnd_mapping map;
     rnd_session *sess;
 } rnd_region;
@@ -56,6 +57,9 @@ typedef struct rnd_region {
 typedef struct rnd_running {
     rn_queue link;
     uint64_t recv_ns;
+    bool ring;                     /* a ring slot's: it may wait for its client's
+                                    * ready word, which says nothing of the daemon's
+                                    * health (rnd_sessions_oldest skips it) */
 } rnd_running;
 
 struct rnd_session {
@@ -77,6 +81,8 @@ struct rnd_session {
     rnd_dedupe dedupe;
     uint64_t last_active_ns;
     bool ending;                   /* no new requests; freed once running is empty */
+    bool gone;                     /* ended because its client is gone */
+    void *ring;                    /* its open ring (ring.c), NULL when none */
     rnd_sessions *tab;
     rn_queue link;
 };
@@ -96,6 +102,9 @@ struct rnd_sessions {
     /* s, bound to a channel connection (s->chan), ends: let go of the
      * connection.  Set by the channel's owner; NULL when there is none. */
     void (*unbind)(rnd_session *s);
+    /* s ends: close its ring (s->ring, maybe NULL) and settle its ring
+     * jobs.  Set by the rings' owner. */
+    void (*ring_end)(rnd_session *s);
 };
 
 /* The mapping budget comes from cfg->max_mappings, or vm.max_map_count

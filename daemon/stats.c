@@ -192,6 +192,10 @@ void rnd_stats_fill(const rnd_stats *s, const rnd_gauges *g, rnp_stats_rep *out)
     put(out, "dup.answered", s->dup_answered);
     put(out, "clients.died", s->clients_died);
     put(out, "front.restarts", s->front_restarts);
+    put(out, "fast.slots", s->fast_ok + s->fast_errors);
+    put(out, "fast.ok", s->fast_ok);
+    put(out, "fast.errors", s->fast_errors);
+    put(out, "fast.rings", g->rings_open);
     /* Only the codes seen, so the table stays short; a code appears once
      * its first error was answered and stays from then on. */
     for (int code = 1; code < RND_MAX_CODE; code++) {
@@ -203,4 +207,10 @@ void rnd_stats_fill(const rnd_stats *s, const rnd_gauges *g, rnp_stats_rep *out)
     put_hist(out, "queue", &s->queue);
     put_hist(out, "compute", &s->compute);
     put_hist(out, "total", &s->total);
+    /* The fast path's once it was used, as errors appear once seen. */
+    if (s->fast_ok + s->fast_errors) {
+        put_hist(out, "fast.queue", &s->fast_queue);
+        put_hist(out, "fast.compute", &s->fast_compute);
+        put_hist(out, "fast.total", &s->fast_total);
+    }
 }

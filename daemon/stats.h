@@ -7,7 +7,12 @@
  * "sessions.expired", "sessions.unauthenticated", "sessions.unauth_ended", "regions.active", "inflight.current", "inflight.max",
  * "uptime.seconds", "busy.rejected", "dup.answered", "clients.died",
  * "front.restarts".
- * Histograms "queue", "compute", "total" are in nanoseconds.
+ * The fast path (the ring): "fast.slots" (slots answered), "fast.ok",
+ * "fast.errors", "fast.rings" (rings open); errors of both paths count in
+ * "errors.<ERR_NAME>".
+ * Histograms "queue", "compute", "total" (the nanomsg BWD) and "fast.queue",
+ * "fast.compute", "fast.total" (ring slots: from the daemon taking the slot;
+ * sent once a slot was answered) are in nanoseconds.
  *
  * Loop-thread only: no locking.
  */
@@ -63,11 +68,14 @@ typedef struct rnd_stats {
     uint64_t front_restarts;
     uint64_t inflight_max;
     rnd_hist queue, compute, total;
+    uint64_t fast_ok, fast_errors;       /* ring slots answered */
+    rnd_hist fast_queue, fast_compute, fast_total;
 } rnd_stats;
 
 /* The values that are read from the live state when a STATS reply is built. */
 typedef struct rnd_gauges {
     uint64_t sessions_active, sessions_unauth, regions_active, inflight_current, now_ns;
+    uint64_t rings_open;
 } rnd_gauges;
 
 void rnd_stats_init(rnd_stats *s, uint64_t now_ns);

@@ -22,7 +22,8 @@ static int limits_field(rnp_dctx *d, void *obj, int idx, const char *path)
     return u32[idx] ? rnp_dec_u32(d, path, u32[idx]) : rnp_dec_u64(d, path, &l->max_m);
 }
 
-enum { H_SESSION, H_VER, H_BACKEND, H_DEV, H_UUID, H_SM, H_CCMA, H_CCMI, H_MPS, H_LIMITS, H_CHANNEL };
+enum { H_SESSION, H_VER, H_BACKEND, H_DEV, H_UUID, H_SM, H_CCMA, H_CCMI, H_MPS, H_LIMITS, H_CHANNEL,
+       H_PATHS };
 
 static int hello_field(rnp_dctx *d, void *obj, int idx, const char *path)
 {
@@ -43,6 +44,9 @@ static int hello_field(rnp_dctx *d, void *obj, int idx, const char *path)
     /* channel is optional: a daemon without the session channel does not
      * send it (false). */
     case H_CHANNEL: return rnp_dec_bool(d, path, &h->channel);
+    /* paths is optional: a daemon without the fast path does not send it
+     * (0: classic only). */
+    case H_PATHS: return rnp_dec_u32(d, path, &h->paths);
     /* seq_window is optional: a 0.1.0 daemon does not send it (0). */
     default: return rnp_dec_map(d, path, limits, 9, 0xffu, limits_field, &h->limits, NULL);
     }
@@ -233,20 +237,27 @@ static int ping_field(rnp_dctx *d, void *obj, int idx, const char *path)
     return rnp_dec_u64(d, path, &((rnp_ping_rep *)obj)->daemon_time_ns);
 }
 
+static int ring_open_field(rnp_dctx *d, void *obj, int idx, const char *path)
+{
+    (void)idx;
+    return rnp_dec_u32(d, path, &((rnp_ring_open_rep *)obj)->ring);
+}
+
 static int dec_body(rnp_dctx *d, void *msg)
 {
     rnp_reply *p = msg;
     static const char *const hello[] = { "session", "daemon_version", "backend", "device_name",
                                          "device_uuid", "sm_count", "cc_major", "cc_minor", "mps",
-                                         "limits", "channel" };
+                                         "limits", "channel", "paths" };
     static const char *const reg[] = { "region" }, *const events[] = { "done" };
     static const char *const bwd[] = { "seq", "done", "queue_ns", "compute_ns" };
     static const char *const health[] = { "state", "mps", "backend", "reasons" };
     static const char *const stats[] = { "backend", "device", "counters", "hists" };
     static const char *const ping[] = { "time_ns" };
+    static const char *const ring[] = { "ring" };
     switch (p->op) {
     case RN_OP_HELLO:
-        return rnp_dec_map(d, "hello", hello, 11, 0x3ffu, hello_field, &p->u.hello, NULL);
+        return rnp_dec_map(d, "hello", hello, 12, 0x3ffu, hello_field, &p->u.hello, NULL);
     case RN_OP_REGISTER:
         return rnp_dec_map(d, "register", reg, 1, 0x1, register_field, &p->u.reg, NULL);
     case RN_OP_EVENTS:
@@ -257,6 +268,8 @@ static int dec_body(rnp_dctx *d, void *msg)
     case RN_OP_STATS:
         return rnp_dec_map(d, "stats", stats, 4, 0xfu, stats_field, &p->u.stats, NULL);
     case RN_OP_PING: return rnp_dec_map(d, "ping", ping, 1, 0x1, ping_field, &p->u.ping, NULL);
+    case RN_OP_RING_OPEN:
+        return rnp_dec_map(d, "ring_open", ring, 1, 0x1, ring_open_field, &p->u.ring_open, NULL);
     default: return rnp_dec_empty(d, rnp_op_name(p->op));
     }
 }

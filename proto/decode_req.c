@@ -192,6 +192,23 @@ static int dec_bwd_req(rnp_dctx *d, rnp_bwd_req *b)
                        bwd_field, b, NULL);
 }
 
+static int ring_open_field(rnp_dctx *d, void *obj, int idx, const char *path)
+{
+    rnp_ring_open_req *o = obj;
+    switch (idx) {
+    case 0: return rnp_dec_session(d, path, &o->session);
+    case 1: return rnp_dec_u32(d, path, &o->region.id);
+    case 2: return rnp_dec_u64(d, path, &o->offset);
+    default: return rnp_dec_u32(d, path, &o->slots);
+    }
+}
+
+static int ring_close_field(rnp_dctx *d, void *obj, int idx, const char *path)
+{
+    rnp_ring_close_req *o = obj;
+    return idx == 0 ? rnp_dec_session(d, path, &o->session) : rnp_dec_u32(d, path, &o->ring);
+}
+
 static int session_field(rnp_dctx *d, void *obj, int idx, const char *path)
 {
     (void)idx;
@@ -204,6 +221,8 @@ static int dec_body(rnp_dctx *d, void *msg)
     static const char *const session[] = { "session" };
     static const char *const unreg[] = { "session", "region" };
     static const char *const events[] = { "session", "ready", "device_uuid" };
+    static const char *const ring_open[] = { "session", "region", "offset", "slots" };
+    static const char *const ring_close[] = { "session", "ring" };
     switch (q->op) {
     case RN_OP_HELLO: return dec_hello_req(d, &q->u.hello);
     case RN_OP_REGISTER: return dec_register_req(d, &q->u.reg);
@@ -213,6 +232,12 @@ static int dec_body(rnp_dctx *d, void *msg)
         return rnp_dec_map(d, "events", events, 3, 0x7, events_field, &q->u.events, NULL);
     case RN_OP_BWD: return dec_bwd_req(d, &q->u.bwd);
     case RN_OP_BYE: return rnp_dec_map(d, "bye", session, 1, 0x1, session_field, &q->u.bye, NULL);
+    case RN_OP_RING_OPEN:
+        return rnp_dec_map(d, "ring_open", ring_open, 4, 0xfu, ring_open_field, &q->u.ring_open,
+                           NULL);
+    case RN_OP_RING_CLOSE:
+        return rnp_dec_map(d, "ring_close", ring_close, 2, 0x3u, ring_close_field,
+                           &q->u.ring_close, NULL);
     default: return rnp_dec_empty(d, rnp_op_name(q->op));
     }
 }

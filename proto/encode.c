@@ -229,6 +229,18 @@ static void enc_request_body(enc *e, const rnp_request *q)
         msgpack_pack_map(&e->pk, 1);
         kv_bin(e, "session", q->u.bye.b, RNP_SESSION_BYTES);
         break;
+    case RN_OP_RING_OPEN:
+        msgpack_pack_map(&e->pk, 4);
+        kv_bin(e, "session", q->u.ring_open.session.b, RNP_SESSION_BYTES);
+        kv_uint(e, "region", q->u.ring_open.region.id);
+        kv_uint(e, "offset", q->u.ring_open.offset);
+        kv_uint(e, "slots", q->u.ring_open.slots);
+        break;
+    case RN_OP_RING_CLOSE:
+        msgpack_pack_map(&e->pk, 2);
+        kv_bin(e, "session", q->u.ring_close.session.b, RNP_SESSION_BYTES);
+        kv_uint(e, "ring", q->u.ring_close.ring);
+        break;
     }
 }
 
@@ -275,7 +287,7 @@ int rnp_encode_request(const rnp_request *q, void *buf, size_t cap, size_t *len,
 static void enc_hello_rep(enc *e, const rnp_hello_rep *h)
 {
     const rnp_limits *l = &h->limits;
-    msgpack_pack_map(&e->pk, 11);
+    msgpack_pack_map(&e->pk, h->paths ? 12 : 11);
     kv_bin(e, "session", h->session.b, RNP_SESSION_BYTES);
     kv_str(e, "daemon_version", "hello.daemon_version", h->daemon_version, RNP_MAX_NAME);
     kv_str(e, "backend", "hello.backend", h->backend, RNP_MAX_NAME);
@@ -286,6 +298,10 @@ static void enc_hello_rep(enc *e, const rnp_hello_rep *h)
     kv_uint(e, "cc_minor", h->cc_minor);
     kv_bool(e, "mps", h->mps);
     kv_bool(e, "channel", h->channel);
+    /* Optional (PROTOCOL.md 4.1): left out when 0, as a daemon without the
+     * fast path sends it. */
+    if (h->paths)
+        kv_uint(e, "paths", h->paths);
     key(e, "limits");
     static const char *const names[] = { "max_sessions", "max_regions", "max_inflight",
                                          "max_inflight_total", "max_m", "max_n", "max_msg",
@@ -393,6 +409,10 @@ static void enc_reply_body(enc *e, const rnp_reply *p)
     case RN_OP_PING:
         msgpack_pack_map(&e->pk, 1);
         kv_uint(e, "time_ns", p->u.ping.daemon_time_ns);
+        break;
+    case RN_OP_RING_OPEN:
+        msgpack_pack_map(&e->pk, 1);
+        kv_uint(e, "ring", p->u.ring_open.ring);
         break;
     }
 }

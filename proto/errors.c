@@ -66,8 +66,9 @@ const char *rnp_op_name(int op)
 bool rnp_op_has_body(uint32_t op, bool request)
 {
     switch (op) {
-    case RN_OP_HELLO: case RN_OP_REGISTER: case RN_OP_EVENTS: case RN_OP_BWD: return true;
-    case RN_OP_UNREGISTER: case RN_OP_BYE: return request;
+    case RN_OP_HELLO: case RN_OP_REGISTER: case RN_OP_EVENTS: case RN_OP_BWD:
+    case RN_OP_RING_OPEN: return true;
+    case RN_OP_UNREGISTER: case RN_OP_BYE: case RN_OP_RING_CLOSE: return request;
     case RN_OP_PING: case RN_OP_HEALTH: case RN_OP_STATS: return !request;
     }
     return false;

@@ -143,6 +143,19 @@ typedef struct rnp_bwd_req {
     uint32_t ordering;             /* rnp_ordering */
 } rnp_bwd_req;
 
+/* RING_OPEN: the fast path's ring (rn_ring.h) at offset bytes into region. */
+typedef struct rnp_ring_open_req {
+    rnp_session session;
+    rnp_region_id region;
+    uint64_t offset;               /* a multiple of RNP_RING_ALIGN */
+    uint32_t slots;                /* a power of two, 1 .. RNP_RING_MAX_SLOTS */
+} rnp_ring_open_req;
+
+typedef struct rnp_ring_close_req {
+    rnp_session session;
+    uint32_t ring;                 /* from RING_OPEN's reply */
+} rnp_ring_close_req;
+
 typedef struct rnp_request {
     uint32_t version;              /* envelope "v" */
     uint32_t op;                   /* rn_op */
@@ -154,6 +167,8 @@ typedef struct rnp_request {
         rnp_events_req events;
         rnp_bwd_req bwd;
         rnp_session bye;           /* BYE: the session to end */
+        rnp_ring_open_req ring_open;
+        rnp_ring_close_req ring_close;
         /* PING, HEALTH, STATS: no body */
     } u;
 } rnp_request;
@@ -186,7 +201,15 @@ typedef struct rnp_hello_rep {
     bool channel;                  /* the daemon serves the session channel
                                       (PROTOCOL.md section 12); false from a
                                       daemon that does not send the key */
+    uint32_t paths;                /* RNP_PATH_* the daemon offers; 0 from a daemon
+                                      that does not send the key: classic only */
 } rnp_hello_rep;
+
+/* HELLO's paths: how BWD work may be submitted. */
+#define RNP_PATH_CLASSIC 1u        /* BWD over nanomsg */
+#define RNP_PATH_FAST 2u           /* the ring (RING_OPEN, rn_ring.h) */
+
+typedef struct rnp_ring_open_rep { uint32_t ring; } rnp_ring_open_rep;
 
 typedef struct rnp_register_rep { rnp_region_id region; } rnp_register_rep;
 
@@ -258,7 +281,8 @@ typedef struct rnp_reply {
         rnp_health_rep health;
         rnp_stats_rep stats;
         rnp_ping_rep ping;
-        /* UNREGISTER, BYE: no body */
+        rnp_ring_open_rep ring_open;
+        /* UNREGISTER, BYE, RING_CLOSE: no body */
     } u;
 } rnp_reply;
 

@@ -97,7 +97,9 @@ typedef enum rn_dtype {
     X(6, PING, "ping")         \
     X(7, HEALTH, "health")     \
     X(8, STATS, "stats")       \
-    X(9, BYE, "bye")
+    X(9, BYE, "bye")           \
+    X(10, RING_OPEN, "ring_open") \
+    X(11, RING_CLOSE, "ring_close")
 
 typedef enum rn_op {
 #define RN_OP_ENUM_(code, name, str) RN_OP_##name = code,
@@ -105,6 +107,6 @@ typedef enum rn_op {
 #undef RN_OP_ENUM_
 } rn_op;
 
-#define RN_OP_MAX 9
+#define RN_OP_MAX 11
 
 #endif /* RN_WIRE_H */

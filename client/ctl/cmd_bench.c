@@ -336,8 +336,17 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
             printf("throughput: %.0f requests/s over %.2f s (%.2f GB/s of x, dy, dx)\n",
                    (double)n / secs, secs, bytes * (double)n / secs / 1e9);
             print_latency("client round trip:", all, n);
-            print_latency("daemon queue:      ", qa, n);
-            print_latency("daemon compute:    ", ca, n);
+            uint64_t reported = 0;
+            for (uint64_t j = 0; j < n; j++)
+                reported |= qa[j] | ca[j];
+            if (reported || n == 0) {
+                print_latency("daemon queue:      ", qa, n);
+                print_latency("daemon compute:    ", ca, n);
+            } else {
+                /* The fast path (RMSNORMD_PATH=fast) has no reply to carry them. */
+                printf("daemon queue, compute: not reported per call on the fast path "
+                       "(rmsnormctl stats: fast.queue, fast.compute)\n");
+            }
         }
         free(all);
         free(qa);

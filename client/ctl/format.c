@@ -88,11 +88,11 @@ static void stats_table(FILE *f, const rn_stats_info *s)
          * Say so: rmsnormctl ping and bench print exact percentiles. */
         fprintf(f, "\nlatency since start; p50, p90, p99: upper bounds of log-scale buckets; "
                    "max: exact\n");
-        fprintf(f, "%-10s %12s %12s %12s %12s %12s\n", "stage", "count", "p50 <= us",
+        fprintf(f, "%-12s %12s %12s %12s %12s %12s\n", "stage", "count", "p50 <= us",
                 "p90 <= us", "p99 <= us", "max us");
         for (unsigned i = 0; i < s->nhists; i++) {
             const rn_hist *h = &s->hists[i];
-            fprintf(f, "%-10s %12" PRIu64 " %12.1f %12.1f %12.1f %12.1f\n", h->name, h->count,
+            fprintf(f, "%-12s %12" PRIu64 " %12.1f %12.1f %12.1f %12.1f\n", h->name, h->count,
                     (double)h->p50 / 1e3, (double)h->p90 / 1e3, (double)h->p99 / 1e3,
                     (double)h->max / 1e3);
         }
@@ -140,13 +140,18 @@ static const struct {
      "Sessions open now whose client has not yet proved itself on the session channel."},
     {"sessions.unauth_ended",
      "Sessions the daemon ended because their client never authenticated in time."},
+    {"fast.slots", "Fast-path ring slots answered (fast.ok + fast.errors)."},
+    {"fast.ok", "Fast-path ring slots that ran successfully."},
+    {"fast.errors", "Fast-path ring slots answered with an error status."},
+    {"fast.rings", "Fast-path rings open now."},
 };
 
 /* Counters that are gauges: they go down as well as up. */
 static int is_gauge(const char *name)
 {
     static const char *gauges[] = {"sessions.active", "regions.active", "inflight.current",
-                                   "inflight.max", "uptime.seconds", "sessions.unauthenticated"};
+                                   "inflight.max", "uptime.seconds", "sessions.unauthenticated",
+                                   "fast.rings"};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++)
         if (strcmp(name, gauges[i]) == 0)
             return 1;

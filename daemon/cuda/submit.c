@@ -95,6 +95,10 @@ int rnd_cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
     rn_fault f;
     int rc, krc;
 
+    /* Ring jobs (the fast path) come only to a backend that reports rings
+     * (rnd_device_info.rings), which this one does not yet. */
+    if (job->ring)
+        return rnp_fail(err, RN_UNSUPPORTED, "bwd: the cuda backend has no fast path yet");
     if ((rc = admit(b, job, err)) != 0)
         return rc;
     g = calloc(1, sizeof *g);

@@ -69,6 +69,7 @@ class ConnectOpts(_Sized):
         ("endpoint", ctypes.c_char_p),
         ("timeout_ms", ctypes.c_int),
         ("client_name", ctypes.c_char_p),
+        ("path", ctypes.c_int),  # 0.2; a 0.1 library reads no further than client_name
     ]
 
 
@@ -236,10 +237,15 @@ _PROTOTYPES = {
                                              ctypes.c_uint]),
     "rn_server_info": (ctypes.c_int, [_CLIENT, _P(ServerInfo)]),
     "rn_version": (ctypes.c_char_p, []),
+    "rn_rmsnorm_bwd_host_async": (ctypes.c_int, [_CLIENT, _P(BwdArgs)]),
+    "rn_sync": (ctypes.c_int, [_CLIENT]),
+    "rn_check": (ctypes.c_int, [_CLIENT]),
+    "rn_client_path": (ctypes.c_int, [_CLIENT]),
 }
 
 # Calls that a 0.1 library does not have.
-_ADDED_AFTER_0_1 = {"rn_stats_hist_buckets"}
+_ADDED_AFTER_0_1 = {"rn_stats_hist_buckets", "rn_rmsnorm_bwd_host_async", "rn_sync",
+                    "rn_check", "rn_client_path"}
 
 
 class LibraryNotFound(ImportError):

@@ -204,13 +204,19 @@ class Client:
       timeout   seconds per request, and for connecting (float); None:
                 libclient's default (10 s); math.inf: wait forever
       name      shown in the daemon's log; None: "pid <pid>"
+      path      "classic" or "fast" (the fast path's ring, CPU backend;
+                PROTOCOL.md section 13); None: $RMSNORMD_PATH, else classic
 
     A Client may be shared by threads (libclient serialises its calls).  It
     must not be used in a child process after fork(): open a new one there.
     Use it as a context manager, or call close().
     """
 
-    def __init__(self, endpoint=None, timeout=None, name=None):
+    _PATHS = {None: 0, "classic": 1, "fast": 2}
+
+    def __init__(self, endpoint=None, timeout=None, name=None, path=None):
+        if path not in self._PATHS:
+            raise ValueError("path: must be None, 'classic' or 'fast' (got %r)" % (path,))
         lib = _lib.lib()
         self._handle = None
         self._pid = os.getpid()
@@ -222,6 +228,7 @@ class Client:
         opts.endpoint = endpoint.encode() if endpoint is not None else None
         opts.timeout_ms = _timeout_ms(timeout)
         opts.client_name = name.encode() if name is not None else None
+        opts.path = self._PATHS[path]
         out = ctypes.c_void_p()
         rv = lib.rn_connect(ctypes.byref(opts), ctypes.byref(out))
         if rv != 0:
@@ -384,6 +391,29 @@ class Client:
                    ctypes.byref(t))
         return Timing(t.queue_ns, t.compute_ns, t.total_ns)
 
+    def bwd_host_async(self, args):
+        """On the fast path: publish the backward pass and return without
+        waiting (on the classic path: as bwd_host).  The outputs are written
+        once sync() has returned."""
+        self._call("rmsnorm_bwd_host_async", _lib.lib().rn_rmsnorm_bwd_host_async,
+                   ctypes.byref(args))
+
+    def sync(self):
+        """Wait for every call made so far; raise the first error not yet
+        reported (RNError)."""
+        self._call("sync", _lib.lib().rn_sync)
+
+    def check(self):
+        """Raise the first error of the calls finished so far that was not yet
+        reported (RNError); never waits."""
+        self._call("check", _lib.lib().rn_check)
+
+    @property
+    def path(self):
+        """"classic" or "fast"."""
+        h = self._handle_or_raise()
+        return "fast" if _lib.lib().rn_client_path(h) == 2 else "classic"
+
     def bwd(self, args, stream):
         """Enqueue the backward pass on a CUDA stream (an int cudaStream_t; 0 is
         the legacy default stream) on device pointers; returns at once."""
@@ -398,6 +428,6 @@ class Client:
         return Timing(t.queue_ns, t.compute_ns, t.total_ns)
 
 
-def connect(endpoint=None, timeout=None, name=None):
-    """Client(endpoint, timeout, name)."""
-    return Client(endpoint, timeout, name)
+def connect(endpoint=None, timeout=None, name=None, path=None):
+    """Client(endpoint, timeout, name, path)."""
+    return Client(endpoint, timeout, name, path)

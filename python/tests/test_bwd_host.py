@@ -306,3 +306,35 @@ def test_one_client_shared_by_threads(client):
         t.join(60)
     assert not any(t.is_alive() for t in threads)
     assert not errors, errors
+
+
+def test_fast_path_matches_classic(daemon, client):
+    """The fast path (a ring of slots in shared memory): calls published
+    without waiting, one sync(), results bitwise the classic path's; the
+    daemon's errors raise at sync() and check(), once."""
+    fast = rmsnormd.Client(daemon.endpoint, path="fast")
+    try:
+        assert fast.path == "fast" and client.path == "classic"
+        cases = []
+        for i, case in enumerate(CASES):
+            x_dt, dy_dt, dx_dt, w_dt, dw_dt, dres_dt, pad, given, off = case
+            k = (19 + i, 65 + 3 * i, x_dt, dy_dt, dx_dt, w_dt, dw_dt, dres_dt, pad, given)
+            f = Case(fast, *k, weight_offset=off, seed=10 + i)
+            c = Case(client, *k, weight_offset=off, seed=10 + i)
+            fast.bwd_host_async(f.args)
+            cases.append((f, c))
+        fast.sync()
+        for f, c in cases:
+            client.bwd_host(c.args)
+            assert f.outputs() == c.outputs()
+        assert fast.stats().get("fast.ok") == len(CASES)
+
+        bad = cases[0][0]
+        bad.args.m += 1000   # past its buffers: only the daemon can tell
+        fast.bwd_host_async(bad.args)
+        with pytest.raises(rmsnormd.RNError) as ei:
+            fast.sync()
+        assert ei.value.name == "OUT_OF_BOUNDS"
+        fast.check()         # reported once
+    finally:
+        fast.close()

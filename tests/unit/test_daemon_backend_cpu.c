@@ -120,7 +120,7 @@ static void expect_reg_error(fixture *f, const rnp_register_req *r, int code, co
 {
     rnp_error err = {0};
     rnd_mapping m = {0};
-    void *bsess;
+    void *bsess = NULL;
     assert_int_equal(rnd_backend_cpu_ops.session_open(f->be, &bsess, &err), 0);
     assert_int_equal(rnd_backend_cpu_ops.region_open(f->be, bsess, r, &m, &err), code);
     assert_int_equal(err.code, code);

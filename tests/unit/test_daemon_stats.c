@@ -101,6 +101,10 @@ static void test_fill(void **state)
     s->inflight_max = 9;
     rnd_hist_add(&s->queue, 1000);
     rnd_hist_add(&s->total, 3000);
+    s->fast_ok = 4;
+    s->fast_errors = 1;
+    rnd_hist_add(&s->fast_total, 5000);
+    g.rings_open = 2;
 
     rnd_stats_fill(s, &g, r);
     assert_true(r->nstats <= RNP_MAX_STATS);
@@ -122,8 +126,17 @@ static void test_fill(void **state)
     assert_non_null(find(r, "sessions.total"));
     assert_non_null(find(r, "dup.answered"));
     assert_non_null(find(r, "clients.died"));
+    assert_int_equal(find(r, "requests.ring_open")->value, 0);
+    assert_int_equal(find(r, "fast.slots")->value, 5);
+    assert_int_equal(find(r, "fast.ok")->value, 4);
+    assert_int_equal(find(r, "fast.errors")->value, 1);
+    assert_int_equal(find(r, "fast.rings")->value, 2);
 
-    assert_int_equal(r->nhists, 3);
+    assert_int_equal(r->nhists, 6);
+    assert_string_equal(r->hists[3].name, "fast.queue");
+    assert_string_equal(r->hists[4].name, "fast.compute");
+    assert_string_equal(r->hists[5].name, "fast.total");
+    assert_int_equal(r->hists[5].max, 5000);
     assert_string_equal(r->hists[0].name, "queue");
     assert_int_equal(r->hists[0].count, 1);
     assert_int_equal(r->hists[0].p50, 1000);

@@ -1,0 +1,399 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ring.c - the fast path's rings: RING_OPEN and RING_CLOSE, the doorbell
+ * thread, and the loop's taking of new slots (ring.h says who does what).
+ */
+#include "ring.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctx.h"
+#include "log.h"
+#include "rn_ring.h"
+
+#ifndef SYS_futex_waitv
+#define SYS_futex_waitv 449
+#endif
+#ifndef FUTEX_32
+#define FUTEX_32 2
+#endif
+
+/* The doorbell thread spins this long after the last new slot ... */
+#define SPIN_NS 50000ull
+/* ... then sleeps on the doorbells at most this long: slots published
+ * without a wake-up (by a GPU, later) are seen within it. */
+#define SLEEP_NS 100000000ull
+/* futex_waitv takes at most this many words; beyond them (and on a kernel
+ * without futex_waitv) the thread polls at POLL_NS. */
+#define WAITV_MAX 128
+#define POLL_NS 1000000ull
+
+typedef struct rnd_ring {
+    uint32_t id;
+    rnd_rings *tab;
+    rnd_session *sess;             /* NULL once closed */
+    rnd_region *region;            /* referenced until the ring is freed */
+    uint8_t *base;                 /* the header in the daemon's mapping */
+    uint32_t slots;
+    uint64_t cons;                 /* seq of the last slot taken */
+    uint32_t jobs;                 /* slots taken, not yet released */
+    bool closed;                   /* no more slots are taken */
+    bool gone;                     /* its client died: write nothing */
+    bool stopped;                  /* the backend refused a slot for good */
+    uint64_t seen;                 /* the doorbell thread: the last producer word seen */
+    rn_queue link;                 /* on tab->list while open (under mu) */
+} rnd_ring;
+
+struct waitv {
+    uint64_t val, uaddr;
+    uint32_t flags, reserved;
+};
+
+static void kick(rnd_rings *tab)
+{
+    __atomic_add_fetch(&tab->kick, 1, __ATOMIC_SEQ_CST);
+    syscall(SYS_futex, &tab->kick, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Under mu: whether a ring has slots the loop has not been told of. */
+static bool scan(rnd_rings *tab)
+{
+    bool any = false;
+    rn_queue *q;
+    RN_QUEUE_FOREACH(q, &tab->list) {
+        rnd_ring *g = RN_QUEUE_DATA(q, rnd_ring, link);
+        uint64_t prod = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE);
+        if (prod != g->seen) {
+            g->seen = prod;
+            any = true;
+        }
+    }
+    return any;
+}
+
+/* Under mu: say whether the thread sleeps (PROTOCOL.md: the client reads
+ * this after it published a slot, and rings the doorbell only when set). */
+static void set_sleeping(rnd_rings *tab, uint32_t v)
+{
+    rn_queue *q;
+    RN_QUEUE_FOREACH(q, &tab->list)
+        __atomic_store_n(rnp_ring_u32(RN_QUEUE_DATA(q, rnd_ring, link)->base, RNP_RING_O_SLEEPING),
+                         v, __ATOMIC_SEQ_CST);
+}
+
+/* Sleep on the kick word and every ring's doorbell until one changes or
+ * the timeout.  The words' values are read under mu before the sleeping
+ * flags are set, so a doorbell rung after that ends the sleep at once.
+ * Returns false when the kernel has no futex_waitv. */
+static bool doze(struct waitv *w, uint32_t n, bool poll_only)
+{
+    struct timespec ts;
+    uint64_t t = now_ns() + (poll_only ? POLL_NS : SLEEP_NS);
+    ts.tv_sec = (time_t)(t / 1000000000u);
+    ts.tv_nsec = (long)(t % 1000000000u);
+    if (!poll_only && (syscall(SYS_futex_waitv, w, n, 0, &ts, CLOCK_MONOTONIC) >= 0 ||
+                       errno != ENOSYS))
+        return true;
+    struct timespec d = { 0, (long)POLL_NS };
+    nanosleep(&d, NULL);
+    return poll_only;
+}
+
+static void *doorbell_thread(void *arg)
+{
+    rnd_rings *tab = arg;
+    static struct waitv w[WAITV_MAX];
+    uint64_t active = now_ns();
+    bool have_waitv = true;
+
+    pthread_mutex_lock(&tab->mu);
+    while (!tab->stop) {
+        bool found = scan(tab);
+        if (!found && now_ns() - active < SPIN_NS) {
+            pthread_mutex_unlock(&tab->mu);
+            sched_yield();
+            pthread_mutex_lock(&tab->mu);
+            continue;
+        }
+        if (!found) {
+            uint32_t n = 0;
+            rn_queue *q;
+            w[n++] = (struct waitv){ __atomic_load_n(&tab->kick, __ATOMIC_SEQ_CST),
+                                     (uintptr_t)&tab->kick, FUTEX_32 | FUTEX_PRIVATE_FLAG, 0 };
+            RN_QUEUE_FOREACH(q, &tab->list) {
+                uint32_t *bell = rnp_ring_u32(RN_QUEUE_DATA(q, rnd_ring, link)->base,
+                                              RNP_RING_O_DOORBELL);
+                if (n < WAITV_MAX)
+                    w[n++] = (struct waitv){ __atomic_load_n(bell, __ATOMIC_SEQ_CST),
+                                             (uintptr_t)bell, FUTEX_32, 0 };
+            }
+            bool poll_only = !have_waitv || n < 1 + tab->open;
+            set_sleeping(tab, 1);
+            atomic_thread_fence(memory_order_seq_cst);
+            /* A slot published before the flag was visible: its client
+             * did not ring. */
+            found = scan(tab);
+            if (!found && !tab->stop) {
+                pthread_mutex_unlock(&tab->mu);
+                if (!doze(w, n, poll_only))
+                    have_waitv = false;
+                pthread_mutex_lock(&tab->mu);
+                found = scan(tab);
+            }
+            set_sleeping(tab, 0);
+        }
+        if (found) {
+            pthread_mutex_unlock(&tab->mu);
+            uv_async_send(&tab->async);
+            active = now_ns();
+            pthread_mutex_lock(&tab->mu);
+        }
+    }
+    pthread_mutex_unlock(&tab->mu);
+    return NULL;
+}
+
+/* ---- the loop: taking slots ------------------------------------------------------------- */
+
+static void ring_free(rnd_ring *g)
+{
+    if (!g->gone)
+        /* Every slot taken was answered: now the client may stop waiting. */
+        __atomic_store_n(rnp_ring_u32(g->base, RNP_RING_O_STATE), RNP_RING_CLOSED,
+                         __ATOMIC_RELEASE);
+    rnd_region_unref(g->region);
+    free(g);
+}
+
+static void on_released(void *owner)
+{
+    rnd_ring *g = owner;
+
+    g->jobs--;
+    if (g->closed && g->jobs == 0) {
+        ring_free(g);
+        return;
+    }
+    /* A limit may have cleared for any ring. */
+    uv_async_send(&g->tab->async);
+}
+
+/* Take g's published slots, oldest first, until one cannot be taken now.
+ * With force (the ring closes) each slot is taken whatever the limits. */
+static void take(rnd_ring *g, bool force)
+{
+    rnd_rings *tab = g->tab;
+    rnd_session *s = g->sess;
+    uint8_t desc[RNP_RING_DESC];
+
+    while (g->sess && !g->stopped) {
+        uint64_t prod = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE);
+        uint64_t seq = g->cons + 1;
+        rnp_error err = {0};
+        rnp_bwd_req b;
+        int rc;
+
+        if (rnp_seq_reached(g->cons, prod))
+            return;
+        /* A client may be at most a ring's worth of slots ahead of the
+         * answers, so of the slots taken: a producer word further on is
+         * garbage, and what it claims is never taken. */
+        if (prod - g->cons > g->slots)
+            return;
+        uint8_t *slot = g->base + rnp_ring_slot_off(seq, g->slots);
+        /* Once: everything below reads the private copy. */
+        memcpy(desc, slot, sizeof desc);
+        rnd_ring_slot at = { g->base, slot, seq, force, on_released, g };
+        bool ok = rnp_ring_decode(desc, seq, &b, &err) == 0;
+        rc = tab->submit(tab->ctx, s, ok ? &b : NULL, ok ? NULL : &err, &at, rnd_now_ns());
+        if (rc == RN_BUSY)   /* taken again after the next release */
+            return;
+        if (rc != 0) {
+            rnd_warn("Ring %u of '%s': slot %llu not taken (%s); the ring stops", g->id, s->name,
+                     (unsigned long long)seq, rnp_err_name(rc));
+            g->stopped = true;
+            return;
+        }
+        g->cons = seq;
+        g->jobs++;
+        s->last_active_ns = rnd_now_ns();
+    }
+}
+
+static void on_async(uv_async_t *h)
+{
+    rnd_rings *tab = h->data;
+    rn_queue *q;
+
+    RN_QUEUE_FOREACH(q, &tab->list)
+        take(RN_QUEUE_DATA(q, rnd_ring, link), false);
+}
+
+/* No more slots: off the thread's list, closed; freed now or after its
+ * last job. */
+static void ring_close(rnd_ring *g)
+{
+    rnd_rings *tab = g->tab;
+
+    pthread_mutex_lock(&tab->mu);
+    rn_queue_remove(&g->link);
+    tab->open--;
+    pthread_mutex_unlock(&tab->mu);
+    if (g->sess)
+        g->sess->ring = NULL;
+    g->sess = NULL;
+    g->closed = true;
+    g->region->ring = false;
+    if (g->jobs == 0)
+        ring_free(g);
+}
+
+void rnd_ring_session_end(rnd_session *s)
+{
+    rnd_ring *g = s->ring;
+
+    if (!g)
+        return;
+    g->gone = s->gone;
+    /* A client that lives on gets an answer for every slot it published;
+     * one that died gets none, and its queued jobs are cancelled. */
+    if (!g->gone)
+        take(g, true);
+    ring_close(g);
+}
+
+/* ---- RING_OPEN, RING_CLOSE ---------------------------------------------------------------- */
+
+int rnd_op_ring_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
+                     rnp_error *err)
+{
+    const rnp_ring_open_req *o = &req->u.ring_open;
+    rnd_rings *tab = &ctx->rings;
+    uint8_t line[RNP_RING_LINE];
+    uint64_t end;
+    rnd_region *r;
+    rnd_ring *g;
+    int rc;
+
+    if (!ctx->dev.rings || !tab->started)
+        return rnp_fail(err, RN_UNSUPPORTED,
+                        "ring_open: the %s backend does not offer the fast path yet; use BWD",
+                        ctx->dev.backend);
+    if (s->ring)
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "ring_open: the session has a ring open");
+    if (!(r = o->region.id ? rnd_region_find(s, o->region.id) : NULL))
+        return rnp_fail(err, RN_UNKNOWN_REGION, "ring_open.region: no region %u in this session",
+                        (unsigned)o->region.id);
+    if (o->offset % RNP_RING_ALIGN)
+        return rnp_fail(err, RN_MISALIGNED, "ring_open.offset: %llu is not a multiple of %u",
+                        (unsigned long long)o->offset, RNP_RING_ALIGN);
+    if (o->slots == 0 || o->slots > RNP_RING_MAX_SLOTS || (o->slots & (o->slots - 1)))
+        return rnp_ring_check_header(NULL, o->slots, err);
+    if (__builtin_add_overflow(o->offset, rnp_ring_bytes(o->slots), &end) || end > r->map.size)
+        return rnp_fail(err, RN_OUT_OF_BOUNDS,
+                        "ring_open.offset: a ring of %u slots at %llu exceeds region %u of %llu "
+                        "bytes", o->slots, (unsigned long long)o->offset, (unsigned)r->id,
+                        (unsigned long long)r->map.size);
+    uint8_t *base = (uint8_t *)r->map.base + o->offset;
+    memcpy(line, base, sizeof line);
+    if ((rc = rnp_ring_check_header(line, o->slots, err)) != 0)
+        return rc;
+    if (__atomic_load_n(rnp_ring_u64(base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE) != 0)
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "ring_open.prod: a new ring has published nothing (the word is 0)");
+    if (!(g = calloc(1, sizeof *g)))
+        return rnp_fail(err, RN_NOMEM, "ring_open: out of memory");
+    g->id = ++tab->next_id ? tab->next_id : ++tab->next_id;
+    g->tab = tab;
+    g->sess = s;
+    g->region = r;
+    g->base = base;
+    g->slots = o->slots;
+    r->refs++;
+    r->ring = true;
+    s->ring = g;
+    __atomic_store_n(rnp_ring_u64(base, RNP_RING_O_DONE), 0, __ATOMIC_RELAXED);
+    __atomic_store_n(rnp_ring_u32(base, RNP_RING_O_STATE), RNP_RING_OPEN, __ATOMIC_RELAXED);
+    __atomic_store_n(rnp_ring_u32(base, RNP_RING_O_CLOSE_STATUS), 0, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&tab->mu);
+    rn_queue_push_back(&tab->list, &g->link);
+    tab->open++;
+    pthread_mutex_unlock(&tab->mu);
+    kick(tab);
+    rnd_debug("Ring %u of '%s' open: region %u at %llu, %u slots", g->id, s->name,
+              (unsigned)r->id, (unsigned long long)o->offset, g->slots);
+    rep->u.ring_open.ring = g->id;
+    return 0;
+}
+
+int rnd_op_ring_close(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
+                      rnp_error *err)
+{
+    rnd_ring *g = s->ring;
+
+    if (!g || g->id != req->u.ring_close.ring)
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "ring_close.ring: no ring %u open in this session",
+                        (unsigned)req->u.ring_close.ring);
+    /* Slots published before RING_CLOSE are taken and answered. */
+    take(g, true);
+    ring_close(g);
+    return 0;
+}
+
+/* ---- start, stop ---------------------------------------------------------------------------- */
+
+int rnd_rings_init(rnd_ctx *ctx, rnd_rings *tab, rnd_ring_submit_fn *submit, rnp_error *err)
+{
+    int rc;
+
+    memset(tab, 0, sizeof *tab);
+    tab->ctx = ctx;
+    tab->submit = submit;
+    rn_queue_init(&tab->list);
+    if (!ctx->dev.rings)
+        return 0;
+    if ((rc = pthread_mutex_init(&tab->mu, NULL)) != 0)
+        return rnp_fail(err, RN_SYSTEM, "rings: mutex: %s", strerror(rc));
+    if ((rc = uv_async_init(ctx->loop, &tab->async, on_async)) != 0) {
+        pthread_mutex_destroy(&tab->mu);
+        return rnp_fail(err, RN_SYSTEM, "rings: uv_async_init: %s", uv_strerror(rc));
+    }
+    tab->async.data = tab;
+    if ((rc = pthread_create(&tab->thread, NULL, doorbell_thread, tab)) != 0) {
+        uv_close((uv_handle_t *)&tab->async, NULL);
+        pthread_mutex_destroy(&tab->mu);
+        return rnp_fail(err, RN_SYSTEM, "rings: starting the doorbell thread: %s", strerror(rc));
+    }
+    tab->started = true;
+    return 0;
+}
+
+void rnd_rings_fini(rnd_rings *tab)
+{
+    if (!tab->started)
+        return;
+    pthread_mutex_lock(&tab->mu);
+    tab->stop = true;
+    pthread_mutex_unlock(&tab->mu);
+    kick(tab);
+    pthread_join(tab->thread, NULL);
+    tab->started = false;
+    uv_close((uv_handle_t *)&tab->async, NULL);
+    pthread_mutex_destroy(&tab->mu);
+}

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ring.h - the fast path (PROTOCOL.md section 13): rings of BWD slots in
+ * shared memory that a client registered, opened with RING_OPEN and closed
+ * with RING_CLOSE or the end of the session.
+ *
+ * Threads: one doorbell thread per daemon watches the producer words of all
+ * open rings: it spins a little after activity, then sleeps on the rings'
+ * doorbell words (futex_waitv) with a timeout, and wakes the loop
+ * (uv_async_send) when a ring has new slots.  Everything else runs on the
+ * loop thread: the loop copies each new slot out once, decodes it, and hands
+ * it to the request path (the submit hook, request.c's rnd_request_ring),
+ * which validates, pins and submits it like a nanomsg BWD; the backend
+ * answers it in the ring (backend.h, rnd_ring_job).  A slot the request
+ * path cannot take now (a limit) stays in the ring until a job ends.
+ *
+ * A ring holds a reference on its region from RING_OPEN until its last job
+ * was released; its region cannot be unregistered while the ring is open.
+ * When the session ends, the ring takes the slots published so far (they
+ * get an error status unless they can run: RING_CLOSE runs them) and
+ * closes; once its last job ended it writes its state word CLOSED, except
+ * when the client died: then nothing of the client's memory is written.
+ */
+#ifndef RND_RING_H
+#define RND_RING_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "rn_proto.h"
+#include "rn_queue.h"
+#include "session.h"
+
+struct rnd_ctx;
+
+/* Where a slot's request is answered, for the request path. */
+typedef struct rnd_ring_slot {
+    void *ring;                    /* the ring's header in the daemon's mapping */
+    uint8_t *slot;                 /* the slot in that mapping */
+    uint64_t seq;
+    bool force;                    /* the ring closes: take it whatever the limits */
+    void (*released)(void *owner); /* the request was released (loop thread) */
+    void *owner;
+} rnd_ring_slot;
+
+/*
+ * The request path's entry for one slot: b the decoded slot, or NULL with
+ * bad its decoding error.  Returns 0 when it took the slot (its answer
+ * will be written in the ring, and at->released called once), RN_BUSY when
+ * it cannot take it now (try again after a release), another rn_status
+ * when it never will (the backend failed).
+ */
+typedef int rnd_ring_submit_fn(struct rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b,
+                               const rnp_error *bad, const rnd_ring_slot *at, uint64_t recv_ns);
+
+typedef struct rnd_rings {
+    struct rnd_ctx *ctx;
+    rnd_ring_submit_fn *submit;
+    uv_async_t async;              /* the doorbell thread wakes the loop */
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu;            /* list and stop, for the doorbell thread */
+    rn_queue list;                 /* open rings */
+    bool stop;
+    uint32_t kick;                 /* futex word: the loop wakes the thread */
+    uint32_t open;                 /* rings open */
+    uint32_t next_id;
+} rnd_rings;
+
+/* Start the doorbell thread.  Returns 0 or an rn_status with err. */
+int rnd_rings_init(struct rnd_ctx *ctx, rnd_rings *tab, rnd_ring_submit_fn *submit,
+                   rnp_error *err);
+/* Stop the thread and close the handle (after every session ended). */
+void rnd_rings_fini(rnd_rings *tab);
+
+/* RING_OPEN and RING_CLOSE (ops.h's rnd_op_fn). */
+int rnd_op_ring_open(struct rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
+                     rnp_error *err);
+int rnd_op_ring_close(struct rnd_ctx *ctx, rnd_session *s, const rnp_request *req,
+                      rnp_reply *rep, rnp_error *err);
+
+/* The session table's ring hook: s ends; close its ring (ring.h above). */
+void rnd_ring_session_end(rnd_session *s);
+
+#endif

@@ -1,0 +1,721 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_fastpath - the fast path (PROTOCOL.md section 13) against a real
+ * daemon on the CPU backend: results against the fp64 reference and bitwise
+ * equal to the classic path; calls pipelined without waiting; a "GPU side"
+ * that sets ready late (the daemon waits, it does not read early); bad slots
+ * of every kind, each answered with its status and done in order; RING_OPEN's
+ * checks; kill -9 of a client with slots pending; SIGTERM with a ring open;
+ * two clients at once.
+ */
+#include <signal.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "rn_test.h"
+#include "integration/harness.h"
+#include "integration/raw.h"
+#include "integration/rawring.h"
+#include "rmsnormctl_verify.h"
+
+#define WAIT_MS 20000
+
+static rn_client *client_on(const rnh_daemon *d, int path)
+{
+    rn_connect_opts o = RN_CONNECT_OPTS_INIT;
+    rn_client *c = NULL;
+    o.endpoint = d->endpoint;
+    o.path = path;
+    if (rn_connect(&o, &c) != 0)
+        fail_msg("rn_connect: %s", rn_last_error(NULL));
+    return c;
+}
+
+/* A case laid out in a fresh buffer of c, with its expectation. */
+typedef struct laid {
+    void *buf;
+    rn_bwd_args a;
+    rnv_expect e;
+} laid;
+
+static void lay(rn_client *c, const rnv_case *k, uint64_t seed, laid *l)
+{
+    char msg[300];
+    memset(l, 0, sizeof *l);
+    if (rn_buffer_alloc(c, rnv_bytes(k), &l->buf) != 0)
+        fail_msg("rn_buffer_alloc: %s", rn_last_error(c));
+    rnv_setup(k, l->buf, seed, &l->a);
+    if (rnv_expect_init(&l->e, &l->a, 0, msg, sizeof msg) != 0)
+        fail_msg("expectation: %s", msg);
+}
+
+static void check(const laid *l, const char *what)
+{
+    char msg[400];
+    if (rnv_compare(&l->a, &l->e, true, NULL, msg, sizeof msg) != 0)
+        fail_msg("%s: %s", what, msg);
+}
+
+static void unlay(rn_client *c, laid *l)
+{
+    rnv_expect_fini(&l->e);
+    assert_int_equal(rn_buffer_free(c, l->buf), 0);
+}
+
+static rnv_case mixed_case(int i)
+{
+    static const rn_dtype dts[] = {RN_DTYPE_BF16, RN_DTYPE_F16, RN_DTYPE_F32};
+    static const int64_t shapes[][2] = {{1, 1}, {5, 31}, {16, 64}, {7, 1000}, {64, 512}, {3, 4097}};
+    rnv_case k = {0};
+    k.m = shapes[i % 6][0];
+    k.n = shapes[i % 6][1];
+    k.x = dts[i % 3];
+    k.dy = dts[(i / 3) % 3];
+    k.dx = dts[(i / 2) % 3];
+    k.eps = 1e-6f;
+    if (i % 2) {
+        k.w = dts[(i + 1) % 3];
+        k.dw = i % 4 == 1 ? RN_DTYPE_F32 : k.w;
+        k.rstd = true;
+        k.weight_offset = i % 3 ? 0.0f : 1.0f;
+    } else {
+        k.dres = dts[(i + 2) % 3];
+        k.pad = i % 5;
+    }
+    return k;
+}
+
+/* Fresh random inputs on both paths: within the fp64 tolerance, bitwise the
+ * CPU twin, and bitwise the classic path's outputs. */
+static void test_results(void **state)
+{
+    rnh_daemon *d = *state;
+    rn_client *fast, *classic;
+    char msg[400];
+
+    assert_int_equal(rnh_start(d), 0);
+    fast = client_on(d, RN_PATH_FAST);
+    classic = client_on(d, RN_PATH_CLASSIC);
+    assert_int_equal(rn_client_path(fast), RN_PATH_FAST);
+    assert_int_equal(rn_client_path(classic), RN_PATH_CLASSIC);
+    for (int i = 0; i < 24; i++) {
+        rnv_case k = mixed_case(i);
+        uint64_t seed = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1) ^ (uint64_t)getpid();
+        laid f, c;
+        lay(fast, &k, seed, &f);
+        lay(classic, &k, seed, &c);
+        rn_timing t = {0};
+        if (rn_rmsnorm_bwd_host(fast, &f.a, &t) != 0)
+            fail_msg("case %d fast: %s", i, rn_last_error(fast));
+        assert_true(t.total_ns > 0);
+        if (rn_rmsnorm_bwd_host(classic, &c.a, NULL) != 0)
+            fail_msg("case %d classic: %s", i, rn_last_error(classic));
+        check(&f, "fast");
+        check(&c, "classic");
+        /* Same inputs at the same offsets: every byte of the buffers. */
+        assert_memory_equal(f.buf, c.buf, rnv_bytes(&k));
+        unlay(fast, &f);
+        unlay(classic, &c);
+    }
+    assert_int_equal(rnh_stat(d, "fast.ok"), 24);
+    assert_int_equal(rnh_stat(d, "fast.errors"), 0);
+    assert_int_equal(rnh_stat(d, "requests.bwd"), 24);   /* the classic client's only */
+    assert_int_equal(rnh_stat(d, "fast.rings"), 1);
+    assert_int_equal(rnh_stat(d, "requests.ring_open"), 1);
+    /* rmsnormctl shows the fast path's counters and latencies. */
+    static char out[1 << 16];
+    const char *args[] = {"--endpoint", d->endpoint, "stats", NULL};
+    assert_int_equal(rnh_run_ctl(args, out, sizeof out, WAIT_MS), 0);
+    assert_non_null(strstr(out, "fast.ok"));
+    assert_non_null(strstr(out, "fast.total"));
+    (void)msg;
+    rn_close(fast);
+    rn_close(classic);
+    assert_int_equal(rnh_wait_stat(d, "fast.rings", 0, WAIT_MS), 0);
+    RNH_PASS(d);
+}
+
+
+/* Many calls without waiting (more than the ring has slots, so the client
+ * also waits for a full ring), one rn_sync, every result checked; two such
+ * clients at once, as separate processes. */
+static void test_pipelined_two_clients(void **state)
+{
+    rnh_daemon *d = *state;
+    rnh_proc p[2];
+    char line[256];
+
+    assert_int_equal(rnh_start(d), 0);
+    for (int i = 0; i < 2; i++) {
+        char seed[32];
+        snprintf(seed, sizeof seed, "%d", 1000 * (i + 1) + (int)getpid());
+        const char *argv[] = {"prog_fastring", "verify", d->endpoint, "150", seed, NULL};
+        assert_int_equal(rnh_spawn("prog_fastring", argv, false, &p[i]), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        int n = rnh_read_line(&p[i], line, sizeof line, 120000);
+        if (n < 0 || strcmp(line, "ok 150") != 0)
+            fail_msg("client %d: %s", i, n < 0 ? "no answer" : line);
+        assert_int_equal(rnh_wait(&p[i], WAIT_MS), 0);
+        rnh_proc_close(&p[i]);
+    }
+    assert_int_equal(rnh_stat(d, "fast.ok"), 300);
+    assert_int_equal(rnh_stat(d, "fast.errors"), 0);
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 0, WAIT_MS), 0);
+    assert_int_equal(rnh_stat(d, "fast.rings"), 0);
+    RNH_PASS(d);
+}
+
+/* The daemon's errors surface later: at rn_sync, at rn_check, at the next
+ * call; each once, naming the failed call. */
+static void test_errors_surface(void **state)
+{
+    rnh_daemon *d = *state;
+    rn_client *c;
+    laid l;
+    rnv_case k = mixed_case(1);
+
+    assert_int_equal(rnh_start(d), 0);
+    c = client_on(d, RN_PATH_FAST);
+    lay(c, &k, 11, &l);
+    rn_bwd_args bad = l.a;
+    bad.m = l.a.m + 100;   /* past the end of the buffer: only the daemon knows */
+    assert_int_equal(rn_rmsnorm_bwd_host_async(c, &l.a), 0);
+    assert_int_equal(rn_rmsnorm_bwd_host_async(c, &bad), 0);
+    /* Call 2's error comes back once: from the next call if call 2 has
+     * finished by then (and that call is not run), else from rn_sync. */
+    int third = rn_rmsnorm_bwd_host_async(c, &l.a);
+    int synced = rn_sync(c);
+    assert_int_equal(third ? third : synced, RN_OUT_OF_BOUNDS);
+    assert_int_equal(third ? synced : third, 0);
+    assert_non_null(strstr(rn_last_error(c), "call 2: bwd."));
+    assert_int_equal(rn_check(c), 0);      /* reported once */
+    assert_int_equal(rn_sync(c), 0);
+    check(&l, "after an error");
+    /* A synchronous call returns the error of an earlier call among those
+     * up to its own, and the call after a finished failed one is not run. */
+    assert_int_equal(rn_rmsnorm_bwd_host_async(c, &bad), 0);
+    assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), RN_OUT_OF_BOUNDS);
+    assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0);
+    assert_int_equal(rn_rmsnorm_bwd_host_async(c, &bad), 0);
+    assert_int_equal(rn_sync(c), RN_OUT_OF_BOUNDS);
+    int64_t ok = rnh_stat(d, "fast.ok");
+    assert_int_equal(rn_rmsnorm_bwd_host_async(c, &bad), 0);
+    assert_int_equal(rnh_wait_stat(d, "fast.errors", 4, WAIT_MS), 0);
+    assert_int_equal(rn_rmsnorm_bwd_host_async(c, &l.a), RN_OUT_OF_BOUNDS);   /* not run */
+    assert_int_equal(rn_sync(c), 0);
+    assert_int_equal(rnh_stat(d, "fast.ok"), ok);
+    assert_int_equal(rnh_stat(d, "errors.OUT_OF_BOUNDS"), 4);
+    /* The library's own checks come back at once. */
+    bad = l.a;
+    bad.n = 0;
+    assert_int_equal(rn_rmsnorm_bwd_host_async(c, &bad), RN_INVALID_ARGUMENT);
+    unlay(c, &l);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
+/* A ring with room for data after it, and one case laid out there. */
+typedef struct raw_case {
+    rnr_ring g;
+    rnv_case k;
+    rn_bwd_args a;
+    rnp_bwd_req b;
+    rnv_expect e;
+} raw_case;
+
+static void raw_open(rnh_daemon *d, raw_case *r, uint32_t slots, uint64_t seed)
+{
+    char msg[300];
+    memset(r, 0, sizeof *r);
+    r->k = mixed_case(3);
+    r->k.m = 48, r->k.n = 300;
+    assert_int_equal(rnr_ring_open(&r->g, d->endpoint, slots, rnv_bytes(&r->k) + 4096), 0);
+    rnv_setup(&r->k, r->g.data, seed, &r->a);
+    rnr_ring_req(&r->g, &r->a, &r->b);
+    if (rnv_expect_init(&r->e, &r->a, 0, msg, sizeof msg) != 0)
+        fail_msg("expectation: %s", msg);
+}
+
+/* The "GPU side" writes ready late: the daemon takes the slot, waits, and
+ * reads the inputs only after ready.  The inputs are garbage until then. */
+static void test_ready_late(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+    size_t n;
+
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 4, 77);
+    n = rnv_bytes(&r.k);
+    uint8_t *saved = malloc(n);
+    memcpy(saved, r.g.data, n);
+    memset(r.g.data, 0x7f, n);                     /* NaNs in every dtype */
+    uint64_t seq = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);   /* taken */
+    assert_int_equal(rnr_ring_done(&r.g), 0);
+    assert_int_equal(rnh_stat(d, "fast.slots"), 0);
+    memcpy(r.g.data, saved, n);
+    rnr_ring_ready(&r.g, seq);
+    assert_int_equal(rnr_ring_wait(&r.g, seq, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, seq, NULL, 0), 0);
+    char msg[400];
+    if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
+        fail_msg("late ready: %s", msg);
+    /* Ready set before the slot: no wait. */
+    seq = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    assert_int_equal(rnr_ring_wait(&r.g, seq, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, seq, NULL, 0), 0);
+    free(saved);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
+/* Bad slots of every kind, published together between good ones: each gets
+ * its status and message, done advances over all of them in order, and
+ * the good ones compute. */
+typedef void slot_patch(uint8_t *desc, const raw_case *r);
+#define TOFF(t, f) (RNP_SLOT_O_TENSORS + (t) * RNP_SLOT_TENSOR + (f))
+static void sp_seq(uint8_t *d, const raw_case *r) { rnp_le64_put(d, 999); }
+static void sp_flags(uint8_t *d, const raw_case *r) { d[RNP_SLOT_O_FLAGS + 1] = 1; }
+static void sp_dtype(uint8_t *d, const raw_case *r) { rnp_le32_put(d + TOFF(0, RNP_SLOT_T_DTYPE), 9); }
+static void sp_region(uint8_t *d, const raw_case *r) { rnp_le32_put(d + TOFF(1, RNP_SLOT_T_REGION), 99); }
+static void sp_misaligned(uint8_t *d, const raw_case *r)
+{
+    rnp_le64_put(d + TOFF(1, RNP_SLOT_T_OFFSET), r->b.dy.offset + 1);
+}
+static void sp_bounds(uint8_t *d, const raw_case *r)
+{
+    rnp_le64_put(d + TOFF(2, RNP_SLOT_T_OFFSET), r->g.size - 64);
+}
+static void sp_stride(uint8_t *d, const raw_case *r) { rnp_le64_put(d + TOFF(0, RNP_SLOT_T_STRIDE), 1); }
+static void sp_n0(uint8_t *d, const raw_case *r) { rnp_le32_put(d + RNP_SLOT_O_N, 0); }
+static void sp_large(uint8_t *d, const raw_case *r) { rnp_le32_put(d + RNP_SLOT_O_N, 1u << 30); }
+static void sp_alias(uint8_t *d, const raw_case *r)
+{
+    /* dx over x */
+    memcpy(d + TOFF(2, 0), d + TOFF(0, 0), RNP_SLOT_TENSOR);
+}
+static void sp_eps(uint8_t *d, const raw_case *r) { rnp_le32_put(d + RNP_SLOT_O_EPS, 0xffc00000u); }
+static void sp_reserved(uint8_t *d, const raw_case *r) { d[RNP_SLOT_O_RESERVED + 3] = 1; }
+
+static void test_bad_slots(void **state)
+{
+    rnh_daemon *d = *state;
+    static const struct {
+        slot_patch *p;
+        int code;
+        const char *field;
+    } bad[] = {
+        {sp_seq, RN_INVALID_ARGUMENT, "bwd.seq"},      {sp_flags, RN_INVALID_ARGUMENT, "bwd.flags"},
+        {sp_dtype, RN_INVALID_ARGUMENT, "bwd.x.dtype"}, {sp_region, RN_UNKNOWN_REGION, "bwd.dy"},
+        {sp_misaligned, RN_MISALIGNED, "bwd.dy"},       {sp_bounds, RN_OUT_OF_BOUNDS, "bwd.dx"},
+        {sp_stride, RN_INVALID_ARGUMENT, "bwd.x"},      {sp_n0, RN_INVALID_ARGUMENT, "bwd.n"},
+        {sp_large, RN_TOO_LARGE, "bwd.n"},              {sp_alias, RN_ALIASING, "bwd.dx"},
+        {sp_eps, RN_INVALID_ARGUMENT, "bwd.eps"},      {sp_reserved, RN_INVALID_ARGUMENT, "bwd.reserved"},
+    };
+    const int nbad = (int)(sizeof bad / sizeof bad[0]);
+    raw_case r;
+    char msg[RNP_MAX_ERRMSG];
+
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 16, 5);
+    uint64_t first = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    for (int i = 0; i < nbad; i++) {
+        uint8_t desc[RNP_RING_DESC];
+        rnp_ring_encode(&r.b, r.g.seq + 1, desc);
+        bad[i].p(desc, &r);
+        rnr_ring_publish(&r.g, NULL, desc, true);
+    }
+    rnv_poison(&r.a);
+    uint64_t last = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    assert_int_equal(rnr_ring_wait(&r.g, last, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, first, msg, sizeof msg), 0);
+    for (int i = 0; i < nbad; i++) {
+        int st = rnr_ring_status(&r.g, first + 1 + (uint64_t)i, msg, sizeof msg);
+        if (st != bad[i].code || !strstr(msg, bad[i].field))
+            fail_msg("bad slot %d: %s \"%s\", expected %s naming %s", i, rn_err_name(st), msg,
+                     rn_err_name(bad[i].code), bad[i].field);
+    }
+    assert_int_equal(rnr_ring_status(&r.g, last, msg, sizeof msg), 0);
+    if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
+        fail_msg("the good slot after the bad ones: %s", msg);
+    assert_int_equal(rnh_stat(d, "fast.errors"), nbad);
+    assert_int_equal(rnh_stat(d, "fast.ok"), 2);
+    assert_int_equal(rnh_stat(d, "errors.ALIASING"), 1);
+    assert_int_equal(rnh_stat(d, "inflight.current"), 0);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
+/* RING_OPEN's and RING_CLOSE's checks, the ring's region held, HELLO's paths. */
+static int ring_open(rnr_ring *g, uint32_t region, uint64_t offset, uint32_t slots, char *err)
+{
+    static rnp_request q;
+    static rnp_reply rep;
+    memset(&q, 0, sizeof q);
+    q.op = RN_OP_RING_OPEN;
+    q.u.ring_open.session = g->session;
+    q.u.ring_open.region.id = region;
+    q.u.ring_open.offset = offset;
+    q.u.ring_open.slots = slots;
+    int st = rnr_ring_call(g, &q, &rep);
+    snprintf(err, 200, "%s", rep.error);
+    if (st == 0)
+        g->ring = rep.u.ring_open.ring;
+    return st;
+}
+
+static int simple(rnr_ring *g, uint32_t op, uint32_t arg)
+{
+    static rnp_request q;
+    static rnp_reply rep;
+    memset(&q, 0, sizeof q);
+    q.op = op;
+    if (op == RN_OP_RING_CLOSE)
+        q.u.ring_close.session = g->session, q.u.ring_close.ring = arg;
+    else
+        q.u.unreg.session = g->session, q.u.unreg.region.id = arg;
+    return rnr_ring_call(g, &q, &rep);
+}
+
+static void test_ring_open_close(void **state)
+{
+    rnh_daemon *d = *state;
+    rnr_ring g;
+    char err[200];
+    rn_client *c;
+
+    assert_int_equal(rnh_start(d), 0);
+    c = client_on(d, RN_PATH_FAST);
+    struct rn_server_info info = {0};
+    assert_int_equal(rn_server_info(c, &info), 0);
+    rn_close(c);
+    assert_int_equal(rnr_ring_open(&g, d->endpoint, 8, 8192), 0);
+    assert_int_equal(ring_open(&g, g.region, 0, 8, err), RN_INVALID_ARGUMENT);   /* one open */
+    assert_non_null(strstr(err, "ring_open"));
+    assert_int_equal(simple(&g, RN_OP_UNREGISTER, g.region), RN_INVALID_ARGUMENT);
+    assert_int_equal(simple(&g, RN_OP_RING_CLOSE, g.ring + 1), RN_INVALID_ARGUMENT);
+    assert_int_equal(simple(&g, RN_OP_RING_CLOSE, g.ring), 0);
+    assert_int_equal(rnr_ring_state(&g), RNP_RING_CLOSED);
+    assert_int_equal(rnh_stat(d, "fast.rings"), 0);
+    /* Each check of RING_OPEN, on a header that is right but for it. */
+    rnp_ring_init(g.mem, 8);
+    assert_int_equal(ring_open(&g, 77, 0, 8, err), RN_UNKNOWN_REGION);
+    assert_non_null(strstr(err, "ring_open.region"));
+    assert_int_equal(ring_open(&g, g.region, 8, 8, err), RN_MISALIGNED);
+    assert_int_equal(ring_open(&g, g.region, 0, 6, err), RN_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "ring_open.slots"));
+    assert_int_equal(ring_open(&g, g.region, 0, 4096, err), RN_TOO_LARGE);
+    assert_int_equal(ring_open(&g, g.region, g.size - 512, 8, err), RN_OUT_OF_BOUNDS);
+    assert_int_equal(ring_open(&g, g.region, 0, 16, err), RN_INVALID_ARGUMENT);  /* header says 8 */
+    g.mem[0] ^= 0xff;
+    assert_int_equal(ring_open(&g, g.region, 0, 8, err), RN_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "ring_open.magic"));
+    rnp_ring_init(g.mem, 8);
+    rnp_le32_put(g.mem + RNP_RING_O_VERSION, 9);
+    assert_int_equal(ring_open(&g, g.region, 0, 8, err), RN_BAD_VERSION);
+    rnp_ring_init(g.mem, 8);
+    rnp_le64_put(g.mem + RNP_RING_O_PROD, 3);
+    assert_int_equal(ring_open(&g, g.region, 0, 8, err), RN_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "ring_open.prod"));
+    /* A ring at an offset into the region works like one at 0. */
+    rnp_ring_init(g.mem + 64, 4);
+    assert_int_equal(ring_open(&g, g.region, 64, 4, err), 0);
+    assert_int_equal(rnh_stat(d, "fast.rings"), 1);
+    assert_int_equal(simple(&g, RN_OP_RING_CLOSE, g.ring), 0);
+    assert_int_equal(simple(&g, RN_OP_UNREGISTER, g.region), 0);
+    assert_int_equal(rnh_wait_stat(d, "regions.active", 0, WAIT_MS), 0);
+    rnr_ring_close(&g);
+    RNH_PASS(d);
+}
+
+/* A producer word far ahead of anything the client could have published
+ * (it may run at most a ring's worth of slots ahead of done): nothing of it
+ * is taken, not even when the ring closes, and the daemon stays well. */
+static void test_prod_garbage(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 4, 13);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
+    __atomic_store_n(rnp_ring_u64(r.g.mem, RNP_RING_O_PROD), s1 + 5, __ATOMIC_RELEASE);
+    __atomic_store_n(rnp_ring_u64(r.g.mem, RNP_RING_O_READY), s1 + 5, __ATOMIC_RELEASE);
+    assert_int_equal(simple(&r.g, RN_OP_RING_CLOSE, r.g.ring), 0);
+    assert_int_equal(rnr_ring_state(&r.g), RNP_RING_CLOSED);
+    assert_int_equal(rnr_ring_done(&r.g), s1);
+    assert_int_equal(rnh_stat(d, "fast.slots"), 1);
+    assert_int_equal(rnh_stat(d, "fast.rings"), 0);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 0, WAIT_MS), 0);
+    RNH_PASS(d);
+}
+
+/* BYE with a slot taken that still waits for ready: it is answered
+ * UNKNOWN_SESSION without running, done reaches it, the ring closes, and the
+ * session is freed although its client lives on. */
+static void test_bye_pending(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+    char msg[RNP_MAX_ERRMSG];
+    static rnp_request q;
+    static rnp_reply rep;
+
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 4, 15);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);
+    memset(&q, 0, sizeof q);
+    q.op = RN_OP_BYE;
+    q.u.bye = r.g.session;
+    assert_int_equal(rnr_ring_call(&r.g, &q, &rep), 0);
+    assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s1, msg, sizeof msg), RN_UNKNOWN_SESSION);
+    assert_non_null(strstr(msg, "not run"));
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 0, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_state(&r.g), RNP_RING_CLOSED);
+    assert_int_equal(rnh_stat(d, "regions.active"), 0);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
+/* The backend fails (--debug-fail-after, as a broken GPU would): the slot
+ * that failed it is answered DEVICE_FAILING in order, the ring takes no more,
+ * closes, and the daemon exits 2. */
+static void test_backend_fails(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+
+    rnh_arg(d, "--debug-fail-after");
+    rnh_arg(d, "3");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 8, 17);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    uint64_t s2 = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    assert_int_equal(rnr_ring_wait(&r.g, s2, WAIT_MS), 0);
+    uint64_t s3 = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    rnr_ring_publish(&r.g, &r.b, NULL, true);
+    assert_int_equal(rnh_wait_exit(d, WAIT_MS), 2);
+    assert_int_equal(rnr_ring_status(&r.g, s1, NULL, 0), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s2, NULL, 0), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s3, NULL, 0), RN_DEVICE_FAILING);
+    assert_int_equal(rnr_ring_done(&r.g), s3);
+    assert_int_equal(rnr_ring_state(&r.g), RNP_RING_CLOSED);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
+/* A client shrinks its ring's memory to nothing under the daemon: the
+ * daemon's reads of the ring find zero pages, not a crash; the session ends
+ * cleanly and other clients are served. */
+static void test_ring_shrunk(void **state)
+{
+    rnh_daemon *d = *state;
+    rnr_ring g;
+    rn_client *c;
+    laid l;
+    rnv_case k = mixed_case(5);
+
+    assert_int_equal(rnh_start(d), 0);
+    assert_int_equal(rnr_ring_open(&g, d->endpoint, 4, 4096), 0);
+    assert_int_equal(ftruncate(g.fd, 0), 0);
+    c = client_on(d, RN_PATH_FAST);
+    lay(c, &k, 4, &l);
+    assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0);
+    check(&l, "beside a shrunk ring");
+    assert_int_equal(simple(&g, RN_OP_RING_CLOSE, g.ring), 0);
+    rnr_ring_close(&g);
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 1, WAIT_MS), 0);
+    unlay(c, &l);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
+/* kill -9 of clients with slots pending: one whose slots wait for a ready
+ * word that never comes, one busy in a loop.  The daemon cancels and
+ * releases everything of theirs; another client goes on undisturbed. */
+static void test_kill9(void **state)
+{
+    rnh_daemon *d = *state;
+    rnh_proc stall, busy;
+    char line[256];
+    rn_client *c;
+    laid l;
+    rnv_case k = mixed_case(4);
+
+    assert_int_equal(rnh_start(d), 0);
+    c = client_on(d, RN_PATH_FAST);
+    lay(c, &k, 3, &l);
+    assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0);
+    const char *sargv[] = {"prog_fastring", "stall", d->endpoint, "5", NULL};
+    const char *bargv[] = {"prog_fastring", "loop", d->endpoint, NULL};
+    assert_int_equal(rnh_spawn("prog_fastring", sargv, false, &stall), 0);
+    assert_int_equal(rnh_spawn("prog_fastring", bargv, false, &busy), 0);
+    assert_true(rnh_read_line(&stall, line, sizeof line, WAIT_MS) > 0);
+    assert_string_equal(line, "published");
+    assert_true(rnh_read_line(&busy, line, sizeof line, WAIT_MS) > 0);
+    assert_string_equal(line, "running");
+    /* The stalled client's five slots are taken and wait for ready. */
+    assert_int_equal(rnh_wait_stat_ge(d, "inflight.current", 5, WAIT_MS), 0);
+    assert_int_equal(rnh_stat(d, "fast.rings"), 3);
+    kill(stall.pid, SIGKILL);
+    kill(busy.pid, SIGKILL);
+    assert_int_equal(rnh_wait(&stall, WAIT_MS), 128 + SIGKILL);
+    assert_int_equal(rnh_wait(&busy, WAIT_MS), 128 + SIGKILL);
+    rnh_proc_close(&stall);
+    rnh_proc_close(&busy);
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, WAIT_MS), 0);
+    assert_int_equal(rnh_stat(d, "fast.rings"), 1);
+    assert_int_equal(rnh_stat(d, "clients.died"), 2);
+    assert_int_equal(rnh_stat(d, "regions.active"), 2);   /* this client's buffer and ring */
+    for (int i = 0; i < 20; i++) {
+        rnv_poison(&l.a);
+        assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0);
+        check(&l, "after the kills");
+    }
+    unlay(c, &l);
+    rn_close(c);
+    assert_int_equal(rnh_wait_stat(d, "regions.active", 0, WAIT_MS), 0);
+    RNH_PASS(d);
+}
+
+/* SIGTERM with a ring open: the slot that ran keeps its result, the slot
+ * still waiting for ready is answered DRAINING, done reaches it, the ring is
+ * closed, and the daemon exits 0. */
+static void test_sigterm(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+    char msg[RNP_MAX_ERRMSG];
+
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 4, 9);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
+    uint64_t s2 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    assert_true(rnp_seq_reached(rnr_ring_done(&r.g), s2));
+    assert_int_equal(rnr_ring_status(&r.g, s1, msg, sizeof msg), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s2, msg, sizeof msg), RN_DRAINING);
+    assert_int_equal(rnr_ring_state(&r.g), RNP_RING_CLOSED);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
+/* The daemon ends an idle session, ring and all: the next call opens a new
+ * session and a new ring, and runs there. */
+static void test_session_expired(void **state)
+{
+    rnh_daemon *d = *state;
+    rn_client *c;
+    laid l;
+    rnv_case k = mixed_case(2);
+
+    rnh_arg(d, "--idle-timeout");
+    rnh_arg(d, "1");
+    assert_int_equal(rnh_start(d), 0);
+    c = client_on(d, RN_PATH_FAST);
+    lay(c, &k, 21, &l);
+    assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0);
+    assert_int_equal(rnh_wait_stat(d, "sessions.expired", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_stat(d, "fast.rings", 0, WAIT_MS), 0);
+    rnv_poison(&l.a);
+    if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
+        fail_msg("after the session expired: %s", rn_last_error(c));
+    check(&l, "after the session expired");
+    assert_int_equal(rnh_stat(d, "fast.rings"), 1);
+    assert_int_equal(rnh_stat(d, "fast.ok"), 2);
+    unlay(c, &l);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
+/* Which path a client takes: the option, else RMSNORMD_PATH, else classic;
+ * HELLO says the CPU backend offers both. */
+static void test_path_choice(void **state)
+{
+    rnh_daemon *d = *state;
+    rn_connect_opts o = RN_CONNECT_OPTS_INIT;
+    rn_client *c = NULL;
+    static rnp_request q;
+    static rnp_reply rep;
+
+    assert_int_equal(rnh_start(d), 0);
+    o.endpoint = d->endpoint;
+    unsetenv("RMSNORMD_PATH");
+    assert_int_equal(rn_connect(&o, &c), 0);
+    assert_int_equal(rn_client_path(c), RN_PATH_CLASSIC);
+    rn_close(c);
+    setenv("RMSNORMD_PATH", "fast", 1);
+    assert_int_equal(rn_connect(&o, &c), 0);
+    assert_int_equal(rn_client_path(c), RN_PATH_FAST);
+    rn_close(c);
+    /* A caller built against 0.1's header (no path field) gets the
+     * environment's choice. */
+    rn_connect_opts old = o;
+    old.struct_size = offsetof(rn_connect_opts, path);
+    old.path = 12345;   /* beyond its struct: never read */
+    assert_int_equal(rn_connect(&old, &c), 0);
+    assert_int_equal(rn_client_path(c), RN_PATH_FAST);
+    rn_close(c);
+    o.path = RN_PATH_CLASSIC;   /* the option wins */
+    assert_int_equal(rn_connect(&o, &c), 0);
+    assert_int_equal(rn_client_path(c), RN_PATH_CLASSIC);
+    rn_close(c);
+    o.path = RN_PATH_DEFAULT;
+    setenv("RMSNORMD_PATH", "quick", 1);
+    assert_int_equal(rn_connect(&o, &c), RN_INVALID_ARGUMENT);
+    assert_non_null(strstr(rn_last_error(NULL), "RMSNORMD_PATH"));
+    unsetenv("RMSNORMD_PATH");
+    o.path = 7;
+    assert_int_equal(rn_connect(&o, &c), RN_INVALID_ARGUMENT);
+
+    int s = rnr_open(d->endpoint);
+    assert_true(s >= 0);
+    memset(&q, 0, sizeof q);
+    q.version = RNP_VERSION, q.op = RN_OP_HELLO, q.id = 1;
+    snprintf(q.u.hello.client_name, sizeof q.u.hello.client_name, "paths");
+    q.u.hello.pid = (uint32_t)getpid();
+    assert_int_equal(rnr_call(s, &q, &rep), 0);
+    assert_int_equal(rep.status, 0);
+    assert_int_equal(rep.u.hello.paths, RNP_PATH_CLASSIC | RNP_PATH_FAST);
+    rnr_close(s);
+    RNH_PASS(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_results, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_pipelined_two_clients, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_errors_surface, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_ready_late, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_slots, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_ring_open_close, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_prod_garbage, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_bye_pending, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_backend_fails, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_ring_shrunk, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_kill9, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_sigterm, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_session_expired, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_path_choice, rnh_setup, rnh_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
