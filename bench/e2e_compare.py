@@ -16,11 +16,14 @@ import re
 import statistics
 import sys
 
-SHAPE_METRICS = ["ratio", "host_p50_us", "paced_host_p50_us", "ping_p50_us", "hop_p50_us"]
+SHAPE_METRICS = ["inproc_us", "daemon_us", "ratio", "host_p50_us", "paced_host_p50_us", "ping_p50_us", "hop_p50_us"]
 
 
 def fields(line):
-    return dict(re.findall(r"(\w+)=([-0-9.]+)", line))
+    # Numbers only: a point whose clients failed prints "-nan" or "-", and
+    # is left out of the medians (the count n says how many rounds remain).
+    return {k: v for k, v in re.findall(r"(\w+)=([-+0-9.naif]+)", line)
+            if re.fullmatch(r"-?[0-9]+(\.[0-9]*)?", v)}
 
 
 def fmt(v):
@@ -39,8 +42,9 @@ def parse(path):
                         rows[(key, m)] = float(d[m])
             elif line.startswith("K="):
                 d = fields(line)
-                rows[("K=%s" % d["K"], "calls_per_s")] = float(d["calls_per_s"])
-                rows[("K=%s" % d["K"], "host_p50_us")] = float(d["host_p50_us"])
+                for m in ("calls_per_s", "host_p50_us"):
+                    if m in d and float(d[m]) > 0:
+                        rows[("K=%s" % d["K"], m)] = float(d[m])
     return rows
 
 
@@ -55,7 +59,10 @@ def main():
         if not runs:
             sys.exit("no logs for %s in %s" % (n, out))
         data[n] = runs
-    keys = [k for k in data[names[0]][0]]
+    keys = []
+    for runs in data.values():
+        for r in runs:
+            keys += [k for k in r if k not in keys]
     head = "%-12s %-18s" % ("shape", "metric")
     for n in names:
         head += " %24s" % ("%s (n=%d)" % (n, len(data[n])))
@@ -71,7 +78,10 @@ def main():
                 line += " %24s" % "-"
                 continue
             med[n] = statistics.median(vals)
-            line += " %24s" % ("%s [%s-%s]" % (fmt(med[n]), fmt(min(vals)), fmt(max(vals))))
+            cell = "%s [%s-%s]" % (fmt(med[n]), fmt(min(vals)), fmt(max(vals)))
+            if len(vals) < len(data[n]):
+                cell += " n=%d" % len(vals)
+            line += " %24s" % cell
         for n in names[1:]:
             if n in med and names[0] in med and med[names[0]]:
                 line += " %10.3f" % (med[n] / med[names[0]])
