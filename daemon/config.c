@@ -63,6 +63,10 @@ static const flag_def flags[] = {
     {"threads", "N", "CPU backend worker threads (default: online CPUs)"},
     {"log-level", "LEVEL", "debug|info|notice|warning|error (default info)"},
     {"kernel-deadline-ms", "MS", "cuda: a kernel running longer fails the device (default 60000)"},
+    {"cuda-fast-path", NULL, "cuda, experimental: offer the fast path (a ring of slots,\n"
+                              "                          PROTOCOL.md section 13) on the cuda backend;\n"
+                              "                          not yet run on a GPU (default no; in the\n"
+                              "                          file: yes|no)"},
     {"debug-force-grid", "N", "cuda, debugging: launch every kernel with N CTAs (default 0: the\n"
                               "                          plan's; same results, far slower)"},
     {"debug-fail-after", "N", "debugging: the Nth request fails the backend as a broken device\n"
@@ -143,14 +147,15 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, rnp_erro
 
     if (!f)
         return rnp_fail(err, RN_INVALID_ARGUMENT, "unknown setting '%s' (see --help)", key);
-    if (strcmp(f->name, "allow-shm-names") == 0) {
+    if (strcmp(f->name, "allow-shm-names") == 0 || strcmp(f->name, "cuda-fast-path") == 0) {
+        bool *sw = f->name[0] == 'a' ? &cfg->allow_shm_names : &cfg->cuda_fast_path;
         /* A switch on the command line (no value), yes or no in the file. */
         if (!value || !strcmp(value, "yes") || !strcmp(value, "true") || !strcmp(value, "1"))
-            cfg->allow_shm_names = true;
+            *sw = true;
         else if (!strcmp(value, "no") || !strcmp(value, "false") || !strcmp(value, "0"))
-            cfg->allow_shm_names = false;
+            *sw = false;
         else
-            return rnp_fail(err, RN_INVALID_ARGUMENT, "allow-shm-names: expected yes or no, got '%s'",
+            return rnp_fail(err, RN_INVALID_ARGUMENT, "%s: expected yes or no, got '%s'", f->name,
                             value);
         return 0;
     }

@@ -73,6 +73,7 @@ static int start_backend(const rnd_config *cfg, uv_loop_t *loop, rnd_backend **o
         .max_jobs = cfg->max_inflight_total,
         .kernel_deadline_ms = cfg->kernel_deadline_ms,
         .debug_force_grid = cfg->debug_force_grid,
+        .cuda_fast_path = cfg->cuda_fast_path,
         .debug_fail_after = cfg->debug_fail_after,
         .fatal = rnd_server_fatal,
         .fatal_ctx = &server,

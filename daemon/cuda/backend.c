@@ -66,6 +66,7 @@ static void release_all(rnd_cuda *b)
     while ((q = rn_queue_head(&b->sessions)) != NULL)
         sess_free(b, RN_QUEUE_DATA(q, rnd_cuda_sess, link));
     rnd_cuda_close_unmaps(b); /* the device is idle: nothing waits */
+    rnd_cuda_ring_fini(b);
     rnd_cuda_pool_free(&b->fins);
     rnd_cuda_pool_free(&b->starts);
     rnd_cuda_pool_free(&b->timing);
@@ -199,10 +200,12 @@ static int cuda_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *er
     rn_queue_init(&b->acked);
     rn_queue_init(&b->sessions);
     rn_queue_init(&b->unmaps);
+    rn_queue_init(&b->hostmaps);
     RN_PT_GOTO(pthread_mutex_init(&b->mu, NULL), &f, fail_mutex);
 
     if ((rc = open_device(b, o, err)) != 0)
         goto fail;
+    rnd_cuda_ring_probe(b, o->cuda_fast_path);
     if ((rc = rnd_cuda_threads_start(b, err)) != 0)
         goto fail;
     if ((rc = start_handles(b, o->loop, err)) != 0) {
@@ -291,6 +294,7 @@ static void cuda_info(rnd_backend *be, rnd_device_info *out)
     out->cc_minor = (uint32_t)b->prop.minor;
     out->mps = b->mps;
     out->event_slots = RNP_MAX_EVENTS;
+    out->rings = b->rings;
 }
 
 static int cuda_health(rnd_backend *be, char (*reasons)[RNP_REASON_LEN], uint32_t max, uint32_t *n)
@@ -342,25 +346,16 @@ static void cuda_session_ending(rnd_backend *be, void *bsess)
 {
     rnd_cuda_sess *cs = bsess;
 
-    (void)be;
     if (cs)
         cs->ending = true;
+    /* A dead client's ring jobs need not wait for the watch. */
+    rnd_cuda_ring_release_cancelled((rnd_cuda *)be);
 }
 
 static void cuda_session_close(rnd_backend *be, void *bsess)
 {
     if (bsess)
         sess_free((rnd_cuda *)be, bsess);
-}
-
-/* Device memory comes as CUDA IPC handles over nanomsg; descriptors on the
- * session channel (cuMem exports) are later work. */
-static int cuda_region_open_fd(rnd_backend *be, void *bsess, int fd, uint64_t size,
-                               rnd_mapping *out, rnp_error *err)
-{
-    (void)be, (void)bsess, (void)fd, (void)size, (void)out;
-    return rnp_fail(err, RN_UNSUPPORTED,
-                    "register_fd: the cuda backend maps CUDA IPC handles (REGISTER kind 2) only");
 }
 
 const rnd_backend_ops rnd_backend_cuda_ops = {
@@ -372,8 +367,9 @@ const rnd_backend_ops rnd_backend_cuda_ops = {
     .session_close = cuda_session_close,
     .session_ending = cuda_session_ending,
     .region_open = rnd_cuda_region_open,
-    .region_open_fd = cuda_region_open_fd,
-    .region_close = rnd_cuda_region_close,
+    /* A ring's memfd with --cuda-fast-path (ring.c); else refused. */
+    .region_open_fd = rnd_cuda_region_open_fd,
+    .region_close = rnd_cuda_region_close_any,
     .events = rnd_cuda_events,
     .submit = rnd_cuda_submit,
     .health = cuda_health,

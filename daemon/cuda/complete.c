@@ -195,6 +195,8 @@ static void fail_job(rnd_job *job, bool acked, const char *why)
         job->done_slot = -1;
         job->start_ns = job->end_ns = rnd_now_ns();
     }
+    if (job->ring)
+        rnd_cuda_ring_answer_host(job);
 }
 
 /* The kernel's own time, ending now: the server reports end - start as
@@ -238,6 +240,13 @@ static void complete(rnd_cuda *b, rnd_cuda_gjob *g)
     if (g->err != cudaSuccess) {
         rnd_cuda_mark_failed(b, "waiting for a kernel: %s", cudaGetErrorString(g->err));
         fail_job(job, acked, cudaGetErrorString(g->err));
+    } else if (job->ring) {
+        /* (status set at submit; done is in the ring, written by the stream) */
+        if (g->ring_timed)
+            sync_times(g, job);
+        else
+            job->start_ns = job->end_ns = rnd_now_ns();
+        rnd_cuda_ring_wake(job);
     } else if (job->mode == RNP_MODE_SYNC) {
         sync_times(g, job);
         job->status = RN_OK;

@@ -15,6 +15,9 @@
  *   submit.c    one request onto its stream
  *   complete.c  completion threads, the acked and done events, the fatal path
  *   watch.c     the deadline watch
+ *   ring.c      the fast path's ring memory and its answers from the host
+ *               (--cuda-fast-path; experimental, not yet run on a GPU); the
+ *               ring job's submission is in submit.c
  *
  * cuda_int.h - the backend's private structures and internal functions
  * (prefix rnd_cuda_).  Everything here runs on the loop thread, except the
@@ -74,6 +77,8 @@ typedef struct rnd_cuda_gjob {
     bool unready_warned;           /* "inputs not ready" logged (once per job) */
     bool acked;                    /* the acked event ran */
     bool in_fifo;                  /* handed to its stream's completion thread */
+    bool ring_timed;               /* a ring job whose kernel was launched (t0, t1) */
+    bool ready_forced;             /* a cancelled ring job: the daemon wrote ready */
     cudaEvent_t started;           /* recorded after the wait on the ready event */
     cudaEvent_t t0, t1;            /* sync mode: kernel timing; else NULL */
     cudaEvent_t fin;               /* completion, waited on by the stream's thread */
@@ -115,6 +120,8 @@ typedef struct rnd_cuda_evpool {
 } rnd_cuda_evpool;
 
 typedef CUresult (*rnd_cuda_get_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr p);
+typedef CUresult (*rnd_cuda_wait64_fn)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
+typedef CUresult (*rnd_cuda_write64_fn)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
 
 struct rnd_cuda {
     rnd_backend base;
@@ -155,6 +162,13 @@ struct rnd_cuda {
     uint64_t watch_ms;
     uint64_t nsubmitted;           /* jobs launched so far */
     uint32_t fail_after;           /* rnd_backend_opts.debug_fail_after */
+
+    /* The fast path (ring.c): offered only with --cuda-fast-path on a device
+     * with 64-bit stream memory operations. */
+    bool rings;
+    rnd_cuda_wait64_fn wait64;
+    rnd_cuda_write64_fn write64;
+    rn_queue hostmaps;             /* rings' memory registered with CUDA */
 
     bool failed, fatal_pending;
     char fail_msg[RNP_MAX_ERRMSG]; /* for the fatal hook; HEALTH shows the start */
@@ -201,5 +215,23 @@ void rnd_cuda_on_watch(uv_timer_t *t);
 
 /* submit.c */
 int rnd_cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err);
+
+/* ring.c: the fast path.  probe at init (want: --cuda-fast-path) decides
+ * b->rings and logs why not; the rest is used only when it is set. */
+void rnd_cuda_ring_probe(rnd_cuda *b, bool want);
+int rnd_cuda_region_open_fd(rnd_backend *be, void *bsess, int fd, uint64_t size,
+                            rnd_mapping *out, rnp_error *err);
+void rnd_cuda_region_close_any(rnd_backend *be, void *bsess, rnd_mapping *m);
+void rnd_cuda_ring_fini(rnd_cuda *b);
+/* A tensor of job in a ring's host memory: RN_INVALID_ARGUMENT. */
+int rnd_cuda_host_tensors(rnd_cuda *b, const rnd_job *job, rnp_error *err);
+/* The device address of host pointer p in a ring's memory; 0 if none. */
+CUdeviceptr rnd_cuda_ring_dev_addr(rnd_cuda *b, const void *p);
+/* A ring job's completion: wake the client's threads sleeping on done. */
+void rnd_cuda_ring_wake(rnd_job *job);
+/* A ring job the failure path ends: its status, then done, from the host. */
+void rnd_cuda_ring_answer_host(rnd_job *job);
+/* Cancelled ring jobs whose ready never came: write it (ring.c's top). */
+void rnd_cuda_ring_release_cancelled(rnd_cuda *b);
 
 #endif

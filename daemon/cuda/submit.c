@@ -5,14 +5,19 @@
  * session's ring, record a completion event.  An async job is acknowledged
  * right after the records (the client waits on the done event on its own
  * stream), so the reply never waits for the GPU; a sync job is answered at
- * completion, with the kernel time from a pair of timing events.
+ * completion, with the kernel time from a pair of timing events.  A ring
+ * job of the fast path (ring_submit, --cuda-fast-path) waits on the ring's
+ * ready word instead and writes its done word (ring.c's top).
  */
 #include "cuda_int.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "log.h"
+#include "ring_io.h"
 #include "stats.h"
 
 static int ws_ensure(rnd_cuda *b, rnd_cuda_stream *s, int64_t m, int64_t n, rnp_error *err)
@@ -83,6 +88,132 @@ static int launch_err(rnd_cuda *b, rnd_cuda_stream *s, int krc, const char *kmsg
                     "bwd: %.190s", kmsg);
 }
 
+/* A driver call that failed on the stream: the client's error, and the
+ * device failed if the stream shows a sticky error. */
+static int drv_fail(rnd_cuda *b, rnd_cuda_stream *s, const char *what, CUresult r, rnp_error *err)
+{
+    cudaError_t e = cudaStreamQuery(s->st);
+    if (e != cudaSuccess && e != cudaErrorNotReady && rnd_cuda_sticky(e))
+        rnd_cuda_mark_failed(b, "%s: %s", what, cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return rnp_fail(err, RN_CUDA, "bwd: %s: CUDA driver error %d", what, (int)r);
+}
+
+/* The job's answer in the ring without a kernel: the host writes status
+ * and message now (the client reads them only after done). */
+static void put_error(rnd_job *job, int status, const char *msg)
+{
+    rnd_ring_job *rj = job->ring;
+
+    rj->status = status;
+    snprintf(rj->msg, sizeof rj->msg, "%s", msg && msg[0] ? msg : rnp_strerror(status));
+    if (!atomic_load(&job->cancelled))
+        rnp_ring_put_result(rj->slot, rj->status, rj->msg);
+}
+
+/*
+ * A ring job (the fast path, --cuda-fast-path; ring.c's top says what goes
+ * on the stream).  Experimental: not yet run on a GPU.
+ */
+static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
+{
+    rnd_cuda_sess *cs = job->bsess;
+    rnd_ring_job *rj = job->ring;
+    rnd_cuda_stream *s = &b->streams[cs->stream];
+    char kmsg[RNP_MAX_ERRMSG] = "";
+    CUdeviceptr ready = rnd_cuda_ring_dev_addr(b, rnp_ring_u64(rj->ring, RNP_RING_O_READY));
+    CUdeviceptr done = rnd_cuda_ring_dev_addr(b, rnp_ring_u64(rj->ring, RNP_RING_O_DONE));
+    bool run = rj->status == 0;
+    rnp_error kerr = {0};
+    rnd_cuda_gjob *g;
+    CUresult r;
+    rn_fault f;
+    int rc, krc;
+
+    if (b->failed)
+        return rnd_cuda_failed_err(b, err, "bwd");
+    if (!ready || !done)
+        return rnp_fail(err, RN_INTERNAL, "bwd: the ring's memory is not registered with CUDA");
+    if (b->noutstanding >= b->max_jobs)
+        return rnp_fail(err, RN_BUSY, "bwd: %u requests are queued on the GPU, the limit",
+                        b->noutstanding);
+    if (run && rnd_cuda_host_tensors(b, job, &kerr) != 0) {
+        put_error(job, kerr.code, kerr.msg);
+        run = false;
+    }
+    if (run && ws_ensure(b, s, job->args.m, job->args.n, &kerr) != 0) {
+        put_error(job, kerr.code, kerr.msg);
+        run = false;
+    }
+    if (!run && rj->status && !atomic_load(&job->cancelled))
+        rnp_ring_put_result(rj->slot, rj->status, rj->msg);
+    if (!(g = calloc(1, sizeof *g)))
+        return rnp_fail(err, RN_NOMEM, "bwd: out of memory");
+    rn_queue_init(&g->link);
+    rn_queue_init(&g->alink);
+    rn_queue_init(&g->flink);
+    g->cs = cs;
+    g->stream = cs->stream;
+    g->done_slot = -1;
+    if ((rc = rnd_cuda_gjob_events(b, g, run, err)) != 0) {
+        rnd_cuda_gjob_free(b, g);
+        return rc;
+    }
+    if (run) {
+        rnp_ring_put_result(rj->slot, 0, NULL);
+        atomic_thread_fence(memory_order_release);
+        if ((r = b->wait64(s->st, ready, rj->seq, CU_STREAM_WAIT_VALUE_GEQ)) != CUDA_SUCCESS) {
+            rc = drv_fail(b, s, "cuStreamWaitValue64 (ready)", r, err);
+            rnd_cuda_gjob_free(b, g);
+            return rc;
+        }
+    }
+    /* From here the stream may wait on the ring: the job is outstanding,
+     * and done will be written in its turn whatever follows. */
+    g->job = job;
+    job->priv = g;
+    g->submit_ns = rnd_now_ns();
+    rn_queue_push_back(&b->outstanding, &g->link);
+    b->noutstanding++;
+    cs->njobs++;
+    RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_queued);
+    if (run) {
+        RN_CUDA_GOTO(cudaEventRecord(g->t0, s->st), &f, fail_queued);
+        krc = rnk_cuda_bwd(b->kdev, &job->args, s->ws, s->ws_bytes, s->st, kmsg, sizeof kmsg);
+        if (krc != RNK_OK) {
+            launch_err(b, s, krc, kmsg, &kerr);
+            put_error(job, kerr.code, kerr.msg);
+            run = false;
+        } else {
+            b->nsubmitted++;
+            RN_CUDA_GOTO(cudaEventRecord(g->t1, s->st), &f, fail_queued);
+        }
+    }
+    if ((r = b->write64(s->st, done, rj->seq, CU_STREAM_WRITE_VALUE_DEFAULT)) != CUDA_SUCCESS) {
+        drv_fail(b, s, "cuStreamWriteValue64 (done)", r, &kerr);
+        rnd_cuda_mark_failed(b, "writing a ring's done word: %.150s", kerr.msg);
+        return 0; /* the failure path answers the job from the host */
+    }
+    RN_CUDA_GOTO(cudaEventRecord(g->fin, s->st), &f, fail_queued);
+    rnd_cuda_fifo_push(b, g);
+    /* Its answer: set now, kept by complete.c (no acked event). */
+    job->status = run ? RN_OK : rj->status;
+    snprintf(job->msg, sizeof job->msg, "%s", run ? "" : rj->msg);
+    job->done_slot = -1;
+    g->ring_timed = run;
+    return 0;
+
+fail_queued:
+    /* Work on the stream that we cannot track: stop serving; the failure
+     * path gives the job its done event and its answer in the ring. */
+    {
+        rnp_error lost;
+        rnd_cuda_fault(b, &f, false, &lost, "bwd");
+        rnd_cuda_mark_failed(b, "after queueing a ring job: %.150s", lost.msg);
+    }
+    return 0;
+}
+
 int rnd_cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
 {
     rnd_cuda *b = (rnd_cuda *)be;
@@ -96,10 +227,14 @@ int rnd_cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
     int rc, krc;
 
     /* Ring jobs (the fast path) come only to a backend that reports rings
-     * (rnd_device_info.rings), which this one does not yet. */
+     * (rnd_device_info.rings): with --cuda-fast-path (ring.c). */
     if (job->ring)
-        return rnp_fail(err, RN_UNSUPPORTED, "bwd: the cuda backend has no fast path yet");
+        return b->rings ? ring_submit(b, job, err)
+                        : rnp_fail(err, RN_UNSUPPORTED, "bwd: the fast path is off");
     if ((rc = admit(b, job, err)) != 0)
+        return rc;
+    /* A ring's host memory is no tensor (only with the fast path on). */
+    if (b->rings && (rc = rnd_cuda_host_tensors(b, job, err)) != 0)
         return rc;
     g = calloc(1, sizeof *g);
     if (!g)

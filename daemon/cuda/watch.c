@@ -86,6 +86,7 @@ void rnd_cuda_on_watch(uv_timer_t *t)
 
     if (b->failed || rn_queue_empty(&b->outstanding))
         return;
+    rnd_cuda_ring_release_cancelled(b);
     check_streams(b);
     /* Oldest first, which is each stream's order: once a job of a stream
      * has not started, none after it on that stream has. */

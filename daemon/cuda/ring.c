@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ring.c - the cuda backend's half of the fast path (PROTOCOL.md section
+ * 13; backend.h, rnd_ring_job).  Experimental and off unless the daemon
+ * runs with --cuda-fast-path; written without a GPU at hand: not yet run on
+ * a GPU.
+ *
+ * The ring's memory: a memfd the client passed on the session channel
+ * (REGISTER_FD), mapped here and registered with CUDA (cudaHostRegister,
+ * mapped), so that a stream can wait on and write the ring's words through
+ * their device address.  Such a region holds a ring only: a tensor in it is
+ * refused (the kernel wants device memory).
+ *
+ * A ring job on the session's stream, after the session's earlier work
+ * (submit.c, ring_submit):
+ *   valid slot    the host writes status 0 into the slot; the stream waits
+ *                 for ready >= seq (cuStreamWaitValue64, GEQ), records the
+ *                 start and timing events, runs the kernel, writes done =
+ *                 seq (cuStreamWriteValue64 with its memory barrier: the
+ *                 outputs and the status are visible before done);
+ *   invalid slot  the host writes status and message into the slot; the
+ *                 stream writes done = seq after the previous job, without
+ *                 waiting for ready and without a kernel;
+ *   a launch that fails after the wait was queued: as an invalid slot (the
+ *                 host writes the error, the stream writes done after the
+ *                 wait).
+ * The slot is the client's to read only once done reached it, so the host
+ * may write the status before the stream writes done.  The completion event
+ * follows done; at completion (complete.c) the loop wakes the client's
+ * threads that sleep on done (the GPU's write rings no futex).  On a
+ * failure of the device the failure path answers the ring jobs left from
+ * the host: status, then done (rnd_cuda_ring_answer_host).
+ *
+ * A client that died: its jobs are cancelled, but their waits for ready are
+ * on the stream already and its producer will never write ready.  The watch
+ * (and the end of the session) write ready = seq into the daemon's own
+ * mapping of the ring, so that the stream moves on; the kernels of those
+ * jobs then run on memory the daemon still maps, as a classic request
+ * submitted before its client died does.  A cancel word the kernel reads
+ * first (nothing of the dead client's memory touched) is later work, and so
+ * is an abandoned slot (the drain, the end of a live client's session):
+ * here it runs once its producer writes ready.
+ */
+#include "cuda_int.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "ring_io.h"
+#include "stats.h"
+
+typedef CUresult (*pfn_dev_get)(CUdevice *d, int ordinal);
+typedef CUresult (*pfn_dev_attr)(int *v, CUdevice_attribute a, CUdevice d);
+
+/* A ring's memory: a descriptor region mapped and registered with CUDA
+ * (rnd_mapping.handle, on b->hostmaps). */
+typedef struct rnd_cuda_hostmap {
+    void *host;
+    size_t len;                    /* mapped and registered bytes (whole pages) */
+    CUdeviceptr dev;               /* host's device address */
+    rn_queue link;
+} rnd_cuda_hostmap;
+
+static void *entry(const char *name, char *why, size_t len)
+{
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    void *fn = NULL;
+    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
+        (void)cudaGetLastError();
+        if (!why[0])
+            snprintf(why, len, "the driver has no %s", name);
+        return NULL;
+    }
+    return fn;
+}
+
+void rnd_cuda_ring_probe(rnd_cuda *b, bool want)
+{
+    char why[160] = "";
+    pfn_dev_get dev_get;
+    pfn_dev_attr dev_attr;
+    CUdevice d = 0;
+    int mem64 = 0, hostreg = 0;
+
+    if (!want)
+        return;
+    dev_get = (pfn_dev_get)entry("cuDeviceGet", why, sizeof why);
+    dev_attr = (pfn_dev_attr)entry("cuDeviceGetAttribute", why, sizeof why);
+    b->wait64 = (rnd_cuda_wait64_fn)entry("cuStreamWaitValue64", why, sizeof why);
+    b->write64 = (rnd_cuda_write64_fn)entry("cuStreamWriteValue64", why, sizeof why);
+    if (!why[0] && dev_get(&d, b->dev) != CUDA_SUCCESS)
+        snprintf(why, sizeof why, "cuDeviceGet(%d) failed", b->dev);
+    if (!why[0] &&
+        (dev_attr(&mem64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, d) != CUDA_SUCCESS ||
+         dev_attr(&hostreg, CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, d) != CUDA_SUCCESS))
+        snprintf(why, sizeof why, "cuDeviceGetAttribute failed");
+    if (!why[0] && !mem64)
+        snprintf(why, sizeof why,
+                 "device %d has no 64-bit stream memory operations "
+                 "(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS is 0)", b->dev);
+    if (!why[0] && !hostreg)
+        snprintf(why, sizeof why, "device %d cannot register host memory", b->dev);
+    if (why[0]) {
+        rnd_warn("--cuda-fast-path: %s; the fast path stays off (HELLO offers the classic path "
+                 "only)", why);
+        return;
+    }
+    b->rings = true;
+    rnd_warn("--cuda-fast-path is on: the cuda backend offers the fast path (PROTOCOL.md "
+             "section 13); experimental, not yet run on a GPU");
+}
+
+static rnd_cuda_hostmap *hostmap_of(rnd_cuda *b, const void *handle)
+{
+    rn_queue *q;
+    RN_QUEUE_FOREACH(q, &b->hostmaps) {
+        rnd_cuda_hostmap *h = RN_QUEUE_DATA(q, rnd_cuda_hostmap, link);
+        if (h == handle)
+            return h;
+    }
+    return NULL;
+}
+
+CUdeviceptr rnd_cuda_ring_dev_addr(rnd_cuda *b, const void *p)
+{
+    rn_queue *q;
+    RN_QUEUE_FOREACH(q, &b->hostmaps) {
+        rnd_cuda_hostmap *h = RN_QUEUE_DATA(q, rnd_cuda_hostmap, link);
+        uintptr_t lo = (uintptr_t)h->host;
+        if ((uintptr_t)p >= lo && (uintptr_t)p - lo < h->len)
+            return h->dev + ((uintptr_t)p - lo);
+    }
+    return 0;
+}
+
+int rnd_cuda_region_open_fd(rnd_backend *be, void *bsess, int fd, uint64_t size,
+                            rnd_mapping *out, rnp_error *err)
+{
+    rnd_cuda *b = (rnd_cuda *)be;
+    long page = sysconf(_SC_PAGESIZE);
+    rnd_cuda_hostmap *h;
+    struct stat st;
+    void *dev = NULL;
+    size_t len;
+    rn_fault f;
+
+    (void)bsess;
+    if (!b->rings)
+        return rnp_fail(err, RN_UNSUPPORTED,
+                        "register_fd: the cuda backend maps CUDA IPC handles (REGISTER kind 2) "
+                        "only");
+    if (b->failed)
+        return rnd_cuda_failed_err(b, err, "register_fd");
+    if (size == 0 || size > SIZE_MAX - (size_t)page)
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "register_fd.size: %llu",
+                        (unsigned long long)size);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "register_fd: not a regular file (a memfd holding a ring)");
+    if ((uint64_t)st.st_size < size)
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "register_fd.size: %llu bytes, the object has "
+                        "%lld", (unsigned long long)size, (long long)st.st_size);
+    if (!(h = calloc(1, sizeof *h)))
+        return rnp_fail(err, RN_NOMEM, "register_fd: out of memory");
+    len = ((size_t)size + (size_t)page - 1) / (size_t)page * (size_t)page;
+    h->host = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (h->host == MAP_FAILED) {
+        free(h);
+        return rnp_fail(err, RN_SYSTEM, "register_fd: mmap: %s", strerror(errno));
+    }
+    h->len = len;
+    RN_CUDA_GOTO(cudaHostRegister(h->host, len, cudaHostRegisterMapped | cudaHostRegisterPortable),
+                 &f, fail);
+    RN_CUDA_GOTO(cudaHostGetDevicePointer(&dev, h->host, 0), &f, fail_registered);
+    h->dev = (CUdeviceptr)(uintptr_t)dev;
+    rn_queue_push_back(&b->hostmaps, &h->link);
+    out->base = h->host;
+    out->size = size;
+    out->handle = h;
+    return 0;
+fail_registered:
+    (void)cudaHostUnregister(h->host);
+    (void)cudaGetLastError();
+fail:
+    munmap(h->host, len);
+    free(h);
+    return rnd_cuda_fault(b, &f, false, err, "register_fd: registering the ring with CUDA");
+}
+
+static void hostmap_free(rnd_cuda *b, rnd_cuda_hostmap *h)
+{
+    rn_queue_remove(&h->link);
+    /* A failed device may still hold it: left to the process exit. */
+    if (b->failed)
+        return;
+    if (cudaHostUnregister(h->host) != cudaSuccess)
+        (void)cudaGetLastError();
+    munmap(h->host, h->len);
+    free(h);
+}
+
+void rnd_cuda_region_close_any(rnd_backend *be, void *bsess, rnd_mapping *m)
+{
+    rnd_cuda *b = (rnd_cuda *)be;
+    rnd_cuda_hostmap *h = b->rings ? hostmap_of(b, m->handle) : NULL;
+
+    /* No job uses m (backend.h): the ring's last job wrote done and
+     * completed before its region was released. */
+    if (h)
+        hostmap_free(b, h);
+    else
+        rnd_cuda_region_close(be, bsess, m);
+}
+
+void rnd_cuda_ring_fini(rnd_cuda *b)
+{
+    rn_queue *q;
+    while (b->rings && (q = rn_queue_head(&b->hostmaps)) != NULL)
+        hostmap_free(b, RN_QUEUE_DATA(q, rnd_cuda_hostmap, link));
+}
+
+int rnd_cuda_host_tensors(rnd_cuda *b, const rnd_job *job, rnp_error *err)
+{
+    static const char *names[RNP_T_COUNT] = {"x", "dy", "dx", "w", "rstd", "dres", "dw"};
+
+    for (int t = 0; t < RNP_T_COUNT; t++)
+        if (job->maps[t] && hostmap_of(b, job->maps[t]->handle))
+            return rnp_fail(err, RN_INVALID_ARGUMENT,
+                            "bwd.%s: its region is host memory registered for a ring; tensors "
+                            "must be device memory (REGISTER of a CUDA IPC handle)",
+                            t < RNP_T_COUNT && names[t] ? names[t] : "tensor");
+    return 0;
+}
+
+/* done = seq into the daemon's mapping of the ring, if it is not there yet,
+ * with status and message first; then a wake-up of the client's sleepers. */
+void rnd_cuda_ring_answer_host(rnd_job *job)
+{
+    rnd_ring_job *rj = job->ring;
+    uint64_t *done = rnp_ring_u64(rj->ring, RNP_RING_O_DONE);
+
+    if (atomic_load(&job->cancelled))
+        return;
+    if (rnp_seq_reached(__atomic_load_n(done, __ATOMIC_ACQUIRE), rj->seq)) {
+        rnd_cuda_ring_wake(job);
+        return;
+    }
+    rnp_ring_put_result(rj->slot, job->status, job->status ? job->msg : NULL);
+    __atomic_store_n(done, rj->seq, __ATOMIC_RELEASE);
+    rnd_cuda_ring_wake(job);
+}
+
+void rnd_cuda_ring_wake(rnd_job *job)
+{
+    rnd_ring_job *rj = job->ring;
+
+    if (atomic_load(&job->cancelled))
+        return;
+    /* Pairs with the client's increment of waiters before it reads done. */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (__atomic_load_n(rnp_ring_u32(rj->ring, RNP_RING_O_WAITERS), __ATOMIC_SEQ_CST))
+        rnd_ring_wake(rj->ring, RNP_RING_O_DONE);
+}
+
+void rnd_cuda_ring_release_cancelled(rnd_cuda *b)
+{
+    rn_queue *q;
+
+    if (!b->rings)
+        return;
+    RN_QUEUE_FOREACH(q, &b->outstanding) {
+        rnd_cuda_gjob *g = RN_QUEUE_DATA(q, rnd_cuda_gjob, link);
+        rnd_job *job = g->job;
+        if (!job || !job->ring || g->ready_forced || !atomic_load(&job->cancelled))
+            continue;
+        uint64_t *ready = rnp_ring_u64(job->ring->ring, RNP_RING_O_READY);
+        uint64_t seen = __atomic_load_n(ready, __ATOMIC_ACQUIRE);
+        if (!rnp_seq_reached(seen, job->ring->seq))
+            __atomic_store_n(ready, job->ring->seq, __ATOMIC_RELEASE);
+        g->ready_forced = true;
+    }
+}
