@@ -149,6 +149,9 @@ typedef struct bwd_call {
     const rnc_mapper *m;
     void *ctx;
     bool idempotent; /* may run again after a lost session (idempotent()) */
+    const rnc_ring_dev *dev; /* a stream-ordered call that may take the fast path */
+    void *stream;
+    bool classic;    /* ... but took the classic path (the daemon offers no other) */
 } bwd_call;
 
 static int map_one(rn_client *c, const bwd_call *k, const char *field, const void *p, rnp_tensor *t)
@@ -254,16 +257,27 @@ static int bwd_step(rn_client *c, void *arg)
  * synchronous call waits for it. */
 static int ring_step(rn_client *c, void *arg)
 {
-    const bwd_call *k = arg;
+    bwd_call *k = arg;
     rnp_bwd_req b;
     uint64_t seq;
     int rv;
 
     memset(&b, 0, sizeof b);
+    if (k->dev) {
+        if (k->m->prepare && (rv = k->m->prepare(c, k->ctx)) != 0)
+            return rv;
+        /* Stream-ordered calls take the fast path only where it is
+         * offered (HELLO of this session); else the classic one. */
+        if (!(c->hello.paths & RNP_PATH_FAST) || !c->have_chan) {
+            k->classic = true;
+            return bwd_step(c, k);
+        }
+        k->classic = false;
+    }
     if ((rv = map_tensors(c, k, &b)) != 0)
         return rv;
     fill_bwd(c, k->a, RNP_MODE_SYNC, -1, &b);
-    if ((rv = rnc_ring_publish(c, &b, &seq)) != 0 || k->async)
+    if ((rv = rnc_ring_publish(c, &b, k->dev, k->stream, &seq)) != 0 || k->async)
         return rv;
     rv = rnc_ring_wait(c, seq);
     /* As in bwd_step: a call that overwrites its own inputs is not run
@@ -358,6 +372,27 @@ int rnc_bwd(rn_client *c, const rn_bwd_args *a, int mode, const rnc_mapper *m, v
         *t = tm;
     }
 out:
+    pthread_mutex_unlock(&c->mu);
+    return rv;
+}
+
+int rnc_bwd_ring_dev(rn_client *c, const rn_bwd_args *a, const rnc_mapper *m, void *ctx,
+                     const rnc_ring_dev *dev, void *stream)
+{
+    bwd_call k = {.a = a, .mode = RNP_MODE_ASYNC, .m = m, .ctx = ctx, .async = true,
+                  .dev = dev, .stream = stream};
+    int rv;
+
+    if (c == NULL)
+        return RN_INVALID_ARGUMENT;
+    pthread_mutex_lock(&c->mu);
+    if ((rv = check_args(c, a)) == 0) {
+        k.idempotent = idempotent(a);
+        rv = rnc_in_session(c, ring_step, &k);
+    }
+    /* The classic path's end: the stream waits for the daemon's done event. */
+    if (rv == 0 && k.classic && m->accepted)
+        rv = m->accepted(c, ctx);
     pthread_mutex_unlock(&c->mu);
     return rv;
 }

@@ -443,6 +443,9 @@ static int bwd_call(rn_client *c, const rn_bwd_args *a, void *stream, int mode, 
     if (c == NULL)
         return RN_INVALID_ARGUMENT;
     pthread_once(&drv_once, drv_init);
+    /* The fast path only when asked for (experimental, ring_cuda.c). */
+    if (mode == RNP_MODE_ASYNC && c->path == RN_PATH_FAST)
+        return rnc_bwd_ring_dev(c, a, &cuda_mapper, &k, &rnc_cuda_ring_dev, stream);
     return rnc_bwd(c, a, mode, &cuda_mapper, &k, t);
 }
 

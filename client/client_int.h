@@ -14,6 +14,7 @@
  *                   checks, request, timing; rn_rmsnorm_bwd_host(_async),
  *                   rn_sync, rn_check
  *   ring.c          the fast path: the ring, its slots, waiting for done
+ *   ring_cuda.c     the fast path's device side on a CUDA stream
  *   buffer.c        the shm buffers and the host pointer mapper
  *   session.c       HELLO, BYE, re-opening a lost session, regions, and the
  *                   one retry loop around a lost session
@@ -194,13 +195,35 @@ int rnc_unregister(rn_client *c, uint32_t region);
 /* ---- ring.c: the fast path ----------------------------------------------------------- */
 
 /*
+ * The device side of a fast-path call made on a CUDA stream (ring_cuda.c;
+ * tests put a fake GPU here).  Addresses are device addresses of the ring's
+ * words.  Each returns 0 or an rn_status (c's last error set).
+ */
+typedef struct rnc_ring_dev {
+    /* Once per ring memory: register [base, base + size) with the device;
+     * *dev gets base's device address. */
+    int (*attach)(rn_client *c, void *base, size_t size, uint64_t *dev);
+    /* Before the memory is unmapped (rn_close). */
+    void (*detach)(void *base);
+    /* Enqueue on stream, after the work queued so far: *addr = seq. */
+    int (*write)(rn_client *c, void *stream, uint64_t addr, uint64_t seq);
+    /* Enqueue on stream: later work waits until *addr reaches seq. */
+    int (*wait)(rn_client *c, void *stream, uint64_t addr, uint64_t seq);
+} rnc_ring_dev;
+
+/*
  * Publish b (tensors mapped, shape, dtypes, scalars; its session and seq are
  * not used) as the next slot of c's ring, opening the ring in the current
  * session first (RN_UNSUPPORTED when the daemon offers no fast path).  An
  * error of an earlier call that finished is returned instead, once, and
  * nothing is published.  Waits while the ring is full.  Sets *seq.
+ * dev NULL: the calling thread is producer and consumer (ready is written
+ * here).  Else the call is stream-ordered: dev writes ready = seq on
+ * stream before the slot is published, and makes stream wait for done >=
+ * seq after; nothing waits on the host.
  */
-int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, uint64_t *seq);
+int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev, void *stream,
+                     uint64_t *seq);
 /* Wait until the call seq finished; then the first error not yet
  * reported, or 0.  RN_UNKNOWN_SESSION when the session is gone. */
 int rnc_ring_wait(rn_client *c, uint64_t seq);
@@ -252,11 +275,23 @@ extern const rnc_mapper rnc_host_mapper;
 int rnc_bwd(rn_client *c, const rn_bwd_args *a, int mode, const rnc_mapper *m, void *ctx,
             rn_timing *t);
 
+/*
+ * A stream-ordered call (async mode) that takes the fast path when the
+ * daemon offers it (HELLO's paths, a session channel) and the classic path
+ * (rnc_bwd's) otherwise: m maps the tensors (its prepare runs first), dev
+ * puts ready and the wait for done on stream.  Takes c's mutex.
+ */
+int rnc_bwd_ring_dev(rn_client *c, const rn_bwd_args *a, const rnc_mapper *m, void *ctx,
+                     const rnc_ring_dev *dev, void *stream);
+
 /* ---- client_cuda.c ----------------------------------------------------------------- */
 
 /* Free c's CUDA state (events, registration cache); rn_close calls it. */
 #ifdef RN_HAVE_CUDA
 void rnc_cuda_release(rn_client *c);
+/* ring_cuda.c: the fast path's device side on a CUDA stream (experimental,
+ * not yet run on a GPU). */
+extern const rnc_ring_dev rnc_cuda_ring_dev;
 #else
 static inline void rnc_cuda_release(rn_client *c)
 {

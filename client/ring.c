@@ -9,6 +9,16 @@
  * writes ready itself, right before it publishes) and the consumer (it
  * waits for done, spinning briefly, then sleeping on the done word's futex
  * while the waiters word says so).
+ *
+ * A stream-ordered call (rn_rmsnorm_bwd on the fast path; experimental,
+ * not yet run on a GPU) hands ready and the wait for done to the stream
+ * through a device side (rnc_ring_dev): the ring's memory is registered
+ * with the device once, ready = seq is enqueued on the caller's stream
+ * before the slot is published, the wait for done >= seq after.  A ring
+ * whose calls a stream may still wait on is never reused for another
+ * session: when its session is lost, done is raised to its last seq from
+ * here (the streams move on; the calls' outputs are undefined and the loss
+ * is reported) and the next session gets fresh memory.
  */
 
 #include <errno.h>
@@ -46,6 +56,10 @@ struct rnc_ring {
     uint64_t checked;              /* results read up to this seq */
     int err;                       /* the first error not yet reported */
     char msg[RN_ERRMSG_LEN];
+    const rnc_ring_dev *dev;       /* registered with a device (dev_base) */
+    uint64_t dev_base;
+    bool retire;                   /* streams may wait on it: a new session gets new memory */
+    struct rnc_ring *retired;      /* older memory of this client, kept until rn_close */
 };
 
 static uint64_t load_done(const rnc_ring *g)
@@ -82,12 +96,15 @@ static int create(rn_client *c, rnc_ring **out)
 
 void rnc_ring_release(rn_client *c)
 {
-    rnc_ring *g = c->ring;
-    if (!g)
-        return;
-    munmap(g->base, g->size);
-    close(g->fd);
-    free(g);
+    rnc_ring *g = c->ring, *next;
+    for (; g; g = next) {
+        next = g->retired;
+        if (g->dev)
+            g->dev->detach(g->base);
+        munmap(g->base, g->size);
+        close(g->fd);
+        free(g);
+    }
     c->ring = NULL;
 }
 
@@ -126,7 +143,31 @@ static void lost(rnc_ring *g, int code, const char *why)
                  "calls %llu..%llu: %s before they finished; their outputs are undefined",
                  (unsigned long long)g->checked + 1, (unsigned long long)g->seq, why);
     }
+    if (g->open && g->dev) {
+        /* Streams wait for done on calls that will not be answered: let
+         * them go, and keep this memory away from the next session. */
+        if (!rnp_seq_reached(load_done(g), g->seq))
+            __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_DONE), g->seq, __ATOMIC_RELEASE);
+        g->retire = true;
+    }
     g->open = false;
+}
+
+/* c's ring memory is retired: fresh memory for the next session, the old
+ * one kept (and its recorded error carried over). */
+static int renew(rn_client *c)
+{
+    rnc_ring *old = c->ring, *g;
+    int rv;
+
+    if ((rv = create(c, &g)) != 0)
+        return rv;
+    g->err = old->err;
+    memcpy(g->msg, old->msg, sizeof g->msg);
+    old->err = 0;
+    g->retired = old;
+    c->ring = g;
+    return 0;
 }
 
 /* Make sure c's ring is open in the current session. */
@@ -146,6 +187,11 @@ static int ensure_open(rn_client *c)
     if (g->open && memcmp(&g->of, &c->session, sizeof g->of) == 0)
         return 0;
     lost(g, RN_RESTARTED, "the session ended");
+    if (g->retire) {
+        if ((rv = renew(c)) != 0)
+            return rv;
+        g = c->ring;
+    }
     rnp_ring_init(g->base, RING_SLOTS);
     memset(g->base + RNP_RING_HDR, 0, g->size - RNP_RING_HDR);
     g->seq = g->checked = 0;
@@ -221,7 +267,8 @@ static int wait_done(rn_client *c, rnc_ring *g, uint64_t seq)
     return 0;
 }
 
-int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, uint64_t *seqp)
+int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev, void *stream,
+                     uint64_t *seqp)
 {
     rnc_ring *g;
     int rv;
@@ -229,6 +276,11 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, uint64_t *seqp)
     if ((rv = ensure_open(c)) != 0)
         return rv;
     g = c->ring;
+    if (dev && !g->dev) {
+        if ((rv = dev->attach(c, g->base, g->size, &g->dev_base)) != 0)
+            return rv;
+        g->dev = dev;
+    }
     if (__atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_STATE), __ATOMIC_ACQUIRE) !=
         RNP_RING_OPEN) {
         /* The daemon ended the session (the idle timeout, say): a new
@@ -252,9 +304,16 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, uint64_t *seqp)
     uint8_t *slot = g->base + rnp_ring_slot_off(seq, RING_SLOTS);
     rnp_ring_encode(b, seq, slot);
     rnp_ring_put_result(slot, 0, NULL);
-    /* The host's inputs are written: ready, then publish (release: the
-     * slot and the inputs before the producer word). */
-    __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_READY), seq, __ATOMIC_RELEASE);
+    if (dev) {
+        /* The stream writes ready once the producer's work before this
+         * call is done; nothing is published if that cannot be queued. */
+        if ((rv = dev->write(c, stream, g->dev_base + RNP_RING_O_READY, seq)) != 0)
+            return rv;
+    } else {
+        /* The host's inputs are written: ready, then publish. */
+        __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_READY), seq, __ATOMIC_RELEASE);
+    }
+    /* Release: the slot (and a host's inputs) before the producer word. */
     __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), seq, __ATOMIC_RELEASE);
     g->seq = seq;
     /* Pairs with the daemon's sleeping flag: it sets it, then looks at
@@ -266,6 +325,10 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, uint64_t *seqp)
                 0);
     }
     *seqp = seq;
+    /* Later work on the stream sees the outputs.  Published already: a
+     * failure here leaves the call to run, unwaited for. */
+    if (dev && (rv = dev->wait(c, stream, g->dev_base + RNP_RING_O_DONE, seq)) != 0)
+        return rv;
     return 0;
 }
 
