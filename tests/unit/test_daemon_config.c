@@ -89,6 +89,33 @@ static void test_defaults(void **state)
     assert_int_equal(c.log_level, RND_LOG_INFO);
     assert_string_equal(c.config_path, "");
     assert_false(c.log_level_from_flag);
+    assert_false(c.cuda_fast_path);   /* experimental: off unless asked for */
+}
+
+/* --cuda-fast-path: a switch on the command line, yes or no in the file,
+ * off by default. */
+static void test_cuda_fast_path(void **state)
+{
+    rnd_config c;
+    char err[RNP_MAX_ERRMSG] = "";
+    int action;
+    char on[128], off[128], bad[128];   /* write_file's path is one static buffer */
+
+    snprintf(on, sizeof on, "%s", write_file("on.conf", "cuda-fast-path = yes\n"));
+    snprintf(off, sizeof off, "%s", write_file("off.conf", "cuda_fast_path = no\n"));
+    snprintf(bad, sizeof bad, "%s", write_file("bad.conf", "cuda-fast-path = maybe\n"));
+
+    (void)state;
+    assert_int_equal(load(&c, &action, err, NULL, "--cuda-fast-path", NULL), 0);
+    assert_true(c.cuda_fast_path);
+    assert_int_equal(load(&c, &action, err, NULL, "--config", on, NULL), 0);
+    assert_true(c.cuda_fast_path);
+    assert_int_equal(load(&c, &action, err, NULL, "--config", off, NULL), 0);
+    assert_false(c.cuda_fast_path);
+    assert_int_equal(load(&c, &action, err, NULL, "--config", off, "--cuda-fast-path", NULL), 0);
+    assert_true(c.cuda_fast_path);   /* the flag wins */
+    assert_int_equal(load(&c, &action, err, NULL, "--config", bad, NULL), -1);
+    assert_non_null(strstr(err, "cuda-fast-path"));
 }
 
 static void test_file_then_flags(void **state)
@@ -312,6 +339,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_defaults, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_then_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cuda_fast_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors_name_the_setting, setup, teardown),
         cmocka_unit_test_setup_teardown(test_help_and_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_endpoint_defaults, setup, teardown),
