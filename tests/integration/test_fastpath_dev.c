@@ -1,0 +1,294 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_fastpath_dev - libclient's stream-ordered fast path (rnc_bwd_ring_dev,
+ * the host logic behind rn_rmsnorm_bwd on RN_PATH_FAST) against a real
+ * daemon on the CPU backend, with a fake device side in place of CUDA: its
+ * "stream" writes ready when the test says so and records the waits.  It
+ * checks what the CUDA side (client/ring_cuda.c) relies on without a GPU:
+ * the ring is registered once; ready = seq is enqueued before the slot is
+ * published and the wait for done >= seq after, at the ring's words; the
+ * daemon waits for a late ready; results match the fp64 reference; a bad
+ * call's error comes back at rn_check with done past it (a stream waiting
+ * on done would go on); a lost session raises done over the calls left and
+ * the next session gets fresh ring memory.
+ */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rn_test.h"
+#include "client_int.h"
+#include "integration/harness.h"
+#include "rmsnormctl_verify.h"
+#include "rn_ring.h"
+
+#define WAIT_MS 20000
+#define MAX_OPS 256
+
+/* The fake stream: device addresses are host addresses here. */
+typedef struct fake_stream {
+    bool defer;                    /* hold ready writes until flush() */
+    uint64_t pending[MAX_OPS];     /* deferred ready values */
+    uint64_t *pending_at;
+    int npending;
+    int attaches, detaches, writes, waits;
+    uint64_t base;                 /* the ring's address at attach */
+    uint64_t last_wait_addr, last_wait_seq;
+    bool order_ok;                 /* ready before prod, wait after prod */
+} fake_stream;
+
+static fake_stream *cur;
+
+static int f_attach(rn_client *c, void *base, size_t size, uint64_t *dev)
+{
+    (void)c, (void)size;
+    cur->attaches++;
+    cur->base = (uint64_t)(uintptr_t)base;
+    *dev = cur->base;
+    return 0;
+}
+
+static void f_detach(void *base)
+{
+    (void)base;
+    if (cur)
+        cur->detaches++;
+}
+
+static uint64_t word(uint64_t base, unsigned off)
+{
+    return __atomic_load_n((uint64_t *)(uintptr_t)(base + off), __ATOMIC_ACQUIRE);
+}
+
+static int f_write(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
+{
+    fake_stream *s = stream;
+    (void)c;
+    s->writes++;
+    if (addr != s->base + RNP_RING_O_READY || word(s->base, RNP_RING_O_PROD) >= seq)
+        s->order_ok = false;
+    if (s->defer) {
+        s->pending_at = (uint64_t *)(uintptr_t)addr;
+        s->pending[s->npending++] = seq;
+    } else {
+        __atomic_store_n((uint64_t *)(uintptr_t)addr, seq, __ATOMIC_RELEASE);
+    }
+    return 0;
+}
+
+static int f_wait(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
+{
+    fake_stream *s = stream;
+    (void)c;
+    s->waits++;
+    s->last_wait_addr = addr;
+    s->last_wait_seq = seq;
+    if (addr != s->base + RNP_RING_O_DONE || word(s->base, RNP_RING_O_PROD) != seq)
+        s->order_ok = false;
+    return 0;
+}
+
+static void flush(fake_stream *s)
+{
+    for (int i = 0; i < s->npending; i++)
+        __atomic_store_n(s->pending_at, s->pending[i], __ATOMIC_RELEASE);
+    s->npending = 0;
+}
+
+static const rnc_ring_dev fake_dev = {f_attach, f_detach, f_write, f_wait};
+
+static rn_client *fast_client(const rnh_daemon *d)
+{
+    rn_connect_opts o = RN_CONNECT_OPTS_INIT;
+    rn_client *c = NULL;
+    o.endpoint = d->endpoint;
+    o.path = RN_PATH_FAST;
+    if (rn_connect(&o, &c) != 0)
+        fail_msg("rn_connect: %s", rn_last_error(NULL));
+    return c;
+}
+
+typedef struct laid {
+    void *buf;
+    rn_bwd_args a;
+    rnv_expect e;
+} laid;
+
+static void lay(rn_client *c, int i, laid *l)
+{
+    static const int64_t shapes[][2] = {{1, 1}, {5, 31}, {16, 64}, {7, 1000}};
+    rnv_case k = {0};
+    char msg[300];
+
+    k.m = shapes[i % 4][0];
+    k.n = shapes[i % 4][1];
+    k.x = k.dy = k.dx = i % 2 ? RN_DTYPE_BF16 : RN_DTYPE_F32;
+    k.w = k.dw = RN_DTYPE_F32;
+    k.rstd = true;
+    k.eps = 1e-6f;
+    memset(l, 0, sizeof *l);
+    if (rn_buffer_alloc(c, rnv_bytes(&k), &l->buf) != 0)
+        fail_msg("rn_buffer_alloc: %s", rn_last_error(c));
+    rnv_setup(&k, l->buf, 0x51ed + (uint64_t)i, &l->a);
+    if (rnv_expect_init(&l->e, &l->a, 0, msg, sizeof msg) != 0)
+        fail_msg("expectation: %s", msg);
+}
+
+static void check_free(rn_client *c, laid *l, const char *what)
+{
+    char msg[400];
+    if (rnv_compare(&l->a, &l->e, true, NULL, msg, sizeof msg) != 0)
+        fail_msg("%s: %s", what, msg);
+    rnv_expect_fini(&l->e);
+    assert_int_equal(rn_buffer_free(c, l->buf), 0);
+}
+
+static int call(rn_client *c, const rn_bwd_args *a, fake_stream *s)
+{
+    return rnc_bwd_ring_dev(c, a, &rnc_host_mapper, NULL, &fake_dev, s);
+}
+
+/* Results, the order of the stream's operations, one registration. */
+static void test_stream_results(void **state)
+{
+    rnh_daemon *d = *state;
+    fake_stream s = {.order_ok = true};
+    laid l[8];
+    rn_client *c;
+
+    cur = &s;
+    assert_int_equal(rnh_start(d), 0);
+    c = fast_client(d);
+    for (int i = 0; i < 8; i++) {
+        lay(c, i, &l[i]);
+        if (call(c, &l[i].a, &s) != 0)
+            fail_msg("call %d: %s", i, rn_last_error(c));
+        assert_int_equal(s.last_wait_seq, (uint64_t)i + 1);
+    }
+    assert_int_equal(rn_sync(c), 0);
+    assert_true(s.order_ok);
+    assert_int_equal(s.attaches, 1);
+    assert_int_equal(s.writes, 8);
+    assert_int_equal(s.waits, 8);
+    assert_true(word(s.base, RNP_RING_O_DONE) >= 8);
+    for (int i = 0; i < 8; i++)
+        check_free(c, &l[i], "stream-ordered fast call");
+    assert_int_equal(rnh_stat(d, "fast.ok"), 8);
+    assert_int_equal(rnh_stat(d, "requests.bwd"), 0);
+    rn_close(c);
+    assert_int_equal(s.detaches, 1);
+    cur = NULL;
+    RNH_PASS(d);
+}
+
+/* The producer is late: the daemon waits for ready, then computes. */
+static void test_stream_ready_late(void **state)
+{
+    rnh_daemon *d = *state;
+    fake_stream s = {.order_ok = true, .defer = true};
+    laid l;
+    rn_client *c;
+
+    cur = &s;
+    assert_int_equal(rnh_start(d), 0);
+    c = fast_client(d);
+    lay(c, 3, &l);
+    assert_int_equal(call(c, &l.a, &s), 0);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);   /* taken */
+    usleep(200000);
+    assert_int_equal(word(s.base, RNP_RING_O_DONE), 0);   /* not run before ready */
+    assert_int_equal(rn_check(c), 0);
+    flush(&s);
+    assert_int_equal(rn_sync(c), 0);
+    assert_true(word(s.base, RNP_RING_O_DONE) >= 1);
+    assert_true(s.order_ok);
+    check_free(c, &l, "late ready");
+    rn_close(c);
+    cur = NULL;
+    RNH_PASS(d);
+}
+
+/* A call the daemon refuses: done still passes it (a stream waiting on
+ * done goes on) and the error comes back once, at rn_check. */
+static void test_stream_bad_call(void **state)
+{
+    rnh_daemon *d = *state;
+    fake_stream s = {.order_ok = true};
+    laid l;
+    rn_client *c;
+
+    cur = &s;
+    assert_int_equal(rnh_start(d), 0);
+    c = fast_client(d);
+    lay(c, 2, &l);
+    rn_bwd_args bad = l.a;
+    bad.m = l.a.m + 100;   /* past the end of the buffer: only the daemon knows */
+    assert_int_equal(call(c, &bad, &s), 0);
+    int64_t t0 = rnh_now_ms();
+    while (word(s.base, RNP_RING_O_DONE) < 1 && rnh_now_ms() - t0 < WAIT_MS)
+        usleep(1000);
+    assert_true(word(s.base, RNP_RING_O_DONE) >= 1);
+    assert_int_equal(rn_check(c), RN_OUT_OF_BOUNDS);
+    assert_non_null(strstr(rn_last_error(c), "call 1: bwd."));
+    assert_int_equal(rn_check(c), 0);
+    assert_int_equal(call(c, &l.a, &s), 0);
+    assert_int_equal(rn_sync(c), 0);
+    check_free(c, &l, "after a bad call");
+    rn_close(c);
+    cur = NULL;
+    RNH_PASS(d);
+}
+
+/* The daemon dies with a call waiting for its producer: at the next call
+ * the client raises done over it (a stream waiting on done would go on),
+ * reports the loss, and the new session's ring is fresh memory (registered
+ * again). */
+static void test_stream_session_lost(void **state)
+{
+    rnh_daemon *d = *state;
+    fake_stream s = {.order_ok = true, .defer = true};
+    laid l;
+    rn_client *c;
+
+    cur = &s;
+    assert_int_equal(rnh_start(d), 0);
+    c = fast_client(d);
+    lay(c, 1, &l);
+    assert_int_equal(call(c, &l.a, &s), 0);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);
+    uint64_t old = s.base;
+    assert_int_equal(kill(d->pid, SIGKILL), 0);
+    assert_int_equal(rnh_wait_exit(d, WAIT_MS), 128 + SIGKILL);
+    assert_int_equal(rn_sync(c) != 0, 1);
+    assert_true(word(old, RNP_RING_O_DONE) >= 1);   /* the stream's wait is released */
+    /* A restart at the same endpoint: the next call runs in a new session,
+     * on new ring memory (the old one keeps its raised done). */
+    assert_int_equal(rnh_start(d), 0);
+    s.defer = false;
+    int rv = call(c, &l.a, &s);
+    if (rv == RN_RESTARTED || rv == RN_UNKNOWN_SESSION)
+        rv = call(c, &l.a, &s);   /* the loss is reported once, then the call runs */
+    if (rv != 0)
+        fail_msg("call after the restart: %s", rn_last_error(c));
+    assert_int_equal(rn_sync(c), 0);
+    assert_int_equal(s.attaches, 2);
+    assert_true(s.base != old);
+    assert_true(word(old, RNP_RING_O_DONE) >= 1);
+    check_free(c, &l, "after a restart");
+    rn_close(c);
+    assert_int_equal(s.detaches, 2);
+    cur = NULL;
+    RNH_PASS(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_stream_results, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_stream_ready_late, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_stream_bad_call, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_stream_session_lost, rnh_setup, rnh_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
