@@ -1,0 +1,415 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * prog_fastpath_cuda.c - a client process of the CUDA fast-path tests
+ * (test_fastpath_cuda): rn_rmsnorm_bwd on RN_PATH_FAST against a daemon
+ * started with --cuda-fast-path.  Written without a GPU at hand: not yet run
+ * on a GPU.
+ *
+ *   prog_fastpath_cuda ENDPOINT cmp          shapes x dtypes: the fast path
+ *                                            against the fp64 reference and
+ *                                            bitwise against the classic path
+ *   prog_fastpath_cuda ENDPOINT stall MS     a producer that spins MS ms before
+ *                                            the call ("stalling" once the call
+ *                                            returned), then the result checked
+ *   prog_fastpath_cuda ENDPOINT quick N      N checked calls, "ok quick N in T ms"
+ *   prog_fastpath_cuda ENDPOINT bad          bad calls: each error at rn_check,
+ *                                            the stream never hangs, a good call
+ *                                            after them is right
+ *   prog_fastpath_cuda ENDPOINT hold MS      a producer spinning MS ms, then 8
+ *                                            calls behind it, "pending", and
+ *                                            sleep until killed
+ *
+ * Prints "ok ..." / "FAIL ..." lines and exits 0 when all passed.
+ */
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpu/e2e_cuda.h"
+#include "rmsnorm_client.h"
+#include "rmsnormctl_verify.h"
+#include "rnk.h"
+#include "rnk_test.h"
+
+static const char *endpoint;
+static cudaStream_t st;
+static rn_client *fast, *classic;
+static rne_kernels kern;
+static int failures;
+
+#define CK(call)                                                                              \
+    do {                                                                                      \
+        cudaError_t e_ = (call);                                                              \
+        if (e_ != cudaSuccess) {                                                              \
+            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+static size_t esz(rn_dtype d) { return d == RN_DTYPE_F32 ? 4 : d == RN_DTYPE_NONE ? 0 : 2; }
+
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+static rn_client *connect_path(int path, const char *name)
+{
+    rn_connect_opts o = RN_CONNECT_OPTS_INIT;
+    rn_client *c = NULL;
+    o.endpoint = endpoint;
+    o.timeout_ms = 30000;
+    o.client_name = name;
+    o.path = path;
+    if (rn_connect(&o, &c) != 0) {
+        printf("FAIL connect: %s\n", rn_last_error(NULL));
+        exit(1);
+    }
+    return c;
+}
+
+/* The stream waits (cudaStreamQuery) at most ms; false if it did not
+ * finish: a stream left waiting for done is a hang. */
+static bool drain(int ms)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(st);
+        if (e == cudaSuccess)
+            return true;
+        if (e != cudaErrorNotReady) {
+            printf("FAIL stream: %s\n", cudaGetErrorString(e));
+            exit(1);
+        }
+        if (ms_since(&t0) > ms)
+            return false;
+        usleep(1000);
+    }
+}
+
+/* a's tensors carved out of arena (NULL: only the size), 256-byte aligned. */
+static size_t layout(rn_bwd_args *a, char *arena)
+{
+    size_t off = 0, mn = (size_t)(a->m * a->n);
+#define TAKE(ptr, bytes)                                 \
+    do {                                                 \
+        ptr = arena ? (void *)(arena + off) : NULL;     \
+        off += ((bytes) + 255) / 256 * 256;              \
+    } while (0)
+    TAKE(a->x, mn * esz(a->x_dtype));
+    TAKE(a->dy, mn * esz(a->dy_dtype));
+    TAKE(a->dx, mn * esz(a->dx_dtype));
+    TAKE(a->w, (size_t)a->n * esz(a->w_dtype));
+    TAKE(a->dw, (size_t)a->n * esz(a->dw_dtype));
+#undef TAKE
+    if (!a->w_dtype)
+        a->w = NULL;
+    if (!a->dw_dtype)
+        a->dw = NULL;
+    return off;
+}
+
+static void fill(const rn_bwd_args *a, uint64_t seed)
+{
+    char msg[200];
+    int rc = rnk_cuda_fill((rnk_dtype)a->x_dtype, (void *)a->x, a->m, a->n, a->x_stride, seed, 1.0f,
+                           0.1f, st, msg, sizeof msg);
+    if (!rc)
+        rc = rnk_cuda_fill((rnk_dtype)a->dy_dtype, (void *)a->dy, a->m, a->n, a->dy_stride,
+                           seed + 1, 1.0f, 0.0f, st, msg, sizeof msg);
+    if (!rc && a->w_dtype)
+        rc = rnk_cuda_fill((rnk_dtype)a->w_dtype, (void *)a->w, 1, a->n, a->n, seed + 2, 0.5f,
+                           1.0f, st, msg, sizeof msg);
+    if (rc) {
+        printf("FAIL fill: %s\n", msg);
+        exit(1);
+    }
+    CK(cudaMemsetAsync(a->dx, 0xff, (size_t)(a->m * a->dx_stride) * esz(a->dx_dtype), st));
+    if (a->dw_dtype)
+        CK(cudaMemsetAsync(a->dw, 0xff, (size_t)a->n * esz(a->dw_dtype), st));
+}
+
+static bool verify(const rn_bwd_args *a, const char *what)
+{
+    rnk_bwd_args k = rnv_to_rnk(a);
+    rnk_verdict v;
+    char msg[200] = "";
+
+    memset(&v, 0, sizeof v);
+    if (rnk_cuda_verify(&k, st, &v, msg, sizeof msg) != 0 || !v.ok) {
+        printf("FAIL %s: %s\n", what, msg[0] ? msg : v.why);
+        failures++;
+        return false;
+    }
+    return true;
+}
+
+static void bf16_args(rn_bwd_args *a, int64_t m, int64_t n)
+{
+    memset(a, 0, sizeof *a);
+    a->m = m;
+    a->n = n;
+    a->x_dtype = a->dy_dtype = a->dx_dtype = a->w_dtype = RN_DTYPE_BF16;
+    a->dw_dtype = RN_DTYPE_F32;
+    a->eps = 1e-6f;
+    a->x_stride = a->dy_stride = a->dx_stride = n;
+}
+
+static int call_fast(const rn_bwd_args *a, const char *what)
+{
+    int rc = rn_rmsnorm_bwd(fast, a, st);
+    if (rc != 0) {
+        printf("FAIL %s: %s: %s\n", what, rn_err_name(rc), rn_last_error(fast));
+        failures++;
+    }
+    return rc;
+}
+
+/* ---- cmp: fp64 and bitwise against the classic path ------------------------------------ */
+
+static int run_cmp(void)
+{
+    static const int64_t shapes[][2] = {{1, 1}, {7, 100}, {128, 1024}, {1000, 4096}, {64, 16384}};
+    static const rn_dtype dts[] = {RN_DTYPE_BF16, RN_DTYPE_F16, RN_DTYPE_F32};
+    int cases = 0;
+
+    classic = connect_path(RN_PATH_CLASSIC, "fast-cmp-classic");
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        for (size_t d = 0; d < 3; d++) {
+            rn_bwd_args a, b;
+            char *ar, *br, what[96];
+            memset(&a, 0, sizeof a);
+            a.m = shapes[s][0];
+            a.n = shapes[s][1];
+            a.x_dtype = a.dy_dtype = a.dx_dtype = a.w_dtype = dts[d];
+            a.dw_dtype = RN_DTYPE_F32;
+            a.eps = 1e-6f;
+            a.x_stride = a.dy_stride = a.dx_stride = a.n;
+            b = a;
+            size_t bytes = layout(&a, NULL);
+            CK(cudaMalloc((void **)&ar, bytes));
+            CK(cudaMalloc((void **)&br, bytes));
+            layout(&a, ar);
+            layout(&b, br);
+            fill(&a, 1000 + s * 3 + d);
+            fill(&b, 1000 + s * 3 + d);
+            snprintf(what, sizeof what, "cmp %lldx%lld dtype %d", (long long)a.m,
+                     (long long)a.n, (int)dts[d]);
+            if (call_fast(&a, what) == 0 && rn_rmsnorm_bwd(classic, &b, st) == 0) {
+                CK(cudaStreamSynchronize(st));
+                if (rn_check(fast) != 0) {
+                    printf("FAIL %s: rn_check: %s\n", what, rn_last_error(fast));
+                    failures++;
+                } else if (verify(&a, what)) {
+                    char *ha = malloc(bytes), *hb = malloc(bytes);
+                    CK(cudaMemcpy(ha, ar, bytes, cudaMemcpyDeviceToHost));
+                    CK(cudaMemcpy(hb, br, bytes, cudaMemcpyDeviceToHost));
+                    if (memcmp(ha, hb, bytes) != 0) {
+                        printf("FAIL %s: the fast path's outputs differ from the classic path's\n",
+                               what);
+                        failures++;
+                    } else {
+                        cases++;
+                    }
+                    free(ha);
+                    free(hb);
+                }
+            }
+            CK(cudaFree(ar));
+            CK(cudaFree(br));
+        }
+    }
+    if (rn_client_path(fast) != RN_PATH_FAST) {
+        printf("FAIL cmp: the client is not on the fast path\n");
+        failures++;
+    }
+    rn_close(classic);
+    printf("ok cmp: %d cases bitwise equal to the classic path\n", cases);
+    return failures ? 1 : 0;
+}
+
+/* ---- stall and quick -------------------------------------------------------------------- */
+
+static int run_stall(unsigned ms)
+{
+    rn_bwd_args a;
+    char *ar;
+    struct timespec t0;
+
+    bf16_args(&a, 512, 2048);
+    CK(cudaMalloc((void **)&ar, layout(&a, NULL)));
+    layout(&a, ar);
+    fill(&a, 77);
+    CK(cudaStreamSynchronize(st));
+    /* The producer is late: the inputs are written after MS ms on the GPU. */
+    CK(rne_spin(&kern, (uint64_t)ms * 1000000u, st));
+    fill(&a, 78);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (call_fast(&a, "stall") != 0)
+        return 1;
+    printf("stalling (the call returned after %.3f ms)\n", ms_since(&t0));
+    if (!drain((int)ms + 60000)) {
+        printf("FAIL stall: the stream did not finish\n");
+        return 1;
+    }
+    if (rn_check(fast) != 0) {
+        printf("FAIL stall: %s\n", rn_last_error(fast));
+        return 1;
+    }
+    bool ok = verify(&a, "stall");
+    CK(cudaFree(ar));
+    printf("ok stall: done after %.0f ms\n", ms_since(&t0));
+    return ok ? 0 : 1;
+}
+
+static int run_quick(int n)
+{
+    rn_bwd_args a;
+    char *ar;
+    struct timespec t0;
+
+    bf16_args(&a, 256, 1024);
+    CK(cudaMalloc((void **)&ar, layout(&a, NULL)));
+    layout(&a, ar);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < n; i++) {
+        char what[32];
+        snprintf(what, sizeof what, "quick %d", i);
+        fill(&a, 500 + (uint64_t)i);
+        if (call_fast(&a, what) != 0)
+            return 1;
+        if (!verify(&a, what))
+            return 1;
+    }
+    if (rn_sync(fast) != 0) {
+        printf("FAIL quick: %s\n", rn_last_error(fast));
+        return 1;
+    }
+    CK(cudaFree(ar));
+    printf("ok quick %d in %.0f ms\n", n, ms_since(&t0));
+    return 0;
+}
+
+/* ---- bad calls -------------------------------------------------------------------------- */
+
+static void expect_later(const char *what, const rn_bwd_args *a, int want)
+{
+    int rc = rn_rmsnorm_bwd(fast, a, st);
+    if (rc != 0) {   /* an argument libclient itself refuses is fine too */
+        printf("ok %s: refused at the call: %s\n", what, rn_err_name(rc));
+        return;
+    }
+    if (!drain(20000)) {
+        printf("FAIL %s: the stream hangs on the bad call\n", what);
+        failures++;
+        return;
+    }
+    rc = rn_check(fast);
+    if (rc != want) {
+        printf("FAIL %s: rn_check gave %s, want %s (%s)\n", what, rn_err_name(rc),
+               rn_err_name(want), rn_last_error(fast));
+        failures++;
+        return;
+    }
+    printf("ok %s: %s at rn_check (%s)\n", what, rn_err_name(rc), rn_last_error(fast));
+}
+
+static int run_bad(void)
+{
+    rn_bwd_args a, b;
+    char *ar;
+
+    bf16_args(&a, 64, 512);
+    size_t bytes = layout(&a, NULL);
+    CK(cudaMalloc((void **)&ar, bytes));
+    layout(&a, ar);
+    fill(&a, 9);
+    CK(cudaStreamSynchronize(st));
+    b = a;
+    b.m = 100000;   /* past the end of the allocation: only the daemon knows */
+    expect_later("out of bounds", &b, RN_OUT_OF_BOUNDS);
+    b = a;
+    b.x = (const char *)a.x + 1;   /* not aligned to its element */
+    expect_later("misaligned", &b, RN_MISALIGNED);
+    b = a;
+    b.dx = (void *)(uintptr_t)a.x;   /* dx over x */
+    expect_later("aliased", &b, RN_INVALID_ARGUMENT);
+    b = a;
+    b.eps = -1.0f;
+    expect_later("negative eps", &b, RN_INVALID_ARGUMENT);
+    /* The ring still serves. */
+    fill(&a, 10);
+    if (call_fast(&a, "after the bad calls") == 0) {
+        CK(cudaStreamSynchronize(st));
+        if (rn_check(fast) != 0) {
+            printf("FAIL after the bad calls: %s\n", rn_last_error(fast));
+            failures++;
+        } else {
+            verify(&a, "after the bad calls");
+        }
+    }
+    CK(cudaFree(ar));
+    if (!failures)
+        printf("ok bad\n");
+    return failures ? 1 : 0;
+}
+
+/* ---- hold: calls pending behind a slow producer, until killed ---------------------------- */
+
+static int run_hold(unsigned ms)
+{
+    rn_bwd_args a;
+    char *ar;
+
+    bf16_args(&a, 256, 1024);
+    CK(cudaMalloc((void **)&ar, layout(&a, NULL)));
+    layout(&a, ar);
+    fill(&a, 5);
+    CK(rne_spin(&kern, (uint64_t)ms * 1000000u, st));
+    for (int i = 0; i < 8; i++)
+        if (call_fast(&a, "hold") != 0)
+            return 1;
+    printf("pending\n");
+    for (;;)
+        pause();
+}
+
+int main(int argc, char **argv)
+{
+    int rc;
+
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s ENDPOINT cmp|stall MS|quick N|bad|hold MS\n", argv[0]);
+        return 2;
+    }
+    endpoint = argv[1];
+    CK(cudaSetDevice(0));
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CK(rne_load(&kern));
+    fast = connect_path(RN_PATH_FAST, "fast");
+    if (strcmp(argv[2], "cmp") == 0)
+        rc = run_cmp();
+    else if (strcmp(argv[2], "stall") == 0 && argc >= 4)
+        rc = run_stall((unsigned)atoi(argv[3]));
+    else if (strcmp(argv[2], "quick") == 0 && argc >= 4)
+        rc = run_quick(atoi(argv[3]));
+    else if (strcmp(argv[2], "bad") == 0)
+        rc = run_bad();
+    else if (strcmp(argv[2], "hold") == 0 && argc >= 4)
+        rc = run_hold((unsigned)atoi(argv[3]));
+    else {
+        fprintf(stderr, "unknown mode %s\n", argv[2]);
+        rc = 2;
+    }
+    rn_close(fast);
+    printf("%s\n", rc == 0 ? "PASS" : "FAILED");
+    return rc;
+}

@@ -1,0 +1,406 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_fastpath_cuda.c - the fast path on the cuda backend (rmsnormd
+ * --cuda-fast-path, PROTOCOL.md section 13) end to end on a real GPU, with
+ * real client processes (prog_fastpath_cuda, and prog_e2e_cuda with
+ * RMSNORMD_PATH=fast).  Written without a GPU at hand: not yet run on a GPU.
+ *
+ *  - HELLO offers the fast path (paths 3) only with --cuda-fast-path, and
+ *    REGISTER_FD of a ring's memfd is refused without it;
+ *  - results against the fp64 reference and bitwise equal to the classic
+ *    path, over shapes and dtypes; the e2e grid with two clients at once;
+ *  - stream ordering with random GPU-side delays before the producer and
+ *    the consumer, two clients at once;
+ *  - a producer that is late (a spin kernel before the call): the call
+ *    returns at once, another client's calls proceed meanwhile, and the late
+ *    one's result is right;
+ *  - bad calls through libclient (each error at rn_check, the stream never
+ *    hangs) and bad slots of every kind through a raw ring (each answered
+ *    with its status, done past all of them);
+ *  - kill -9 of a client with calls pending behind its producer: the daemon
+ *    releases the session and its mappings and serves on, healthy.
+ *
+ * Without a usable GPU every test reports "skipped: no GPU".
+ */
+#include "rn_test.h"
+
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "integration/harness.h"
+#include "integration/raw.h"
+#include "integration/rawring.h"
+#include "rmsnorm_client.h"
+#include "rn_ring.h"
+
+#define CLIENT_TIMEOUT_MS 240000
+
+static bool have_gpu(void)
+{
+    static int known = -1;
+    char cmd[PATH_MAX + 32];
+
+    if (known < 0) {
+        snprintf(cmd, sizeof cmd, "%s/tests/gpu/prog_probe >/dev/null 2>&1", rnh_build_dir());
+        known = system(cmd) == 0;
+    }
+    return known;
+}
+
+#define NEED_GPU()                                                                            \
+    do {                                                                                      \
+        if (!have_gpu())                                                                      \
+            RN_SKIP("skipped: no GPU");                                                       \
+    } while (0)
+
+/* --backend cuda, and --cuda-fast-path when fast. */
+static int start(rnh_daemon *d, bool fast)
+{
+    rnh_arg(d, "--backend");
+    rnh_arg(d, "cuda");
+    if (fast)
+        rnh_arg(d, "--cuda-fast-path");
+    return rnh_start(d);
+}
+
+/* Whether the daemon's log says the device cannot have the fast path. */
+static bool log_has(const rnh_daemon *d, const char *needle)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "grep -qF -- '%s' '%s'", needle, d->log_path);
+    return system(cmd) == 0;
+}
+
+static int hello_paths(const rnh_daemon *d)
+{
+    static rnp_request q;
+    static rnp_reply r;
+    int sock = rnr_open(d->endpoint), paths = -1;
+
+    memset(&q, 0, sizeof q);
+    q.version = RNP_VERSION;
+    q.op = RN_OP_HELLO;
+    q.id = 1;
+    snprintf(q.u.hello.client_name, sizeof q.u.hello.client_name, "paths");
+    q.u.hello.pid = (uint32_t)getpid();
+    if (rnr_call(sock, &q, &r) == 0 && r.status == 0)
+        paths = (int)r.u.hello.paths;
+    rnr_close(sock);
+    return paths;
+}
+
+/* Spawn a client program of tests/gpu with the endpoint first. */
+static int spawn(const rnh_daemon *d, const char *prog_name, const char *const *args, rnh_proc *p)
+{
+    static char prog[PATH_MAX];
+    const char *argv[16];
+    int n = 0;
+
+    snprintf(prog, sizeof prog, "%s/tests/gpu/%s", rnh_build_dir(), prog_name);
+    argv[n++] = prog;
+    argv[n++] = d->endpoint;
+    for (int i = 0; args[i] && n < 15; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    return rnh_spawn(prog, argv, false, p);
+}
+
+static int finish(rnh_proc *p, const char *name)
+{
+    char line[512];
+    int rc;
+
+    while (rnh_read_line(p, line, sizeof line, CLIENT_TIMEOUT_MS) >= 0)
+        printf("  [%s %d] %s\n", name, (int)p->pid, line);
+    rc = rnh_wait(p, 10000);
+    rnh_proc_close(p);
+    if (rc != 0)
+        printf("  [%s %d] exit status %d\n", name, (int)p->pid, rc);
+    return rc;
+}
+
+static int await_line(rnh_proc *p, const char *name, const char *want, int timeout_ms)
+{
+    int64_t end = rnh_now_ms() + timeout_ms;
+    char line[512];
+
+    while (rnh_now_ms() < end) {
+        if (rnh_read_line(p, line, sizeof line, (int)(end - rnh_now_ms())) < 0)
+            break;
+        printf("  [%s %d] %s\n", name, (int)p->pid, line);
+        if (strncmp(line, want, strlen(want)) == 0)
+            return 0;
+    }
+    printf("  [%s %d] no '%s' line\n", name, (int)p->pid, want);
+    return -1;
+}
+
+static int run_fast(const rnh_daemon *d, const char *const *args)
+{
+    rnh_proc p;
+    if (spawn(d, "prog_fastpath_cuda", args, &p) != 0)
+        return -1;
+    return finish(&p, args[0]);
+}
+
+static void assert_not_failing(const rnh_daemon *d)
+{
+    rn_health_info h;
+    rn_client *c;
+
+    assert_non_null(c = rnh_client(d));
+    assert_int_equal(rn_health(c, &h), 0);
+    for (unsigned i = 0; i < h.nreasons; i++)
+        printf("health reason: %s\n", h.reasons[i]);
+    assert_int_not_equal(h.state, RN_HEALTH_FAILING);
+    rn_close(c);
+}
+
+/* The daemon was started with the option: does it offer the path?  If the
+ * device lacks the stream memory operations the daemon says so, and the
+ * tests that need the path skip. */
+static void need_fast(const rnh_daemon *d)
+{
+    if (hello_paths(d) == 3)
+        return;
+    if (log_has(d, "the fast path stays off"))
+        RN_SKIP("skipped: the device has no 64-bit stream memory operations");
+    fail_msg("HELLO does not offer the fast path with --cuda-fast-path");
+}
+
+static void test_hello_paths(void **state)
+{
+    rnh_daemon *d = *state;
+    rnr_ring g;
+
+    NEED_GPU();
+    assert_int_equal(start(d, false), 0);
+    assert_int_equal(hello_paths(d), 1);
+    /* The ring's memory is refused: the option is off. */
+    assert_int_not_equal(rnr_ring_open(&g, d->endpoint, 8, 4096), 0);
+    assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    rnh_arg(d, "--cuda-fast-path");
+    assert_int_equal(rnh_start(d), 0);
+    need_fast(d);
+    assert_true(log_has(d, "not yet run on a GPU"));
+    assert_int_equal(rnr_ring_open(&g, d->endpoint, 8, 4096), 0);
+    rnr_ring_close(&g);
+    RNH_PASS(d);
+}
+
+static void test_cmp_classic(void **state)
+{
+    rnh_daemon *d = *state;
+    const char *args[] = {"cmp", NULL};
+
+    NEED_GPU();
+    assert_int_equal(start(d, true), 0);
+    need_fast(d);
+    assert_int_equal(run_fast(d, args), 0);
+    assert_true(rnh_stat(d, "fast.ok") > 0);
+    assert_int_equal(rnh_stat(d, "fast.errors"), 0);
+    RNH_PASS(d);
+}
+
+/* prog_e2e_cuda's modes with RMSNORMD_PATH=fast: its async calls take the
+ * fast path, its sync calls the classic one. */
+static void e2e_two(rnh_daemon *d, const char *const *a, const char *const *b)
+{
+    rnh_proc p, q;
+
+    setenv("RMSNORMD_PATH", "fast", 1);
+    assert_int_equal(spawn(d, "prog_e2e_cuda", a, &p), 0);
+    assert_int_equal(spawn(d, "prog_e2e_cuda", b, &q), 0);
+    unsetenv("RMSNORMD_PATH");
+    assert_int_equal(finish(&p, a[0]), 0);
+    assert_int_equal(finish(&q, b[0]), 0);
+    assert_true(rnh_stat(d, "fast.ok") > 0);
+}
+
+static void test_grid_two_clients(void **state)
+{
+    rnh_daemon *d = *state;
+    const char *args[] = {"grid", NULL};
+
+    NEED_GPU();
+    assert_int_equal(start(d, true), 0);
+    need_fast(d);
+    e2e_two(d, args, args);
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 0, 10000), 0);
+    assert_int_equal(rnh_wait_stat(d, "regions.active", 0, 10000), 0);
+    assert_int_equal(rnh_stat(d, "fast.rings"), 0);
+    assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    RNH_PASS(d);
+}
+
+static void test_stream_order(void **state)
+{
+    rnh_daemon *d = *state;
+    char sa[32], sb[32];
+
+    NEED_GPU();
+    snprintf(sa, sizeof sa, "%ld", (long)time(NULL));
+    snprintf(sb, sizeof sb, "%ld", (long)time(NULL) + 77777);
+    printf("seeds %s %s\n", sa, sb);
+    const char *a[] = {"order", "200", sa, NULL};
+    const char *b[] = {"order", "200", sb, NULL};
+    assert_int_equal(start(d, true), 0);
+    need_fast(d);
+    e2e_two(d, a, b);
+    assert_int_equal(rnh_stat(d, "fast.errors"), 0);
+    RNH_PASS(d);
+}
+
+/* One client's producer is 3 s late; another client's calls run meanwhile. */
+static void test_late_producer_others_proceed(void **state)
+{
+    rnh_daemon *d = *state;
+    const char *late[] = {"stall", "3000", NULL};
+    const char *quick[] = {"quick", "50", NULL};
+    rnh_proc p, q;
+    int64_t t0;
+
+    NEED_GPU();
+    assert_int_equal(start(d, true), 0);
+    need_fast(d);
+    assert_int_equal(spawn(d, "prog_fastpath_cuda", late, &p), 0);
+    assert_int_equal(await_line(&p, "late", "stalling", 60000), 0);
+    t0 = rnh_now_ms();
+    assert_int_equal(spawn(d, "prog_fastpath_cuda", quick, &q), 0);
+    assert_int_equal(finish(&q, "quick"), 0);
+    printf("the other client finished %lld ms after the late call\n",
+           (long long)(rnh_now_ms() - t0));
+    /* Well before the late producer's 3 s (its context start-up included). */
+    assert_true(rnh_now_ms() - t0 < 2500);
+    assert_int_equal(finish(&p, "late"), 0);
+    RNH_PASS(d);
+}
+
+static void test_bad_calls(void **state)
+{
+    rnh_daemon *d = *state;
+    const char *args[] = {"bad", NULL};
+
+    NEED_GPU();
+    assert_int_equal(start(d, true), 0);
+    need_fast(d);
+    assert_int_equal(run_fast(d, args), 0);
+    assert_true(rnh_stat(d, "fast.errors") >= 4);
+    assert_not_failing(d);
+    RNH_PASS(d);
+}
+
+/* Bad slots of every kind through a raw ring: each gets its status, done
+ * passes all of them.  The raw ring's data lies in its memfd (host memory),
+ * which the cuda backend refuses as a tensor: that is one more bad kind. */
+typedef void patch_fn(uint8_t *desc, const rnr_ring *g);
+#define TOFF(t, f) (RNP_SLOT_O_TENSORS + (t) * RNP_SLOT_TENSOR + (f))
+static void p_none(uint8_t *d, const rnr_ring *g) { (void)d, (void)g; }
+static void p_seq(uint8_t *d, const rnr_ring *g) { (void)g, rnp_le64_put(d, 999); }
+static void p_flags(uint8_t *d, const rnr_ring *g) { (void)g, d[RNP_SLOT_O_FLAGS + 1] = 1; }
+static void p_dtype(uint8_t *d, const rnr_ring *g)
+{
+    (void)g, rnp_le32_put(d + TOFF(0, RNP_SLOT_T_DTYPE), 9);
+}
+static void p_region(uint8_t *d, const rnr_ring *g)
+{
+    (void)g, rnp_le32_put(d + TOFF(1, RNP_SLOT_T_REGION), 99);
+}
+static void p_n0(uint8_t *d, const rnr_ring *g) { (void)g, rnp_le32_put(d + RNP_SLOT_O_N, 0); }
+static void p_eps(uint8_t *d, const rnr_ring *g)
+{
+    (void)g, rnp_le32_put(d + RNP_SLOT_O_EPS, 0xffc00000u);
+}
+static void p_reserved(uint8_t *d, const rnr_ring *g) { (void)g, d[RNP_SLOT_O_RESERVED + 3] = 1; }
+
+static void test_bad_slots(void **state)
+{
+    static patch_fn *const patches[] = {p_none, p_seq,   p_flags, p_dtype,
+                                        p_region, p_n0, p_eps,   p_reserved};
+    static const char *const names[] = {"host-memory tensors", "seq", "flags", "dtype",
+                                        "region", "n 0", "eps NaN", "reserved"};
+    rnh_daemon *d = *state;
+    rn_bwd_args a = {0};
+    rnp_bwd_req b;
+    rnr_ring g;
+    uint64_t last = 0;
+
+    NEED_GPU();
+    assert_int_equal(start(d, true), 0);
+    need_fast(d);
+    assert_int_equal(rnr_ring_open(&g, d->endpoint, 16, 1 << 20), 0);
+    a.m = 4;
+    a.n = 64;
+    a.x_dtype = a.dy_dtype = a.dx_dtype = RN_DTYPE_F32;
+    a.x_stride = a.dy_stride = a.dx_stride = 64;
+    a.eps = 1e-6f;
+    a.x = g.data;
+    a.dy = g.data + 4096;
+    a.dx = g.data + 8192;
+    rnr_ring_req(&g, &a, &b);
+    for (size_t i = 0; i < sizeof patches / sizeof patches[0]; i++) {
+        uint8_t desc[RNP_RING_DESC];
+        rnp_ring_encode(&b, g.seq + 1, desc);
+        patches[i](desc, &g);
+        last = rnr_ring_publish(&g, NULL, desc, true);
+    }
+    assert_int_equal(rnr_ring_wait(&g, last, 20000), 0);
+    for (uint64_t s = 1; s <= last; s++) {
+        char msg[RNP_MAX_ERRMSG];
+        int st = rnr_ring_status(&g, s, msg, sizeof msg);
+        printf("slot %llu (%s): %s %s\n", (unsigned long long)s, names[s - 1], rn_err_name(st),
+               msg);
+        assert_int_not_equal(st, 0);
+    }
+    rnr_ring_close(&g);
+    assert_int_equal(rnh_wait_stat(d, "fast.errors", (int64_t)last, 10000), 0);
+    assert_not_failing(d);
+    RNH_PASS(d);
+}
+
+/* kill -9 with calls pending behind a producer that spins for 3 s. */
+static void test_kill9_pending(void **state)
+{
+    rnh_daemon *d = *state;
+    const char *hold[] = {"hold", "3000", NULL};
+    const char *after[] = {"quick", "10", NULL};
+    rnh_proc p;
+
+    NEED_GPU();
+    assert_int_equal(start(d, true), 0);
+    need_fast(d);
+    assert_int_equal(spawn(d, "prog_fastpath_cuda", hold, &p), 0);
+    assert_int_equal(await_line(&p, "hold", "pending", 60000), 0);
+    kill(p.pid, SIGKILL);
+    assert_int_equal(rnh_wait(&p, 10000), 128 + SIGKILL);
+    rnh_proc_close(&p);
+    assert_int_equal(rnh_wait_stat(d, "clients.died", 1, 20000), 0);
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 0, 20000), 0);
+    assert_int_equal(rnh_wait_stat(d, "regions.active", 0, 20000), 0);
+    assert_int_equal(rnh_stat(d, "fast.rings"), 0);
+    assert_not_failing(d);
+    assert_int_equal(run_fast(d, after), 0);
+    RNH_PASS(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_hello_paths, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_cmp_classic, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_grid_two_clients, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_stream_order, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_late_producer_others_proceed, rnh_setup,
+                                        rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_calls, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_slots, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_kill9_pending, rnh_setup, rnh_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
