@@ -44,7 +44,16 @@
  * Run it twice for "with and without MPS": once plainly, once with
  * CUDA_MPS_PIPE_DIRECTORY naming a running MPS server (--label says which).
  *
- *   bench_e2e_cuda [--daemon PATH] [--label TEXT] [--iters N] [--out FILE]
+ * --fast (experimental, not yet run on a GPU): the daemon is started with
+ * --cuda-fast-path, and 1. to 4. run a second time with clients on the fast
+ * path (RMSNORMD_PATH=fast), their rows labelled "TEXT fast" beside the
+ * classic ones: host time per call (the call publishes a slot and enqueues
+ * two stream memory operations, no round trip) and the GPU time added (the
+ * span and hop columns).  A client that finds the fast path not offered
+ * (HELLO: the device has no 64-bit stream memory operations) says
+ * "path=classic" and its rows are the classic path's again.
+ *
+ *   bench_e2e_cuda [--daemon PATH] [--label TEXT] [--iters N] [--out FILE] [--fast]
  */
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -342,11 +351,17 @@ static int client_single(const char *endpoint, int iters)
                hp50, hp99, pp50, pp99, rp50, rp99, gin, gd, gd99, (gd - gin) / 2);
         /* The daemon's side: receipt to the recorded done event. */
         rn_stats_info si2;
-        if (rn_stats(cli, &si2) == 0)
+        if (rn_stats(cli, &si2) == 0) {
+            uint64_t fast_ok = 0;
+            for (unsigned k = 0; k < si2.nstats; k++)
+                if (strcmp(si2.stats[k].name, "fast.ok") == 0)
+                    fast_ok = si2.stats[k].value;
+            printf("path=%s\n", fast_ok ? "fast" : "classic");
             for (unsigned h = 0; h < si2.nhists; h++)
                 printf("daemon %s (cumulative) p50_us=%.1f p99_us=%.1f n=%llu\n",
                        si2.hists[h].name, si2.hists[h].p50 / 1e3, si2.hists[h].p99 / 1e3,
                        (unsigned long long)si2.hists[h].count);
+        }
         fflush(stdout);
         free_work(&w);
     }
@@ -427,7 +442,8 @@ static int finish(child *c)
 static pid_t daemon_pid;
 
 /* Start rmsnormd and wait for its READY=1 on our own notify socket. */
-static int start_daemon(const char *daemon, const char *dir, char *endpoint, size_t eplen)
+static int start_daemon(const char *daemon, const char *dir, char *endpoint, size_t eplen,
+                        bool fast)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     char notify[200], logp[200], buf[512];
@@ -448,8 +464,12 @@ static int start_daemon(const char *daemon, const char *dir, char *endpoint, siz
         dup2(fd, 1);
         dup2(fd, 2);
         setenv("NOTIFY_SOCKET", notify, 1);
-        execl(daemon, daemon, "--backend", "cuda", "--endpoint", endpoint, "--config", "/dev/null",
-              "--max-inflight", "64", (char *)NULL);
+        if (fast)
+            execl(daemon, daemon, "--backend", "cuda", "--endpoint", endpoint, "--config",
+                  "/dev/null", "--max-inflight", "64", "--cuda-fast-path", (char *)NULL);
+        else
+            execl(daemon, daemon, "--backend", "cuda", "--endpoint", endpoint, "--config",
+                  "/dev/null", "--max-inflight", "64", (char *)NULL);
         _exit(127);
     }
     for (;;) {
@@ -479,50 +499,12 @@ static double field(const char *line, const char *key)
     return p ? atof(p + strlen(k)) : -1;
 }
 
-int main(int argc, char **argv)
+/* 1. to 3. in one client process, then 4. with K of them; rows labelled
+ * label.  Clients take the path RMSNORMD_PATH says (the caller sets it). */
+static void run_all(const char *label, const char *endpoint, int iters, FILE *out)
 {
-    const char *daemon = NULL, *label = "", *outp = NULL;
-    char dir[] = "/tmp/rn-bench.XXXXXX", endpoint[256], line[1024], dpath[4096];
-    int iters = 1000;
-    FILE *out = NULL;
+    char line[1024];
 
-    if (argc >= 5 && strcmp(argv[1], "--client") == 0) {
-        if (strcmp(argv[2], "single") == 0)
-            return client_single(argv[3], atoi(argv[4]));
-        return client_tput(argv[3], atoi(argv[4]));
-    }
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--daemon") == 0)
-            daemon = argv[i + 1];
-        else if (strcmp(argv[i], "--label") == 0)
-            label = argv[i + 1];
-        else if (strcmp(argv[i], "--iters") == 0)
-            iters = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--out") == 0)
-            outp = argv[i + 1];
-    }
-    /* A client that dies must not take the driver with it. */
-    signal(SIGPIPE, SIG_IGN);
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
-        return 1;
-    self[n] = '\0';
-    if (!daemon) {
-        /* <build>/bench/bench_e2e_cuda -> <build>/rmsnormd */
-        snprintf(dpath, sizeof dpath, "%s", self);
-        char *s = strrchr(dpath, '/');
-        if (s) {
-            *s = '\0';
-            s = strrchr(dpath, '/');
-            if (s)
-                snprintf(s, sizeof dpath - (size_t)(s - dpath), "/rmsnormd");
-        }
-        daemon = dpath;
-    }
-    if (!mkdtemp(dir) || start_daemon(daemon, dir, endpoint, sizeof endpoint) != 0)
-        return 1;
-    if (outp && !(out = fopen(outp, "a")))
-        perror(outp);
     printf("== %s: steady state, host time per call (free-running, paced), PING round trip, "
            "GPU gaps (%d iterations) ==\n", label, iters);
     if (out)
@@ -545,7 +527,7 @@ int main(int argc, char **argv)
                         field(line, "ping_p99_us"),
                         field(line, "span_daemon_p50_us") - field(line, "span_inproc_p50_us"),
                         field(line, "hop_p50_us"));
-            else if (out && strncmp(line, "info", 4) == 0)
+            else if (out && (strncmp(line, "info", 4) == 0 || strncmp(line, "path=", 5) == 0))
                 fprintf(out, "<!-- %s: %s -->\n", label, line);
         }
         if (finish(&c) != 0)
@@ -578,6 +560,68 @@ int main(int argc, char **argv)
         if (out)
             fprintf(out, "| %s | K=%d | %.0f calls/s | host p50 %.1f us |\n", label, k,
                     calls / (wall / 1e6), hp);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *daemon = NULL, *label = "", *outp = NULL;
+    char dir[] = "/tmp/rn-bench.XXXXXX", endpoint[256], dpath[4096];
+    int iters = 1000;
+    bool fast = false;
+    FILE *out = NULL;
+
+    if (argc >= 5 && strcmp(argv[1], "--client") == 0) {
+        if (strcmp(argv[2], "single") == 0)
+            return client_single(argv[3], atoi(argv[4]));
+        return client_tput(argv[3], atoi(argv[4]));
+    }
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--fast") == 0) {
+            fast = true;
+            continue;
+        }
+        if (i + 1 >= argc)
+            break;
+        if (strcmp(argv[i], "--daemon") == 0)
+            daemon = argv[i + 1];
+        else if (strcmp(argv[i], "--label") == 0)
+            label = argv[i + 1];
+        else if (strcmp(argv[i], "--iters") == 0)
+            iters = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--out") == 0)
+            outp = argv[i + 1];
+        i++;
+    }
+    /* A client that dies must not take the driver with it. */
+    signal(SIGPIPE, SIG_IGN);
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return 1;
+    self[n] = '\0';
+    if (!daemon) {
+        /* <build>/bench/bench_e2e_cuda -> <build>/rmsnormd */
+        snprintf(dpath, sizeof dpath, "%s", self);
+        char *s = strrchr(dpath, '/');
+        if (s) {
+            *s = '\0';
+            s = strrchr(dpath, '/');
+            if (s)
+                snprintf(s, sizeof dpath - (size_t)(s - dpath), "/rmsnormd");
+        }
+        daemon = dpath;
+    }
+    if (!mkdtemp(dir) || start_daemon(daemon, dir, endpoint, sizeof endpoint, fast) != 0)
+        return 1;
+    if (outp && !(out = fopen(outp, "a")))
+        perror(outp);
+    run_all(label, endpoint, iters, out);
+    if (fast) {
+        char flabel[256];
+        snprintf(flabel, sizeof flabel, "%s fast", label);
+        setenv("RMSNORMD_PATH", "fast", 1);
+        run_all(flabel, endpoint, iters, out);
+        unsetenv("RMSNORMD_PATH");
     }
     if (out)
         fclose(out);
