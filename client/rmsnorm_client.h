@@ -95,14 +95,20 @@ typedef struct rn_connect_opts {
 /*
  * Paths (rn_connect_opts.path):
  *   RN_PATH_DEFAULT  $RMSNORMD_PATH ("classic" or "fast") when set, else
- *                    classic (on the CPU backend; the CUDA backend has no
- *                    fast path yet)
+ *                    classic
  *   RN_PATH_CLASSIC  every call is one request and its reply over the socket
  *   RN_PATH_FAST     host calls go through a ring of slots in memory shared
  *                    with the daemon (proto/PROTOCOL.md section 13): no
  *                    round trip per call, and rn_rmsnorm_bwd_host_async
  *                    returns without waiting.  A daemon that does not
- *                    offer it fails the calls with RN_UNSUPPORTED.
+ *                    offer it fails the host calls with RN_UNSUPPORTED.
+ *                    On the CUDA backend (experimental, not yet run on a
+ *                    GPU; the daemon offers it only with --cuda-fast-path)
+ *                    rn_rmsnorm_bwd also takes it: ready and the wait for
+ *                    the call are enqueued on the stream, no reply is
+ *                    awaited, and errors surface as for
+ *                    rn_rmsnorm_bwd_host_async; where the daemon does not
+ *                    offer it, rn_rmsnorm_bwd takes the classic path.
  * An invalid RMSNORMD_PATH makes rn_connect fail with RN_INVALID_ARGUMENT.
  */
 enum { RN_PATH_DEFAULT = 0, RN_PATH_CLASSIC = 1, RN_PATH_FAST = 2 };
