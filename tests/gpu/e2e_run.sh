@@ -7,7 +7,8 @@
 # Build where nvcc is, pack with tests/gpu/pack_build.sh (another build needs
 # only rmsnormd and bench/bench_e2e_cuda), then from the repository root:
 #   tests/gpu/e2e_run.sh BUILD OUT [OTHER_BUILD...]
-# Environment: E2E_STEPS (default "tests bench"), E2E_ITERS (default 300),
+# Environment: E2E_STEPS (default "tests bench"; add "fast" for the CUDA fast
+# path's tests and benchmark), E2E_ITERS (default 300),
 # E2E_ROUNDS (default 1; more runs every build's benchmark that many times,
 # alternating the order, and prints the medians side by side: compare.txt).
 # Logs and the benchmark tables go to OUT; the last lines summarise each step.
@@ -51,6 +52,25 @@ case " $steps " in *" tests "*)
         step "test_e2e_cuda (MPS)" e2e-mps.log env RN_EXPECT_MPS=1 timeout 280 \
             "$build/tests/gpu/test_e2e_cuda"
         mps_stop tests
+    else
+        summary+=("MPS: nvidia-cuda-mps-control -d failed")
+    fi
+    unset RN_BUILD ;;
+esac
+
+# The CUDA fast path (rmsnormd --cuda-fast-path; experimental): opt in with
+# E2E_STEPS="fast" (or "tests bench fast").
+case " $steps " in *" fast "*)
+    export RN_BUILD=$PWD/$build
+    step "test_fastpath_cuda (no MPS)" fast-nomps.log timeout 280 \
+        "$build/tests/gpu/test_fastpath_cuda"
+    if mps_start; then
+        step "test_fastpath_cuda (MPS)" fast-mps.log timeout 280 \
+            "$build/tests/gpu/test_fastpath_cuda"
+        step "bench_e2e_cuda --fast MPS" bench-fast.log timeout 400 \
+            "$build/bench/bench_e2e_cuda" --daemon "$build/rmsnormd" --label "MPS" \
+            --iters "$iters" --out "$out/bench-fast.md" --fast
+        mps_stop fast
     else
         summary+=("MPS: nvidia-cuda-mps-control -d failed")
     fi
