@@ -10,7 +10,8 @@
  * daemon waits for a late ready; results match the fp64 reference; a bad
  * call's error comes back at rn_check with done past it (a stream waiting
  * on done would go on); a lost session raises done over the calls left and
- * the next session gets fresh ring memory.
+ * the next session gets fresh ring memory.  And --cuda-fast-path, a cuda
+ * backend option, changes nothing on the CPU backend (HELLO's paths stay 3).
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include "rn_test.h"
 #include "client_int.h"
 #include "integration/harness.h"
+#include "integration/raw.h"
 #include "rmsnormctl_verify.h"
 #include "rn_ring.h"
 
@@ -282,6 +284,48 @@ static void test_stream_session_lost(void **state)
     RNH_PASS(d);
 }
 
+static int hello_paths(const rnh_daemon *d)
+{
+    static rnp_request q;
+    static rnp_reply r;
+    int sock = rnr_open(d->endpoint), paths = -1;
+
+    memset(&q, 0, sizeof q);
+    q.version = RNP_VERSION;
+    q.op = RN_OP_HELLO;
+    q.id = 1;
+    snprintf(q.u.hello.client_name, sizeof q.u.hello.client_name, "paths");
+    q.u.hello.pid = (uint32_t)getpid();
+    if (rnr_call(sock, &q, &r) == 0 && r.status == 0)
+        paths = (int)r.u.hello.paths;
+    rnr_close(sock);
+    return paths;
+}
+
+static void test_cpu_option_inert(void **state)
+{
+    rnh_daemon *d = *state;
+    fake_stream s = {.order_ok = true};
+    laid l;
+    rn_client *c;
+
+    assert_int_equal(rnh_start(d), 0);
+    assert_int_equal(hello_paths(d), 3);
+    assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    rnh_arg(d, "--cuda-fast-path");
+    assert_int_equal(rnh_start(d), 0);
+    assert_int_equal(hello_paths(d), 3);
+    cur = &s;
+    c = fast_client(d);
+    lay(c, 0, &l);
+    assert_int_equal(call(c, &l.a, &s), 0);
+    assert_int_equal(rn_sync(c), 0);
+    check_free(c, &l, "with --cuda-fast-path on the cpu backend");
+    rn_close(c);
+    cur = NULL;
+    RNH_PASS(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -289,6 +333,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stream_ready_late, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_bad_call, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_session_lost, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_cpu_option_inert, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
