@@ -353,8 +353,9 @@ static void cuda_session_close(rnd_backend *be, void *bsess)
         sess_free((rnd_cuda *)be, bsess);
 }
 
-/* Device memory comes as CUDA IPC handles over nanomsg; descriptors on the
- * session channel (cuMem exports) are later work. */
+/* Device memory comes as CUDA IPC handles over nanomsg, or as cuMem exports
+ * on the session channel (VMM_CHUNK, vmm.c); REGISTER_FD's shared memory is
+ * the CPU backend's. */
 static int cuda_region_open_fd(rnd_backend *be, void *bsess, int fd, uint64_t size,
                                rnd_mapping *out, rnp_error *err)
 {
@@ -374,6 +375,9 @@ const rnd_backend_ops rnd_backend_cuda_ops = {
     .region_open = rnd_cuda_region_open,
     .region_open_fd = cuda_region_open_fd,
     .region_close = rnd_cuda_region_close,
+    .vmm_import = rnd_cuda_vmm_import,
+    .vmm_drop = rnd_cuda_vmm_drop,
+    .region_open_vmm = rnd_cuda_region_open_vmm,
     .events = rnd_cuda_events,
     .submit = rnd_cuda_submit,
     .health = cuda_health,
