@@ -316,9 +316,15 @@ static int map_dev_ptr(rn_client *c, void *ctx, const char *field, const void *p
                         "%s: host memory cannot be shared with the daemon as a device pointer; use "
                         "cudaMalloc (or rn_rmsnorm_bwd_host with rn_buffer_alloc)",
                         field);
+    if (!ipc && !rnc_vmm_enabled())
+        return rnc_fail(c, RN_NOT_SHARED,
+                        "%s: memory from cuMemCreate or a memory pool (e.g. PyTorch expandable "
+                        "segments, cudaMallocAsync) has no CUDA IPC handle; use cudaMalloc",
+                        field);
     if (!ipc) {
-        /* cuMemCreate memory (PyTorch's expandable segments): shared by
-         * descriptor, one per physical allocation (vmm_cuda.c). */
+        /* cuMemCreate memory (PyTorch's expandable segments), with
+         * RMSNORMD_VMM=1: shared by descriptor, one per physical
+         * allocation (vmm_cuda.c). */
         uint8_t uuid[RNP_UUID_BYTES];
         uint64_t bytes = 0;
         if (rnc_tensor_bytes(((const cuda_call *)ctx)->a, field, &bytes) != 0)

@@ -23,7 +23,9 @@
  * released stays alive in the daemon (and here) until then, or until the
  * session ends.
  *
- * Written without a GPU at hand: not yet run on one (issue 17).
+ * Written without a GPU at hand: not yet run on one (issue 17), so only
+ * reached with RMSNORMD_VMM=1 in the environment (rnc_vmm_enabled); without
+ * it such memory is refused (RN_NOT_SHARED) as before.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -271,6 +273,12 @@ fail:
     out->n = (uint32_t)got;
     range_free(out);
     return rv;
+}
+
+bool rnc_vmm_enabled(void)
+{
+    const char *e = getenv("RMSNORMD_VMM");
+    return e && strcmp(e, "1") == 0;
 }
 
 int rnc_vmm_map(rn_client *c, const char *field, const void *p, uint64_t bytes,

@@ -19,6 +19,7 @@
  *   prog_vmm_cuda ENDPOINT noexport    memory created without an exportable
  *                                      handle type: RN_NOT_SHARED, saying so
  *
+ * It sets RMSNORMD_VMM=1 for itself (libclient's switch for this support).
  * Prints "ok ..." / "FAIL ..." lines and exits 0 when all passed.
  */
 #include <cuda.h>
@@ -364,6 +365,8 @@ int main(int argc, char **argv)
     }
     endpoint = argv[1];
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* VMM sharing is off unless asked for while it is unvalidated. */
+    setenv("RMSNORMD_VMM", "1", 1);
     CK(cudaSetDevice(0));
     CK(cudaGetDevice(&dev));
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
