@@ -16,9 +16,9 @@
  * allocation in it (cuMemRetainAllocationHandle), so that an allocation's
  * handle stays its own while cached: a handle value can only be reused
  * once every reference is gone.  A call into a cached range checks that
- * each allocation under the tensor is still the one mapped there (the
- * handle at its address); the segment may have grown, shrunk, or been
- * unmapped and mapped again meanwhile.  A range whose allocations changed
+ * each of its allocations is still the one mapped there (the handle at its
+ * address); the segment may have grown, shrunk, or been unmapped and
+ * mapped again meanwhile.  A range whose allocations changed
  * is dropped (UNREGISTER), and a new one is registered.  Memory the client
  * released stays alive in the daemon (and here) until then, or until the
  * session ends.
@@ -38,8 +38,9 @@
 #include "client_int.h"
 #include "vmm.h"
 
-/* Ranges cached per client; the oldest goes first beyond this. */
-#define VMM_MAX_RANGES 64
+/* Ranges cached per client; the least recently used goes beyond this (a
+ * call uses at most seven, which are the most recent). */
+#define VMM_MAX_RANGES 256
 
 typedef struct vmm_piece {
     uintptr_t base;
@@ -53,6 +54,7 @@ typedef struct vmm_range {
     uint32_t region;
     uint32_t n;
     vmm_piece *pc;
+    uint64_t used; /* v->tick at its last use */
 } vmm_range;
 
 struct rnc_vmm {
@@ -60,6 +62,7 @@ struct rnc_vmm {
     vmm_range *r;
     size_t n, cap;
     rnc_vmm_piece *walk; /* scratch for rnc_vmm_walk */
+    uint64_t tick;
 };
 
 static struct {
@@ -161,14 +164,15 @@ void rnc_vmm_release(rn_client *c)
     c->vmm = NULL;
 }
 
-/* Whether every allocation of r under [lo, hi) is still the one r holds. */
-static bool still_mapped(const vmm_range *r, uintptr_t lo, uintptr_t hi)
+/* Whether every allocation of r is still the one r holds, at its address.
+ * All of them, not only those under the tensor: a range found stale later
+ * in the same call would be dropped while an earlier tensor of the call
+ * names its region. */
+static bool still_mapped(const vmm_range *r)
 {
     for (uint32_t i = 0; i < r->n; i++) {
         const vmm_piece *pc = &r->pc[i];
         CUmemGenericAllocationHandle h = 0;
-        if (pc->base + pc->size <= lo || pc->base >= hi)
-            continue;
         if (drv.retain(&h, (void *)pc->base) != CUDA_SUCCESS)
             return false;
         (void)drv.release(h);
@@ -310,21 +314,33 @@ int rnc_vmm_map(rn_client *c, const char *field, const void *p, uint64_t bytes,
         forget_all(v);
         v->session = c->session;
     }
-    /* A cached range that covers the tensor and still maps the same
-     * allocations; stale ones met on the way are dropped. */
-    for (size_t i = 0; i < v->n;) {
-        vmm_range *r = &v->r[i];
-        if (lo < r->base || hi > r->base + r->total) {
-            i++;
-            continue;
+    /* The largest cached range that covers the tensor and still maps the
+     * same allocations (the largest: after the segment grew, tensors of
+     * one call then share a region where they can); stale ones met on the
+     * way are dropped. */
+    {
+        size_t best = v->n;
+        for (size_t i = 0; i < v->n;) {
+            vmm_range *r = &v->r[i];
+            if (lo < r->base || hi > r->base + r->total ||
+                (best < v->n && r->total <= v->r[best].total)) {
+                i++;
+                continue;
+            }
+            if (!still_mapped(r)) {
+                drop_range(c, v, i);
+                best = v->n; /* indices moved: look again */
+                i = 0;
+                continue;
+            }
+            best = i++;
         }
-        if (!still_mapped(r, lo, hi)) {
-            drop_range(c, v, i);
-            continue;
+        if (best < v->n) {
+            v->r[best].used = ++v->tick;
+            t->region.id = v->r[best].region;
+            t->offset = (uint64_t)(lo - v->r[best].base);
+            return 0;
         }
-        t->region.id = r->region;
-        t->offset = (uint64_t)(lo - r->base);
-        return 0;
     }
     if (!v->walk && !(v->walk = calloc(RNP_VMM_MAX_CHUNKS, sizeof *v->walk)))
         return rnc_fail(c, RN_NOMEM, "%s: out of memory", field);
@@ -339,9 +355,14 @@ int rnc_vmm_map(rn_client *c, const char *field, const void *p, uint64_t bytes,
     if (n <= 0)
         return rnc_fail(c, RN_NOT_SHARED,
                         "%s: the driver's mapping at %p does not contain it", field, (void *)at);
-    /* Room for one more: the oldest range goes. */
-    if (v->n == VMM_MAX_RANGES)
-        drop_range(c, v, 0);
+    /* Room for one more: the least recently used range goes. */
+    if (v->n == VMM_MAX_RANGES) {
+        size_t lru = 0;
+        for (size_t i = 1; i < v->n; i++)
+            if (v->r[i].used < v->r[lru].used)
+                lru = i;
+        drop_range(c, v, lru);
+    }
     if (v->n == v->cap) {
         size_t cap = v->cap ? v->cap * 2 : 8;
         vmm_range *nv = realloc(v->r, cap * sizeof *nv);
@@ -353,6 +374,7 @@ int rnc_vmm_map(rn_client *c, const char *field, const void *p, uint64_t bytes,
     memset(&nr, 0, sizeof nr);
     if ((rv = register_range(c, v, field, (size_t)n, uuid, &nr)) != 0)
         return rv;
+    nr.used = ++v->tick;
     v->r[v->n++] = nr;
     t->region.id = nr.region;
     t->offset = (uint64_t)(lo - nr.base);
