@@ -193,8 +193,8 @@ static int not_exportable(rn_client *c, const char *field, unsigned long long ty
                         field);
     return rnc_fail(c, RN_NOT_SHARED,
                     "%s: cuMemCreate memory not exportable as a POSIX descriptor (handle types "
-                    "0x%llx); PyTorch requests one since its PR #130890 (2.5): upgrade it, or "
-                    "set expandable_segments:False",
+                    "0x%llx); PyTorch requests one for expandable segments since its PR #130890: "
+                    "upgrade it, or set expandable_segments:False",
                     field, types);
 }
 
