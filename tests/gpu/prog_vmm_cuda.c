@@ -18,6 +18,10 @@
  *                                      the first ones)
  *   prog_vmm_cuda ENDPOINT noexport    memory created without an exportable
  *                                      handle type: RN_NOT_SHARED, saying so
+ *   prog_vmm_cuda ENDPOINT cost        the time of a sync call whose tensors
+ *                                      need new ranges (1, 4 and 8 chunks
+ *                                      each), and of the same call cached
+ *                                      (for bench/RESULTS.md)
  *
  * It sets RMSNORMD_VMM=1 for itself (libclient's switch for this support).
  * Prints "ok ..." / "FAIL ..." lines and exits 0 when all passed.
@@ -28,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rmsnorm_client.h"
 #include "rmsnormctl_verify.h"
@@ -355,6 +360,54 @@ static int run_noexport(void)
     return 0;
 }
 
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+static int run_cost(void)
+{
+    static const int spans[] = {1, 4, 8};
+    for (size_t k = 0; k < sizeof spans / sizeof spans[0]; k++) {
+        segment s;
+        rn_bwd_args a;
+        double t0, first, cached = 1e30;
+        seg_init(&s, true);
+        /* x, dy and dx of spans[k] chunks each (bf16, 1024 columns). */
+        args_of(&a, (int64_t)(spans[k] * s.chunk / 2048), 1024, RN_DTYPE_BF16);
+        map_upto(&s, layout(&a, NULL));
+        layout(&a, (char *)(uintptr_t)s.base);
+        call_and_verify(&a, 9, true, "cost: warm-up of the kernel");
+        CK(cudaStreamSynchronize(st));
+        /* The same tensors at a new address: the next segment. */
+        segment s2;
+        seg_init(&s2, true);
+        map_upto(&s2, layout(&a, NULL));
+        layout(&a, (char *)(uintptr_t)s2.base);
+        t0 = now_us();
+        if (rn_rmsnorm_bwd_sync(cli, &a, st, NULL) != 0) {
+            printf("FAIL cost: %s\n", rn_last_error(cli));
+            return 1;
+        }
+        first = now_us() - t0;
+        for (int i = 0; i < 20; i++) {
+            t0 = now_us();
+            if (rn_rmsnorm_bwd_sync(cli, &a, st, NULL) != 0) {
+                printf("FAIL cost: %s\n", rn_last_error(cli));
+                return 1;
+            }
+            double d = now_us() - t0;
+            cached = d < cached ? d : cached;
+        }
+        printf("ok cost: x, dy, dx of %d chunks of %zu bytes each: first call (ranges "
+               "registered) %.0f us, cached %.0f us (best of 20)\n",
+               spans[k], s.chunk, first, cached);
+    }
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     rn_connect_opts o = {0};
@@ -386,6 +439,8 @@ int main(int argc, char **argv)
         return run_flood();
     if (strcmp(argv[2], "noexport") == 0)
         return run_noexport();
+    if (strcmp(argv[2], "cost") == 0)
+        return run_cost();
     fprintf(stderr, "prog_vmm_cuda: unknown mode %s\n", argv[2]);
     return 2;
 }

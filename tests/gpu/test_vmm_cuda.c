@@ -14,7 +14,8 @@
  *  - a client killed (SIGKILL) with work in flight: the daemon releases its
  *    VMM mappings once the kernels end, and serves the next client;
  *  - memory not created exportable as a POSIX descriptor: RN_NOT_SHARED
- *    with a message that says so, and nothing registered.
+ *    with a message that says so, and nothing registered;
+ *  - the cost of a first call on new chunks and of a cached call (printed).
  *
  * Written without a GPU at hand (issue 17): not yet run on one.  Without a
  * GPU it prints "skipped: no GPU" and passes.
@@ -125,6 +126,17 @@ static void test_kill_midflight(void **state)
     RNH_PASS(d);
 }
 
+/* The cost of the first call on new chunks and of a cached one, printed
+ * for bench/RESULTS.md (no threshold). */
+static void test_cost(void **state)
+{
+    rnh_daemon *d = *state;
+
+    assert_int_equal(start_cuda(d), 0);
+    assert_int_equal(run_client(d, "cost"), 0);
+    RNH_PASS(d);
+}
+
 static void test_not_exportable(void **state)
 {
     rnh_daemon *d = *state;
@@ -142,6 +154,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_results, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_grow_remap, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill_midflight, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_cost, rnh_setup, rnh_teardown),
     };
     int n = 0;
 
