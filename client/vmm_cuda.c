@@ -228,7 +228,8 @@ static int register_range(rn_client *c, rnc_vmm *v, const char *field, size_t n,
         if (drv.retain(&pc->h, (void *)pc->base) != CUDA_SUCCESS) {
             rv = rnc_fail(c, RN_NOT_SHARED,
                           "%s: no allocation handle for the memory at %p "
-                          "(cuMemRetainAllocationHandle)",
+                          "(cuMemRetainAllocationHandle): memory pools (cudaMallocAsync) cannot "
+                          "be shared; use cudaMalloc or cuMemCreate",
                           field, (void *)pc->base);
             goto fail;
         }
