@@ -325,9 +325,10 @@ static int map_dev_ptr(rn_client *c, void *ctx, const char *field, const void *p
         /* cuMemCreate memory (PyTorch's expandable segments), with
          * RMSNORMD_VMM=1: shared by descriptor, one per physical
          * allocation (vmm_cuda.c). */
+        const cuda_call *k = ctx;
         uint8_t uuid[RNP_UUID_BYTES];
         uint64_t bytes = 0;
-        if (rnc_tensor_bytes(((const cuda_call *)ctx)->a, field, &bytes) != 0)
+        if (!k || !k->a || rnc_tensor_bytes(k->a, field, &bytes) != 0)
             return rnc_fail(c, RN_NOT_SHARED, "%s: the tensor's span does not fit", field);
         if ((rv = device_uuid(c, ordinal, uuid)) != 0)
             return rv;
