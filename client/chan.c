@@ -5,7 +5,8 @@
  * ".chan", where a session authenticates (AUTH: the kernel tells the daemon
  * our pid and uid) and shared memory is registered by descriptor
  * (REGISTER_FD), so that the daemon maps only what this process could open
- * itself.  One connection per session: closing it ends the session on the
+ * itself; CUDA virtual memory goes the same way, one descriptor per
+ * physical allocation (VMM_CHUNK, then VMM_MAP: vmm_cuda.c).  One connection per session: closing it ends the session on the
  * daemon's side.  Nothing here knows about buffers.
  */
 #include <errno.h>
@@ -226,6 +227,43 @@ int rnc_chan_register(rn_client *c, int fd, uint64_t size, uint32_t *region)
         return rnc_fail(c, RN_UNKNOWN_SESSION, "session channel: not connected");
     m.u.register_fd.size = size;
     if ((rv = exchange(c, &m, fd, RNP_CHAN_REGION_OK, &rep, deadline_of(c))) != 0)
+        return rv;
+    *region = rep.u.region_ok.region;
+    if (*region == 0)
+        return rnc_fail(c, RN_BAD_REPLY, "session channel: region id 0");
+    return 0;
+}
+
+int rnc_chan_vmm_chunk(rn_client *c, int fd, uint32_t index, uint64_t offset, uint64_t size)
+{
+    rnp_chan_msg m = {.type = RNP_CHAN_VMM_CHUNK}, rep;
+    int rv;
+
+    if (!c->have_chan)
+        return rnc_fail(c, RN_UNKNOWN_SESSION, "session channel: not connected");
+    m.u.vmm_chunk.index = index;
+    m.u.vmm_chunk.offset = offset;
+    m.u.vmm_chunk.size = size;
+    if ((rv = exchange(c, &m, fd, RNP_CHAN_VMM_CHUNK_OK, &rep, deadline_of(c))) != 0)
+        return rv;
+    if (rep.u.vmm_chunk_ok.index != index)
+        return rnc_fail(c, RN_BAD_REPLY, "session channel: chunk %u acknowledged as %u", index,
+                        rep.u.vmm_chunk_ok.index);
+    return 0;
+}
+
+int rnc_chan_vmm_map(rn_client *c, uint32_t count, uint64_t total,
+                     const uint8_t uuid[RNP_UUID_BYTES], uint32_t *region)
+{
+    rnp_chan_msg m = {.type = RNP_CHAN_VMM_MAP}, rep;
+    int rv;
+
+    if (!c->have_chan)
+        return rnc_fail(c, RN_UNKNOWN_SESSION, "session channel: not connected");
+    m.u.vmm_map.count = count;
+    m.u.vmm_map.total = total;
+    memcpy(m.u.vmm_map.device_uuid, uuid, RNP_UUID_BYTES);
+    if ((rv = exchange(c, &m, -1, RNP_CHAN_REGION_OK, &rep, deadline_of(c))) != 0)
         return rv;
     *region = rep.u.region_ok.region;
     if (*region == 0)

@@ -36,6 +36,7 @@
 
 #include "client_int.h"
 #include "rn_check.h"
+#include "vmm.h"
 
 /* Ready/done ring size: one request per connection is in flight, so two
  * would do; a few more let the daemon's wait lag without stalling us. */
@@ -71,6 +72,7 @@ struct rnc_cuda {
 
 /* One device call: what the mapper's hooks need besides the client. */
 typedef struct cuda_call {
+    const rn_bwd_args *a; /* the tensors' shapes (vmm_cuda.c needs their spans) */
     cudaStream_t stream;
     int mode;   /* rnp_mode */
     bool fresh; /* this call asked the daemon again whether it has CUDA */
@@ -166,6 +168,7 @@ void rnc_cuda_release(rn_client *c)
     free(s->ents);
     free(s);
     c->cuda = NULL;
+    rnc_vmm_release(c);
 }
 
 /* ---- events ------------------------------------------------------------------------------ */
@@ -301,7 +304,6 @@ static int map_dev_ptr(rn_client *c, void *ctx, const char *field, const void *p
     uint32_t region = 0;
     int rv;
 
-    (void)ctx;
     if (drv_attrs(5, attrs, data, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS)
         return rnc_fail(c, RN_NOT_SHARED, "%s: pointer %p is not known to CUDA", field, p);
     if (managed)
@@ -314,11 +316,24 @@ static int map_dev_ptr(rn_client *c, void *ctx, const char *field, const void *p
                         "%s: host memory cannot be shared with the daemon as a device pointer; use "
                         "cudaMalloc (or rn_rmsnorm_bwd_host with rn_buffer_alloc)",
                         field);
-    if (!ipc)
+    if (!ipc && !rnc_vmm_enabled())
         return rnc_fail(c, RN_NOT_SHARED,
                         "%s: memory from cuMemCreate or a memory pool (e.g. PyTorch expandable "
                         "segments, cudaMallocAsync) has no CUDA IPC handle; use cudaMalloc",
                         field);
+    if (!ipc) {
+        /* cuMemCreate memory (PyTorch's expandable segments), with
+         * RMSNORMD_VMM=1: shared by descriptor, one per physical
+         * allocation (vmm_cuda.c). */
+        const cuda_call *k = ctx;
+        uint8_t uuid[RNP_UUID_BYTES];
+        uint64_t bytes = 0;
+        if (!k || !k->a || rnc_tensor_bytes(k->a, field, &bytes) != 0)
+            return rnc_fail(c, RN_NOT_SHARED, "%s: the tensor's span does not fit", field);
+        if ((rv = device_uuid(c, ordinal, uuid)) != 0)
+            return rv;
+        return rnc_vmm_map(c, field, p, bytes, uuid, t);
+    }
     /* The hot path: a pointer into an allocation registered before, same
      * buffer id, needs no further driver call. */
     for (size_t i = 0; i < s->nents; i++) {
@@ -438,7 +453,7 @@ static const rnc_mapper cuda_mapper = {
 
 static int bwd_call(rn_client *c, const rn_bwd_args *a, void *stream, int mode, rn_timing *t)
 {
-    cuda_call k = {.stream = (cudaStream_t)stream, .mode = mode};
+    cuda_call k = {.a = a, .stream = (cudaStream_t)stream, .mode = mode};
 
     if (c == NULL)
         return RN_INVALID_ARGUMENT;

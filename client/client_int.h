@@ -10,6 +10,9 @@
  *                   public helpers (version, error text, default endpoint)
  *   client_cuda.c   rn_rmsnorm_bwd(_sync): the CUDA pointer mapper (IPC
  *                   registration cache) and the event ring
+ *   vmm_cuda.c      pointers in cuMemCreate memory: ranges of physical
+ *                   allocations shared by descriptor (vmm_walk.c: its
+ *                   host-only logic; vmm.h)
  *   bwd.c           the backward call both entry points share: argument
  *                   checks, request, timing; rn_rmsnorm_bwd_host(_async),
  *                   rn_sync, rn_check
@@ -55,6 +58,10 @@ typedef struct rnc_cuda rnc_cuda;
 /* The fast path's ring of a client (ring.c); NULL until its first call. */
 typedef struct rnc_ring rnc_ring;
 
+/* The CUDA VMM registrations of a client (vmm_cuda.c); NULL until its first
+ * pointer in cuMemCreate memory. */
+typedef struct rnc_vmm rnc_vmm;
+
 struct rn_client {
     pthread_mutex_t mu; /* serialises every call */
     int sock;           /* nanomsg NN_REQ socket; < 0: open it at the next call */
@@ -76,6 +83,7 @@ struct rn_client {
     size_t nbufs, capbufs;
 
     rnc_cuda *cuda;
+    rnc_vmm *vmm;
     int path;           /* RN_PATH_CLASSIC or RN_PATH_FAST */
     rnc_ring *ring;
 
@@ -140,6 +148,16 @@ int rnc_chan_open(rn_client *c);
  * RN_UNKNOWN_SESSION (closing it ends the session).
  */
 int rnc_chan_register(rn_client *c, int fd, uint64_t size, uint32_t *region);
+
+/*
+ * A CUDA VMM range (PROTOCOL.md section 12): VMM_CHUNK sends chunk index
+ * (its descriptor fd, which stays c's) at offset in the range, size bytes;
+ * VMM_MAP then maps the count chunks sent, total bytes, as one region
+ * (*region).  An error drops the daemon's pending chunks of the range.
+ */
+int rnc_chan_vmm_chunk(rn_client *c, int fd, uint32_t index, uint64_t offset, uint64_t size);
+int rnc_chan_vmm_map(rn_client *c, uint32_t count, uint64_t total,
+                     const uint8_t uuid[RNP_UUID_BYTES], uint32_t *region);
 
 /* Close c's channel connection; fine when there is none. */
 void rnc_chan_close(rn_client *c);
@@ -292,6 +310,24 @@ void rnc_cuda_release(rn_client *c);
 /* ring_cuda.c: the fast path's device side on a CUDA stream (experimental,
  * not yet run on a GPU). */
 extern const rnc_ring_dev rnc_cuda_ring_dev;
+
+/* ---- vmm_cuda.c -------------------------------------------------------------------- */
+
+/*
+ * p, a device pointer with no CUDA IPC handle (cuMemCreate memory), of a
+ * tensor of bytes bytes on the device of uuid, to (region, offset) in *t:
+ * a cached range that still maps the same physical allocations, or a new
+ * one registered on the session channel.  Fails RN_NOT_SHARED, naming
+ * field, where the memory cannot be shared that way (and says what to
+ * change).
+ */
+int rnc_vmm_map(rn_client *c, const char *field, const void *p, uint64_t bytes,
+                const uint8_t uuid[RNP_UUID_BYTES], rnp_tensor *t);
+/* Free c's VMM state (the daemon's regions go with the session). */
+void rnc_vmm_release(rn_client *c);
+/* Whether the environment turns VMM sharing on (RMSNORMD_VMM=1): written,
+ * not yet run on a GPU, so off unless asked for (issue 17). */
+bool rnc_vmm_enabled(void);
 #else
 static inline void rnc_cuda_release(rn_client *c)
 {

@@ -168,6 +168,26 @@ typedef struct rnd_backend_ops {
      * memory comes another way (CUDA: IPC handles over nanomsg). */
     int (*region_open_fd)(rnd_backend *be, void *bsess, int fd, uint64_t size, rnd_mapping *out,
                           rnp_error *err);
+    /*
+     * CUDA virtual memory ranges (VMM_CHUNK and VMM_MAP on the session
+     * channel, PROTOCOL.md section 12); the three are NULL where the backend
+     * has none (the core answers RN_UNSUPPORTED).  vmm_import imports the
+     * physical allocation behind the descriptor fd (fd stays the caller's),
+     * a chunk of size bytes at offset in its range, and checks both against
+     * the allocation's own properties; the error names the vmm_chunk.*
+     * field at fault.  The chunk (*chunk) is the caller's until it hands it
+     * to vmm_drop or region_open_vmm.  region_open_vmm maps n chunks, in
+     * order, into one range of total bytes for the device of uuid; it takes
+     * every chunk (and sets chunks[i] to NULL), whatever it answers (the
+     * error names vmm_map.*), and the
+     * region closes by region_close as any other.
+     */
+    int (*vmm_import)(rnd_backend *be, void *bsess, int fd, uint64_t offset, uint64_t size,
+                      void **chunk, rnp_error *err);
+    void (*vmm_drop)(rnd_backend *be, void *chunk);
+    int (*region_open_vmm)(rnd_backend *be, void *bsess, void **chunks, uint32_t n,
+                           uint64_t total, const uint8_t uuid[RNP_UUID_BYTES], rnd_mapping *out,
+                           rnp_error *err);
     /* No job that uses m is between submit and done. */
     void (*region_close)(rnd_backend *be, void *bsess, rnd_mapping *m);
     int (*events)(rnd_backend *be, void *bsess, const rnp_events_req *req,

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * chan.c - the session channel (chan.h): the listening socket, accept with
- * the peer's credentials, and the requests AUTH and REGISTER_FD, each
- * parsed by proto (rnp_chan_parse) before anything is done with it.
+ * the peer's credentials, and the requests AUTH, REGISTER_FD, VMM_CHUNK and
+ * VMM_MAP (the last two: chan_vmm.c), each parsed by proto (rnp_chan_parse)
+ * before anything is done with it.
  */
 #include "chan.h"
+#include "chan_vmm.h"
 
 #include <errno.h>
 #include <grp.h>
@@ -27,6 +29,7 @@ typedef struct conn {
     uint64_t accepted_ns;
     rnd_session *sess;             /* bound by AUTH; NULL before and after */
     rnd_ctx *ctx;
+    rnd_vmm_pending vmm;           /* VMM_CHUNKs waiting for their VMM_MAP */
     rn_queue link;
 } conn;
 
@@ -42,6 +45,8 @@ static void conn_free(conn *c)
 {
     rnd_chan *ch = &c->ctx->chan;
 
+    rnd_vmm_pending_clear(c->ctx->be, &c->vmm);
+    rnd_vmm_pending_free(&c->vmm);
     rn_queue_remove(&c->link);
     ch->nconns--;
     uv_close((uv_handle_t *)&c->poll, on_conn_closed);
@@ -146,6 +151,29 @@ static int register_fd(conn *c, uint64_t size, int fd, rnp_error *err)
     return send_rep(c, &rep) == 0 ? 0 : -1;
 }
 
+/* VMM_CHUNK (fd: its descriptor) or VMM_MAP. */
+static int vmm(conn *c, const rnp_chan_msg *msg, int fd, rnp_error *err)
+{
+    const char *name = msg->type == RNP_CHAN_VMM_CHUNK ? "vmm_chunk" : "vmm_map";
+    rnp_chan_msg rep = {.type = RNP_CHAN_VMM_CHUNK_OK};
+    int rc;
+
+    if (!c->sess)
+        return rnp_fail(err, RN_UNKNOWN_SESSION, "%s: authenticate (AUTH) first", name);
+    if (c->ctx->draining)
+        return rnp_fail(err, RN_DRAINING, "%s: the daemon is shutting down", name);
+    if (msg->type == RNP_CHAN_VMM_CHUNK) {
+        if ((rc = rnd_vmm_chunk(c->sess, &c->vmm, msg, fd, err)) != 0)
+            return rc;
+        rep.u.vmm_chunk_ok.index = msg->u.vmm_chunk.index;
+    } else {
+        rep.type = RNP_CHAN_REGION_OK;
+        if ((rc = rnd_vmm_map(c->sess, &c->vmm, msg, &rep.u.region_ok.region, err)) != 0)
+            return rc;
+    }
+    return send_rep(c, &rep) == 0 ? 0 : -1;
+}
+
 /*
  * One message of len bytes with nfds descriptors (closed here, whatever
  * happens).  Returns 0 when c lives on, -1 when it was ended.
@@ -163,11 +191,20 @@ static int handle(conn *c, const uint8_t *m, size_t len, bool truncated, int *fd
         st->chan_auth++;
     else if (msg.type == RNP_CHAN_REGISTER_FD)
         st->chan_register_fd++;
+    else if (msg.type == RNP_CHAN_VMM_CHUNK || msg.type == RNP_CHAN_VMM_MAP)
+        ; /* not counted apart yet */
     else if (msg.type != RNP_CHAN_NONE)
         rc = rnp_fail(&err, RN_UNKNOWN_OP, "message.type: unknown type %u", (unsigned)msg.type);
-    if (rc == 0)
-        rc = msg.type == RNP_CHAN_AUTH ? auth(c, &msg.u.auth.session, &err)
-                                       : register_fd(c, msg.u.register_fd.size, fds[0], &err);
+    if (rc == 0 && msg.type == RNP_CHAN_AUTH)
+        rc = auth(c, &msg.u.auth.session, &err);
+    else if (rc == 0 && msg.type == RNP_CHAN_REGISTER_FD)
+        rc = register_fd(c, msg.u.register_fd.size, fds[0], &err);
+    else if (rc == 0)
+        rc = vmm(c, &msg, nfds ? fds[0] : -1, &err);
+    /* A VMM message answered with an error drops the range's pending
+     * chunks: the client starts it again at chunk 0. */
+    if (rc > 0 && (msg.type == RNP_CHAN_VMM_CHUNK || msg.type == RNP_CHAN_VMM_MAP))
+        rnd_vmm_pending_clear(c->ctx->be, &c->vmm);
     /* The daemon keeps no descriptor: a region is a mapping, which stays
      * valid once its descriptor is closed. */
     for (int i = 0; i < nfds; i++)

@@ -313,10 +313,19 @@ void rnd_region_unref(rnd_region *r)
         region_close(r);
 }
 
-/* The limits, then the backend's mapping: of req (REGISTER over nanomsg),
- * or, with req NULL, of the descriptor fd (REGISTER_FD on the channel). */
-static int region_add(rnd_session *s, const rnp_register_req *req, int fd, uint64_t size,
-                      uint32_t *id, rnp_error *err)
+/* Where a region's memory comes from: req (REGISTER over nanomsg), the
+ * descriptor fd (REGISTER_FD), or imported CUDA VMM chunks (VMM_MAP). */
+typedef struct region_src {
+    const rnp_register_req *req;
+    int fd;
+    void **chunks;
+    uint32_t nchunks;
+    const uint8_t *uuid;
+} region_src;
+
+/* The limits, then the backend's mapping of src. */
+static int region_add(rnd_session *s, const region_src *src, uint64_t size, uint32_t *id,
+                      rnp_error *err)
 {
     const rnd_config *cfg = s->tab->cfg;
     rnd_backend *be = s->tab->be;
@@ -363,8 +372,13 @@ static int region_add(rnd_session *s, const rnp_register_req *req, int fd, uint6
     r = calloc(1, sizeof *r);
     if (!r)
         return rnp_fail(err, RN_NOMEM, "register: out of memory");
-    rc = req ? be->ops->region_open(be, s->bsess, req, &r->map, err)
-             : be->ops->region_open_fd(be, s->bsess, fd, size, &r->map, err);
+    if (src->req)
+        rc = be->ops->region_open(be, s->bsess, src->req, &r->map, err);
+    else if (src->chunks)
+        rc = be->ops->region_open_vmm(be, s->bsess, src->chunks, src->nchunks, size, src->uuid,
+                                      &r->map, err);
+    else
+        rc = be->ops->region_open_fd(be, s->bsess, src->fd, size, &r->map, err);
     if (rc != 0) {
         free(r);
         return rc;
@@ -382,12 +396,38 @@ static int region_add(rnd_session *s, const rnp_register_req *req, int fd, uint6
 
 int rnd_region_add(rnd_session *s, const rnp_register_req *req, uint32_t *id, rnp_error *err)
 {
-    return region_add(s, req, -1, req->size, id, err);
+    region_src src = {.req = req, .fd = -1};
+    return region_add(s, &src, req->size, id, err);
 }
 
 int rnd_region_add_fd(rnd_session *s, int fd, uint64_t size, uint32_t *id, rnp_error *err)
 {
-    return region_add(s, NULL, fd, size, id, err);
+    region_src src = {.fd = fd};
+    return region_add(s, &src, size, id, err);
+}
+
+int rnd_region_add_vmm(rnd_session *s, void **chunks, uint32_t n, uint64_t total,
+                       const uint8_t uuid[RNP_UUID_BYTES], uint32_t *id, rnp_error *err)
+{
+    rnd_backend *be = s->tab->be;
+    region_src src = {.fd = -1, .chunks = chunks, .nchunks = n, .uuid = uuid};
+    int rc;
+
+    if (!be->ops->region_open_vmm) {
+        for (uint32_t i = 0; i < n; i++)
+            be->ops->vmm_drop(be, chunks[i]);
+        return rnp_fail(err, RN_UNSUPPORTED, "vmm_map: the %s backend maps no CUDA memory",
+                        be->ops->name);
+    }
+    rc = region_add(s, &src, total, id, err);
+    /* region_open_vmm took the chunks (and cleared them), whatever it
+     * answered; a limit that refused the region before leaves them here. */
+    for (uint32_t i = 0; rc != 0 && i < n; i++)
+        if (chunks[i]) {
+            be->ops->vmm_drop(be, chunks[i]);
+            chunks[i] = NULL;
+        }
+    return rc;
 }
 
 static void region_unlink_at(rnd_session *s, uint32_t i)

@@ -153,6 +153,11 @@ int rnd_region_add(rnd_session *s, const rnp_register_req *req, uint32_t *id, rn
 /* REGISTER_FD on the session channel: map size bytes of fd (the caller
  * keeps and closes fd), with the same limits as REGISTER. */
 int rnd_region_add_fd(rnd_session *s, int fd, uint64_t size, uint32_t *id, rnp_error *err);
+/* VMM_MAP on the session channel: map the n chunks the backend imported
+ * (vmm_import) as one region of total bytes, with the same limits as
+ * REGISTER.  Takes every chunk, whatever the outcome. */
+int rnd_region_add_vmm(rnd_session *s, void **chunks, uint32_t n, uint64_t total,
+                       const uint8_t uuid[RNP_UUID_BYTES], uint32_t *id, rnp_error *err);
 int rnd_region_remove(rnd_session *s, uint32_t id, rnp_error *err);
 void rnd_region_unref(rnd_region *r);
 

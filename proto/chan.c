@@ -16,6 +16,9 @@ static const char *type_name(int t)
     switch (t) {
     case RNP_CHAN_AUTH: return "auth";
     case RNP_CHAN_REGISTER_FD: return "register_fd";
+    case RNP_CHAN_VMM_CHUNK: return "vmm_chunk";
+    case RNP_CHAN_VMM_MAP: return "vmm_map";
+    case RNP_CHAN_VMM_CHUNK_OK: return "vmm_chunk_ok";
     case RNP_CHAN_AUTH_OK: return "auth_ok";
     case RNP_CHAN_REGION_OK: return "region_ok";
     case RNP_CHAN_ERROR: return "error";
@@ -28,6 +31,9 @@ size_t rnp_chan_len(int t)
     switch (t) {
     case RNP_CHAN_AUTH: return RNP_CHAN_AUTH_LEN;
     case RNP_CHAN_REGISTER_FD: return RNP_CHAN_REGISTER_FD_LEN;
+    case RNP_CHAN_VMM_CHUNK: return RNP_CHAN_VMM_CHUNK_LEN;
+    case RNP_CHAN_VMM_MAP: return RNP_CHAN_VMM_MAP_LEN;
+    case RNP_CHAN_VMM_CHUNK_OK: return RNP_CHAN_VMM_CHUNK_OK_LEN;
     case RNP_CHAN_AUTH_OK: return RNP_CHAN_AUTH_OK_LEN;
     case RNP_CHAN_REGION_OK: return RNP_CHAN_REGION_OK_LEN;
     case RNP_CHAN_ERROR: return RNP_CHAN_ERROR_LEN;
@@ -59,6 +65,7 @@ int rnp_chan_parse(const uint8_t *m, size_t len, bool truncated, unsigned nfds,
 {
     const uint8_t *b;
     const char *name;
+    bool one_fd;
     int rc;
 
     memset(msg, 0, sizeof *msg);
@@ -67,10 +74,11 @@ int rnp_chan_parse(const uint8_t *m, size_t len, bool truncated, unsigned nfds,
         return rc;
     if (!(name = type_name(msg->type)))
         return rnp_fail(err, RN_UNKNOWN_OP, "message.type: unknown type %u", (unsigned)msg->type);
-    if (msg->type == RNP_CHAN_REGISTER_FD && nfds != 1)
+    one_fd = msg->type == RNP_CHAN_REGISTER_FD || msg->type == RNP_CHAN_VMM_CHUNK;
+    if (one_fd && nfds != 1)
         return rnp_fail(err, RN_INVALID_ARGUMENT, "%s: carries exactly one descriptor, got %u",
                         name, nfds);
-    if (msg->type != RNP_CHAN_REGISTER_FD && nfds != 0)
+    if (!one_fd && nfds != 0)
         return rnp_fail(err, RN_INVALID_ARGUMENT, "%s: carries no descriptors, got %u", name,
                         nfds);
     if (len != rnp_chan_len(msg->type))
@@ -83,6 +91,19 @@ int rnp_chan_parse(const uint8_t *m, size_t len, bool truncated, unsigned nfds,
         break;
     case RNP_CHAN_REGISTER_FD:
         msg->u.register_fd.size = rnp_le64_get(b);
+        break;
+    case RNP_CHAN_VMM_CHUNK:
+        msg->u.vmm_chunk.offset = rnp_le64_get(b);
+        msg->u.vmm_chunk.size = rnp_le64_get(b + 8);
+        msg->u.vmm_chunk.index = rnp_le32_get(b + 16);
+        break;
+    case RNP_CHAN_VMM_MAP:
+        msg->u.vmm_map.total = rnp_le64_get(b);
+        msg->u.vmm_map.count = rnp_le32_get(b + 8);
+        memcpy(msg->u.vmm_map.device_uuid, b + 16, RNP_UUID_BYTES);
+        break;
+    case RNP_CHAN_VMM_CHUNK_OK:
+        msg->u.vmm_chunk_ok.index = rnp_le32_get(b);
         break;
     case RNP_CHAN_AUTH_OK:
         msg->u.auth_ok.pid = rnp_le32_get(b);
@@ -116,6 +137,19 @@ size_t rnp_chan_encode(const rnp_chan_msg *msg, uint8_t *buf)
     case RNP_CHAN_REGISTER_FD:
         rnp_le64_put(b, msg->u.register_fd.size);
         break;
+    case RNP_CHAN_VMM_CHUNK:
+        rnp_le64_put(b, msg->u.vmm_chunk.offset);
+        rnp_le64_put(b + 8, msg->u.vmm_chunk.size);
+        rnp_le32_put(b + 16, msg->u.vmm_chunk.index);
+        break;
+    case RNP_CHAN_VMM_MAP:
+        rnp_le64_put(b, msg->u.vmm_map.total);
+        rnp_le32_put(b + 8, msg->u.vmm_map.count);
+        memcpy(b + 16, msg->u.vmm_map.device_uuid, RNP_UUID_BYTES);
+        break;
+    case RNP_CHAN_VMM_CHUNK_OK:
+        rnp_le32_put(b, msg->u.vmm_chunk_ok.index);
+        break;
     case RNP_CHAN_AUTH_OK:
         rnp_le32_put(b, msg->u.auth_ok.pid);
         rnp_le32_put(b + 4, msg->u.auth_ok.uid);
@@ -130,4 +164,63 @@ size_t rnp_chan_encode(const rnp_chan_msg *msg, uint8_t *buf)
         break;
     }
     return len;
+}
+
+/* ---- CUDA virtual memory ranges: the layout rules --------------------------- */
+
+int rnp_vmm_chunk_check(uint32_t npending, uint64_t end, uint32_t index, uint64_t offset,
+                        uint64_t size, rnp_error *err)
+{
+    if (index >= RNP_VMM_MAX_CHUNKS)
+        return rnp_fail(err, RN_TOO_LARGE, "vmm_chunk.index: %u, a range has at most %u chunks",
+                        index, RNP_VMM_MAX_CHUNKS);
+    if (index != npending)
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "vmm_chunk.index: %u, expected %u (chunks come in order from 0)", index,
+                        npending);
+    if (size == 0)
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "vmm_chunk.size: must be at least 1 byte");
+    if (offset != end)
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "vmm_chunk.offset: %llu, expected %llu (the end of the chunk before: "
+                        "chunks tile the range without gaps)",
+                        (unsigned long long)offset, (unsigned long long)end);
+    if (size > RNP_VMM_MAX_RANGE || offset > RNP_VMM_MAX_RANGE - size)
+        return rnp_fail(err, RN_TOO_LARGE, "vmm_chunk.size: %llu bytes at %llu pass the %llu "
+                        "bytes a range may have", (unsigned long long)size,
+                        (unsigned long long)offset, (unsigned long long)RNP_VMM_MAX_RANGE);
+    return 0;
+}
+
+int rnp_vmm_gran_check(uint64_t offset, uint64_t size, uint64_t gran, rnp_error *err)
+{
+    if (gran == 0)
+        return rnp_fail(err, RN_INTERNAL, "vmm_chunk: the allocation's granularity is 0");
+    if (offset % gran)
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "vmm_chunk.offset: %llu is not a multiple of the allocation's "
+                        "granularity (%llu bytes)",
+                        (unsigned long long)offset, (unsigned long long)gran);
+    if (size % gran)
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "vmm_chunk.size: %llu is not a multiple of the allocation's "
+                        "granularity (%llu bytes)",
+                        (unsigned long long)size, (unsigned long long)gran);
+    return 0;
+}
+
+int rnp_vmm_map_check(uint32_t npending, uint64_t end, uint32_t count, uint64_t total,
+                      rnp_error *err)
+{
+    if (count == 0)
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "vmm_map.count: a range has at least one chunk");
+    if (count != npending)
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "vmm_map.count: %u, but %u chunks were received for the range", count,
+                        npending);
+    if (total != end)
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "vmm_map.total: %llu bytes, but the chunks cover %llu",
+                        (unsigned long long)total, (unsigned long long)end);
+    return 0;
 }

@@ -392,8 +392,13 @@ int rnp_check_endpoint(const char *ep, const char **path, rnp_error *err);
 enum rnp_chan_type {
     RNP_CHAN_AUTH = 1,                 /* capability[16]                    -> AUTH_OK */
     RNP_CHAN_REGISTER_FD = 2,          /* size u64, one descriptor attached -> REGION_OK */
+    RNP_CHAN_VMM_CHUNK = 3,            /* offset u64, size u64, index u32, reserved u32 (0);
+                                        * one descriptor attached        -> VMM_CHUNK_OK */
+    RNP_CHAN_VMM_MAP = 4,              /* total u64, count u32, reserved u32 (0),
+                                        * device_uuid[16]                 -> REGION_OK */
     RNP_CHAN_AUTH_OK = 0x81,           /* pid u32, uid u32 (the verified peer) */
     RNP_CHAN_REGION_OK = 0x82,         /* region u32, reserved u32 (0) */
+    RNP_CHAN_VMM_CHUNK_OK = 0x83,      /* index u32, reserved u32 (0) */
     RNP_CHAN_ERROR = 0xff,             /* code u32, message[116] (NUL-terminated) */
 };
 
@@ -402,6 +407,9 @@ enum rnp_chan_type {
 #define RNP_CHAN_REGISTER_FD_LEN (RNP_CHAN_HDR + 8)
 #define RNP_CHAN_AUTH_OK_LEN (RNP_CHAN_HDR + 8)
 #define RNP_CHAN_REGION_OK_LEN (RNP_CHAN_HDR + 8)
+#define RNP_CHAN_VMM_CHUNK_LEN (RNP_CHAN_HDR + 24)
+#define RNP_CHAN_VMM_MAP_LEN (RNP_CHAN_HDR + 16 + RNP_UUID_BYTES)
+#define RNP_CHAN_VMM_CHUNK_OK_LEN (RNP_CHAN_HDR + 8)
 #define RNP_CHAN_ERROR_MSG 116
 #define RNP_CHAN_ERROR_LEN (RNP_CHAN_HDR + 4 + RNP_CHAN_ERROR_MSG)
 #define RNP_CHAN_MAX RNP_CHAN_ERROR_LEN   /* the longest message */
@@ -462,6 +470,16 @@ typedef struct rnp_chan_msg {
     union {
         struct { rnp_session session; } auth;           /* the capability from HELLO */
         struct { uint64_t size; } register_fd;
+        struct {
+            uint64_t offset, size;                      /* in the range; the allocation's */
+            uint32_t index;                             /* 0, 1, ... within the range */
+        } vmm_chunk;
+        struct {
+            uint64_t total;                             /* bytes of the range */
+            uint32_t count;                             /* chunks sent for it */
+            uint8_t device_uuid[RNP_UUID_BYTES];
+        } vmm_map;
+        struct { uint32_t index; } vmm_chunk_ok;
         struct { uint32_t pid, uid; } auth_ok;
         struct { uint32_t region; } region_ok;          /* reserved: written 0, not read */
         struct {
@@ -482,8 +500,8 @@ size_t rnp_chan_len(int t);
  * or more than RNP_CHAN_MAX_FDS descriptors (RN_TOO_BIG, "message"), shorter
  * than the header (RN_MALFORMED, "message"), the magic (RN_MALFORMED,
  * "message.magic"), the version (RN_BAD_VERSION, "message.version"), the
- * type (RN_UNKNOWN_OP, "message.type"), the descriptors (REGISTER_FD
- * exactly one, every other type none: RN_INVALID_ARGUMENT, naming the
+ * type (RN_UNKNOWN_OP, "message.type"), the descriptors (REGISTER_FD and
+ * VMM_CHUNK exactly one, every other type none: RN_INVALID_ARGUMENT, naming the
  * type: "auth: carries no descriptors, got 1"), the type's exact length
  * (RN_MALFORMED, "auth: 23 bytes, expected 24").  Requests and replies
  * alike: which ones a side accepts is its own business.  Field values are
@@ -506,6 +524,34 @@ int rnp_chan_parse(const uint8_t *m, size_t len, bool truncated, unsigned nfds,
  * channel's.
  */
 size_t rnp_chan_encode(const rnp_chan_msg *msg, uint8_t *buf);
+
+/*
+ * CUDA virtual memory ranges (VMM_CHUNK ... VMM_MAP, PROTOCOL.md section
+ * 12): the layout rules, as pure functions of the numbers, so that the
+ * daemon's checks run (and are tested) without a GPU.  A range is
+ * registered as chunks 0, 1, ... count - 1, each one whole physical
+ * allocation, that tile [0, total) in order without gaps.
+ */
+#define RNP_VMM_MAX_CHUNKS 16384u          /* chunks of one range, at most */
+#define RNP_VMM_MAX_RANGE (1ull << 48)     /* bytes of one range, at most */
+
+/* A VMM_CHUNK of index, offset and size after npending chunks of the same
+ * range that end at end bytes.  Checks, in this order: index below
+ * RNP_VMM_MAX_CHUNKS (RN_TOO_LARGE, "vmm_chunk.index"), index == npending
+ * ("vmm_chunk.index"), size >= 1 ("vmm_chunk.size"), offset == end
+ * ("vmm_chunk.offset"), offset + size at most RNP_VMM_MAX_RANGE
+ * (RN_TOO_LARGE, "vmm_chunk.size"); RN_INVALID_ARGUMENT unless said. */
+int rnp_vmm_chunk_check(uint32_t npending, uint64_t end, uint32_t index, uint64_t offset,
+                        uint64_t size, rnp_error *err);
+/* A chunk against its allocation's granularity gran (bytes, >= 1): offset
+ * ("vmm_chunk.offset") and size ("vmm_chunk.size") multiples of it
+ * (RN_INVALID_ARGUMENT). */
+int rnp_vmm_gran_check(uint64_t offset, uint64_t size, uint64_t gran, rnp_error *err);
+/* A VMM_MAP of count and total after npending chunks that end at end
+ * bytes: count >= 1 and == npending ("vmm_map.count"), total == end
+ * ("vmm_map.total"); RN_INVALID_ARGUMENT. */
+int rnp_vmm_map_check(uint32_t npending, uint64_t end, uint32_t count, uint64_t total,
+                      rnp_error *err);
 
 /* ---- validation --------------------------------------------------------- */
 

@@ -367,9 +367,14 @@ const rnd_backend_ops rnd_backend_cuda_ops = {
     .session_close = cuda_session_close,
     .session_ending = cuda_session_ending,
     .region_open = rnd_cuda_region_open,
-    /* A ring's memfd with --cuda-fast-path (ring.c); else refused. */
+    /* A ring's memfd with --cuda-fast-path (ring.c); else refused.  Device
+     * memory comes as CUDA IPC handles over nanomsg, or as cuMem exports on
+     * the session channel (VMM_CHUNK, vmm.c). */
     .region_open_fd = rnd_cuda_region_open_fd,
     .region_close = rnd_cuda_region_close_any,
+    .vmm_import = rnd_cuda_vmm_import,
+    .vmm_drop = rnd_cuda_vmm_drop,
+    .region_open_vmm = rnd_cuda_region_open_vmm,
     .events = rnd_cuda_events,
     .submit = rnd_cuda_submit,
     .health = cuda_health,

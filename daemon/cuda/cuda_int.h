@@ -11,6 +11,7 @@
  *   device.c    device choice, UUIDs, sticky errors, the failed state, and
  *               the one conversion of a failed call (rn_fault) into an error
  *   mapcache.c  IPC memory mappings and their deferred closes
+ *   vmm.c       clients' VMM ranges (cuMemCreate memory by descriptor)
  *   events.c    event pools and the per-session IPC ready/done rings
  *   submit.c    one request onto its stream
  *   complete.c  completion threads, the acked and done events, the fatal path
@@ -59,10 +60,12 @@
 
 typedef struct rnd_cuda rnd_cuda;
 typedef struct rnd_cuda_sess rnd_cuda_sess;
+typedef struct rnd_cuda_vmm rnd_cuda_vmm;
 
-/* A mapped CUDA IPC allocation (rnd_mapping.handle). */
+/* A mapped CUDA IPC allocation, or a client's VMM range (vmm.c) (rnd_mapping.handle). */
 typedef struct rnd_cuda_map {
     void *dptr;
+    rnd_cuda_vmm *vmm;             /* NULL: dptr is an IPC mapping */
     rn_queue link;                 /* b->unmaps once the server closed it */
 } rnd_cuda_map;
 
@@ -191,6 +194,15 @@ int rnd_cuda_region_open(rnd_backend *be, void *bsess, const rnp_register_req *r
 void rnd_cuda_region_close(rnd_backend *be, void *bsess, rnd_mapping *m);
 void rnd_cuda_flush_unmaps(rnd_cuda *b);
 void rnd_cuda_close_unmaps(rnd_cuda *b);
+
+/* vmm.c */
+int rnd_cuda_vmm_import(rnd_backend *be, void *bsess, int fd, uint64_t offset, uint64_t size,
+                        void **chunk, rnp_error *err);
+void rnd_cuda_vmm_drop(rnd_backend *be, void *chunk);
+int rnd_cuda_region_open_vmm(rnd_backend *be, void *bsess, void **chunks, uint32_t n,
+                             uint64_t total, const uint8_t uuid[RNP_UUID_BYTES], rnd_mapping *out,
+                             rnp_error *err);
+void rnd_cuda_vmm_release(rnd_cuda_vmm *v);
 
 /* events.c */
 void rnd_cuda_pool_free(rnd_cuda_evpool *p);

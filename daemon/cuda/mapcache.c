@@ -101,7 +101,10 @@ void rnd_cuda_close_unmaps(rnd_cuda *b)
     while ((q = rn_queue_head(&b->unmaps)) != NULL) {
         rnd_cuda_map *m = RN_QUEUE_DATA(q, rnd_cuda_map, link);
         rn_queue_remove(q);
-        (void)cudaIpcCloseMemHandle(m->dptr);
+        if (m->vmm)
+            rnd_cuda_vmm_release(m->vmm);
+        else
+            (void)cudaIpcCloseMemHandle(m->dptr);
         (void)cudaGetLastError();
         free(m);
     }

@@ -14,7 +14,9 @@ Requirements:
    expandable_segments:True) map memory with cuMemCreate, which has no
    classic CUDA IPC handle, so the daemon cannot open it: the call fails with
    RNError NOT_SHARED, and rms_norm refuses up front when the environment asks
-   for them.
+   for them.  Support is in progress: with RMSNORMD_VMM=1 libclient shares
+   that memory by file descriptor instead (written, not yet validated on a
+   GPU; PyTorch must create it exportable as POSIX descriptors).
  - A daemon on the same GPU (by UUID), ideally under MPS with the workers.
 Tensors on the CPU take PyTorch's own path, unless a client is given
 explicitly: then the backward runs on the daemon's CPU backend (through a
@@ -91,9 +93,15 @@ _EXPANDABLE_HINT = (
     "handle the daemon can open; unset expandable_segments:True in %s")
 
 
+def _vmm_enabled():
+    # libclient shares cuMemCreate memory by descriptor only when asked
+    # (RMSNORMD_VMM=1): written, not yet validated on a GPU (issue 17).
+    return os.environ.get("RMSNORMD_VMM") == "1"
+
+
 def _check_allocator():
     var = _expandable_segments_requested()
-    if var:
+    if var and not _vmm_enabled():
         raise RNError(110, "NOT_SHARED", _EXPANDABLE_HINT % var, "rms_norm")
 
 

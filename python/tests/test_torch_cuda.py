@@ -2,7 +2,8 @@
 """rmsnormd.torch on a GPU host: gradients against torch.autograd of
 F.rms_norm in fp64, over a grid of shapes and dtypes, within the kernel's
 tolerances (kernels/rnk.h); strided inputs, streams, determinism, the
-nn.Module swap, and the refusal of expandable segments.
+nn.Module swap, and the refusal of expandable segments (without
+RMSNORMD_VMM=1; with it: test_torch_vmm.py).
 
 Skipped where PyTorch, a CUDA device or a CUDA-enabled libclient is absent.
 """
@@ -230,7 +231,7 @@ else:
 
 def test_expandable_segments_in_environment_is_refused(gpu_daemon):
     r = _subprocess(_EXPANDABLE, gpu_daemon.endpoint,
-                    PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
+                    PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", RMSNORMD_VMM="0")
     assert "RNError NOT_SHARED" in r.stdout, r.stdout + r.stderr
     assert "expandable" in r.stdout
 
@@ -240,5 +241,5 @@ def test_expandable_segments_memory_is_refused_by_libclient(gpu_daemon):
     # the library itself finds memory without a CUDA IPC handle.
     code = ("import torch; torch.cuda.memory._set_allocator_settings("
             "'expandable_segments:True')\n" + _EXPANDABLE)
-    r = _subprocess(code, gpu_daemon.endpoint)
+    r = _subprocess(code, gpu_daemon.endpoint, RMSNORMD_VMM="0")
     assert "RNError NOT_SHARED" in r.stdout, r.stdout + r.stderr

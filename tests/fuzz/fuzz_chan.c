@@ -13,7 +13,8 @@
  * naming a field, leave the body zero, and give the type exactly when the
  * header was valid.  A success must be a known type of its exact length
  * with its descriptors, and encode to the input's bytes but for what the
- * parser does not keep (REGION_OK's reserved field; an ERROR's bytes after
+ * parser does not keep (the reserved fields of REGION_OK, VMM_CHUNK, VMM_MAP
+ * and VMM_CHUNK_OK; an ERROR's bytes after
  * its text), which re-parses to the same message and encodes to the same
  * bytes again.  A violation abort()s.
  */
@@ -74,8 +75,12 @@ static void check_failure(int rc, const rnp_error *err, const rnp_chan_msg *msg,
 static void canonical(const rnp_chan_msg *msg, const uint8_t *m, size_t len, uint8_t *out)
 {
     memcpy(out, m, len);
-    if (msg->type == RNP_CHAN_REGION_OK)
+    if (msg->type == RNP_CHAN_REGION_OK || msg->type == RNP_CHAN_VMM_CHUNK_OK)
         memset(out + RNP_CHAN_HDR + 4, 0, 4);
+    if (msg->type == RNP_CHAN_VMM_CHUNK)
+        memset(out + RNP_CHAN_HDR + 20, 0, 4);
+    if (msg->type == RNP_CHAN_VMM_MAP)
+        memset(out + RNP_CHAN_HDR + 12, 0, 4);
     if (msg->type == RNP_CHAN_ERROR) {
         size_t n = strnlen((const char *)m + RNP_CHAN_HDR + 4, RNP_CHAN_ERROR_MSG - 1);
         memset(out + RNP_CHAN_HDR + 4 + n, 0, RNP_CHAN_ERROR_MSG - n);
@@ -92,7 +97,8 @@ static void check_success(const rnp_chan_msg *msg, const uint8_t *m, size_t len,
 
     check(!cut && nfds <= RNP_CHAN_MAX_FDS, "a cut message never parses");
     check(rnp_chan_len(msg->type) == len, "a known type of its exact length");
-    check(nfds == (msg->type == RNP_CHAN_REGISTER_FD ? 1u : 0u), "the type's descriptors");
+    check(nfds == (msg->type == RNP_CHAN_REGISTER_FD || msg->type == RNP_CHAN_VMM_CHUNK ? 1u : 0u),
+          "the type's descriptors");
     if (msg->type == RNP_CHAN_ERROR) {
         n = strnlen(msg->u.error.msg, sizeof msg->u.error.msg);
         check(n < sizeof msg->u.error.msg, "an ERROR's text is terminated");

@@ -83,6 +83,7 @@ int rnr_chan_recv(int fd, uint32_t *a, uint32_t *b, char *msg, size_t msglen)
     switch (rnp_le16_get(r + 6)) {
     case RNP_CHAN_AUTH_OK:
     case RNP_CHAN_REGION_OK:
+    case RNP_CHAN_VMM_CHUNK_OK:
         if (n != RNP_CHAN_HDR + 8)
             return -1;
         if (a)

@@ -110,6 +110,78 @@ static void test_other_uid(void **state)
     RNH_PASS(d);
 }
 
+/* VMM_CHUNK and VMM_MAP (CUDA virtual memory) reach the core on any
+ * backend: before AUTH, the session is unknown; the CPU backend maps no
+ * CUDA memory; VMM_MAP's count and the descriptors are checked as
+ * PROTOCOL.md section 12 says; nothing is left mapped.  (The CUDA backend's
+ * side: tests/gpu/test_vmm_cuda.c.) */
+static void test_vmm_messages(void **state)
+{
+    rnh_daemon *d = *state;
+    uint8_t m[RNP_CHAN_VMM_CHUNK_LEN], mm[RNP_CHAN_VMM_MAP_LEN];
+    char msg[RNP_CHAN_ERROR_MSG + 1];
+    rnp_session s;
+    uint32_t pid, uid;
+    int sock, c, mfd;
+
+    assert_int_equal(rnh_start(d), 0);
+    assert_true((sock = rnr_open(d->endpoint)) >= 0);
+    assert_int_equal(rnr_hello(sock, &s), 0);
+    assert_true((c = rnr_chan_connect(d->endpoint)) >= 0);
+    mfd = memfd_create("rn-it-vmm", MFD_CLOEXEC);
+    assert_true(mfd >= 0);
+    assert_int_equal(ftruncate(mfd, 2 << 20), 0);
+
+    rnp_chan_hdr(m, RNP_CHAN_VMM_CHUNK);
+    memset(m + RNP_CHAN_HDR, 0, sizeof m - RNP_CHAN_HDR);
+    rnp_le64_put(m + RNP_CHAN_HDR + 8, 2 << 20);
+    rnp_chan_hdr(mm, RNP_CHAN_VMM_MAP);
+    memset(mm + RNP_CHAN_HDR, 0, sizeof mm - RNP_CHAN_HDR);
+
+    /* Before AUTH. */
+    assert_int_equal(rnr_chan_send(c, m, sizeof m, &mfd, 1), 0);
+    assert_int_equal(rnr_chan_recv(c, NULL, NULL, msg, sizeof msg), RN_UNKNOWN_SESSION);
+    assert_non_null(strstr(msg, "vmm_chunk"));
+    assert_int_equal(rnr_chan_send(c, mm, sizeof mm, NULL, 0), 0);
+    assert_int_equal(rnr_chan_recv(c, NULL, NULL, msg, sizeof msg), RN_UNKNOWN_SESSION);
+    assert_non_null(strstr(msg, "vmm_map"));
+    assert_int_equal(rnr_chan_auth(c, &s, &pid, &uid, msg, sizeof msg), 0);
+
+    /* A chunk carries exactly one descriptor, and has its exact length. */
+    assert_int_equal(rnr_chan_send(c, m, sizeof m, NULL, 0), 0);
+    assert_int_equal(rnr_chan_recv(c, NULL, NULL, msg, sizeof msg), RN_INVALID_ARGUMENT);
+    assert_string_equal(msg, "vmm_chunk: carries exactly one descriptor, got 0");
+    assert_int_equal(rnr_chan_send(c, m, sizeof m - 1, &mfd, 1), 0);
+    assert_int_equal(rnr_chan_recv(c, NULL, NULL, msg, sizeof msg), RN_MALFORMED);
+    assert_string_equal(msg, "vmm_chunk: 31 bytes, expected 32");
+    /* VMM_MAP carries none, and without chunks its count is wrong. */
+    assert_int_equal(rnr_chan_send(c, mm, sizeof mm, &mfd, 1), 0);
+    assert_int_equal(rnr_chan_recv(c, NULL, NULL, msg, sizeof msg), RN_INVALID_ARGUMENT);
+    assert_string_equal(msg, "vmm_map: carries no descriptors, got 1");
+    assert_int_equal(rnr_chan_send(c, mm, sizeof mm, NULL, 0), 0);
+    assert_int_equal(rnr_chan_recv(c, NULL, NULL, msg, sizeof msg), RN_INVALID_ARGUMENT);
+    assert_string_equal(msg, "vmm_map.count: a range has at least one chunk");
+    rnp_le32_put(mm + RNP_CHAN_HDR + 8, 1);
+    assert_int_equal(rnr_chan_send(c, mm, sizeof mm, NULL, 0), 0);
+    assert_int_equal(rnr_chan_recv(c, NULL, NULL, msg, sizeof msg), RN_INVALID_ARGUMENT);
+    assert_string_equal(msg, "vmm_map.count: 1, but 0 chunks were received for the range");
+    /* The CPU backend maps no CUDA memory. */
+    assert_int_equal(rnr_chan_send(c, m, sizeof m, &mfd, 1), 0);
+    assert_int_equal(rnr_chan_recv(c, NULL, NULL, msg, sizeof msg), RN_UNSUPPORTED);
+    assert_string_equal(msg, "vmm_chunk: the cpu backend maps no CUDA memory");
+    /* The connection lives on: a shm buffer still registers. */
+    {
+        uint32_t region = 0;
+        assert_int_equal(rnr_chan_register(c, mfd, 4096, &region, msg, sizeof msg), 0);
+        assert_true(region != 0);
+    }
+    assert_int_equal(rnh_stat(d, "regions.active"), 1);
+    close(mfd);
+    close(c);
+    close(sock);
+    RNH_PASS(d);
+}
+
 static void test_auth_rules(void **state)
 {
     rnh_daemon *d = *state;
@@ -398,6 +470,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_other_uid, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_auth_rules, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_vmm_messages, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_claimed_pid, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_uid_quota, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_untrusted_channel, rnh_setup, rnh_teardown),

@@ -17,9 +17,11 @@
 #include "rn_proto.h"
 #include "rn_test.h"
 
-static const int types[] = {RNP_CHAN_AUTH, RNP_CHAN_REGISTER_FD, RNP_CHAN_AUTH_OK,
-                            RNP_CHAN_REGION_OK, RNP_CHAN_ERROR};
-static const char *const names[] = {"auth", "register_fd", "auth_ok", "region_ok", "error"};
+static const int types[] = {RNP_CHAN_AUTH,      RNP_CHAN_REGISTER_FD, RNP_CHAN_VMM_CHUNK,
+                            RNP_CHAN_VMM_MAP,   RNP_CHAN_AUTH_OK,     RNP_CHAN_REGION_OK,
+                            RNP_CHAN_VMM_CHUNK_OK, RNP_CHAN_ERROR};
+static const char *const names[] = {"auth",     "register_fd", "vmm_chunk",    "vmm_map",
+                                    "auth_ok",  "region_ok",   "vmm_chunk_ok", "error"};
 #define NTYPES (int)(sizeof types / sizeof types[0])
 
 /* A message of type t with every field set to something recognisable. */
@@ -34,6 +36,18 @@ static rnp_chan_msg sample(int t)
             m.u.auth.session.b[i] = (uint8_t)(0xa0 + i);
         break;
     case RNP_CHAN_REGISTER_FD: m.u.register_fd.size = 0x0102030405060708ull; break;
+    case RNP_CHAN_VMM_CHUNK:
+        m.u.vmm_chunk.offset = 0x1112131415161718ull;
+        m.u.vmm_chunk.size = 0x2122232425262728ull;
+        m.u.vmm_chunk.index = 0x31323334u;
+        break;
+    case RNP_CHAN_VMM_MAP:
+        m.u.vmm_map.total = 0x4142434445464748ull;
+        m.u.vmm_map.count = 0x51525354u;
+        for (int i = 0; i < RNP_UUID_BYTES; i++)
+            m.u.vmm_map.device_uuid[i] = (uint8_t)(0xc0 + i);
+        break;
+    case RNP_CHAN_VMM_CHUNK_OK: m.u.vmm_chunk_ok.index = 0x61626364u; break;
     case RNP_CHAN_AUTH_OK: m.u.auth_ok.pid = 0x11223344u, m.u.auth_ok.uid = 65534; break;
     case RNP_CHAN_REGION_OK: m.u.region_ok.region = 0xdeadbeefu; break;
     case RNP_CHAN_ERROR:
@@ -47,7 +61,7 @@ static rnp_chan_msg sample(int t)
 /* The descriptors a valid message of type t carries. */
 static unsigned fds_of(int t)
 {
-    return t == RNP_CHAN_REGISTER_FD ? 1 : 0;
+    return t == RNP_CHAN_REGISTER_FD || t == RNP_CHAN_VMM_CHUNK ? 1 : 0;
 }
 
 /* Parse and expect code want (0: success) with a message starting with
@@ -82,11 +96,15 @@ static void test_lengths(void **state)
     assert_int_equal(rnp_chan_len(RNP_CHAN_REGISTER_FD), 16);
     assert_int_equal(rnp_chan_len(RNP_CHAN_AUTH_OK), 16);
     assert_int_equal(rnp_chan_len(RNP_CHAN_REGION_OK), 16);
+    assert_int_equal(rnp_chan_len(RNP_CHAN_VMM_CHUNK), 32);
+    assert_int_equal(rnp_chan_len(RNP_CHAN_VMM_MAP), 40);
+    assert_int_equal(rnp_chan_len(RNP_CHAN_VMM_CHUNK_OK), 16);
     assert_int_equal(rnp_chan_len(RNP_CHAN_ERROR), 128);
     assert_int_equal(RNP_CHAN_MAX, 128);
     for (int t = -1; t < 0x10000; t++) {
         bool known = t == RNP_CHAN_AUTH || t == RNP_CHAN_REGISTER_FD || t == RNP_CHAN_AUTH_OK ||
-                     t == RNP_CHAN_REGION_OK || t == RNP_CHAN_ERROR;
+                     t == RNP_CHAN_REGION_OK || t == RNP_CHAN_ERROR || t == RNP_CHAN_VMM_CHUNK ||
+                     t == RNP_CHAN_VMM_MAP || t == RNP_CHAN_VMM_CHUNK_OK;
         if (!known)
             assert_int_equal(rnp_chan_len(t), 0);
     }
@@ -128,9 +146,26 @@ static void test_wire_bytes(void **state)
     for (size_t i = 12 + strlen(m.u.error.msg); i < 128; i++)
         assert_int_equal(buf[i], 0);
 
+    m = sample(RNP_CHAN_VMM_CHUNK);
+    assert_int_equal(rnp_chan_encode(&m, buf), 32);
+    assert_memory_equal(buf, ((const uint8_t[]){'r', 'n', 'c', 'h', 1, 0, 3, 0,
+                                                0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,
+                                                0x28, 0x27, 0x26, 0x25, 0x24, 0x23, 0x22, 0x21,
+                                                0x34, 0x33, 0x32, 0x31, 0, 0, 0, 0}), 32);
+    m = sample(RNP_CHAN_VMM_MAP);
+    assert_int_equal(rnp_chan_encode(&m, buf), 40);
+    assert_memory_equal(buf, ((const uint8_t[]){'r', 'n', 'c', 'h', 1, 0, 4, 0,
+                                                0x48, 0x47, 0x46, 0x45, 0x44, 0x43, 0x42, 0x41,
+                                                0x54, 0x53, 0x52, 0x51, 0, 0, 0, 0}), 24);
+    assert_memory_equal(buf + 24, m.u.vmm_map.device_uuid, 16);
+    m = sample(RNP_CHAN_VMM_CHUNK_OK);
+    assert_int_equal(rnp_chan_encode(&m, buf), 16);
+    assert_memory_equal(buf, ((const uint8_t[]){'r', 'n', 'c', 'h', 1, 0, 0x83, 0,
+                                                0x64, 0x63, 0x62, 0x61, 0, 0, 0, 0}), 16);
+
     /* A type that is not the channel's writes nothing. */
     memset(buf, 0xee, sizeof buf);
-    m.type = 3;
+    m.type = 5;
     assert_int_equal(rnp_chan_encode(&m, buf), 0);
     m.type = RNP_CHAN_NONE;
     assert_int_equal(rnp_chan_encode(&m, buf), 0);
@@ -231,8 +266,8 @@ static void test_header(void **state)
 static void test_unknown_type(void **state)
 {
     (void)state;
-    static const unsigned others[] = {0, 3, 0x7f, 0x80, 0x83, 0xfe, 0x100, 0x101, 0x181,
-                                      0x1ff, 0xffff};
+    static const unsigned others[] = {0, 5, 0x7f, 0x80, 0x84, 0xfe, 0x100, 0x101, 0x181,
+                                      0x1ff, 0x303, 0xffff};
     uint8_t b[RNP_CHAN_MAX];
     char want[64];
 
@@ -261,9 +296,9 @@ static void test_descriptors(void **state)
                 expect(b, len, false, n, 0, NULL, types[k]);
                 continue;
             }
-            if (types[k] == RNP_CHAN_REGISTER_FD)
-                snprintf(want, sizeof want, "register_fd: carries exactly one descriptor, got %u",
-                         n);
+            if (fds_of(types[k]) == 1)
+                snprintf(want, sizeof want, "%s: carries exactly one descriptor, got %u",
+                         names[k], n);
             else
                 snprintf(want, sizeof want, "%s: carries no descriptors, got %u", names[k], n);
             expect(b, len, false, n, RN_INVALID_ARGUMENT, want, types[k]);
@@ -354,6 +389,119 @@ static void test_values_not_judged(void **state)
     rnp_chan_encode(&m, b);
     assert_int_equal(rnp_chan_parse(b, RNP_CHAN_REGISTER_FD_LEN, false, 1, &back, NULL), 0);
     assert_true(back.u.register_fd.size == 0);
+    /* The reserved words of VMM_CHUNK, VMM_MAP and VMM_CHUNK_OK likewise. */
+    m = sample(RNP_CHAN_VMM_CHUNK);
+    rnp_chan_encode(&m, b);
+    rnp_le32_put(b + 28, 0xffffffffu);
+    assert_int_equal(rnp_chan_parse(b, RNP_CHAN_VMM_CHUNK_LEN, false, 1, &back, NULL), 0);
+    assert_memory_equal(&back.u, &m.u, sizeof m.u);
+    m = sample(RNP_CHAN_VMM_MAP);
+    rnp_chan_encode(&m, b);
+    rnp_le32_put(b + 20, 0xffffffffu);
+    assert_int_equal(rnp_chan_parse(b, RNP_CHAN_VMM_MAP_LEN, false, 0, &back, NULL), 0);
+    assert_memory_equal(&back.u, &m.u, sizeof m.u);
+    m = sample(RNP_CHAN_VMM_CHUNK_OK);
+    rnp_chan_encode(&m, b);
+    rnp_le32_put(b + 12, 0xffffffffu);
+    assert_int_equal(rnp_chan_parse(b, RNP_CHAN_VMM_CHUNK_OK_LEN, false, 0, &back, NULL), 0);
+    assert_memory_equal(&back.u, &m.u, sizeof m.u);
+}
+
+/* ---- VMM ranges: the layout rules (rnp_vmm_*_check) --------------------------------- */
+
+static void expect_rc(int rc, const rnp_error *err, int want, const char *prefix)
+{
+    if (rc != want)
+        fail_msg("got %d (%s), expected %d", rc, err->msg, want);
+    if (want && strncmp(err->msg, prefix, strlen(prefix)) != 0)
+        fail_msg("message \"%s\" does not start with \"%s\"", err->msg, prefix);
+}
+
+/* Every field of VMM_CHUNK against the chunks before it, in the documented
+ * order. */
+static void test_vmm_chunk_rules(void **state)
+{
+    (void)state;
+    const uint64_t M2 = 2u << 20;
+    rnp_error err = {0};
+
+    /* The first chunk, then the next ones, tiling the range. */
+    expect_rc(rnp_vmm_chunk_check(0, 0, 0, 0, M2, &err), &err, 0, NULL);
+    expect_rc(rnp_vmm_chunk_check(1, M2, 1, M2, 10 * M2, &err), &err, 0, NULL);
+    expect_rc(rnp_vmm_chunk_check(RNP_VMM_MAX_CHUNKS - 1, 5 * M2, RNP_VMM_MAX_CHUNKS - 1, 5 * M2,
+                                  M2, &err), &err, 0, NULL);
+    /* index: the limit first (even when it is the expected one), then the order. */
+    expect_rc(rnp_vmm_chunk_check(RNP_VMM_MAX_CHUNKS, 0, RNP_VMM_MAX_CHUNKS, 0, 0, &err), &err,
+              RN_TOO_LARGE, "vmm_chunk.index: 16384, a range has at most 16384 chunks");
+    expect_rc(rnp_vmm_chunk_check(0, 0, UINT32_MAX, 1, 0, &err), &err, RN_TOO_LARGE,
+              "vmm_chunk.index:");
+    expect_rc(rnp_vmm_chunk_check(0, 0, 1, 7, 0, &err), &err, RN_INVALID_ARGUMENT,
+              "vmm_chunk.index: 1, expected 0");
+    expect_rc(rnp_vmm_chunk_check(3, 3 * M2, 2, 2 * M2, M2, &err), &err, RN_INVALID_ARGUMENT,
+              "vmm_chunk.index: 2, expected 3");
+    expect_rc(rnp_vmm_chunk_check(3, 3 * M2, 4, 3 * M2, M2, &err), &err, RN_INVALID_ARGUMENT,
+              "vmm_chunk.index: 4, expected 3");
+    /* size 0, before the offset. */
+    expect_rc(rnp_vmm_chunk_check(1, M2, 1, 7, 0, &err), &err, RN_INVALID_ARGUMENT,
+              "vmm_chunk.size: must be at least 1 byte");
+    /* offset: exactly the end of the chunks before (no gap, no overlap). */
+    expect_rc(rnp_vmm_chunk_check(0, 0, 0, M2, M2, &err), &err, RN_INVALID_ARGUMENT,
+              "vmm_chunk.offset: 2097152, expected 0");
+    expect_rc(rnp_vmm_chunk_check(2, 2 * M2, 2, 3 * M2, M2, &err), &err, RN_INVALID_ARGUMENT,
+              "vmm_chunk.offset: 6291456, expected 4194304");
+    expect_rc(rnp_vmm_chunk_check(2, 2 * M2, 2, M2, M2, &err), &err, RN_INVALID_ARGUMENT,
+              "vmm_chunk.offset: 2097152, expected 4194304");
+    /* The range's limit, without overflow. */
+    expect_rc(rnp_vmm_chunk_check(0, 0, 0, 0, RNP_VMM_MAX_RANGE, &err), &err, 0, NULL);
+    expect_rc(rnp_vmm_chunk_check(0, 0, 0, 0, RNP_VMM_MAX_RANGE + 1, &err), &err, RN_TOO_LARGE,
+              "vmm_chunk.size: 281474976710657 bytes at 0 pass");
+    expect_rc(rnp_vmm_chunk_check(1, M2, 1, M2, RNP_VMM_MAX_RANGE - M2 + 1, &err), &err,
+              RN_TOO_LARGE, "vmm_chunk.size:");
+    expect_rc(rnp_vmm_chunk_check(1, M2, 1, M2, UINT64_MAX, &err), &err, RN_TOO_LARGE,
+              "vmm_chunk.size:");
+    /* err may be NULL. */
+    assert_int_equal(rnp_vmm_chunk_check(0, 0, 1, 0, 1, NULL), RN_INVALID_ARGUMENT);
+}
+
+static void test_vmm_granularity(void **state)
+{
+    (void)state;
+    const uint64_t M2 = 2u << 20;
+    rnp_error err = {0};
+
+    expect_rc(rnp_vmm_gran_check(0, M2, M2, &err), &err, 0, NULL);
+    expect_rc(rnp_vmm_gran_check(10 * M2, 10 * M2, M2, &err), &err, 0, NULL);
+    expect_rc(rnp_vmm_gran_check(3, 5, 1, &err), &err, 0, NULL);
+    expect_rc(rnp_vmm_gran_check(M2 / 2, M2, M2, &err), &err, RN_INVALID_ARGUMENT,
+              "vmm_chunk.offset: 1048576 is not a multiple of the allocation's granularity "
+              "(2097152 bytes)");
+    expect_rc(rnp_vmm_gran_check(M2, M2 + 4096, M2, &err), &err, RN_INVALID_ARGUMENT,
+              "vmm_chunk.size: 2101248 is not a multiple");
+    /* The offset first. */
+    expect_rc(rnp_vmm_gran_check(1, 1, M2, &err), &err, RN_INVALID_ARGUMENT, "vmm_chunk.offset:");
+    expect_rc(rnp_vmm_gran_check(0, M2, 0, &err), &err, RN_INTERNAL, "vmm_chunk:");
+}
+
+static void test_vmm_map_rules(void **state)
+{
+    (void)state;
+    const uint64_t M2 = 2u << 20;
+    rnp_error err = {0};
+
+    expect_rc(rnp_vmm_map_check(1, M2, 1, M2, &err), &err, 0, NULL);
+    expect_rc(rnp_vmm_map_check(3, 7 * M2, 3, 7 * M2, &err), &err, 0, NULL);
+    expect_rc(rnp_vmm_map_check(0, 0, 0, 0, &err), &err, RN_INVALID_ARGUMENT,
+              "vmm_map.count: a range has at least one chunk");
+    expect_rc(rnp_vmm_map_check(2, 2 * M2, 0, 2 * M2, &err), &err, RN_INVALID_ARGUMENT,
+              "vmm_map.count: a range");
+    expect_rc(rnp_vmm_map_check(2, 2 * M2, 3, 2 * M2, &err), &err, RN_INVALID_ARGUMENT,
+              "vmm_map.count: 3, but 2 chunks were received for the range");
+    expect_rc(rnp_vmm_map_check(0, 0, 1, M2, &err), &err, RN_INVALID_ARGUMENT,
+              "vmm_map.count: 1, but 0 chunks");
+    expect_rc(rnp_vmm_map_check(2, 2 * M2, 2, 2 * M2 - 1, &err), &err, RN_INVALID_ARGUMENT,
+              "vmm_map.total: 4194303 bytes, but the chunks cover 4194304");
+    expect_rc(rnp_vmm_map_check(2, 2 * M2, 2, UINT64_MAX, &err), &err, RN_INVALID_ARGUMENT,
+              "vmm_map.total:");
 }
 
 /* ---- fuzz_chan's seeds --------------------------------------------------------------- */
@@ -426,6 +574,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_exact_length),
         cmocka_unit_test(test_error_text),
         cmocka_unit_test(test_values_not_judged),
+        cmocka_unit_test(test_vmm_chunk_rules),
+        cmocka_unit_test(test_vmm_granularity),
+        cmocka_unit_test(test_vmm_map_rules),
         cmocka_unit_test(test_corpus_fresh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
