@@ -130,6 +130,24 @@ static inline const char *rn_fault_format(const rn_fault *f, char *buf, size_t n
     } while (0)
 #endif
 
+#if defined(__CUDA_RUNTIME_API_H__)
+/* The driver's function `name` (as of the CUDA 12.0 ABI) through the
+ * runtime, so that nothing links libcuda itself; NULL (and CUDA's error
+ * state cleared) when the driver has none. */
+static inline void *rn_cuda_entry(const char *name)
+{
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    void *fn = NULL;
+    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return fn;
+}
+#endif
+
 #if defined(__cuda_cuda_h__)
 /* A CUDA driver call (reached through an entry point): the driver's code in
  * rn_fault.cuda, and "CUDA driver error N" as the reason. */

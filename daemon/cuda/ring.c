@@ -69,16 +69,9 @@ typedef struct rnd_cuda_hostmap {
 
 static void *entry(const char *name, char *why, size_t len)
 {
-    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    void *fn = NULL;
-    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
-
-    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) {
-        (void)cudaGetLastError();
-        if (!why[0])
-            snprintf(why, len, "the driver has no %s", name);
-        return NULL;
-    }
+    void *fn = rn_cuda_entry(name);
+    if (!fn && !why[0])
+        snprintf(why, len, "the driver has no %s", name);
     return fn;
 }
 

@@ -111,6 +111,27 @@ static void put_error(rnd_job *job, int status, const char *msg)
         rnp_ring_put_result(rj->slot, rj->status, rj->msg);
 }
 
+/* From here g's job is on the GPU (or its stream waits for it): it is
+ * outstanding, and its done event will run whatever follows. */
+static void outstanding(rnd_cuda *b, rnd_cuda_sess *cs, rnd_cuda_gjob *g, rnd_job *job)
+{
+    g->job = job;
+    job->priv = g;
+    g->submit_ns = rnd_now_ns();
+    rn_queue_push_back(&b->outstanding, &g->link);
+    b->noutstanding++;
+    cs->njobs++;
+}
+
+/* Work is on the stream that we cannot track (a CUDA call failed after it
+ * was queued): the device state is unknown, so the backend stops serving. */
+static void lost_track(rnd_cuda *b, rn_fault *f, const char *when)
+{
+    rnp_error lost;
+    rnd_cuda_fault(b, f, false, &lost, "bwd");
+    rnd_cuda_mark_failed(b, "%s: %.150s", when, lost.msg);
+}
+
 /*
  * A ring job (the fast path, --cuda-fast-path; ring.c's top says what goes
  * on the stream).  Experimental: not yet run on a GPU.
@@ -170,12 +191,7 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     }
     /* From here the stream may wait on the ring: the job is outstanding,
      * and done will be written in its turn whatever follows. */
-    g->job = job;
-    job->priv = g;
-    g->submit_ns = rnd_now_ns();
-    rn_queue_push_back(&b->outstanding, &g->link);
-    b->noutstanding++;
-    cs->njobs++;
+    outstanding(b, cs, g, job);
     RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_queued);
     if (run) {
         RN_CUDA_GOTO(cudaEventRecord(g->t0, s->st), &f, fail_queued);
@@ -206,11 +222,7 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
 fail_queued:
     /* Work on the stream that we cannot track: stop serving; the failure
      * path gives the job its done event and its answer in the ring. */
-    {
-        rnp_error lost;
-        rnd_cuda_fault(b, &f, false, &lost, "bwd");
-        rnd_cuda_mark_failed(b, "after queueing a ring job: %.150s", lost.msg);
-    }
+    lost_track(b, &f, "after queueing a ring job");
     return 0;
 }
 
@@ -266,12 +278,7 @@ int rnd_cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
     }
     /* Launched: from here the kernel may read the regions, so the job is
      * outstanding (its done event will run) even if what follows fails. */
-    g->job = job;
-    job->priv = g;
-    g->submit_ns = rnd_now_ns();
-    rn_queue_push_back(&b->outstanding, &g->link);
-    b->noutstanding++;
-    cs->njobs++;
+    outstanding(b, cs, g, job);
     b->nsubmitted++;
     if (sync)
         RN_CUDA_GOTO(cudaEventRecord(g->t1, s->st), &f, fail_launched);
@@ -305,11 +312,7 @@ fail_launched:
     /* A kernel runs that we cannot track: the device state is unknown, so
      * stop serving.  The failure path gives the job its done event (and the
      * server keeps its regions until then). */
-    {
-        rnp_error lost;
-        rnd_cuda_fault(b, &f, false, &lost, "bwd");
-        rnd_cuda_mark_failed(b, "after a launch: %.150s", lost.msg);
-    }
+    lost_track(b, &f, "after a launch");
     return 0;
 fail_cuda:
     rc = rnd_cuda_fault(b, &f, false, err, "bwd");

@@ -56,15 +56,7 @@ static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 
 static bool entry(const char *name, void **fn)
 {
-    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-    cudaError_t e = cudaGetDriverEntryPointByVersion(name, fn, 12000, cudaEnableDefault, &q);
-
-    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !*fn) {
-        (void)cudaGetLastError();
-        *fn = NULL;
-        return false;
-    }
-    return true;
+    return (*fn = rn_cuda_entry(name)) != NULL;
 }
 
 static void drv_init(void)
