@@ -46,23 +46,13 @@
 #include "rmsnormctl_verify.h"
 #include "rnk.h"
 #include "rnk_test.h"
+#include "gpu/e2e_prog.h"
 
 static const char *endpoint;
 static cudaStream_t st;
 static rn_client *cli;
 static rne_kernels kern;
 static int failures;
-
-#define CK(call)                                                                              \
-    do {                                                                                      \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess) {                                                              \
-            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                          \
-        }                                                                                     \
-    } while (0)
-
-static size_t esz(rn_dtype d) { return d == RN_DTYPE_F32 ? 4 : d == RN_DTYPE_NONE ? 0 : 2; }
 
 static uint64_t rng_state = 88172645463325252ull;
 static uint64_t rnd(void)
@@ -71,41 +61,6 @@ static uint64_t rnd(void)
     rng_state ^= rng_state >> 7;
     rng_state ^= rng_state << 17;
     return rng_state;
-}
-
-
-/* Carve a's tensors out of one allocation (as a caching allocator would
- * hand them out), 256-byte aligned; returns the bytes used. */
-static size_t layout(rn_bwd_args *a, char *arena, bool with_rstd)
-{
-    size_t off = 0, mn = (size_t)(a->m * a->n);
-#define TAKE(ptr, bytes)                                 \
-    do {                                                 \
-        ptr = arena ? (void *)(arena + off) : NULL;     \
-        off += ((bytes) + 255) / 256 * 256;              \
-    } while (0)
-    TAKE(a->x, mn * esz(a->x_dtype));
-    TAKE(a->dy, mn * esz(a->dy_dtype));
-    TAKE(a->dx, mn * esz(a->dx_dtype));
-    TAKE(a->w, (size_t)a->n * esz(a->w_dtype));
-    TAKE(a->dw, (size_t)a->n * esz(a->dw_dtype));
-    TAKE(a->dres, mn * esz(a->dres_dtype));
-    if (with_rstd) {
-        void *r;
-        TAKE(r, (size_t)a->m * 4);
-        a->rstd = r;
-    } else {
-        a->rstd = NULL;
-    }
-#undef TAKE
-    /* Absent tensors have no pointer (the verifier checks for aliasing). */
-    if (!a->w_dtype)
-        a->w = NULL;
-    if (!a->dw_dtype)
-        a->dw = NULL;
-    if (!a->dres_dtype)
-        a->dres = NULL;
-    return off;
 }
 
 static void fill_inputs(const rn_bwd_args *a, uint64_t seed)

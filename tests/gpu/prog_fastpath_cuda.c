@@ -34,23 +34,13 @@
 #include "rmsnormctl_verify.h"
 #include "rnk.h"
 #include "rnk_test.h"
+#include "gpu/e2e_prog.h"
 
 static const char *endpoint;
 static cudaStream_t st;
 static rn_client *fast, *classic;
 static rne_kernels kern;
 static int failures;
-
-#define CK(call)                                                                              \
-    do {                                                                                      \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess) {                                                              \
-            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                          \
-        }                                                                                     \
-    } while (0)
-
-static size_t esz(rn_dtype d) { return d == RN_DTYPE_F32 ? 4 : d == RN_DTYPE_NONE ? 0 : 2; }
 
 static double ms_since(const struct timespec *t0)
 {
@@ -92,28 +82,6 @@ static bool drain(int ms)
             return false;
         usleep(1000);
     }
-}
-
-/* a's tensors carved out of arena (NULL: only the size), 256-byte aligned. */
-static size_t layout(rn_bwd_args *a, char *arena)
-{
-    size_t off = 0, mn = (size_t)(a->m * a->n);
-#define TAKE(ptr, bytes)                                 \
-    do {                                                 \
-        ptr = arena ? (void *)(arena + off) : NULL;     \
-        off += ((bytes) + 255) / 256 * 256;              \
-    } while (0)
-    TAKE(a->x, mn * esz(a->x_dtype));
-    TAKE(a->dy, mn * esz(a->dy_dtype));
-    TAKE(a->dx, mn * esz(a->dx_dtype));
-    TAKE(a->w, (size_t)a->n * esz(a->w_dtype));
-    TAKE(a->dw, (size_t)a->n * esz(a->dw_dtype));
-#undef TAKE
-    if (!a->w_dtype)
-        a->w = NULL;
-    if (!a->dw_dtype)
-        a->dw = NULL;
-    return off;
 }
 
 static void fill(const rn_bwd_args *a, uint64_t seed)
@@ -193,11 +161,11 @@ static int run_cmp(void)
             a.eps = 1e-6f;
             a.x_stride = a.dy_stride = a.dx_stride = a.n;
             b = a;
-            size_t bytes = layout(&a, NULL);
+            size_t bytes = layout(&a, NULL, false);
             CK(cudaMalloc((void **)&ar, bytes));
             CK(cudaMalloc((void **)&br, bytes));
-            layout(&a, ar);
-            layout(&b, br);
+            layout(&a, ar, false);
+            layout(&b, br, false);
             fill(&a, 1000 + s * 3 + d);
             fill(&b, 1000 + s * 3 + d);
             snprintf(what, sizeof what, "cmp %lldx%lld dtype %d", (long long)a.m,
@@ -244,8 +212,8 @@ static int run_stall(unsigned ms)
     struct timespec t0;
 
     bf16_args(&a, 512, 2048);
-    CK(cudaMalloc((void **)&ar, layout(&a, NULL)));
-    layout(&a, ar);
+    CK(cudaMalloc((void **)&ar, layout(&a, NULL, false)));
+    layout(&a, ar, false);
     fill(&a, 77);
     CK(cudaStreamSynchronize(st));
     /* The producer is late: the inputs are written after MS ms on the GPU. */
@@ -276,8 +244,8 @@ static int run_quick(int n)
     struct timespec t0;
 
     bf16_args(&a, 256, 1024);
-    CK(cudaMalloc((void **)&ar, layout(&a, NULL)));
-    layout(&a, ar);
+    CK(cudaMalloc((void **)&ar, layout(&a, NULL, false)));
+    layout(&a, ar, false);
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < n; i++) {
         char what[32];
@@ -327,9 +295,9 @@ static int run_bad(void)
     char *ar;
 
     bf16_args(&a, 64, 512);
-    size_t bytes = layout(&a, NULL);
+    size_t bytes = layout(&a, NULL, false);
     CK(cudaMalloc((void **)&ar, bytes));
-    layout(&a, ar);
+    layout(&a, ar, false);
     fill(&a, 9);
     CK(cudaStreamSynchronize(st));
     b = a;
@@ -369,8 +337,8 @@ static int run_hold(unsigned ms)
     char *ar;
 
     bf16_args(&a, 256, 1024);
-    CK(cudaMalloc((void **)&ar, layout(&a, NULL)));
-    layout(&a, ar);
+    CK(cudaMalloc((void **)&ar, layout(&a, NULL, false)));
+    layout(&a, ar, false);
     fill(&a, 5);
     CK(rne_spin(&kern, (uint64_t)ms * 1000000u, st));
     for (int i = 0; i < 8; i++)

@@ -38,6 +38,7 @@
 #include "rmsnormctl_verify.h"
 #include "rnk.h"
 #include "rnk_test.h"
+#include "gpu/e2e_prog.h"
 
 #define CHUNKS_MAX 32
 
@@ -47,14 +48,6 @@ static rn_client *cli;
 static int failures;
 static int dev;
 
-#define CK(call)                                                                              \
-    do {                                                                                      \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess) {                                                              \
-            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                          \
-        }                                                                                     \
-    } while (0)
 #define CU(call)                                                                              \
     do {                                                                                      \
         CUresult r_ = (call);                                                                 \
@@ -157,28 +150,6 @@ static void seg_unmap(segment *s, int i)
 
 /* ---- calls ------------------------------------------------------------------------------ */
 
-static size_t esz(rn_dtype d) { return d == RN_DTYPE_F32 ? 4 : d == RN_DTYPE_NONE ? 0 : 2; }
-
-/* Lay a's tensors out from p, 256-byte aligned; the bytes used. */
-static size_t layout(rn_bwd_args *a, char *p)
-{
-    size_t off = 0, mn = (size_t)(a->m * a->n);
-#define TAKE(ptr, bytes)                          \
-    do {                                          \
-        ptr = p ? (void *)(p + off) : NULL;      \
-        off += ((bytes) + 255) / 256 * 256;       \
-    } while (0)
-    TAKE(a->x, mn * esz(a->x_dtype));
-    TAKE(a->dy, mn * esz(a->dy_dtype));
-    TAKE(a->dx, mn * esz(a->dx_dtype));
-    TAKE(a->w, (size_t)a->n * esz(a->w_dtype));
-    TAKE(a->dw, (size_t)a->n * esz(a->dw_dtype));
-#undef TAKE
-    a->rstd = NULL;
-    a->dres = NULL;
-    return off;
-}
-
 static void args_of(rn_bwd_args *a, int64_t m, int64_t n, rn_dtype dt)
 {
     memset(a, 0, sizeof *a);
@@ -264,8 +235,8 @@ static int run_results(void)
              * chunk 1 (and larger shapes span several). */
             char *start = (char *)(uintptr_t)s.base + s.chunk - 4096;
             args_of(&a, shapes[i][0], shapes[i][1], dts[d]);
-            map_upto(&s, s.chunk - 4096 + layout(&a, NULL));
-            layout(&a, start);
+            map_upto(&s, s.chunk - 4096 + layout(&a, NULL, false));
+            layout(&a, start, false);
             snprintf(what, sizeof what, "results %lldx%lld dtype %d", (long long)a.m,
                      (long long)a.n, (int)dts[d]);
             if (call_and_verify(&a, 1000 + cases, d == 2, what))
@@ -287,10 +258,10 @@ static int run_grow(void)
     seg_init(&s, true);
     /* A tensor set inside chunks 0 and 1. */
     args_of(&a, 128, 2048, RN_DTYPE_BF16);
-    bytes = layout(&a, NULL);
+    bytes = layout(&a, NULL, false);
     map_upto(&s, s.chunk + 8192);
     p = (char *)(uintptr_t)s.base + s.chunk - bytes / 2;
-    layout(&a, p);
+    layout(&a, p, false);
     call_and_verify(&a, 1, false, "grow: before");
     call_and_verify(&a, 2, false, "grow: cached");
     /* The segment grows (chunks 2, 3 and as many more as the larger
@@ -298,8 +269,8 @@ static int run_grow(void)
     seg_map(&s, 2);
     seg_map(&s, 3);
     args_of(&a, 512, 4096, RN_DTYPE_BF16);
-    map_upto(&s, s.chunk + 4096 + layout(&a, NULL));
-    layout(&a, (char *)(uintptr_t)s.base + s.chunk + 4096);
+    map_upto(&s, s.chunk + 4096 + layout(&a, NULL, false));
+    layout(&a, (char *)(uintptr_t)s.base + s.chunk + 4096, false);
     call_and_verify(&a, 3, false, "grow: after growth");
     /* Chunk 1 unmapped and another allocation mapped at its address: the
      * cached ranges over it are stale; the next call must reach the new
@@ -311,7 +282,7 @@ static int run_grow(void)
     /* And the segment shrinks at its end: a tensor in chunk 0 still works. */
     seg_unmap(&s, 3);
     args_of(&a, 4, 256, RN_DTYPE_F32);
-    layout(&a, (char *)(uintptr_t)s.base);
+    layout(&a, (char *)(uintptr_t)s.base, false);
     call_and_verify(&a, 6, false, "grow: after shrink");
     CK(cudaStreamSynchronize(st));
     printf("ok grow\n");
@@ -325,8 +296,8 @@ static int run_flood(void)
 
     seg_init(&s, true);
     args_of(&a, 2048, 4096, RN_DTYPE_BF16);
-    map_upto(&s, s.chunk - 4096 + layout(&a, NULL));
-    layout(&a, (char *)(uintptr_t)s.base + s.chunk - 4096);
+    map_upto(&s, s.chunk - 4096 + layout(&a, NULL, false));
+    layout(&a, (char *)(uintptr_t)s.base + s.chunk - 4096, false);
     for (long i = 0;; i++) {
         int rc = rn_rmsnorm_bwd(cli, &a, st);
         if (rc != 0) {
@@ -348,8 +319,8 @@ static int run_noexport(void)
 
     seg_init(&s, false);
     args_of(&a, 16, 1024, RN_DTYPE_BF16);
-    map_upto(&s, layout(&a, NULL));
-    layout(&a, (char *)(uintptr_t)s.base);
+    map_upto(&s, layout(&a, NULL, false));
+    layout(&a, (char *)(uintptr_t)s.base, false);
     rc = rn_rmsnorm_bwd(cli, &a, st);
     if (rc != RN_NOT_SHARED || !strstr(rn_last_error(cli), "POSIX descriptor") ||
         strncmp(rn_last_error(cli), "x: ", 3) != 0) {
@@ -377,15 +348,15 @@ static int run_cost(void)
         seg_init(&s, true);
         /* x, dy and dx of spans[k] chunks each (bf16, 1024 columns). */
         args_of(&a, (int64_t)(spans[k] * s.chunk / 2048), 1024, RN_DTYPE_BF16);
-        map_upto(&s, layout(&a, NULL));
-        layout(&a, (char *)(uintptr_t)s.base);
+        map_upto(&s, layout(&a, NULL, false));
+        layout(&a, (char *)(uintptr_t)s.base, false);
         call_and_verify(&a, 9, true, "cost: warm-up of the kernel");
         CK(cudaStreamSynchronize(st));
         /* The same tensors at a new address: the next segment. */
         segment s2;
         seg_init(&s2, true);
-        map_upto(&s2, layout(&a, NULL));
-        layout(&a, (char *)(uintptr_t)s2.base);
+        map_upto(&s2, layout(&a, NULL, false));
+        layout(&a, (char *)(uintptr_t)s2.base, false);
         t0 = now_us();
         if (rn_rmsnorm_bwd_sync(cli, &a, st, NULL) != 0) {
             printf("FAIL cost: %s\n", rn_last_error(cli));

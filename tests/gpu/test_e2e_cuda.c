@@ -79,32 +79,7 @@ static int start_cuda_knobs(rnh_daemon *d, const char *ms, const char *grid, con
 
 static int spawn_client(const rnh_daemon *d, const char *const *args, rnh_proc *p)
 {
-    static char prog[PATH_MAX];
-    const char *argv[16];
-    int n = 0;
-
-    snprintf(prog, sizeof prog, "%s/tests/gpu/prog_e2e_cuda", rnh_build_dir());
-    argv[n++] = prog;
-    argv[n++] = d->endpoint;
-    for (int i = 0; args[i] && n < 15; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    return rnh_spawn(prog, argv, false, p);
-}
-
-/* Echo a client's output into the test log until it ends; its exit status. */
-static int finish_client(rnh_proc *p, const char *name)
-{
-    char line[512];
-    int rc;
-
-    while (rnh_read_line(p, line, sizeof line, CLIENT_TIMEOUT_MS) >= 0)
-        printf("  [%s %d] %s\n", name, (int)p->pid, line);
-    rc = rnh_wait(p, 10000);
-    rnh_proc_close(p);
-    if (rc != 0)
-        printf("  [%s %d] exit status %d\n", name, (int)p->pid, rc);
-    return rc;
+    return rnh_spawn_for(d, "gpu/prog_e2e_cuda", args, p);
 }
 
 static int run_client(const rnh_daemon *d, const char *const *args)
@@ -112,29 +87,7 @@ static int run_client(const rnh_daemon *d, const char *const *args)
     rnh_proc p;
     if (spawn_client(d, args, &p) != 0)
         return -1;
-    return finish_client(&p, args[0]);
-}
-
-/* Echo a client's lines until one starts with want, and copy that line to
- * out (unless NULL); 0, or -1 at its end or after timeout_ms. */
-static int await_line(rnh_proc *p, const char *name, const char *want, char *out, size_t outlen,
-                      int timeout_ms)
-{
-    int64_t end = rnh_now_ms() + timeout_ms;
-    char line[512];
-
-    while (rnh_now_ms() < end) {
-        if (rnh_read_line(p, line, sizeof line, (int)(end - rnh_now_ms())) < 0)
-            break;
-        printf("  [%s %d] %s\n", name, (int)p->pid, line);
-        if (strncmp(line, want, strlen(want)) == 0) {
-            if (out)
-                snprintf(out, outlen, "%s", line);
-            return 0;
-        }
-    }
-    printf("  [%s %d] no '%s' line\n", name, (int)p->pid, want);
-    return -1;
+    return rnh_finish_echo(&p, args[0], CLIENT_TIMEOUT_MS);
 }
 
 /* Wait for the daemon's own exit after a failure: an orderly one, status 2,
@@ -220,8 +173,8 @@ static void test_grid_two_clients(void **state)
     assert_int_equal(start_cuda(d), 0);
     assert_int_equal(spawn_client(d, args, &a), 0);
     assert_int_equal(spawn_client(d, args, &b), 0);
-    assert_int_equal(finish_client(&a, "grid"), 0);
-    assert_int_equal(finish_client(&b, "grid"), 0);
+    assert_int_equal(rnh_finish_echo(&a, "grid", CLIENT_TIMEOUT_MS), 0);
+    assert_int_equal(rnh_finish_echo(&b, "grid", CLIENT_TIMEOUT_MS), 0);
     assert_true(rnh_stat(d, "replies.ok") > 0);
     /* Every session has ended: the harness's own connection asks for
      * STATS, which needs none. */
@@ -246,8 +199,8 @@ static void test_stream_order(void **state)
     assert_int_equal(start_cuda(d), 0);
     assert_int_equal(spawn_client(d, args_a, &a), 0);
     assert_int_equal(spawn_client(d, args_b, &b), 0);
-    assert_int_equal(finish_client(&a, "order"), 0);
-    assert_int_equal(finish_client(&b, "order"), 0);
+    assert_int_equal(rnh_finish_echo(&a, "order", CLIENT_TIMEOUT_MS), 0);
+    assert_int_equal(rnh_finish_echo(&b, "order", CLIENT_TIMEOUT_MS), 0);
     RNH_PASS(d);
 }
 
@@ -363,15 +316,15 @@ static void test_unready_inputs_warn(void **state)
     /* The other client sets up its context and connection first, so that
      * its work fits well inside the stall. */
     assert_int_equal(spawn_client(d, other, &b), 0);
-    assert_int_equal(await_line(&b, "other", "waiting", NULL, 0, 60000), 0);
+    assert_int_equal(rnh_await_line(&b, "other", "waiting", NULL, 0, 60000), 0);
     assert_int_equal(spawn_client(d, stall, &a), 0);
-    assert_int_equal(await_line(&a, "stall", "stalling", NULL, 0, 60000), 0);
+    assert_int_equal(rnh_await_line(&a, "stall", "stalling", NULL, 0, 60000), 0);
     t0 = rnh_now_ms();
     assert_int_equal(rnh_wait_stat_ge(d, "inflight.current", 1, 10000), 0);
     /* While the stalled request waits on its stream, the other client's
      * requests run on theirs. */
     assert_int_equal(write(b.in_fd, "go\n", 3), 3);
-    assert_int_equal(finish_client(&b, "other"), 0);
+    assert_int_equal(rnh_finish_echo(&b, "other", CLIENT_TIMEOUT_MS), 0);
     int64_t inflight = rnh_stat(d, "inflight.current");
     printf("the other client was served %lld ms into the stall; %lld request(s) in flight\n",
            (long long)(rnh_now_ms() - t0), (long long)inflight);
@@ -379,7 +332,7 @@ static void test_unready_inputs_warn(void **state)
     int warned = await_log(d, warning, 10000);
     if (warned == 1)
         assert_healthy(d, "during the stall");
-    assert_int_equal(finish_client(&a, "stall"), 0);
+    assert_int_equal(rnh_finish_echo(&a, "stall", CLIENT_TIMEOUT_MS), 0);
     printf("the stalled call ended %lld ms after it was made\n", (long long)(rnh_now_ms() - t0));
     assert_int_equal(inflight, 1);
     assert_int_equal(warned, 1);
@@ -415,11 +368,11 @@ static void test_kill_stalled_client(void **state)
      * dying of a signal, is wrong. */
     assert_int_equal(start_cuda_knobs(d, "1000", NULL, NULL), 0);
     assert_int_equal(spawn_client(d, stall, &a), 0);
-    assert_int_equal(await_line(&a, "stall", "stalling", NULL, 0, 60000), 0);
+    assert_int_equal(rnh_await_line(&a, "stall", "stalling", NULL, 0, 60000), 0);
     assert_int_equal(rnh_wait_stat_ge(d, "inflight.current", 1, 10000), 0);
     regions_a = rnh_stat(d, "regions.active");
     assert_int_equal(spawn_client(d, other, &b), 0);
-    assert_int_equal(await_line(&b, "other", "stalling", NULL, 0, 60000), 0);
+    assert_int_equal(rnh_await_line(&b, "other", "stalling", NULL, 0, 60000), 0);
     assert_int_equal(rnh_wait_stat_ge(d, "inflight.current", 2, 10000), 0);
     regions_b = rnh_stat(d, "regions.active") - regions_a;
     kill(a.pid, SIGKILL);
@@ -428,14 +381,14 @@ static void test_kill_stalled_client(void **state)
     /* (Under MPS the daemon may already be gone: see below.) */
     /* The other client's request is answered either way: OK when its inputs
      * came and the daemon went on, DEVICE_FAILING when the daemon failed. */
-    assert_int_equal(await_line(&b, "other", "stall: ", line, sizeof line, 60000), 0);
+    assert_int_equal(rnh_await_line(&b, "other", "stall: ", line, sizeof line, 60000), 0);
     (void)regions_b;
     if (strncmp(line, "stall: OK ", 10) == 0) {
         printf("the stream went on after the client's death\n");
         assert_int_equal(rnh_stat(d, "clients.died"), 1);
         assert_int_equal(run_client(d, after), 0);
         assert_healthy(d, "after the stalled client died");
-        assert_int_equal(finish_client(&b, "other"), 0);
+        assert_int_equal(rnh_finish_echo(&b, "other", CLIENT_TIMEOUT_MS), 0);
         assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
     } else {
         /* Without MPS the dead client's ready event never comes; under MPS
@@ -453,7 +406,7 @@ static void test_kill_stalled_client(void **state)
          * (Its exit status is not judged: under MPS its own context may
          * have failed together with the daemon's.) */
         assert_int_equal(strncmp(line, "stall: DEVICE_FAILING ", 22), 0);
-        finish_client(&b, "other");
+        rnh_finish_echo(&b, "other", CLIENT_TIMEOUT_MS);
     }
     RNH_PASS(d);
 }
@@ -496,18 +449,18 @@ static void test_debug_fail_after(void **state)
      * other closely and in this order. */
     for (int i = 0; i < 3; i++) {
         assert_int_equal(spawn_client(d, i < 2 ? held_sync : held_async, &p[i]), 0);
-        assert_int_equal(await_line(&p[i], name[i], "waiting", NULL, 0, 60000), 0);
+        assert_int_equal(rnh_await_line(&p[i], name[i], "waiting", NULL, 0, 60000), 0);
     }
     for (int i = 0; i < 3; i++) {
         assert_int_equal(write(p[i].in_fd, "go\n", 3), 3);
         if (i == 2)
             break;
-        assert_int_equal(await_line(&p[i], name[i], "stalling", NULL, 0, 60000), 0);
+        assert_int_equal(rnh_await_line(&p[i], name[i], "stalling", NULL, 0, 60000), 0);
         assert_int_equal(rnh_wait_stat_ge(d, "inflight.current", i + 1, 10000), 0);
     }
     /* Each client checks that its request was answered DEVICE_FAILING. */
     for (int i = 0; i < 3; i++)
-        assert_int_equal(finish_client(&p[i], name[i]), 0);
+        assert_int_equal(rnh_finish_echo(&p[i], name[i], CLIENT_TIMEOUT_MS), 0);
     assert_exit_2(d);
     assert_true(log_count(d, "debug-fail-after: request 6 ") >= 1);
     RNH_PASS(d);

@@ -95,58 +95,12 @@ static int hello_paths(const rnh_daemon *d)
     return paths;
 }
 
-/* Spawn a client program of tests/gpu with the endpoint first. */
-static int spawn(const rnh_daemon *d, const char *prog_name, const char *const *args, rnh_proc *p)
-{
-    static char prog[PATH_MAX];
-    const char *argv[16];
-    int n = 0;
-
-    snprintf(prog, sizeof prog, "%s/tests/gpu/%s", rnh_build_dir(), prog_name);
-    argv[n++] = prog;
-    argv[n++] = d->endpoint;
-    for (int i = 0; args[i] && n < 15; i++)
-        argv[n++] = args[i];
-    argv[n] = NULL;
-    return rnh_spawn(prog, argv, false, p);
-}
-
-static int finish(rnh_proc *p, const char *name)
-{
-    char line[512];
-    int rc;
-
-    while (rnh_read_line(p, line, sizeof line, CLIENT_TIMEOUT_MS) >= 0)
-        printf("  [%s %d] %s\n", name, (int)p->pid, line);
-    rc = rnh_wait(p, 10000);
-    rnh_proc_close(p);
-    if (rc != 0)
-        printf("  [%s %d] exit status %d\n", name, (int)p->pid, rc);
-    return rc;
-}
-
-static int await_line(rnh_proc *p, const char *name, const char *want, int timeout_ms)
-{
-    int64_t end = rnh_now_ms() + timeout_ms;
-    char line[512];
-
-    while (rnh_now_ms() < end) {
-        if (rnh_read_line(p, line, sizeof line, (int)(end - rnh_now_ms())) < 0)
-            break;
-        printf("  [%s %d] %s\n", name, (int)p->pid, line);
-        if (strncmp(line, want, strlen(want)) == 0)
-            return 0;
-    }
-    printf("  [%s %d] no '%s' line\n", name, (int)p->pid, want);
-    return -1;
-}
-
 static int run_fast(const rnh_daemon *d, const char *const *args)
 {
     rnh_proc p;
-    if (spawn(d, "prog_fastpath_cuda", args, &p) != 0)
+    if (rnh_spawn_for(d, "gpu/prog_fastpath_cuda", args, &p) != 0)
         return -1;
-    return finish(&p, args[0]);
+    return rnh_finish_echo(&p, args[0], CLIENT_TIMEOUT_MS);
 }
 
 static void assert_not_failing(const rnh_daemon *d)
@@ -215,11 +169,11 @@ static void e2e_two(rnh_daemon *d, const char *const *a, const char *const *b)
     rnh_proc p, q;
 
     setenv("RMSNORMD_PATH", "fast", 1);
-    assert_int_equal(spawn(d, "prog_e2e_cuda", a, &p), 0);
-    assert_int_equal(spawn(d, "prog_e2e_cuda", b, &q), 0);
+    assert_int_equal(rnh_spawn_for(d, "gpu/prog_e2e_cuda", a, &p), 0);
+    assert_int_equal(rnh_spawn_for(d, "gpu/prog_e2e_cuda", b, &q), 0);
     unsetenv("RMSNORMD_PATH");
-    assert_int_equal(finish(&p, a[0]), 0);
-    assert_int_equal(finish(&q, b[0]), 0);
+    assert_int_equal(rnh_finish_echo(&p, a[0], CLIENT_TIMEOUT_MS), 0);
+    assert_int_equal(rnh_finish_echo(&q, b[0], CLIENT_TIMEOUT_MS), 0);
     assert_true(rnh_stat(d, "fast.ok") > 0);
 }
 
@@ -269,16 +223,16 @@ static void test_late_producer_others_proceed(void **state)
     NEED_GPU();
     assert_int_equal(start(d, true), 0);
     need_fast(d);
-    assert_int_equal(spawn(d, "prog_fastpath_cuda", late, &p), 0);
-    assert_int_equal(await_line(&p, "late", "stalling", 60000), 0);
+    assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", late, &p), 0);
+    assert_int_equal(rnh_await_line(&p, "late", "stalling", NULL, 0, 60000), 0);
     t0 = rnh_now_ms();
-    assert_int_equal(spawn(d, "prog_fastpath_cuda", quick, &q), 0);
-    assert_int_equal(finish(&q, "quick"), 0);
+    assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", quick, &q), 0);
+    assert_int_equal(rnh_finish_echo(&q, "quick", CLIENT_TIMEOUT_MS), 0);
     printf("the other client finished %lld ms after the late call\n",
            (long long)(rnh_now_ms() - t0));
     /* Well before the late producer's 3 s (its context start-up included). */
     assert_true(rnh_now_ms() - t0 < 2500);
-    assert_int_equal(finish(&p, "late"), 0);
+    assert_int_equal(rnh_finish_echo(&p, "late", CLIENT_TIMEOUT_MS), 0);
     RNH_PASS(d);
 }
 
@@ -375,8 +329,8 @@ static void test_kill9_pending(void **state)
     NEED_GPU();
     assert_int_equal(start(d, true), 0);
     need_fast(d);
-    assert_int_equal(spawn(d, "prog_fastpath_cuda", hold, &p), 0);
-    assert_int_equal(await_line(&p, "hold", "pending", 60000), 0);
+    assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", hold, &p), 0);
+    assert_int_equal(rnh_await_line(&p, "hold", "pending", NULL, 0, 60000), 0);
     kill(p.pid, SIGKILL);
     assert_int_equal(rnh_wait(&p, 10000), 128 + SIGKILL);
     rnh_proc_close(&p);

@@ -44,33 +44,18 @@ static int start_cuda(rnh_daemon *d)
 
 static int spawn_client(const rnh_daemon *d, const char *mode, rnh_proc *p)
 {
-    static char prog[PATH_MAX];
-    const char *argv[4];
-
-    snprintf(prog, sizeof prog, "%s/tests/gpu/prog_vmm_cuda", rnh_build_dir());
-    argv[0] = prog;
-    argv[1] = d->endpoint;
-    argv[2] = mode;
-    argv[3] = NULL;
-    return rnh_spawn(prog, argv, false, p);
+    const char *args[] = {mode, NULL};
+    return rnh_spawn_for(d, "gpu/prog_vmm_cuda", args, p);
 }
 
 /* Echo a client's output until it ends; its exit status. */
 static int run_client(const rnh_daemon *d, const char *mode)
 {
-    char line[512];
     rnh_proc p;
-    int rc;
 
     if (spawn_client(d, mode, &p) != 0)
         return -1;
-    while (rnh_read_line(&p, line, sizeof line, CLIENT_TIMEOUT_MS) >= 0)
-        printf("  [%s %d] %s\n", mode, (int)p.pid, line);
-    rc = rnh_wait(&p, 10000);
-    rnh_proc_close(&p);
-    if (rc != 0)
-        printf("  [%s] exit status %d\n", mode, rc);
-    return rc;
+    return rnh_finish_echo(&p, mode, CLIENT_TIMEOUT_MS);
 }
 
 static void test_results(void **state)

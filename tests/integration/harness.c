@@ -517,6 +517,55 @@ int rnh_spawn(const char *prog, const char *const *argv, bool valgrind, rnh_proc
     return 0;
 }
 
+int rnh_spawn_for(const rnh_daemon *d, const char *prog, const char *const *args, rnh_proc *p)
+{
+    char path[PATH_MAX];
+    const char *argv[16];
+    int n = 0;
+
+    snprintf(path, sizeof path, "%s/tests/%s", rnh_build_dir(), prog);
+    argv[n++] = path;
+    argv[n++] = d->endpoint;
+    for (int i = 0; args[i] && n < 15; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    return rnh_spawn(path, argv, false, p);
+}
+
+int rnh_finish_echo(rnh_proc *p, const char *name, int line_timeout_ms)
+{
+    char line[512];
+    int rc;
+
+    while (rnh_read_line(p, line, sizeof line, line_timeout_ms) >= 0)
+        printf("  [%s %d] %s\n", name, (int)p->pid, line);
+    rc = rnh_wait(p, 10000);
+    rnh_proc_close(p);
+    if (rc != 0)
+        printf("  [%s %d] exit status %d\n", name, (int)p->pid, rc);
+    return rc;
+}
+
+int rnh_await_line(rnh_proc *p, const char *name, const char *want, char *out, size_t outlen,
+                   int timeout_ms)
+{
+    int64_t end = rnh_now_ms() + timeout_ms;
+    char line[512];
+
+    while (rnh_now_ms() < end) {
+        if (rnh_read_line(p, line, sizeof line, (int)(end - rnh_now_ms())) < 0)
+            break;
+        printf("  [%s %d] %s\n", name, (int)p->pid, line);
+        if (strncmp(line, want, strlen(want)) == 0) {
+            if (out)
+                snprintf(out, outlen, "%s", line);
+            return 0;
+        }
+    }
+    printf("  [%s %d] no '%s' line\n", name, (int)p->pid, want);
+    return -1;
+}
+
 int rnh_read_line(rnh_proc *p, char *buf, size_t len, int timeout_ms)
 {
     size_t n = 0;

@@ -100,6 +100,20 @@ typedef struct rnh_proc {
  * valgrind: run it under valgrind.  Returns 0 or -1. */
 int rnh_spawn(const char *prog, const char *const *argv, bool valgrind, rnh_proc *p);
 
+/* Spawn $RN_BUILD/tests/<prog> (e.g. "gpu/prog_e2e_cuda") with d's endpoint
+ * as its first argument and then args (NULL-terminated).  Returns 0 or -1. */
+int rnh_spawn_for(const rnh_daemon *d, const char *prog, const char *const *args, rnh_proc *p);
+
+/* Echo p's lines, "  [name pid] line", until its end (each line within
+ * line_timeout_ms), then wait for it and close it; its exit status (as
+ * rnh_wait), printed when not 0. */
+int rnh_finish_echo(rnh_proc *p, const char *name, int line_timeout_ms);
+
+/* Echo p's lines until one starts with want, and copy that line to out
+ * (unless NULL); 0, or -1 at p's end or after timeout_ms. */
+int rnh_await_line(rnh_proc *p, const char *name, const char *want, char *out, size_t outlen,
+                   int timeout_ms);
+
 /* Read one line from p's stdout (without the newline) within timeout_ms.
  * Returns its length, or -1 on EOF/timeout. */
 int rnh_read_line(rnh_proc *p, char *buf, size_t len, int timeout_ms);
