@@ -2,8 +2,7 @@
 /*
  * prog_fastpath_cuda.c - a client process of the CUDA fast-path tests
  * (test_fastpath_cuda): rn_rmsnorm_bwd on RN_PATH_FAST against a daemon
- * started with --cuda-fast-path.  Written without a GPU at hand: not yet run
- * on a GPU.
+ * started with --cuda-fast-path.
  *
  *   prog_fastpath_cuda ENDPOINT cmp          shapes x dtypes: the fast path
  *                                            against the fp64 reference and
@@ -12,6 +11,8 @@
  *                                            the call ("stalling" once the call
  *                                            returned), then the result checked
  *   prog_fastpath_cuda ENDPOINT quick N      N checked calls, "ok quick N in T ms"
+ *   prog_fastpath_cuda ENDPOINT steady MS    checked calls for MS ms ("steady"
+ *                                            after the first), "ok steady N calls"
  *   prog_fastpath_cuda ENDPOINT bad          bad calls: each error at rn_check,
  *                                            the stream never hangs, a good call
  *                                            after them is right
@@ -265,6 +266,37 @@ static int run_quick(int n)
     return 0;
 }
 
+/* Checked calls for ms milliseconds: a client that is already there while
+ * another one dies must see nothing of it. */
+static int run_steady(unsigned ms)
+{
+    rn_bwd_args a;
+    char *ar;
+    struct timespec t0;
+    int n = 0;
+
+    bf16_args(&a, 256, 1024);
+    CK(cudaMalloc((void **)&ar, layout(&a, NULL, false)));
+    layout(&a, ar, false);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        char what[32];
+        snprintf(what, sizeof what, "steady %d", n);
+        fill(&a, 900 + (uint64_t)n);
+        if (call_fast(&a, what) != 0 || !verify(&a, what))
+            return 1;
+        if (n++ == 0)
+            printf("steady\n");
+    } while (ms_since(&t0) < ms);
+    if (rn_sync(fast) != 0) {
+        printf("FAIL steady: %s\n", rn_last_error(fast));
+        return 1;
+    }
+    CK(cudaFree(ar));
+    printf("ok steady %d calls\n", n);
+    return 0;
+}
+
 /* ---- bad calls -------------------------------------------------------------------------- */
 
 static void expect_later(const char *what, const rn_bwd_args *a, int want)
@@ -308,7 +340,7 @@ static int run_bad(void)
     expect_later("misaligned", &b, RN_MISALIGNED);
     b = a;
     b.dx = (void *)(uintptr_t)a.x;   /* dx over x */
-    expect_later("aliased", &b, RN_INVALID_ARGUMENT);
+    expect_later("aliased", &b, RN_ALIASING);
     b = a;
     b.eps = -1.0f;
     expect_later("negative eps", &b, RN_INVALID_ARGUMENT);
@@ -355,11 +387,25 @@ int main(int argc, char **argv)
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) {
-        fprintf(stderr, "usage: %s ENDPOINT cmp|stall MS|quick N|bad|hold MS\n", argv[0]);
+        fprintf(stderr, "usage: %s ENDPOINT cmp|stall MS|quick N|steady MS|bad|hold MS\n", argv[0]);
         return 2;
     }
     endpoint = argv[1];
+    /* Under MPS a new client is refused while the server cleans up after a
+     * client that was killed (cudaErrorMpsServerNotReady): a worker retries,
+     * as this one does for up to 30 s. */
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    cudaError_t e;
+    while ((e = cudaSetDevice(0)) == cudaErrorMpsServerNotReady && ms_since(&t0) < 30000) {
+        (void)cudaGetLastError();
+        usleep(100000);
+    }
+    if (e != cudaSuccess && e != cudaErrorMpsServerNotReady)
+        CK(e);
     CK(cudaSetDevice(0));
+    if (ms_since(&t0) > 50)
+        printf("cudaSetDevice: the MPS server was not ready for %.0f ms\n", ms_since(&t0));
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CK(rne_load(&kern));
     fast = connect_path(RN_PATH_FAST, "fast");
@@ -369,6 +415,8 @@ int main(int argc, char **argv)
         rc = run_stall((unsigned)atoi(argv[3]));
     else if (strcmp(argv[2], "quick") == 0 && argc >= 4)
         rc = run_quick(atoi(argv[3]));
+    else if (strcmp(argv[2], "steady") == 0 && argc >= 4)
+        rc = run_steady((unsigned)atoi(argv[3]));
     else if (strcmp(argv[2], "bad") == 0)
         rc = run_bad();
     else if (strcmp(argv[2], "hold") == 0 && argc >= 4)

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_fastpath_cuda.c - the fast path on the cuda backend (rmsnormd
- * --cuda-fast-path, PROTOCOL.md section 13) end to end on a real GPU, with
+ * on by default, PROTOCOL.md section 13) end to end on a real GPU, with
  * real client processes (prog_fastpath_cuda, and prog_e2e_cuda with
- * RMSNORMD_PATH=fast).  Written without a GPU at hand: not yet run on a GPU.
+ * RMSNORMD_PATH=fast).
  *
- *  - HELLO offers the fast path (paths 3) only with --cuda-fast-path, and
- *    REGISTER_FD of a ring's memfd is refused without it;
+ *  - HELLO offers the fast path (paths 3) unless --cuda-fast-path=no, and
+ *    REGISTER_FD of a ring's memfd is refused with it;
  *  - results against the fp64 reference and bitwise equal to the classic
  *    path, over shapes and dtypes; the e2e grid with two clients at once;
  *  - stream ordering with random GPU-side delays before the producer and
@@ -59,13 +59,13 @@ static bool have_gpu(void)
             RN_SKIP("skipped: no GPU");                                                       \
     } while (0)
 
-/* --backend cuda, and --cuda-fast-path when fast. */
+/* --backend cuda, and --cuda-fast-path=no unless fast. */
 static int start(rnh_daemon *d, bool fast)
 {
     rnh_arg(d, "--backend");
     rnh_arg(d, "cuda");
-    if (fast)
-        rnh_arg(d, "--cuda-fast-path");
+    if (!fast)
+        rnh_arg(d, "--cuda-fast-path=no");
     return rnh_start(d);
 }
 
@@ -139,10 +139,10 @@ static void test_hello_paths(void **state)
     /* The ring's memory is refused: the option is off. */
     assert_int_not_equal(rnr_ring_open(&g, d->endpoint, 8, 4096), 0);
     assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
-    rnh_arg(d, "--cuda-fast-path");
+    rnh_arg(d, "--cuda-fast-path");   /* the later flag wins */
     assert_int_equal(rnh_start(d), 0);
     need_fast(d);
-    assert_true(log_has(d, "not yet run on a GPU"));
+    assert_true(log_has(d, "offers the fast path"));
     assert_int_equal(rnr_ring_open(&g, d->endpoint, 8, 4096), 0);
     rnr_ring_close(&g);
     RNH_PASS(d);
@@ -318,22 +318,29 @@ static void test_bad_slots(void **state)
     RNH_PASS(d);
 }
 
-/* kill -9 with calls pending behind a producer that spins for 3 s. */
+/* kill -9 with calls pending behind a producer that spins for 3 s, while
+ * another client makes checked calls throughout (it must see nothing of
+ * it); then a new client.  Under MPS the server refuses new clients while
+ * it cleans up after the killed one (prog_fastpath_cuda retries). */
 static void test_kill9_pending(void **state)
 {
     rnh_daemon *d = *state;
     const char *hold[] = {"hold", "3000", NULL};
+    const char *steady[] = {"steady", "6000", NULL};
     const char *after[] = {"quick", "10", NULL};
-    rnh_proc p;
+    rnh_proc p, o;
 
     NEED_GPU();
     assert_int_equal(start(d, true), 0);
     need_fast(d);
+    assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", steady, &o), 0);
+    assert_int_equal(rnh_await_line(&o, "steady", "steady", NULL, 0, 60000), 0);
     assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", hold, &p), 0);
     assert_int_equal(rnh_await_line(&p, "hold", "pending", NULL, 0, 60000), 0);
     kill(p.pid, SIGKILL);
     assert_int_equal(rnh_wait(&p, 10000), 128 + SIGKILL);
     rnh_proc_close(&p);
+    assert_int_equal(rnh_finish_echo(&o, "steady", CLIENT_TIMEOUT_MS), 0);
     assert_int_equal(rnh_wait_stat(d, "clients.died", 1, 20000), 0);
     assert_int_equal(rnh_wait_stat(d, "sessions.active", 0, 20000), 0);
     assert_int_equal(rnh_wait_stat(d, "regions.active", 0, 20000), 0);
