@@ -82,15 +82,17 @@ int rn_connect(const rn_connect_opts *opts, rn_client **out)
     }
     if (o.path == RN_PATH_DEFAULT) {
         const char *p = getenv("RMSNORMD_PATH");
-        if (!p || !*p || strcmp(p, "classic") == 0)
+        if (!p || !*p || strcmp(p, "auto") == 0)
+            o.path = RN_PATH_AUTO;
+        else if (strcmp(p, "classic") == 0)
             o.path = RN_PATH_CLASSIC;
         else if (strcmp(p, "fast") == 0)
             o.path = RN_PATH_FAST;
         else
             return rnc_fail(NULL, RN_INVALID_ARGUMENT,
-                            "RMSNORMD_PATH: '%.40s' is not a path (classic, fast)", p);
+                            "RMSNORMD_PATH: '%.40s' is not a path (classic, fast, auto)", p);
     }
-    if (o.path != RN_PATH_CLASSIC && o.path != RN_PATH_FAST)
+    if (o.path != RN_PATH_CLASSIC && o.path != RN_PATH_FAST && o.path != RN_PATH_AUTO)
         return rnc_fail(NULL, RN_INVALID_ARGUMENT, "path: %d is not a path (RN_PATH_*)", o.path);
     if (o.timeout_ms < -1)
         return rnc_fail(NULL, RN_INVALID_ARGUMENT, "timeout_ms: %d is negative (-1 means forever)",

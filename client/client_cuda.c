@@ -458,9 +458,18 @@ static int bwd_call(rn_client *c, const rn_bwd_args *a, void *stream, int mode, 
     if (c == NULL)
         return RN_INVALID_ARGUMENT;
     pthread_once(&drv_once, drv_init);
-    /* The fast path only when asked for (experimental, ring_cuda.c). */
-    if (mode == RNP_MODE_ASYNC && c->path == RN_PATH_FAST)
-        return rnc_bwd_ring_dev(c, a, &cuda_mapper, &k, &rnc_cuda_ring_dev, stream);
+    /* The fast path (ring_cuda.c) where the daemon offers it, unless the
+     * client asked for the classic one. */
+    if (mode == RNP_MODE_ASYNC && (c->path == RN_PATH_FAST || c->path == RN_PATH_AUTO)) {
+        enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        /* A stream being captured into a graph: RN_PATH_AUTO takes the
+         * classic path, RN_PATH_FAST refuses it (ring_cuda.c). */
+        if (c->path == RN_PATH_AUTO &&
+            cudaStreamIsCapturing((cudaStream_t)stream, &cap) != cudaSuccess)
+            (void)cudaGetLastError();
+        if (cap == cudaStreamCaptureStatusNone)
+            return rnc_bwd_ring_dev(c, a, &cuda_mapper, &k, &rnc_cuda_ring_dev, stream);
+    }
     return rnc_bwd(c, a, mode, &cuda_mapper, &k, t);
 }
 

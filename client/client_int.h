@@ -84,7 +84,7 @@ struct rn_client {
 
     rnc_cuda *cuda;
     rnc_vmm *vmm;
-    int path;           /* RN_PATH_CLASSIC or RN_PATH_FAST */
+    int path;           /* RN_PATH_CLASSIC, RN_PATH_FAST or RN_PATH_AUTO */
     rnc_ring *ring;
 
     char last_error[RN_ERRMSG_LEN];

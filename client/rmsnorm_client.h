@@ -94,24 +94,26 @@ typedef struct rn_connect_opts {
 
 /*
  * Paths (rn_connect_opts.path):
- *   RN_PATH_DEFAULT  $RMSNORMD_PATH ("classic" or "fast") when set, else
- *                    classic
+ *   RN_PATH_DEFAULT  $RMSNORMD_PATH ("classic", "fast" or "auto") when
+ *                    set, else RN_PATH_AUTO
  *   RN_PATH_CLASSIC  every call is one request and its reply over the socket
- *   RN_PATH_FAST     host calls go through a ring of slots in memory shared
- *                    with the daemon (proto/PROTOCOL.md section 13): no
- *                    round trip per call, and rn_rmsnorm_bwd_host_async
- *                    returns without waiting.  A daemon that does not
- *                    offer it fails the host calls with RN_UNSUPPORTED.
- *                    On the CUDA backend (experimental, not yet run on a
- *                    GPU; the daemon offers it only with --cuda-fast-path)
- *                    rn_rmsnorm_bwd also takes it: ready and the wait for
+ *   RN_PATH_FAST     calls go through a ring of slots in memory shared with
+ *                    the daemon (proto/PROTOCOL.md section 13): no round
+ *                    trip per call.  Host calls: rn_rmsnorm_bwd_host_async
+ *                    returns without waiting; a daemon that does not offer
+ *                    the path fails them with RN_UNSUPPORTED.  Stream calls
+ *                    (rn_rmsnorm_bwd, CUDA backend): ready and the wait for
  *                    the call are enqueued on the stream, no reply is
  *                    awaited, and errors surface as for
- *                    rn_rmsnorm_bwd_host_async; where the daemon does not
- *                    offer it, rn_rmsnorm_bwd takes the classic path.
+ *                    rn_rmsnorm_bwd_host_async (the next call, rn_check,
+ *                    rn_sync); where the daemon does not offer the path,
+ *                    rn_rmsnorm_bwd takes the classic path.
+ *   RN_PATH_AUTO     rn_rmsnorm_bwd as with RN_PATH_FAST (the fast path
+ *                    where the daemon offers it, which the CUDA backend
+ *                    does by default), host calls as with RN_PATH_CLASSIC.
  * An invalid RMSNORMD_PATH makes rn_connect fail with RN_INVALID_ARGUMENT.
  */
-enum { RN_PATH_DEFAULT = 0, RN_PATH_CLASSIC = 1, RN_PATH_FAST = 2 };
+enum { RN_PATH_DEFAULT = 0, RN_PATH_CLASSIC = 1, RN_PATH_FAST = 2, RN_PATH_AUTO = 3 };
 
 #define RN_CONNECT_OPTS_INIT {.struct_size = sizeof(rn_connect_opts)}
 
@@ -281,7 +283,7 @@ RN_EXPORT int rn_rmsnorm_bwd_host(rn_client *c, const rn_bwd_args *a, rn_timing 
  * first error not yet reported (0: none); RN_TIMEOUT after the client's
  * timeout.  rn_check returns the same without waiting, for the calls that
  * have finished.  rn_client_path says which path the client uses
- * (RN_PATH_CLASSIC or RN_PATH_FAST).
+ * (RN_PATH_CLASSIC, RN_PATH_FAST or RN_PATH_AUTO).
  */
 RN_EXPORT int rn_rmsnorm_bwd_host_async(rn_client *c, const rn_bwd_args *a);
 RN_EXPORT int rn_sync(rn_client *c);

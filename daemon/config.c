@@ -63,10 +63,10 @@ static const flag_def flags[] = {
     {"threads", "N", "CPU backend worker threads (default: online CPUs)"},
     {"log-level", "LEVEL", "debug|info|notice|warning|error (default info)"},
     {"kernel-deadline-ms", "MS", "cuda: a kernel running longer fails the device (default 60000)"},
-    {"cuda-fast-path", NULL, "cuda, experimental: offer the fast path (a ring of slots,\n"
-                              "                          PROTOCOL.md section 13) on the cuda backend;\n"
-                              "                          not yet run on a GPU (default no; in the\n"
-                              "                          file: yes|no)"},
+    {"cuda-fast-path", NULL, "cuda: offer the fast path (a ring of slots, PROTOCOL.md\n"
+                              "                          section 13) where the device has 64-bit stream\n"
+                              "                          memory operations (default yes;\n"
+                              "                          --cuda-fast-path=no, or no in the file: off)"},
     {"debug-force-grid", "N", "cuda, debugging: launch every kernel with N CTAs (default 0: the\n"
                               "                          plan's; same results, far slower)"},
     {"debug-fail-after", "N", "debugging: the Nth request fails the backend as a broken device\n"
@@ -93,6 +93,7 @@ void rnd_config_defaults(rnd_config *cfg)
     cfg->idle_timeout = 600;
     cfg->auth_timeout = 10;
     cfg->max_connections = 1024;
+    cfg->cuda_fast_path = true;
     cfg->spin_us = -1;
     cfg->threads = 0;
     cfg->log_level = RND_LOG_INFO;
@@ -382,9 +383,11 @@ static int next_flag(int argc, char **argv, int *i, const flag_def **f, const ch
     if (!*f)
         return rnp_fail(err, RN_INVALID_ARGUMENT, "unknown option '%s' (see --help)", a);
     if (!(*f)->arg) {
-        if (eq)
+        /* The yes/no switches take "--name=no" too; the actions no value. */
+        bool yes_no = !strcmp((*f)->name, "allow-shm-names") || !strcmp((*f)->name, "cuda-fast-path");
+        if (eq && !yes_no)
             return rnp_fail(err, RN_INVALID_ARGUMENT, "--%s takes no value", (*f)->name);
-        *value = NULL;
+        *value = eq ? eq + 1 : NULL;
     } else if (eq) {
         *value = eq + 1;
     } else {

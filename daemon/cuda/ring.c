@@ -1,9 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ring.c - the cuda backend's half of the fast path (PROTOCOL.md section
- * 13; backend.h, rnd_ring_job).  Experimental and off unless the daemon
- * runs with --cuda-fast-path; written without a GPU at hand: not yet run on
- * a GPU.
+ * 13; backend.h, rnd_ring_job).  On unless the daemon runs with
+ * --cuda-fast-path=no, where the device has 64-bit stream memory operations.
  *
  * The ring's memory: a memfd the client passed on the session channel
  * (REGISTER_FD), mapped here and registered with CUDA (cudaHostRegister,
@@ -102,13 +101,13 @@ void rnd_cuda_ring_probe(rnd_cuda *b, bool want)
     if (!why[0] && !hostreg)
         snprintf(why, sizeof why, "device %d cannot register host memory", b->dev);
     if (why[0]) {
-        rnd_warn("--cuda-fast-path: %s; the fast path stays off (HELLO offers the classic path "
+        rnd_warn("cuda-fast-path: %s; the fast path stays off (HELLO offers the classic path "
                  "only)", why);
         return;
     }
     b->rings = true;
-    rnd_warn("--cuda-fast-path is on: the cuda backend offers the fast path (PROTOCOL.md "
-             "section 13); experimental, not yet run on a GPU");
+    rnd_info("The cuda backend offers the fast path (PROTOCOL.md section 13; "
+             "--cuda-fast-path=no turns it off)");
 }
 
 static rnd_cuda_hostmap *hostmap_of(rnd_cuda *b, const void *handle)

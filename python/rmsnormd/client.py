@@ -204,19 +204,21 @@ class Client:
       timeout   seconds per request, and for connecting (float); None:
                 libclient's default (10 s); math.inf: wait forever
       name      shown in the daemon's log; None: "pid <pid>"
-      path      "classic" or "fast" (the fast path's ring, CPU backend;
-                PROTOCOL.md section 13); None: $RMSNORMD_PATH, else classic
+      path      "classic", "fast" (the fast path's ring, PROTOCOL.md section
+                13) or "auto" (stream calls on the fast path where the
+                daemon offers it, host calls on the classic path); None:
+                $RMSNORMD_PATH, else "auto"
 
     A Client may be shared by threads (libclient serialises its calls).  It
     must not be used in a child process after fork(): open a new one there.
     Use it as a context manager, or call close().
     """
 
-    _PATHS = {None: 0, "classic": 1, "fast": 2}
+    _PATHS = {None: 0, "classic": 1, "fast": 2, "auto": 3}
 
     def __init__(self, endpoint=None, timeout=None, name=None, path=None):
         if path not in self._PATHS:
-            raise ValueError("path: must be None, 'classic' or 'fast' (got %r)" % (path,))
+            raise ValueError("path: must be None, 'classic', 'fast' or 'auto' (got %r)" % (path,))
         lib = _lib.lib()
         self._handle = None
         self._pid = os.getpid()
@@ -410,9 +412,9 @@ class Client:
 
     @property
     def path(self):
-        """"classic" or "fast"."""
+        """"classic", "fast" or "auto"."""
         h = self._handle_or_raise()
-        return "fast" if _lib.lib().rn_client_path(h) == 2 else "classic"
+        return {1: "classic", 2: "fast", 3: "auto"}.get(_lib.lib().rn_client_path(h), "classic")
 
     def bwd(self, args, stream):
         """Enqueue the backward pass on a CUDA stream (an int cudaStream_t; 0 is

@@ -314,7 +314,7 @@ def test_fast_path_matches_classic(daemon, client):
     daemon's errors raise at sync() and check(), once."""
     fast = rmsnormd.Client(daemon.endpoint, path="fast")
     try:
-        assert fast.path == "fast" and client.path == "classic"
+        assert fast.path == "fast" and client.path == "auto"
         cases = []
         for i, case in enumerate(CASES):
             x_dt, dy_dt, dx_dt, w_dt, dw_dt, dres_dt, pad, given, off = case

@@ -468,6 +468,9 @@ static void test_debug_fail_after(void **state)
 
 int main(void)
 {
+    /* The classic path (its events, its errors): its clients say so, as the
+     * daemon offers the fast path too (test_fastpath_cuda tests that one). */
+    setenv("RMSNORMD_PATH", "classic", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_mps_flag, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_errors, rnh_setup, rnh_teardown),

@@ -646,7 +646,7 @@ static void test_session_expired(void **state)
     RNH_PASS(d);
 }
 
-/* Which path a client takes: the option, else RMSNORMD_PATH, else classic;
+/* Which path a client takes: the option, else RMSNORMD_PATH, else auto;
  * HELLO says the CPU backend offers both. */
 static void test_path_choice(void **state)
 {
@@ -659,6 +659,10 @@ static void test_path_choice(void **state)
     assert_int_equal(rnh_start(d), 0);
     o.endpoint = d->endpoint;
     unsetenv("RMSNORMD_PATH");
+    assert_int_equal(rn_connect(&o, &c), 0);
+    assert_int_equal(rn_client_path(c), RN_PATH_AUTO);
+    rn_close(c);
+    setenv("RMSNORMD_PATH", "classic", 1);
     assert_int_equal(rn_connect(&o, &c), 0);
     assert_int_equal(rn_client_path(c), RN_PATH_CLASSIC);
     rn_close(c);

@@ -89,11 +89,11 @@ static void test_defaults(void **state)
     assert_int_equal(c.log_level, RND_LOG_INFO);
     assert_string_equal(c.config_path, "");
     assert_false(c.log_level_from_flag);
-    assert_false(c.cuda_fast_path);   /* experimental: off unless asked for */
+    assert_true(c.cuda_fast_path);   /* offered where the device can */
 }
 
 /* --cuda-fast-path: a switch on the command line, yes or no in the file,
- * off by default. */
+ * on by default. */
 static void test_cuda_fast_path(void **state)
 {
     rnd_config c;
@@ -106,6 +106,8 @@ static void test_cuda_fast_path(void **state)
     snprintf(bad, sizeof bad, "%s", write_file("bad.conf", "cuda-fast-path = maybe\n"));
 
     (void)state;
+    assert_int_equal(load(&c, &action, err, NULL, "--cuda-fast-path=no", NULL), 0);
+    assert_false(c.cuda_fast_path);
     assert_int_equal(load(&c, &action, err, NULL, "--cuda-fast-path", NULL), 0);
     assert_true(c.cuda_fast_path);
     assert_int_equal(load(&c, &action, err, NULL, "--config", on, NULL), 0);
