@@ -43,6 +43,7 @@ struct Params {
     unsigned *ctr;    /* workspace header */
     float *part;      /* chunk k, stripe slot g at part + k * cs + g * pst */
     float *acc;       /* MODE_ATOMIC: fp32 accumulator [n], zero between launches */
+    const unsigned *cancel; /* rnk_bwd_args.cancel: NULL or the word read first */
 };
 
 /* ---- element access ------------------------------------------------------ */
@@ -322,6 +323,25 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
             atomicExch(&p.ctr[CTR_EXIT], 0u);
         }
     }
+}
+
+/*
+ * The cancel word (rnk_bwd_args.cancel), read once per block before anything
+ * else.  A block that finds it set claims no chunk and reads or writes no
+ * tensor; it only takes part in the exit count (finish_and_exit without the
+ * finish), so the last block out still resets the counters.  Blocks that
+ * found it clear claim every chunk (the claim loop runs until none is left)
+ * and so finish every chunk a waiting block counts on.
+ */
+__device__ __forceinline__ bool cancelled(const Params &p)
+{
+    __shared__ int s_cancel;
+    if (p.cancel == nullptr)
+        return false;
+    if (threadIdx.x == 0)
+        s_cancel = *(const volatile unsigned *)p.cancel != 0u;
+    __syncthreads();
+    return s_cancel != 0;
 }
 
 /* MODE_ATOMIC: after a chunk, the block that completed the last chunk

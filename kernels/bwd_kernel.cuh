@@ -303,6 +303,10 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
     const int64_t n = p.n;
     const bool want_dw = p.dw != nullptr;
 
+    if (cancelled(p)) {
+        finish_and_exit(p, smem, false);
+        return;
+    }
     unsigned nxt = claim_issue(p); /* overlaps the weight staging below */
     /* smem: w + weight_offset per lane (p.wsp floats, none when w is held in
      * registers), then the ring, which the stripe combine and the finish's
@@ -441,6 +445,10 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
     const bool want_dw = p.dw != nullptr;
     const bool has_w = p.w != nullptr;
 
+    if (cancelled(p)) {
+        finish_and_exit(p, smem, false);
+        return;
+    }
     unsigned nxt = claim_issue(p);
     if (threadIdx.x == 0)
         s_claim[0] = (int)nxt;

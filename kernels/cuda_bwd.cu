@@ -171,6 +171,7 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
     p.ctr = (unsigned *)ws;
     p.part = (float *)((char *)ws + WS_HEADER);
     p.acc = nullptr; /* the ATOMIC benchmark variant's, set there */
+    p.cancel = a->cancel;
 
     /* The fast path: x, dy, dx (and dres) of one dtype, 16-byte aligned rows,
      * n a multiple of the vector width, rows that fit in registers. */

@@ -66,6 +66,12 @@ typedef struct rnk_bwd_args {
     void *dw;                      /* [n] or NULL */
     float eps;
     float weight_offset;
+    /* NULL, or a device address the kernel reads first: a block that finds
+     * it non-zero touches none of the tensors (the caller cancelled the
+     * work: the memory may be gone).  Blocks that started before it was
+     * set run as usual, so outputs are then undefined, but the launch
+     * always ends and leaves the workspace clean for the next one. */
+    const unsigned *cancel;
 } rnk_bwd_args;
 
 /* Bytes per element; 0 for NONE. */

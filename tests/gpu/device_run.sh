@@ -31,7 +31,7 @@ step "gpu tests (full)" full.log timeout 240 "$t"
 # timing-based no-deadlock tests.
 export RNK_GPU_QUICK=1
 step "memcheck (quick)" memcheck.log timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    env RNK_GPU_TESTS='ref64,bad_args,m_zero,dtype,strides,no_weight,repeat,grid_invariance,graph,back_to_back,test_grid' "$t"
+    env RNK_GPU_TESTS='ref64,bad_args,m_zero,dtype,strides,no_weight,repeat,grid_invariance,graph,back_to_back,cancel,test_grid' "$t"
 step "racecheck (quick)" racecheck.log timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
     env RNK_GPU_TESTS='graph,m_zero' "$t"
 

@@ -545,6 +545,68 @@ static void test_repeat_bitwise(void **state)
     }
 }
 
+/*
+ * The cancel word (rnk_bwd_args.cancel): set before the launch, the kernel
+ * touches no tensor (the poisoned outputs stay poison, bit for bit) and
+ * leaves the workspace clean (the next launch is right); clear, the results
+ * are those of a launch without one, bitwise; and a word in pinned host
+ * memory (as the daemon keeps them) works the same way.  Fast path, general
+ * path, several grids.
+ */
+static void test_cancel_word(void **state)
+{
+    (void)state;
+    gspec specs[] = {gs(4096, 4096, RNK_BF16, RNK_F32, RNK_F32), gs(3000, 1024, RNK_BF16, RNK_F32, RNK_F32),
+                     gs(199, 33, RNK_F16, RNK_F32, RNK_F32)};
+    static const int grids[] = {0, 1, 7, 500};
+    unsigned *dword = dalloc(sizeof(unsigned)), *hword = NULL, *hdev = NULL;
+    CU(cudaHostAlloc((void **)&hword, sizeof(unsigned), cudaHostAllocMapped));
+    CU(cudaHostGetDevicePointer((void **)&hdev, hword, 0));
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+        gprob p;
+        gp_init(&p, &specs[k]);
+        run(&p);
+        verify_gpu(&p, "cancel: no word");
+        void *dx0, *dw0;
+        snap(&p, &dx0, &dw0);
+        for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; gi++) {
+            rnk_cuda_force_grid(dev, grids[gi]);
+            for (int where = 0; where < 2; where++) {
+                unsigned *word = where ? hdev : dword;
+                p.a.cancel = word;
+                /* Set: nothing written. */
+                if (where)
+                    *(volatile unsigned *)hword = 1u;
+                else
+                    CU(cudaMemsetAsync(dword, 0xff, sizeof(unsigned), st));
+                poison(&p);
+                CU(cudaStreamSynchronize(st));
+                void *px, *pw;
+                snap(&p, &px, &pw);
+                launch(&p);
+                CU(cudaStreamSynchronize(st));
+                expect_same(&p, px, pw, "cancelled: outputs untouched");
+                free(px);
+                free(pw);
+                /* Clear: the same bits as without a word. */
+                if (where)
+                    *(volatile unsigned *)hword = 0u;
+                else
+                    CU(cudaMemsetAsync(dword, 0, sizeof(unsigned), st));
+                run(&p);
+                expect_same(&p, dx0, dw0, "cancel word clear");
+                p.a.cancel = NULL;
+            }
+        }
+        rnk_cuda_force_grid(dev, 0);
+        free(dx0);
+        free(dw0);
+        gp_free(&p);
+    }
+    CU(cudaFreeHost(hword));
+    cudaFree(dword);
+}
+
 static void test_grid_invariance(void **state)
 {
     (void)state;
@@ -843,6 +905,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_grid_invariance),
         cmocka_unit_test(test_graph_replay),
         cmocka_unit_test(test_back_to_back),
+        cmocka_unit_test(test_cancel_word),
         cmocka_unit_test(test_grid),
         cmocka_unit_test(test_no_deadlock_stream),
         cmocka_unit_test(test_no_deadlock_process),
