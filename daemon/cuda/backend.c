@@ -27,6 +27,7 @@ static void sess_free(rnd_cuda *b, rnd_cuda_sess *cs)
      * events.  A failed device's objects are left to the process exit. */
     if (!b->failed)
         rnd_cuda_sess_events_destroy(cs);
+    rnd_cuda_cancel_release(b, cs);
     b->streams[cs->stream].nsess--;
     rn_queue_remove(&cs->link);
     free(cs);
@@ -87,6 +88,11 @@ static int open_device(rnd_cuda *b, const rnd_backend_opts *o, rnp_error *err)
     cudaError_t e;
     int rc, v = 0;
 
+    /* One hardware queue per stream of the pool (CUDA's default is 8, so
+     * streams would share queues): a fast-path job waiting for its client's
+     * ready word then holds up no other session's work.  The environment's
+     * setting wins. */
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     if ((rc = rnd_cuda_pick_device(b, o->device, err)) != 0)
         return rc;
     /* From here a failure is not "no CUDA": the device exists but does not
@@ -332,6 +338,7 @@ static int cuda_session_open(rnd_backend *be, void **bsess, rnp_error *err)
         if (b->streams[i].nsess < b->streams[best].nsess)
             best = i;
     cs->id = ++b->next_sess_id;
+    cs->cancel = -1;
     cs->stream = best;
     b->streams[best].nsess++;
     /* The server's "Session ... opened for" line follows: it names the

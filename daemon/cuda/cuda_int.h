@@ -42,6 +42,9 @@
 
 /* Streams in the pool (and so sessions that each get a stream of their own). */
 #define RND_CUDA_STREAMS 16
+/* Cancel words for the fast path's sessions (ring.c); a session past them
+ * runs its ring jobs without one. */
+#define RND_CUDA_CANCEL_WORDS 4096
 /* A kernel running longer than this marks the device failing, unless
  * rnd_backend_opts.kernel_deadline_ms says otherwise. */
 #define RND_CUDA_DEADLINE_MS 60000
@@ -111,6 +114,7 @@ struct rnd_cuda_sess {
     cudaEvent_t done[RNP_MAX_EVENTS];
     uint32_t done_next;
     uint32_t njobs;                /* submitted and not yet done */
+    int32_t cancel;                /* its cancel word (ring.c), -1: none yet */
     bool ending;                   /* its client is gone or said BYE */
     rn_queue link;                 /* b->sessions */
 };
@@ -172,6 +176,9 @@ struct rnd_cuda {
     rnd_cuda_wait64_fn wait64;
     rnd_cuda_write64_fn write64;
     rn_queue hostmaps;             /* rings' memory registered with CUDA */
+    unsigned *cancel_host;         /* cancel words (pinned, mapped): one per session */
+    CUdeviceptr cancel_dev;        /* ... their device address */
+    uint8_t *cancel_used;          /* which words a session holds */
 
     bool failed, fatal_pending;
     char fail_msg[RNP_MAX_ERRMSG]; /* for the fatal hook; HEALTH shows the start */
@@ -235,6 +242,11 @@ int rnd_cuda_region_open_fd(rnd_backend *be, void *bsess, int fd, uint64_t size,
                             rnd_mapping *out, rnp_error *err);
 void rnd_cuda_region_close_any(rnd_backend *be, void *bsess, rnd_mapping *m);
 void rnd_cuda_ring_fini(rnd_cuda *b);
+/* A ring job's cancel word for the kernel (rnk_bwd_args.cancel), the
+ * session's, taken at its first ring job; NULL when none is left (the job
+ * then runs without one).  Released with the session. */
+const unsigned *rnd_cuda_cancel_word(rnd_cuda *b, rnd_cuda_sess *cs);
+void rnd_cuda_cancel_release(rnd_cuda *b, rnd_cuda_sess *cs);
 /* A tensor of job in a ring's host memory: RN_INVALID_ARGUMENT. */
 int rnd_cuda_host_tensors(rnd_cuda *b, const rnd_job *job, rnp_error *err);
 /* The device address of host pointer p in a ring's memory; 0 if none. */

@@ -32,13 +32,16 @@
  *
  * A client that died: its jobs are cancelled, but their waits for ready are
  * on the stream already and its producer will never write ready.  The watch
- * (and the end of the session) write ready = seq into the daemon's own
- * mapping of the ring, so that the stream moves on; the kernels of those
- * jobs then run on memory the daemon still maps, as a classic request
- * submitted before its client died does.  A cancel word the kernel reads
- * first (nothing of the dead client's memory touched) is later work, and so
- * is an abandoned slot (the drain, the end of a live client's session):
- * here it runs once its producer writes ready.
+ * (and the end of the session) first set the session's cancel word, then
+ * write ready = seq into the daemon's own mapping of the ring, so that the
+ * stream moves on: the kernels of those jobs read the cancel word before
+ * anything else (rnk_bwd_args.cancel) and touch none of the dead client's
+ * memory, which under MPS may already be gone (a kernel that touched it
+ * would fault, and an MPS fault ends every client's context on the GPU).
+ * The cancel words live in pinned host memory the daemon alone writes, with
+ * plain stores: setting one needs no stream, so nothing can queue it behind
+ * the very wait it is meant to release.  An abandoned slot (the drain, the
+ * end of a live client's session) runs once its producer writes ready.
  */
 #include "cuda_int.h"
 
@@ -105,6 +108,21 @@ void rnd_cuda_ring_probe(rnd_cuda *b, bool want)
                  "only)", why);
         return;
     }
+    void *words = NULL, *dev = NULL;
+    if (cudaHostAlloc(&words, RND_CUDA_CANCEL_WORDS * sizeof(unsigned),
+                      cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess ||
+        cudaHostGetDevicePointer(&dev, words, 0) != cudaSuccess ||
+        !(b->cancel_used = calloc(RND_CUDA_CANCEL_WORDS, 1))) {
+        (void)cudaGetLastError();
+        if (words)
+            cudaFreeHost(words);
+        rnd_warn("cuda-fast-path: no pinned memory for the cancel words; the fast path stays "
+                 "off (HELLO offers the classic path only)");
+        return;
+    }
+    memset(words, 0, RND_CUDA_CANCEL_WORDS * sizeof(unsigned));
+    b->cancel_host = words;
+    b->cancel_dev = (CUdeviceptr)(uintptr_t)dev;
     b->rings = true;
     rnd_info("The cuda backend offers the fast path (PROTOCOL.md section 13; "
              "--cuda-fast-path=no turns it off)");
@@ -217,6 +235,42 @@ void rnd_cuda_ring_fini(rnd_cuda *b)
     rn_queue *q;
     while (b->rings && (q = rn_queue_head(&b->hostmaps)) != NULL)
         hostmap_free(b, RN_QUEUE_DATA(q, rnd_cuda_hostmap, link));
+    if (b->cancel_host && !b->failed)
+        cudaFreeHost(b->cancel_host);
+    b->cancel_host = NULL;
+    free(b->cancel_used);
+    b->cancel_used = NULL;
+}
+
+const unsigned *rnd_cuda_cancel_word(rnd_cuda *b, rnd_cuda_sess *cs)
+{
+    static bool warned;
+
+    if (cs->cancel < 0) {
+        for (int i = 0; i < RND_CUDA_CANCEL_WORDS; i++)
+            if (!b->cancel_used[i]) {
+                b->cancel_used[i] = 1;
+                __atomic_store_n(&b->cancel_host[i], 0u, __ATOMIC_RELEASE);
+                cs->cancel = i;
+                break;
+            }
+        if (cs->cancel < 0) {
+            if (!warned)
+                rnd_warn("All %d cancel words are taken: ring jobs of newer sessions run without "
+                         "one (their kernels would run if their client died)",
+                         RND_CUDA_CANCEL_WORDS);
+            warned = true;
+            return NULL;
+        }
+    }
+    return (const unsigned *)(uintptr_t)(b->cancel_dev + (CUdeviceptr)cs->cancel * sizeof(unsigned));
+}
+
+void rnd_cuda_cancel_release(rnd_cuda *b, rnd_cuda_sess *cs)
+{
+    if (cs->cancel >= 0 && b->cancel_used)
+        b->cancel_used[cs->cancel] = 0;
+    cs->cancel = -1;
 }
 
 int rnd_cuda_host_tensors(rnd_cuda *b, const rnd_job *job, rnp_error *err)
@@ -275,8 +329,13 @@ void rnd_cuda_ring_release_cancelled(rnd_cuda *b)
             continue;
         uint64_t *ready = rnp_ring_u64(job->ring->ring, RNP_RING_O_READY);
         uint64_t seen = __atomic_load_n(ready, __ATOMIC_ACQUIRE);
-        if (!rnp_seq_reached(seen, job->ring->seq))
-            __atomic_store_n(ready, job->ring->seq, __ATOMIC_RELEASE);
+        if (!rnp_seq_reached(seen, job->ring->seq)) {
+            /* The cancel word first: the kernel runs only after the wait
+             * sees ready, and reads the word then. */
+            if (g->cs->cancel >= 0)
+                __atomic_store_n(&b->cancel_host[g->cs->cancel], 1u, __ATOMIC_SEQ_CST);
+            __atomic_store_n(ready, job->ring->seq, __ATOMIC_SEQ_CST);
+        }
         g->ready_forced = true;
     }
 }

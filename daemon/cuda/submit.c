@@ -133,8 +133,7 @@ static void lost_track(rnd_cuda *b, rn_fault *f, const char *when)
 }
 
 /*
- * A ring job (the fast path, --cuda-fast-path; ring.c's top says what goes
- * on the stream).  Experimental: not yet run on a GPU.
+ * A ring job (the fast path; ring.c's top says what goes on the stream).
  */
 static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
 {
@@ -195,6 +194,8 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_queued);
     if (run) {
         RN_CUDA_GOTO(cudaEventRecord(g->t0, s->st), &f, fail_queued);
+        /* Read first by the kernel: set if the client dies before ready. */
+        job->args.cancel = rnd_cuda_cancel_word(b, cs);
         krc = rnk_cuda_bwd(b->kdev, &job->args, s->ws, s->ws_bytes, s->st, kmsg, sizeof kmsg);
         if (krc != RNK_OK) {
             launch_err(b, s, krc, kmsg, &kerr);
