@@ -319,12 +319,14 @@ static int map_dev_ptr(rn_client *c, void *ctx, const char *field, const void *p
     if (!ipc && !rnc_vmm_enabled())
         return rnc_fail(c, RN_NOT_SHARED,
                         "%s: memory from cuMemCreate or a memory pool (e.g. PyTorch expandable "
-                        "segments, cudaMallocAsync) has no CUDA IPC handle; use cudaMalloc",
+                        "segments, cudaMallocAsync) has no CUDA IPC handle, and RMSNORMD_VMM=0 "
+                        "turns off sharing cuMemCreate memory by descriptor; unset "
+                        "RMSNORMD_VMM, or use cudaMalloc",
                         field);
     if (!ipc) {
-        /* cuMemCreate memory (PyTorch's expandable segments), with
-         * RMSNORMD_VMM=1: shared by descriptor, one per physical
-         * allocation (vmm_cuda.c). */
+        /* cuMemCreate memory (PyTorch's expandable segments): shared by
+         * descriptor, one per physical allocation (vmm_cuda.c), unless
+         * RMSNORMD_VMM=0. */
         const cuda_call *k = ctx;
         uint8_t uuid[RNP_UUID_BYTES];
         uint64_t bytes = 0;

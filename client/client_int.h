@@ -325,8 +325,8 @@ int rnc_vmm_map(rn_client *c, const char *field, const void *p, uint64_t bytes,
                 const uint8_t uuid[RNP_UUID_BYTES], rnp_tensor *t);
 /* Free c's VMM state (the daemon's regions go with the session). */
 void rnc_vmm_release(rn_client *c);
-/* Whether the environment turns VMM sharing on (RMSNORMD_VMM=1): written,
- * not yet run on a GPU, so off unless asked for (issue 17). */
+/* Whether VMM sharing is on: yes unless the environment turns it off
+ * with RMSNORMD_VMM=0 (issue 17). */
 bool rnc_vmm_enabled(void);
 #else
 static inline void rnc_cuda_release(rn_client *c)

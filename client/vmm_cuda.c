@@ -23,9 +23,10 @@
  * released stays alive in the daemon (and here) until then, or until the
  * session ends.
  *
- * Written without a GPU at hand: not yet run on one (issue 17), so only
- * reached with RMSNORMD_VMM=1 in the environment (rnc_vmm_enabled); without
- * it such memory is refused (RN_NOT_SHARED) as before.
+ * On by default (issue 17; run on an H200, with and without MPS: see
+ * bench/RESULTS.md).  RMSNORMD_VMM=0 in the environment turns it off
+ * (rnc_vmm_enabled): such memory is then refused (RN_NOT_SHARED), as
+ * before this support existed.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -276,7 +277,7 @@ fail:
 bool rnc_vmm_enabled(void)
 {
     const char *e = getenv("RMSNORMD_VMM");
-    return e && strcmp(e, "1") == 0;
+    return !(e && strcmp(e, "0") == 0);
 }
 
 int rnc_vmm_map(rn_client *c, const char *field, const void *p, uint64_t bytes,

@@ -9,14 +9,14 @@ torch.nn.RMSNorm's constructor and state_dict, so it replaces it in place;
 replace_rmsnorm(model) swaps every torch.nn.RMSNorm of a model.
 
 Requirements:
- - CUDA tensors from PyTorch's default caching allocator WITHOUT expandable
-   segments.  Expandable segments (PYTORCH_CUDA_ALLOC_CONF=
-   expandable_segments:True) map memory with cuMemCreate, which has no
-   classic CUDA IPC handle, so the daemon cannot open it: the call fails with
-   RNError NOT_SHARED, and rms_norm refuses up front when the environment asks
-   for them.  Support is in progress: with RMSNORMD_VMM=1 libclient shares
-   that memory by file descriptor instead (written, not yet validated on a
-   GPU; PyTorch must create it exportable as POSIX descriptors).
+ - CUDA tensors from PyTorch's caching allocator, with or without expandable
+   segments (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).  Expandable
+   segments map memory with cuMemCreate, which has no classic CUDA IPC
+   handle; libclient shares it with the daemon as POSIX file descriptors
+   instead, which needs it created exportable that way (PyTorch does since
+   its PR #130890).  Where it cannot be shared (not exportable, or
+   RMSNORMD_VMM=0 in the environment, libclient's opt-out), the backward
+   fails with RNError NOT_SHARED, whose message says what to change.
  - A daemon on the same GPU (by UUID), ideally under MPS with the workers.
 Tensors on the CPU take PyTorch's own path, unless a client is given
 explicitly: then the backward runs on the daemon's CPU backend (through a
@@ -77,33 +77,6 @@ def set_default_client(client):
 
 
 # ---- checks ------------------------------------------------------------------------------
-
-def _expandable_segments_requested():
-    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
-        conf = os.environ.get(var, "")
-        for item in conf.replace(" ", "").split(","):
-            k, _, v = item.partition(":")
-            if k == "expandable_segments" and v.lower() == "true":
-                return var
-    return None
-
-
-_EXPANDABLE_HINT = (
-    "PyTorch's expandable segments allocate with cuMemCreate, which has no CUDA IPC "
-    "handle the daemon can open; unset expandable_segments:True in %s")
-
-
-def _vmm_enabled():
-    # libclient shares cuMemCreate memory by descriptor only when asked
-    # (RMSNORMD_VMM=1): written, not yet validated on a GPU (issue 17).
-    return os.environ.get("RMSNORMD_VMM") == "1"
-
-
-def _check_allocator():
-    var = _expandable_segments_requested()
-    if var and not _vmm_enabled():
-        raise RNError(110, "NOT_SHARED", _EXPANDABLE_HINT % var, "rms_norm")
-
 
 def _dtype_code(t, field):
     try:
@@ -205,10 +178,10 @@ class _RMSNormFn(torch.autograd.Function):
                     # dw after this returns, with no wait on our stream for
                     # it.  Their memory must never be handed out again.
                     _in_doubt.append((x2, dy2, dx, dw, w, rstd))
-                if e.name == "NOT_SHARED" and _expandable_segments_requested():
-                    raise RNError(e.code, e.name, "%s (%s)" % (
-                        e.message, _EXPANDABLE_HINT % _expandable_segments_requested()),
-                        e.op) from None
+                # NOT_SHARED (memory libclient cannot share, e.g. expandable
+                # segments not exportable as POSIX descriptors, or with
+                # RMSNORMD_VMM=0) carries libclient's message, which names
+                # the tensor and what to change.
                 raise
             # x2, dy2 and w may be copies: the caching allocator may hand their
             # memory to the next allocation on this stream, which is ordered
@@ -331,8 +304,6 @@ def rms_norm(x, weight=None, eps=None, *, normalized_shape=None, weight_offset=0
             raise ValueError("rms_norm: weight is on %s, x on %s" % (weight.device, x.device))
     if dw_dtype not in (None, torch.float32) and (weight is None or dw_dtype != weight.dtype):
         raise TypeError("rms_norm: dw_dtype must be None, torch.float32 or the weight's dtype")
-    if x.is_cuda:
-        _check_allocator()
     n = math.prod(normalized_shape)
     return _RMSNormFn.apply(x, weight, n, float(eps), float(weight_offset), dw_dtype, client)
 

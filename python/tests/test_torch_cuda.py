@@ -2,8 +2,9 @@
 """rmsnormd.torch on a GPU host: gradients against torch.autograd of
 F.rms_norm in fp64, over a grid of shapes and dtypes, within the kernel's
 tolerances (kernels/rnk.h); strided inputs, streams, determinism, the
-nn.Module swap, and the refusal of expandable segments (without
-RMSNORMD_VMM=1; with it: test_torch_vmm.py).
+nn.Module swap, and expandable segments: they work by default and are
+refused with RMSNORMD_VMM=0, libclient's opt-out (their gradients, bit for
+bit against a run without them: test_torch_vmm.py).
 
 Skipped where PyTorch, a CUDA device or a CUDA-enabled libclient is absent.
 """
@@ -210,7 +211,13 @@ def test_cpu_tensors_take_pytorchs_path():
 
 
 def _subprocess(code, endpoint, **env):
-    full = dict(os.environ, PYTHONPATH=PYDIR, RMSNORMD_ENDPOINT=endpoint, **env)
+    """Run code in a fresh interpreter; a variable given as None is unset."""
+    full = dict(os.environ, PYTHONPATH=PYDIR, RMSNORMD_ENDPOINT=endpoint)
+    for k, v in env.items():
+        if v is None:
+            full.pop(k, None)
+        else:
+            full[k] = v
     return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
                           text=True, timeout=120)
 
@@ -229,17 +236,29 @@ else:
 """
 
 
-def test_expandable_segments_in_environment_is_refused(gpu_daemon):
-    r = _subprocess(_EXPANDABLE, gpu_daemon.endpoint,
-                    PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True", RMSNORMD_VMM="0")
-    assert "RNError NOT_SHARED" in r.stdout, r.stdout + r.stderr
-    assert "expandable" in r.stdout
+# Expandable segments asked for in the environment, or switched on at run
+# time (where nothing but libclient can see them).
+_HOW = {
+    "environment": ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+                     "PYTORCH_ALLOC_CONF": None}, ""),
+    "run time": ({"PYTORCH_CUDA_ALLOC_CONF": None, "PYTORCH_ALLOC_CONF": None},
+                 "import torch; torch.cuda.memory._set_allocator_settings("
+                 "'expandable_segments:True')\n"),
+}
 
 
-def test_expandable_segments_memory_is_refused_by_libclient(gpu_daemon):
-    # Switched on at run time, where the environment check cannot see it:
-    # the library itself finds memory without a CUDA IPC handle.
-    code = ("import torch; torch.cuda.memory._set_allocator_settings("
-            "'expandable_segments:True')\n" + _EXPANDABLE)
-    r = _subprocess(code, gpu_daemon.endpoint, RMSNORMD_VMM="0")
+@pytest.mark.parametrize("how", sorted(_HOW))
+def test_expandable_segments_work_by_default(gpu_daemon, how):
+    env, prefix = _HOW[how]
+    r = _subprocess(prefix + _EXPANDABLE, gpu_daemon.endpoint, RMSNORMD_VMM=None, **env)
+    assert r.stdout.strip() == "no error", r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("how", sorted(_HOW))
+def test_expandable_segments_are_refused_with_vmm_off(gpu_daemon, how):
+    # RMSNORMD_VMM=0: libclient refuses memory without a CUDA IPC handle,
+    # as before it could share it, and its message names the variable.
+    env, prefix = _HOW[how]
+    r = _subprocess(prefix + _EXPANDABLE, gpu_daemon.endpoint, RMSNORMD_VMM="0", **env)
     assert "RNError NOT_SHARED" in r.stdout, r.stdout + r.stderr
+    assert "expandable" in r.stdout and "RMSNORMD_VMM=0" in r.stdout, r.stdout

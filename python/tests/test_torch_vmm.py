@@ -1,13 +1,14 @@
 # SPDX-License-Identifier: MIT
 """rmsnormd.torch with PyTorch's expandable segments (cuMemCreate memory,
-shared with the daemon by file descriptor: RMSNORMD_VMM=1, issue 17): the
-gradients of a grid of shapes and dtypes, computed in a process with
+shared with the daemon by file descriptor, libclient's default: issue 17):
+the gradients of a grid of shapes and dtypes, computed in a process with
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, must equal bit for bit
 those of the same run without it (the kernel is deterministic; only where
 the memory lives differs).  A 4-worker run of the training demo likewise.
+Both runs leave RMSNORMD_VMM unset, so they test the default.
 
-Written without a GPU at hand: not yet run on one.  Skipped where PyTorch,
-a CUDA device or a CUDA-enabled libclient is absent.
+Run on an NVIDIA H200 under MPS (bench/RESULTS.md, "Expandable segments").
+Skipped where PyTorch, a CUDA device or a CUDA-enabled libclient is absent.
 """
 
 import json
@@ -63,11 +64,19 @@ def gpu_daemon():
     assert code == 0, "rmsnormd exited with %r\n%s" % (code, log)
 
 
-def _run(code, endpoint, expandable):
-    env = dict(os.environ, PYTHONPATH=PYDIR, RMSNORMD_ENDPOINT=endpoint, RMSNORMD_VMM="1")
-    env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+def _env(endpoint, expandable):
+    """The environment of a run: libclient's default (RMSNORMD_VMM unset),
+    and expandable segments asked for or not."""
+    env = dict(os.environ, PYTHONPATH=PYDIR, RMSNORMD_ENDPOINT=endpoint)
+    for k in ("RMSNORMD_VMM", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):
+        env.pop(k, None)
     if expandable:
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    return env
+
+
+def _run(code, endpoint, expandable):
+    env = _env(endpoint, expandable)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -88,11 +97,7 @@ def test_training_demo_bitwise_equal_with_expandable_segments(gpu_daemon, tmp_pa
     runs = []
     for expandable in (False, True):
         out = str(tmp_path / ("run-%d.json" % expandable))
-        env = dict(os.environ, PYTHONPATH=PYDIR, RMSNORMD_ENDPOINT=gpu_daemon.endpoint,
-                   RMSNORMD_VMM="1")
-        env.pop("PYTORCH_CUDA_ALLOC_CONF", None)
-        if expandable:
-            env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+        env = _env(gpu_daemon.endpoint, expandable)
         r = subprocess.run([sys.executable, demo, "--impl", "daemon", "--workers", "4",
                             "--steps", "60", "--out", out], env=env, capture_output=True,
                            text=True, timeout=900)

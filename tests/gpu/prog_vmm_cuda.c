@@ -18,12 +18,15 @@
  *                                      the first ones)
  *   prog_vmm_cuda ENDPOINT noexport    memory created without an exportable
  *                                      handle type: RN_NOT_SHARED, saying so
+ *   prog_vmm_cuda ENDPOINT optout      exportable memory with RMSNORMD_VMM=0:
+ *                                      RN_NOT_SHARED, naming the variable
  *   prog_vmm_cuda ENDPOINT cost        the time of a sync call whose tensors
  *                                      need new ranges (1, 4 and 8 chunks
  *                                      each), and of the same call cached
  *                                      (for bench/RESULTS.md)
  *
- * It sets RMSNORMD_VMM=1 for itself (libclient's switch for this support).
+ * It runs with libclient's default (RMSNORMD_VMM unset: VMM memory shared
+ * by descriptor); only optout sets RMSNORMD_VMM=0, the opt-out.
  * Prints "ok ..." / "FAIL ..." lines and exits 0 when all passed.
  */
 #include <cuda.h>
@@ -331,6 +334,29 @@ static int run_noexport(void)
     return 0;
 }
 
+/* The opt-out: memory that would be shared is refused, as before VMM
+ * sharing existed, with a message naming the variable. */
+static int run_optout(void)
+{
+    segment s;
+    rn_bwd_args a;
+    int rc;
+
+    setenv("RMSNORMD_VMM", "0", 1);
+    seg_init(&s, true);
+    args_of(&a, 16, 1024, RN_DTYPE_BF16);
+    map_upto(&s, layout(&a, NULL, false));
+    layout(&a, (char *)(uintptr_t)s.base, false);
+    rc = rn_rmsnorm_bwd(cli, &a, st);
+    if (rc != RN_NOT_SHARED || !strstr(rn_last_error(cli), "RMSNORMD_VMM=0") ||
+        strncmp(rn_last_error(cli), "x: ", 3) != 0) {
+        printf("FAIL optout: %s: %s\n", rn_err_name(rc), rn_last_error(cli));
+        return 1;
+    }
+    printf("ok optout: %s\n", rn_last_error(cli));
+    return 0;
+}
+
 static double now_us(void)
 {
     struct timespec t;
@@ -384,13 +410,13 @@ int main(int argc, char **argv)
     rn_connect_opts o = {0};
 
     if (argc < 3) {
-        fprintf(stderr, "usage: prog_vmm_cuda ENDPOINT results|grow|flood|noexport\n");
+        fprintf(stderr, "usage: prog_vmm_cuda ENDPOINT results|grow|flood|noexport|optout|cost\n");
         return 2;
     }
     endpoint = argv[1];
     setvbuf(stdout, NULL, _IOLBF, 0);
-    /* VMM sharing is off unless asked for while it is unvalidated. */
-    setenv("RMSNORMD_VMM", "1", 1);
+    /* libclient's default, whatever the caller's environment says. */
+    unsetenv("RMSNORMD_VMM");
     CK(cudaSetDevice(0));
     CK(cudaGetDevice(&dev));
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -410,6 +436,8 @@ int main(int argc, char **argv)
         return run_flood();
     if (strcmp(argv[2], "noexport") == 0)
         return run_noexport();
+    if (strcmp(argv[2], "optout") == 0)
+        return run_optout();
     if (strcmp(argv[2], "cost") == 0)
         return run_cost();
     fprintf(stderr, "prog_vmm_cuda: unknown mode %s\n", argv[2]);

@@ -15,10 +15,13 @@
  *    VMM mappings once the kernels end, and serves the next client;
  *  - memory not created exportable as a POSIX descriptor: RN_NOT_SHARED
  *    with a message that says so, and nothing registered;
+ *  - the opt-out (RMSNORMD_VMM=0 in the client): RN_NOT_SHARED naming the
+ *    variable, and nothing registered;
  *  - the cost of a first call on new chunks and of a cached call (printed).
  *
- * Written without a GPU at hand (issue 17): not yet run on one.  Without a
- * GPU it prints "skipped: no GPU" and passes.
+ * The clients run with libclient's default (VMM sharing on).  Run on an
+ * NVIDIA H200 with and without MPS (bench/RESULTS.md, "Expandable
+ * segments").  Without a GPU it prints "skipped: no GPU" and passes.
  */
 #include "rn_test.h"
 
@@ -132,10 +135,21 @@ static void test_not_exportable(void **state)
     RNH_PASS(d);
 }
 
+static void test_opt_out(void **state)
+{
+    rnh_daemon *d = *state;
+
+    assert_int_equal(start_cuda(d), 0);
+    assert_int_equal(run_client(d, "optout"), 0);
+    assert_int_equal(rnh_stat(d, "regions.active"), 0);
+    RNH_PASS(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_not_exportable, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_opt_out, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_results, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_grow_remap, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill_midflight, rnh_setup, rnh_teardown),
