@@ -122,6 +122,10 @@ void rnd_cuda_ring_probe(rnd_cuda *b, bool want)
     }
     memset(words, 0, RND_CUDA_CANCEL_WORDS * sizeof(unsigned));
     b->cancel_host = words;
+    b->no_cancel = getenv("RMSNORMD_DEBUG_NO_CANCEL") && !strcmp(getenv("RMSNORMD_DEBUG_NO_CANCEL"), "1");
+    if (b->no_cancel)
+        rnd_warn("RMSNORMD_DEBUG_NO_CANCEL=1: the fast path's kernels get no cancel word (for "
+                 "measuring only: a client that dies with calls pending has its kernels run)");
     b->cancel_dev = (CUdeviceptr)(uintptr_t)dev;
     b->rings = true;
     rnd_info("The cuda backend offers the fast path (PROTOCOL.md section 13; "

@@ -16,12 +16,19 @@
  *   prog_fastpath_cuda ENDPOINT bad          bad calls: each error at rn_check,
  *                                            the stream never hangs, a good call
  *                                            after them is right
+ *   prog_fastpath_cuda ENDPOINT memops MS [K] no daemon call: a spin of MS ms, then
+ *                                            K (default 8) writes and waits on
+ *                                            a word in host memory registered
+ *                                            with CUDA (what a fast-path call
+ *                                            leaves on the stream), "pending",
+ *                                            and sleep until killed
  *   prog_fastpath_cuda ENDPOINT hold MS      a producer spinning MS ms, then 8
  *                                            calls behind it, "pending", and
  *                                            sleep until killed
  *
  * Prints "ok ..." / "FAIL ..." lines and exits 0 when all passed.
  */
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -381,13 +388,46 @@ static int run_hold(unsigned ms)
         pause();
 }
 
+/* What a fast-path call leaves on a client's stream, without the daemon:
+ * does killing a process with such work pending disturb other MPS clients? */
+typedef CUresult (*pfn_value64)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
+static int run_memops(unsigned ms, int k)
+{
+    pfn_value64 wait64 = NULL, write64 = NULL;
+    enum cudaDriverEntryPointQueryResult q;
+    uint64_t *words = NULL;
+    void *dwords = NULL;
+
+    CK(cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", (void **)&wait64, 12000,
+                                        cudaEnableDefault, &q));
+    CK(cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", (void **)&write64, 12000,
+                                        cudaEnableDefault, &q));
+    if (posix_memalign((void **)&words, 4096, 4096) != 0)
+        return 1;
+    memset(words, 0, 4096);
+    CK(cudaHostRegister(words, 4096, cudaHostRegisterMapped | cudaHostRegisterPortable));
+    CK(cudaHostGetDevicePointer(&dwords, words, 0));
+    CK(rne_spin(&kern, (uint64_t)ms * 1000000u, st));
+    for (uint64_t i = 1; i <= (uint64_t)k; i++) {
+        if (write64((CUstream)st, (CUdeviceptr)(uintptr_t)dwords, i, 0) != CUDA_SUCCESS ||
+            wait64((CUstream)st, (CUdeviceptr)(uintptr_t)dwords + 64, i, CU_STREAM_WAIT_VALUE_GEQ) !=
+                CUDA_SUCCESS) {
+            printf("FAIL memops: a stream memory operation was refused\n");
+            return 1;
+        }
+    }
+    printf("pending\n");
+    for (;;)
+        pause();
+}
+
 int main(int argc, char **argv)
 {
     int rc;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) {
-        fprintf(stderr, "usage: %s ENDPOINT cmp|stall MS|quick N|steady MS|bad|hold MS\n", argv[0]);
+        fprintf(stderr, "usage: %s ENDPOINT cmp|stall MS|quick N|steady MS|bad|memops MS|hold MS\n", argv[0]);
         return 2;
     }
     endpoint = argv[1];
@@ -421,6 +461,8 @@ int main(int argc, char **argv)
         rc = run_steady((unsigned)atoi(argv[3]));
     else if (strcmp(argv[2], "bad") == 0)
         rc = run_bad();
+    else if (strcmp(argv[2], "memops") == 0 && argc >= 4)
+        rc = run_memops((unsigned)atoi(argv[3]), argc >= 5 ? atoi(argv[4]) : 8);
     else if (strcmp(argv[2], "hold") == 0 && argc >= 4)
         rc = run_hold((unsigned)atoi(argv[3]));
     else {

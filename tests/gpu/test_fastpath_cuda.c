@@ -350,6 +350,34 @@ static void test_kill9_pending(void **state)
     RNH_PASS(d);
 }
 
+/* The platform under the fast path: kill -9 of a process whose stream has a
+ * spin and then (ops "8") stream memory operations on host memory it
+ * registered pending, or the spin alone (ops "0"), no daemon call, while
+ * another client makes checked calls. */
+static void kill9_platform(void **state, const char *ops)
+{
+    rnh_daemon *d = *state;
+    const char *hold[] = {"memops", "3000", ops, NULL};
+    const char *steady[] = {"steady", "6000", NULL};
+    rnh_proc p, o;
+
+    NEED_GPU();
+    assert_int_equal(start(d, true), 0);
+    need_fast(d);
+    assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", steady, &o), 0);
+    assert_int_equal(rnh_await_line(&o, "steady", "steady", NULL, 0, 60000), 0);
+    assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", hold, &p), 0);
+    assert_int_equal(rnh_await_line(&p, "memops", "pending", NULL, 0, 60000), 0);
+    kill(p.pid, SIGKILL);
+    assert_int_equal(rnh_wait(&p, 10000), 128 + SIGKILL);
+    rnh_proc_close(&p);
+    assert_int_equal(rnh_finish_echo(&o, "steady", CLIENT_TIMEOUT_MS), 0);
+    assert_not_failing(d);
+    RNH_PASS(d);
+}
+static void test_kill9_spin(void **state) { kill9_platform(state, "0"); }
+static void test_kill9_memops(void **state) { kill9_platform(state, "8"); }
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -361,7 +389,17 @@ int main(void)
                                         rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bad_calls, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bad_slots, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_kill9_spin, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_kill9_memops, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9_pending, rnh_setup, rnh_teardown),
     };
+    /* RN_TESTS=pattern runs only those, RN_SKIP_TESTS=pattern skips those
+     * (cmocka's wildcards): under MPS a killed client can leave the server
+     * refusing new clients until every client has gone, so the kill tests
+     * each want an MPS server of their own. */
+    if (getenv("RN_TESTS"))
+        cmocka_set_test_filter(getenv("RN_TESTS"));
+    if (getenv("RN_SKIP_TESTS"))
+        cmocka_set_skip_filter(getenv("RN_SKIP_TESTS"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
