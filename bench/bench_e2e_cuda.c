@@ -76,15 +76,7 @@
 #include "rnk.h"
 #include "rnk_test.h"
 
-#define CK(call)                                                                            \
-    do {                                                                                    \
-        cudaError_t e_ = (call);                                                            \
-        if (e_ != cudaSuccess) {                                                            \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                   \
-                    cudaGetErrorString(e_));                                                \
-            exit(1);                                                                        \
-        }                                                                                   \
-    } while (0)
+#define CK(call) RNE_CK(call)
 
 static uint64_t now_ns(void)
 {

@@ -36,15 +36,7 @@
 
 #include "../tests/gpu/e2e_cuda.h"
 
-#define CK(call)                                                                              \
-    do {                                                                                      \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess) {                                                              \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                     \
-                    cudaGetErrorString(e_));                                                  \
-            exit(1);                                                                          \
-        }                                                                                     \
-    } while (0)
+#define CK(call) RNE_CK(call)
 
 typedef CUresult (*pfn_value64)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
 static pfn_value64 wait64, write64;
@@ -199,7 +191,7 @@ static void run_mode(enum mode m, int n, uint64_t spin_ns, result *res)
         perror("mmap");
         exit(1);
     }
-    fflush(stdout);
+    fflush(NULL);   /* nothing buffered is written twice by the children */
     pid_t pid = fork();
     if (pid == 0) {
         close(c2d[1]);

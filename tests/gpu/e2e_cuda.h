@@ -15,6 +15,8 @@
 
 #include <cuda_runtime_api.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 static const char rne_ptx[] =
     ".version 7.0\n"
@@ -42,6 +44,18 @@ static const char rne_ptx[] =
     "    st.global.u64 [%rd2], %rd3;\n"
     "    ret;\n"
     "}\n";
+
+/* A CUDA runtime call that must succeed, for the benchmarks: the call, the
+ * place and the error on stderr, then exit 1. */
+#define RNE_CK(call)                                                                          \
+    do {                                                                                      \
+        cudaError_t e_ = (call);                                                              \
+        if (e_ != cudaSuccess) {                                                              \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                     \
+                    cudaGetErrorString(e_));                                                  \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
 
 typedef struct rne_kernels {
     cudaLibrary_t lib;

@@ -318,16 +318,14 @@ static void test_bad_slots(void **state)
     RNH_PASS(d);
 }
 
-/* kill -9 with calls pending behind a producer that spins for 3 s, while
- * another client makes checked calls throughout (it must see nothing of
- * it); then a new client.  Under MPS the server refuses new clients while
- * it cleans up after the killed one (prog_fastpath_cuda retries). */
-static void test_kill9_pending(void **state)
+/*
+ * kill -9 of a client (args: its prog_fastpath_cuda mode) once it says
+ * "pending", while another client makes checked calls for 6 s throughout:
+ * that one must see nothing of it.  Then the daemon is not failing.
+ */
+static void kill_beside_steady(rnh_daemon *d, const char *const *args)
 {
-    rnh_daemon *d = *state;
-    const char *hold[] = {"hold", "3000", NULL};
     const char *steady[] = {"steady", "6000", NULL};
-    const char *after[] = {"quick", "10", NULL};
     rnh_proc p, o;
 
     NEED_GPU();
@@ -335,12 +333,26 @@ static void test_kill9_pending(void **state)
     need_fast(d);
     assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", steady, &o), 0);
     assert_int_equal(rnh_await_line(&o, "steady", "steady", NULL, 0, 60000), 0);
-    assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", hold, &p), 0);
-    assert_int_equal(rnh_await_line(&p, "hold", "pending", NULL, 0, 60000), 0);
+    assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", args, &p), 0);
+    assert_int_equal(rnh_await_line(&p, args[0], "pending", NULL, 0, 60000), 0);
     kill(p.pid, SIGKILL);
     assert_int_equal(rnh_wait(&p, 10000), 128 + SIGKILL);
     rnh_proc_close(&p);
     assert_int_equal(rnh_finish_echo(&o, "steady", CLIENT_TIMEOUT_MS), 0);
+    assert_not_failing(d);
+}
+
+/* kill -9 with 8 calls pending behind a producer that spins for 3 s: the
+ * daemon cancels them (their kernels touch nothing) and releases the
+ * session; then a new client.  Under MPS the server refuses new clients
+ * while it cleans up after the killed one (prog_fastpath_cuda retries). */
+static void test_kill9_pending(void **state)
+{
+    rnh_daemon *d = *state;
+    const char *hold[] = {"hold", "3000", NULL};
+    const char *after[] = {"quick", "10", NULL};
+
+    kill_beside_steady(d, hold);
     assert_int_equal(rnh_wait_stat(d, "clients.died", 1, 20000), 0);
     assert_int_equal(rnh_wait_stat(d, "sessions.active", 0, 20000), 0);
     assert_int_equal(rnh_wait_stat(d, "regions.active", 0, 20000), 0);
@@ -350,33 +362,21 @@ static void test_kill9_pending(void **state)
     RNH_PASS(d);
 }
 
-/* The platform under the fast path: kill -9 of a process whose stream has a
- * spin and then (ops "8") stream memory operations on host memory it
- * registered pending, or the spin alone (ops "0"), no daemon call, while
- * another client makes checked calls. */
-static void kill9_platform(void **state, const char *ops)
+/* The platform under the fast path: kill -9 of a process whose stream has
+ * a spin and then stream memory operations on host memory it registered
+ * pending, or the spin alone, and no daemon call. */
+static void test_kill9_spin(void **state)
 {
-    rnh_daemon *d = *state;
-    const char *hold[] = {"memops", "3000", ops, NULL};
-    const char *steady[] = {"steady", "6000", NULL};
-    rnh_proc p, o;
-
-    NEED_GPU();
-    assert_int_equal(start(d, true), 0);
-    need_fast(d);
-    assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", steady, &o), 0);
-    assert_int_equal(rnh_await_line(&o, "steady", "steady", NULL, 0, 60000), 0);
-    assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", hold, &p), 0);
-    assert_int_equal(rnh_await_line(&p, "memops", "pending", NULL, 0, 60000), 0);
-    kill(p.pid, SIGKILL);
-    assert_int_equal(rnh_wait(&p, 10000), 128 + SIGKILL);
-    rnh_proc_close(&p);
-    assert_int_equal(rnh_finish_echo(&o, "steady", CLIENT_TIMEOUT_MS), 0);
-    assert_not_failing(d);
-    RNH_PASS(d);
+    const char *hold[] = {"memops", "3000", "0", NULL};
+    kill_beside_steady(*state, hold);
+    RNH_PASS((rnh_daemon *)*state);
 }
-static void test_kill9_spin(void **state) { kill9_platform(state, "0"); }
-static void test_kill9_memops(void **state) { kill9_platform(state, "8"); }
+static void test_kill9_memops(void **state)
+{
+    const char *hold[] = {"memops", "3000", "8", NULL};
+    kill_beside_steady(*state, hold);
+    RNH_PASS((rnh_daemon *)*state);
+}
 
 int main(void)
 {
