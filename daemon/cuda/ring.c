@@ -32,16 +32,18 @@
  *
  * A client that died: its jobs are cancelled, but their waits for ready are
  * on the stream already and its producer will never write ready.  The watch
- * (and the end of the session) first set the session's cancel word, then
- * write ready = seq into the daemon's own mapping of the ring, so that the
- * stream moves on: the kernels of those jobs read the cancel word before
- * anything else (rnk_bwd_args.cancel) and touch none of the dead client's
- * memory, which under MPS may already be gone (a kernel that touched it
- * would fault, and an MPS fault ends every client's context on the GPU).
- * The cancel words live in pinned host memory the daemon alone writes, with
- * plain stores: setting one needs no stream, so nothing can queue it behind
- * the very wait it is meant to release.  An abandoned slot (the drain, the
- * end of a live client's session) runs once its producer writes ready.
+ * (and the end of the session) write ready = seq into the daemon's own
+ * mapping of the ring, so that the stream moves on; the kernels of those
+ * jobs then run on memory the daemon still maps, as a classic request
+ * submitted before its client died does.  A cancel word (rnk_bwd_args.cancel,
+ * read by each block first) is set before ready, but the kernels get it only
+ * with RMSNORMD_DEBUG_CANCEL_WORD=1: every block reading pinned host memory
+ * costs far too much (bench/RESULTS.md); one read per launch, published to
+ * the other blocks through the workspace, is the next step.  The words live
+ * in pinned host memory the daemon alone writes, with plain stores: setting
+ * one needs no stream, so nothing can queue it behind the very wait it is
+ * meant to release.  An abandoned slot (the drain, the end of a live
+ * client's session) runs once its producer writes ready.
  */
 #include "cuda_int.h"
 
@@ -122,10 +124,16 @@ void rnd_cuda_ring_probe(rnd_cuda *b, bool want)
     }
     memset(words, 0, RND_CUDA_CANCEL_WORDS * sizeof(unsigned));
     b->cancel_host = words;
-    b->no_cancel = getenv("RMSNORMD_DEBUG_NO_CANCEL") && !strcmp(getenv("RMSNORMD_DEBUG_NO_CANCEL"), "1");
-    if (b->no_cancel)
-        rnd_warn("RMSNORMD_DEBUG_NO_CANCEL=1: the fast path's kernels get no cancel word (for "
-                 "measuring only: a client that dies with calls pending has its kernels run)");
+    /* Off by default: every block reading a word in host memory costs
+     * 140-430 us per launch on an H200 (bench/RESULTS.md); one read per
+     * launch is the next step.  Until then the words are set but no kernel
+     * reads them, and a dead client's pending kernels run on memory the
+     * daemon still maps, as a classic request's do. */
+    const char *cw = getenv("RMSNORMD_DEBUG_CANCEL_WORD");
+    b->cancel_words = cw && !strcmp(cw, "1");
+    if (b->cancel_words)
+        rnd_warn("RMSNORMD_DEBUG_CANCEL_WORD=1: the fast path's kernels read a cancel word in "
+                 "host memory (slow: for measuring only)");
     b->cancel_dev = (CUdeviceptr)(uintptr_t)dev;
     b->rings = true;
     rnd_info("The cuda backend offers the fast path (PROTOCOL.md section 13; "

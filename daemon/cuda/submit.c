@@ -195,7 +195,7 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     if (run) {
         RN_CUDA_GOTO(cudaEventRecord(g->t0, s->st), &f, fail_queued);
         /* Read first by the kernel: set if the client dies before ready. */
-        job->args.cancel = b->no_cancel ? NULL : rnd_cuda_cancel_word(b, cs);
+        job->args.cancel = b->cancel_words ? rnd_cuda_cancel_word(b, cs) : NULL;
         krc = rnk_cuda_bwd(b->kdev, &job->args, s->ws, s->ws_bytes, s->st, kmsg, sizeof kmsg);
         if (krc != RNK_OK) {
             launch_err(b, s, krc, kmsg, &kerr);

@@ -318,10 +318,32 @@ static void test_bad_slots(void **state)
     RNH_PASS(d);
 }
 
+/* Whether the daemon is an MPS client (its HEALTH says so when it is not). */
+static bool daemon_on_mps(const rnh_daemon *d)
+{
+    rn_health_info h;
+    rn_client *c;
+    bool mps = true;
+
+    assert_non_null(c = rnh_client(d));
+    assert_int_equal(rn_health(c, &h), 0);
+    for (unsigned i = 0; i < h.nreasons; i++)
+        if (strstr(h.reasons[i], "not an MPS client"))
+            mps = false;
+    rn_close(c);
+    return mps;
+}
+
 /*
  * kill -9 of a client (args: its prog_fastpath_cuda mode) once it says
  * "pending", while another client makes checked calls for 6 s throughout:
  * that one must see nothing of it.  Then the daemon is not failing.
+ *
+ * Not under MPS: on the H200 (driver of 2026-12) the MPS server faults
+ * every client ("an illegal memory access") when a client is killed while a
+ * kernel of its own runs, with no daemon involved (test_kill9_spin, run
+ * under MPS on 2026-12-03: bench/RESULTS.md), so there the test could only
+ * measure the platform.
  */
 static void kill_beside_steady(rnh_daemon *d, const char *const *args)
 {
@@ -331,6 +353,9 @@ static void kill_beside_steady(rnh_daemon *d, const char *const *args)
     NEED_GPU();
     assert_int_equal(start(d, true), 0);
     need_fast(d);
+    if (daemon_on_mps(d))
+        RN_SKIP("skipped under MPS: the MPS server faults every client when one is killed with a "
+                "kernel running, daemon or not (bench/RESULTS.md); run it without MPS");
     assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", steady, &o), 0);
     assert_int_equal(rnh_await_line(&o, "steady", "steady", NULL, 0, 60000), 0);
     assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", args, &p), 0);
