@@ -314,47 +314,40 @@ static int run_flood(void)
     }
 }
 
-static int run_noexport(void)
+/* One call on a tensor in VMM memory (exportable or not) that libclient
+ * must refuse with RN_NOT_SHARED, its message naming x and containing
+ * needle. */
+static int refused_call(const char *what, bool exportable, const char *needle)
 {
     segment s;
     rn_bwd_args a;
     int rc;
 
-    seg_init(&s, false);
+    seg_init(&s, exportable);
     args_of(&a, 16, 1024, RN_DTYPE_BF16);
     map_upto(&s, layout(&a, NULL, false));
     layout(&a, (char *)(uintptr_t)s.base, false);
     rc = rn_rmsnorm_bwd(cli, &a, st);
-    if (rc != RN_NOT_SHARED || !strstr(rn_last_error(cli), "POSIX descriptor") ||
+    if (rc != RN_NOT_SHARED || !strstr(rn_last_error(cli), needle) ||
         strncmp(rn_last_error(cli), "x: ", 3) != 0) {
-        printf("FAIL noexport: %s: %s\n", rn_err_name(rc), rn_last_error(cli));
+        printf("FAIL %s: %s: %s\n", what, rn_err_name(rc), rn_last_error(cli));
         return 1;
     }
-    printf("ok noexport: %s\n", rn_last_error(cli));
+    printf("ok %s: %s\n", what, rn_last_error(cli));
     return 0;
+}
+
+static int run_noexport(void)
+{
+    return refused_call("noexport", false, "POSIX descriptor");
 }
 
 /* The opt-out: memory that would be shared is refused, as before VMM
  * sharing existed, with a message naming the variable. */
 static int run_optout(void)
 {
-    segment s;
-    rn_bwd_args a;
-    int rc;
-
     setenv("RMSNORMD_VMM", "0", 1);
-    seg_init(&s, true);
-    args_of(&a, 16, 1024, RN_DTYPE_BF16);
-    map_upto(&s, layout(&a, NULL, false));
-    layout(&a, (char *)(uintptr_t)s.base, false);
-    rc = rn_rmsnorm_bwd(cli, &a, st);
-    if (rc != RN_NOT_SHARED || !strstr(rn_last_error(cli), "RMSNORMD_VMM=0") ||
-        strncmp(rn_last_error(cli), "x: ", 3) != 0) {
-        printf("FAIL optout: %s: %s\n", rn_err_name(rc), rn_last_error(cli));
-        return 1;
-    }
-    printf("ok optout: %s\n", rn_last_error(cli));
-    return 0;
+    return refused_call("optout", true, "RMSNORMD_VMM=0");
 }
 
 static double now_us(void)

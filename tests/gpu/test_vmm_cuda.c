@@ -125,25 +125,18 @@ static void test_cost(void **state)
     RNH_PASS(d);
 }
 
-static void test_not_exportable(void **state)
+/* A client mode whose call must be refused, with nothing registered. */
+static void refused(void **state, const char *mode)
 {
     rnh_daemon *d = *state;
 
     assert_int_equal(start_cuda(d), 0);
-    assert_int_equal(run_client(d, "noexport"), 0);
+    assert_int_equal(run_client(d, mode), 0);
     assert_int_equal(rnh_stat(d, "regions.active"), 0);
     RNH_PASS(d);
 }
-
-static void test_opt_out(void **state)
-{
-    rnh_daemon *d = *state;
-
-    assert_int_equal(start_cuda(d), 0);
-    assert_int_equal(run_client(d, "optout"), 0);
-    assert_int_equal(rnh_stat(d, "regions.active"), 0);
-    RNH_PASS(d);
-}
+static void test_not_exportable(void **state) { refused(state, "noexport"); }
+static void test_opt_out(void **state) { refused(state, "optout"); }
 
 int main(void)
 {
