@@ -34,7 +34,13 @@
  *     producer keeps the host ahead of the GPU, so the stamps measure GPU
  *     waits, not the host's round trip.  The daemon's kernel is not stamped
  *     itself: its time is taken to be the in-process kernel's;
- *  4. throughput with K = 1, 2, 4, 8 client processes at once.
+ *  4. throughput with K = 1, 2, 4, 8 client processes at once;
+ *  5. the kernel itself per shape (the "kernel" line): in this process,
+ *     between two events, and in the daemon, the mean of its fast.compute
+ *     histogram (the same events around its kernel) over the shape's
+ *     steady-state calls (0 on the classic path, whose kernels the daemon
+ *     does not time), so that a gap per hop larger than the words' cost can
+ *     be told from a slower kernel in the daemon.
  *
  * The paced loop and the pings (--iters of each per shape, after 10 and 20
  * warm-up ones) cost about iters x (GPU iteration + call) + iters x PING:
@@ -195,6 +201,49 @@ static void one_call(work *w, bool inproc, uint64_t *host_ns)
     }
 }
 
+/* The in-process kernel alone: mean us per launch over n launches, each
+ * between two events (as the daemon times its fast-path kernels). */
+static double kernel_alone(work *w, int n)
+{
+    cudaEvent_t e0, e1;
+    double total = 0;
+
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int i = 0; i < n; i++) {
+        float ms = 0;
+        CK(cudaEventRecord(e0, st));
+        one_call(w, true, NULL);
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        total += ms;
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return total * 1000.0 / n;
+}
+
+/* The daemon's fast.compute histogram (its fast-path kernels, timed with
+ * events around each): count and sum so far; zeros on the classic path. */
+static void daemon_compute(uint64_t *count, uint64_t *sum_ns)
+{
+    static rn_stats_info si;
+    static rn_hist_buckets b[RN_MAX_HISTS];
+
+    *count = *sum_ns = 0;
+    for (unsigned i = 0; i < RN_MAX_HISTS; i++)
+        b[i].struct_size = sizeof b[i];
+    si.struct_size = sizeof si;
+    if (rn_stats_hist_buckets(cli, &si, b, RN_MAX_HISTS) != 0)
+        return;
+    for (unsigned i = 0; i < si.nhists; i++)
+        if (strcmp(b[i].name, "fast.compute") == 0 && b[i].present) {
+            *count = b[i].count;
+            *sum_ns = b[i].sum_ns;
+        }
+}
+
 /*
  * iters iterations of [spin?] stamp -> bwd -> stamp.  Returns GPU time per
  * iteration (events), fills gaps[i] = consumer stamp - producer stamp, and
@@ -316,11 +365,21 @@ static int client_single(const char *endpoint, int iters)
         work w;
         double in_it[2], d_it[2];
         setup_work(&w, shapes[s][0], shapes[s][1]);
+        /* The kernel itself, in this process and (fast path: its
+         * fast.compute, over this shape's steady-state calls) in the daemon. */
+        double k_in = kernel_alone(&w, 50);
+        uint64_t c0, s0, c1, s1;
+        daemon_compute(&c0, &s0);
         /* Steady state, alternating, twice each: the spread shows the noise. */
         for (int r = 0; r < 2; r++) {
             in_it[r] = loop(&w, true, iters, 0, gaps, NULL);
             d_it[r] = loop(&w, false, iters, 0, gaps2, host);
         }
+        daemon_compute(&c1, &s1);
+        double k_d = c1 > c0 ? (double)(s1 - s0) / (double)(c1 - c0) / 1e3 : 0;
+        printf("kernel m=%lld n=%lld inproc_kernel_us=%.2f daemon_kernel_us=%.2f daemon_kernels=%llu\n",
+               (long long)shapes[s][0], (long long)shapes[s][1], k_in, k_d,
+               (unsigned long long)(c1 - c0));
         double hp50 = pct(host, iters, 0.5) / 1e3, hp99 = pct(host, iters, 0.99) / 1e3;
         /* The call's own cost: paced, the GPU idle at each call; then the
          * floor, a bare request/reply on the same connection. */
@@ -519,7 +578,8 @@ static void run_all(const char *label, const char *endpoint, int iters, FILE *ou
                         field(line, "ping_p99_us"),
                         field(line, "span_daemon_p50_us") - field(line, "span_inproc_p50_us"),
                         field(line, "hop_p50_us"));
-            else if (out && (strncmp(line, "info", 4) == 0 || strncmp(line, "path=", 5) == 0))
+            else if (out && (strncmp(line, "info", 4) == 0 || strncmp(line, "path=", 5) == 0 ||
+                             strncmp(line, "kernel ", 7) == 0))
                 fprintf(out, "<!-- %s: %s -->\n", label, line);
         }
         if (finish(&c) != 0)
