@@ -76,6 +76,7 @@ typedef struct cuda_call {
     cudaStream_t stream;
     int mode;   /* rnp_mode */
     bool fresh; /* this call asked the daemon again whether it has CUDA */
+    bool ring;  /* headed for the fast path (rnc_bwd_ring_dev) */
 } cuda_call;
 
 /* UUIDs of devices by ordinal, filled on first use. */
@@ -403,7 +404,12 @@ static int prepare(rn_client *c, void *ctx)
         s->session = c->session;
         s->built = true;
     }
-    if (s->nev == 0)
+    /* The events are the classic path's: a call that the ring will take
+     * (the daemon offers it in this session) needs none, so a client that
+     * only ever takes the fast path depends on CUDA IPC memory handles
+     * alone, not on IPC events (which need a shared /dev/shm). */
+    bool ring = k->ring && (c->hello.paths & RNP_PATH_FAST) && c->have_chan;
+    if (s->nev == 0 && !ring)
         return exchange_events(c, s);
     return 0;
 }
@@ -469,8 +475,10 @@ static int bwd_call(rn_client *c, const rn_bwd_args *a, void *stream, int mode, 
         if (c->path == RN_PATH_AUTO &&
             cudaStreamIsCapturing((cudaStream_t)stream, &cap) != cudaSuccess)
             (void)cudaGetLastError();
-        if (cap == cudaStreamCaptureStatusNone)
+        if (cap == cudaStreamCaptureStatusNone) {
+            k.ring = true;
             return rnc_bwd_ring_dev(c, a, &cuda_mapper, &k, &rnc_cuda_ring_dev, stream);
+        }
     }
     return rnc_bwd(c, a, mode, &cuda_mapper, &k, t);
 }
