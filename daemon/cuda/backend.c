@@ -207,6 +207,7 @@ static int cuda_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *er
     rn_queue_init(&b->sessions);
     rn_queue_init(&b->unmaps);
     rn_queue_init(&b->hostmaps);
+    rn_queue_init(&b->host_unmaps);
     RN_PT_GOTO(pthread_mutex_init(&b->mu, NULL), &f, fail_mutex);
 
     if ((rc = open_device(b, o, err)) != 0)

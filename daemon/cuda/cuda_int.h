@@ -176,6 +176,7 @@ struct rnd_cuda {
     rnd_cuda_wait64_fn wait64;
     rnd_cuda_write64_fn write64;
     rn_queue hostmaps;             /* rings' memory registered with CUDA */
+    rn_queue host_unmaps;          /* ... released, unregistered once no stream waits */
     unsigned *cancel_host;         /* cancel words (pinned, mapped): one per session */
     CUdeviceptr cancel_dev;        /* ... their device address */
     uint8_t *cancel_used;          /* which words a session holds */
@@ -243,6 +244,9 @@ int rnd_cuda_region_open_fd(rnd_backend *be, void *bsess, int fd, uint64_t size,
                             rnd_mapping *out, rnp_error *err);
 void rnd_cuda_region_close_any(rnd_backend *be, void *bsess, rnd_mapping *m);
 void rnd_cuda_ring_fini(rnd_cuda *b);
+/* Unregister and unmap the rings' memory the server released (called with
+ * the IPC mappings' closes: when no stream waits, or at the end). */
+void rnd_cuda_ring_close_released(rnd_cuda *b);
 /* A ring job's cancel word for the kernel (rnk_bwd_args.cancel), the
  * session's, taken at its first ring job; NULL when none is left (the job
  * then runs without one).  Released with the session. */

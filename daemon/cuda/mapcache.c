@@ -108,6 +108,7 @@ void rnd_cuda_close_unmaps(rnd_cuda *b)
         (void)cudaGetLastError();
         free(m);
     }
+    rnd_cuda_ring_close_released(b);
 }
 
 /*
@@ -141,11 +142,13 @@ static bool streams_waiting(rnd_cuda *b)
  * 3 s in the test), so while one client's inputs are not ready the closes
  * wait here instead, and the loop keeps serving (the check phase tries
  * again after each poll).  The mappings stay open that much longer; nothing
- * reads them any more.
+ * reads them any more.  The rings' memory (cudaHostUnregister) waits with
+ * them.
  */
 void rnd_cuda_flush_unmaps(rnd_cuda *b)
 {
-    if (rn_queue_empty(&b->unmaps) || b->failed || streams_waiting(b))
+    if ((rn_queue_empty(&b->unmaps) && rn_queue_empty(&b->host_unmaps)) || b->failed ||
+        streams_waiting(b))
         return; /* (a failed device: the process exits, which unmaps) */
     rnd_cuda_close_unmaps(b);
 }

@@ -235,16 +235,29 @@ void rnd_cuda_region_close_any(rnd_backend *be, void *bsess, rnd_mapping *m)
     rnd_cuda_hostmap *h = b->rings ? hostmap_of(b, m->handle) : NULL;
 
     /* No job uses m (backend.h): the ring's last job wrote done and
-     * completed before its region was released. */
-    if (h)
-        hostmap_free(b, h);
-    else
+     * completed before its region was released.  Unregistering may wait
+     * for the device, as closing an IPC mapping does (mapcache.c): it
+     * waits with those until no stream waits on a client. */
+    if (h) {
+        rn_queue_remove(&h->link);
+        rn_queue_push_back(&b->host_unmaps, &h->link);
+        rnd_cuda_flush_unmaps(b);
+    } else {
         rnd_cuda_region_close(be, bsess, m);
+    }
+}
+
+void rnd_cuda_ring_close_released(rnd_cuda *b)
+{
+    rn_queue *q;
+    while ((q = rn_queue_head(&b->host_unmaps)) != NULL)
+        hostmap_free(b, RN_QUEUE_DATA(q, rnd_cuda_hostmap, link));
 }
 
 void rnd_cuda_ring_fini(rnd_cuda *b)
 {
     rn_queue *q;
+    rnd_cuda_ring_close_released(b);
     while (b->rings && (q = rn_queue_head(&b->hostmaps)) != NULL)
         hostmap_free(b, RN_QUEUE_DATA(q, rnd_cuda_hostmap, link));
     if (b->cancel_host && !b->failed)
