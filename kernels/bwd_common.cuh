@@ -23,8 +23,13 @@ enum Mode {
     MODE_ATOMIC = 2,        /* benchmark "fused non-deterministic": fp32 atomics */
 };
 
-/* Counter words, each on its own 128-byte line of the workspace header. */
-enum { CTR_CLAIM = 0, CTR_DONE = 32, CTR_SLICE = 64, CTR_EXIT = 96, CTR_WORDS = 128 };
+/* Counter words, each on its own 128-byte line of the workspace header
+ * (the cancel state shares the exit counter's line: both are touched once
+ * per block, at its start and at its end). */
+enum { CTR_CLAIM = 0, CTR_DONE = 32, CTR_SLICE = 64, CTR_EXIT = 96, CTR_CANCEL = 112,
+       CTR_WORDS = 128 };
+/* CTR_CANCEL: what this launch knows of the cancel word. */
+enum { CANCEL_UNKNOWN = 0, CANCEL_READING = 1, CANCEL_CLEAR = 2, CANCEL_SET = 3 };
 enum { FIN_COLS = 32 };
 static constexpr size_t WS_HEADER = CTR_WORDS * 4;
 
@@ -319,6 +324,7 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
             atomicExch(&p.ctr[CTR_CLAIM], 0u);
             atomicExch(&p.ctr[CTR_DONE], 0u);
             atomicExch(&p.ctr[CTR_SLICE], 0u);
+            atomicExch(&p.ctr[CTR_CANCEL], (unsigned)CANCEL_UNKNOWN);
             __threadfence();
             atomicExch(&p.ctr[CTR_EXIT], 0u);
         }
@@ -326,20 +332,36 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
 }
 
 /*
- * The cancel word (rnk_bwd_args.cancel), read once per block before anything
- * else.  A block that finds it set claims no chunk and reads or writes no
- * tensor; it only takes part in the exit count (finish_and_exit without the
- * finish), so the last block out still resets the counters.  Blocks that
- * found it clear claim every chunk (the claim loop runs until none is left)
- * and so finish every chunk a waiting block counts on.
+ * The cancel word (rnk_bwd_args.cancel), known to each block before it does
+ * anything else.  It may lie in host memory, where a read costs a trip
+ * over the bus and hundreds of blocks reading it at once cost hundreds of
+ * microseconds, so one block per launch reads it: the first to swap the
+ * workspace's CTR_CANCEL from UNKNOWN to READING, which then stores CLEAR
+ * or SET; the others wait for that (the reader is running, so the wait
+ * ends), and the launch's last block resets it to UNKNOWN with the other
+ * counters.  The whole launch thus sees one value.  A block that finds it
+ * set claims no chunk and reads or writes no tensor; it only takes part in
+ * the exit count (finish_and_exit without the finish), so the last block out
+ * still resets the counters.
  */
 __device__ __forceinline__ bool cancelled(const Params &p)
 {
     __shared__ int s_cancel;
     if (p.cancel == nullptr)
         return false;
-    if (threadIdx.x == 0)
-        s_cancel = *(const volatile unsigned *)p.cancel != 0u;
+    if (threadIdx.x == 0) {
+        unsigned st = atomicCAS(&p.ctr[CTR_CANCEL], (unsigned)CANCEL_UNKNOWN,
+                                (unsigned)CANCEL_READING);
+        if (st == CANCEL_UNKNOWN) {
+            st = *(const volatile unsigned *)p.cancel != 0u ? CANCEL_SET : CANCEL_CLEAR;
+            __threadfence();
+            atomicExch(&p.ctr[CTR_CANCEL], st);
+        } else {
+            while ((st = ld_acquire(&p.ctr[CTR_CANCEL])) == CANCEL_READING)
+                __nanosleep(32);
+        }
+        s_cancel = st == CANCEL_SET;
+    }
     __syncthreads();
     return s_cancel != 0;
 }

@@ -38,8 +38,9 @@
  * submitted before its client died does.  A cancel word (rnk_bwd_args.cancel,
  * read by each block first) is set before ready, but the kernels get it only
  * with RMSNORMD_DEBUG_CANCEL_WORD=1: every block reading pinned host memory
- * costs far too much (bench/RESULTS.md); one read per launch, published to
- * the other blocks through the workspace, is the next step.  The words live
+ * cost far too much (bench/RESULTS.md); the kernel now reads it once per
+ * launch and publishes it to its other blocks through the workspace, which
+ * is to be measured before the switch goes away.  The words live
  * in pinned host memory the daemon alone writes, with plain stores: setting
  * one needs no stream, so nothing can queue it behind the very wait it is
  * meant to release.  An abandoned slot (the drain, the end of a live
@@ -124,16 +125,17 @@ void rnd_cuda_ring_probe(rnd_cuda *b, bool want)
     }
     memset(words, 0, RND_CUDA_CANCEL_WORDS * sizeof(unsigned));
     b->cancel_host = words;
-    /* Off by default: every block reading a word in host memory costs
+    /* Off by default: every block reading a word in host memory cost
      * 140-430 us per launch on an H200 (bench/RESULTS.md); one read per
-     * launch is the next step.  Until then the words are set but no kernel
-     * reads them, and a dead client's pending kernels run on memory the
-     * daemon still maps, as a classic request's do. */
+     * launch (the kernel's version now) is not measured yet.  Until then the
+     * words are set but no kernel reads them, and a dead client's pending
+     * kernels run on memory the daemon still maps, as a classic request's
+     * do. */
     const char *cw = getenv("RMSNORMD_DEBUG_CANCEL_WORD");
     b->cancel_words = cw && !strcmp(cw, "1");
     if (b->cancel_words)
         rnd_warn("RMSNORMD_DEBUG_CANCEL_WORD=1: the fast path's kernels read a cancel word in "
-                 "host memory (slow: for measuring only)");
+                 "host memory (being measured; not the default)");
     b->cancel_dev = (CUdeviceptr)(uintptr_t)dev;
     b->rings = true;
     rnd_info("The cuda backend offers the fast path (PROTOCOL.md section 13; "
