@@ -307,8 +307,7 @@ int rnc_bwd_ring_dev(rn_client *c, const rn_bwd_args *a, const rnc_mapper *m, vo
 /* Free c's CUDA state (events, registration cache); rn_close calls it. */
 #ifdef RN_HAVE_CUDA
 void rnc_cuda_release(rn_client *c);
-/* ring_cuda.c: the fast path's device side on a CUDA stream (experimental,
- * not yet run on a GPU). */
+/* ring_cuda.c: the fast path's device side on a CUDA stream. */
 extern const rnc_ring_dev rnc_cuda_ring_dev;
 
 /* ---- vmm_cuda.c -------------------------------------------------------------------- */

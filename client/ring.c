@@ -10,8 +10,8 @@
  * waits for done, spinning briefly, then sleeping on the done word's futex
  * while the waiters word says so).
  *
- * A stream-ordered call (rn_rmsnorm_bwd on the fast path; experimental,
- * not yet run on a GPU) hands ready and the wait for done to the stream
+ * A stream-ordered call (rn_rmsnorm_bwd on the fast path) hands ready and
+ * the wait for done to the stream
  * through a device side (rnc_ring_dev): the ring's memory is registered
  * with the device once, ready = seq is enqueued on the caller's stream
  * before the slot is published, the wait for done >= seq after.  A ring

@@ -7,11 +7,12 @@
  * writes before it) and the stream's wait for done >= seq
  * (cuStreamWaitValue64, GEQ).  PROTOCOL.md section 13.3.
  *
- * Experimental, not yet run on a GPU: rn_rmsnorm_bwd takes this path only
- * when the client asked for the fast path (RN_PATH_FAST, RMSNORMD_PATH=fast)
- * and the daemon offers it (rmsnormd --cuda-fast-path).  A stream being
- * captured into a CUDA graph is refused (RN_UNSUPPORTED): the slot and the
- * producer word are written by the host at the call, not at the replay.
+ * rn_rmsnorm_bwd takes this path on RN_PATH_FAST and RN_PATH_AUTO (the
+ * default) where the daemon offers it (the CUDA backend does, unless
+ * rmsnormd --cuda-fast-path=no).  A stream being captured into a CUDA graph
+ * is refused here (RN_UNSUPPORTED; RN_PATH_AUTO sends such a call to the
+ * classic path before it gets here): the slot and the producer word are
+ * written by the host at the call, not at the replay.
  *
  * The driver is reached through cudaGetDriverEntryPointByVersion, as in
  * client_cuda.c: no libcuda link of our own.

@@ -65,8 +65,7 @@ typedef struct rnd_backend_opts {
     uint64_t kernel_deadline_ms;       /* CUDA: a kernel running longer fails the device */
     uint32_t debug_force_grid;         /* CUDA: CTAs of every launch; 0 = the plan's */
     bool cuda_fast_path;               /* CUDA: offer ring jobs (the fast path) where the
-                                        * device has 64-bit stream memory operations;
-                                        * experimental, not yet run on a GPU */
+                                        * device has 64-bit stream memory operations */
     uint32_t debug_fail_after;         /* debugging: the Nth submitted job fails the
                                         * backend (0 = never); see rmsnormd(8) */
     /* A failure that makes the backend unusable (a sticky CUDA error).  Called

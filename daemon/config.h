@@ -60,7 +60,7 @@ typedef struct rnd_config {
     bool allow_shm_names;
     uint32_t threads;                  /* 0 = one per online CPU */
     uint64_t kernel_deadline_ms;       /* cuda: a longer kernel fails the device */
-    /* cuda: offer the fast path (experimental, not yet run on a GPU). */
+    /* cuda: offer the fast path (default yes). */
     bool cuda_fast_path;
     uint32_t debug_force_grid;         /* cuda: CTAs of every launch; 0 = the plan's */
     uint32_t debug_fail_after;         /* the Nth request fails the backend; 0 = never */

@@ -17,8 +17,8 @@
  *   complete.c  completion threads, the acked and done events, the fatal path
  *   watch.c     the deadline watch
  *   ring.c      the fast path's ring memory and its answers from the host
- *               (--cuda-fast-path; experimental, not yet run on a GPU); the
- *               ring job's submission is in submit.c
+ *               (on unless --cuda-fast-path=no); the ring job's submission
+ *               is in submit.c
  *
  * cuda_int.h - the backend's private structures and internal functions
  * (prefix rnd_cuda_).  Everything here runs on the loop thread, except the

@@ -7,8 +7,8 @@
 # Build where nvcc is, pack with tests/gpu/pack_build.sh (another build needs
 # only rmsnormd and bench/bench_e2e_cuda), then from the repository root:
 #   tests/gpu/e2e_run.sh BUILD OUT [OTHER_BUILD...]
-# Environment: E2E_STEPS (default "tests bench"; add "fast" for the CUDA fast
-# path's tests and benchmark), E2E_ITERS (default 300),
+# Environment: E2E_STEPS (default "tests bench"; add "fast" for the fast
+# path's tests and its benchmark beside the classic path), E2E_ITERS (default 300),
 # E2E_ROUNDS (default 1; more runs every build's benchmark that many times,
 # alternating the order, and prints the medians side by side: compare.txt).
 # Logs and the benchmark tables go to OUT; the last lines summarise each step.
@@ -58,8 +58,8 @@ case " $steps " in *" tests "*)
     unset RN_BUILD ;;
 esac
 
-# The CUDA fast path (rmsnormd --cuda-fast-path; experimental): opt in with
-# E2E_STEPS="fast" (or "tests bench fast").
+# The CUDA fast path's own tests and its benchmark beside the classic path
+# (both paths in one run): E2E_STEPS="fast" (or "tests bench fast").
 case " $steps " in *" fast "*)
     export RN_BUILD=$PWD/$build
     step "test_fastpath_cuda (no MPS)" fast-nomps.log timeout 280 \
