@@ -66,6 +66,7 @@ struct rnc_cuda {
     cudaEvent_t ready[READY_SLOTS];
     cudaEvent_t done[RNP_MAX_EVENTS];
     uint32_t next_ready;
+    bool events_tried; /* a fast-path call tried the exchange in this session */
     alloc_ent *ents;
     size_t nents, cap;
 };
@@ -156,6 +157,7 @@ static void reset(rnc_cuda *s)
     drop_events(s);
     s->nents = 0;
     s->next_ready = 0;
+    s->events_tried = false;
     s->built = false;
 }
 
@@ -404,13 +406,21 @@ static int prepare(rn_client *c, void *ctx)
         s->session = c->session;
         s->built = true;
     }
-    /* The events are the classic path's: a call that the ring will take
-     * (the daemon offers it in this session) needs none, so a client that
-     * only ever takes the fast path depends on CUDA IPC memory handles
-     * alone, not on IPC events (which need a shared /dev/shm). */
+    /* The events are the classic path's.  A call that the ring will take
+     * (the daemon offers it in this session) needs none, but the first one
+     * still exchanges them, once, so that a later classic call (a stream
+     * being captured into a graph, with RN_PATH_AUTO) finds them made and
+     * does no setup inside the capture; if the exchange fails (IPC events
+     * need a /dev/shm shared with the daemon, which a container may not
+     * have) the ring goes on without them. */
     bool ring = k->ring && (c->hello.paths & RNP_PATH_FAST) && c->have_chan;
     if (s->nev == 0 && !ring)
         return exchange_events(c, s);
+    if (s->nev == 0 && !s->events_tried) {
+        s->events_tried = true;
+        if (exchange_events(c, s) != 0)
+            rnc_clear_thread_error();
+    }
     return 0;
 }
 

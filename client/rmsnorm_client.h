@@ -105,8 +105,10 @@ typedef struct rn_connect_opts {
  *                    (rn_rmsnorm_bwd, CUDA backend): ready and the wait for
  *                    the call are enqueued on the stream, no reply is
  *                    awaited, and errors surface as for
- *                    rn_rmsnorm_bwd_host_async (the next call, rn_check,
- *                    rn_sync); where the daemon does not offer the path,
+ *                    rn_rmsnorm_bwd_host_async (the next call on the fast
+ *                    path, rn_check, rn_sync; a classic call in between
+ *                    does not report them); where the daemon does not
+ *                    offer the path,
  *                    rn_rmsnorm_bwd takes the classic path.
  *   RN_PATH_AUTO     rn_rmsnorm_bwd as with RN_PATH_FAST (the fast path
  *                    where the daemon offers it, which the CUDA backend

@@ -45,7 +45,8 @@ static const flag_def flags[] = {
                             "                          old clients)"},
     {"allow-shm-names", NULL, "accept REGISTER of shared memory by name over nanomsg, for old\n"
                               "                          clients: the daemon opens the name with its own\n"
-                              "                          privileges (default no; in the file: yes|no)"},
+                              "                          privileges (default no; --allow-shm-names=yes|no,\n"
+                              "                          in the file: yes|no)"},
     {"max-connections", "N", "client connections to the socket at once; more are refused at\n"
                              "                          once (default 1024)"},
     {"spin-us", "US", "after a request, poll this long before sleeping (default 100 on\n"

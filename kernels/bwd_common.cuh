@@ -24,8 +24,8 @@ enum Mode {
 };
 
 /* Counter words, each on its own 128-byte line of the workspace header
- * (the cancel state shares the exit counter's line: both are touched once
- * per block, at its start and at its end). */
+ * (the cancel state shares the exit counter's line: each block touches
+ * them at its start and at its end only). */
 enum { CTR_CLAIM = 0, CTR_DONE = 32, CTR_SLICE = 64, CTR_EXIT = 96, CTR_CANCEL = 112,
        CTR_WORDS = 128 };
 /* CTR_CANCEL: what this launch knows of the cancel word. */

@@ -66,11 +66,11 @@ typedef struct rnk_bwd_args {
     void *dw;                      /* [n] or NULL */
     float eps;
     float weight_offset;
-    /* NULL, or a device address the kernel reads first: a block that finds
-     * it non-zero touches none of the tensors (the caller cancelled the
-     * work: the memory may be gone).  Blocks that started before it was
-     * set run as usual, so outputs are then undefined, but the launch
-     * always ends and leaves the workspace clean for the next one. */
+    /* NULL, or a device address the kernel reads first, once per launch
+     * (one block reads it and tells the others): non-zero, no block touches
+     * any tensor (the caller cancelled the work: the memory may be gone).
+     * Set after the read, the launch runs as usual.  Either way it ends
+     * and leaves the workspace clean for the next one. */
     const unsigned *cancel;
 } rnk_bwd_args;
 

@@ -88,11 +88,6 @@ static int open_device(rnd_cuda *b, const rnd_backend_opts *o, rnp_error *err)
     cudaError_t e;
     int rc, v = 0;
 
-    /* One hardware queue per stream of the pool (CUDA's default is 8, so
-     * streams would share queues): a fast-path job waiting for its client's
-     * ready word then holds up no other session's work.  The environment's
-     * setting wins. */
-    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     if ((rc = rnd_cuda_pick_device(b, o->device, err)) != 0)
         return rc;
     /* From here a failure is not "no CUDA": the device exists but does not

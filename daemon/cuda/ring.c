@@ -36,7 +36,7 @@
  * mapping of the ring, so that the stream moves on; the kernels of those
  * jobs then run on memory the daemon still maps, as a classic request
  * submitted before its client died does.  A cancel word (rnk_bwd_args.cancel,
- * read by each block first) is set before ready, but the kernels get it only
+ * read first, once per launch) is set before ready, but the kernels get it only
  * with RMSNORMD_DEBUG_CANCEL_WORD=1: every block reading pinned host memory
  * cost far too much (bench/RESULTS.md); the kernel now reads it once per
  * launch and publishes it to its other blocks through the workspace, which
@@ -354,13 +354,21 @@ void rnd_cuda_ring_release_cancelled(rnd_cuda *b)
         rnd_job *job = g->job;
         if (!job || !job->ring || g->ready_forced || !atomic_load(&job->cancelled))
             continue;
+        /* The session's cancel word first, whether or not this job's
+         * ready came (a kernel queued behind others has not read it yet):
+         * the session is over, nothing it runs from now on should touch its
+         * memory.  Kernels read it only after their wait saw ready. */
+        if (g->cs->cancel >= 0)
+            __atomic_store_n(&b->cancel_host[g->cs->cancel], 1u, __ATOMIC_SEQ_CST);
         uint64_t *ready = rnp_ring_u64(job->ring->ring, RNP_RING_O_READY);
         uint64_t seen = __atomic_load_n(ready, __ATOMIC_ACQUIRE);
         if (!rnp_seq_reached(seen, job->ring->seq)) {
-            /* The cancel word first: the kernel runs only after the wait
-             * sees ready, and reads the word then. */
-            if (g->cs->cancel >= 0)
-                __atomic_store_n(&b->cancel_host[g->cs->cancel], 1u, __ATOMIC_SEQ_CST);
+            /* Its status says it did not run as asked (a session can end
+             * with its client alive: a channel that stopped reading), then
+             * ready, so that the stream moves on. */
+            rnp_ring_put_result(job->ring->slot, RN_RESTARTED,
+                                "the session ended before the call's inputs were ready; its "
+                                "outputs are undefined");
             __atomic_store_n(ready, job->ring->seq, __ATOMIC_SEQ_CST);
         }
         g->ready_forced = true;
