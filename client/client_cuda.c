@@ -478,16 +478,33 @@ static int bwd_call(rn_client *c, const rn_bwd_args *a, void *stream, int mode, 
     pthread_once(&drv_once, drv_init);
     /* The fast path (ring_cuda.c) where the daemon offers it, unless the
      * client asked for the classic one. */
-    if (mode == RNP_MODE_ASYNC && (c->path == RN_PATH_FAST || c->path == RN_PATH_AUTO)) {
+    bool automatic = c->path == RN_PATH_AUTO;
+    if (mode == RNP_MODE_ASYNC &&
+        (c->path == RN_PATH_FAST || (automatic && !__atomic_load_n(&c->ring_off, __ATOMIC_RELAXED)))) {
         enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-        /* A stream being captured into a graph: RN_PATH_AUTO takes the
-         * classic path, RN_PATH_FAST refuses it (ring_cuda.c). */
-        if (c->path == RN_PATH_AUTO &&
-            cudaStreamIsCapturing((cudaStream_t)stream, &cap) != cudaSuccess)
+        /* A stream being captured into a graph (or one whose state cannot be
+         * told): RN_PATH_AUTO takes the classic path, RN_PATH_FAST refuses
+         * it (ring_cuda.c). */
+        if (automatic && cudaStreamIsCapturing((cudaStream_t)stream, &cap) != cudaSuccess) {
             (void)cudaGetLastError();
+            cap = cudaStreamCaptureStatusActive;
+        }
         if (cap == cudaStreamCaptureStatusNone) {
             k.ring = true;
-            return rnc_bwd_ring_dev(c, a, &cuda_mapper, &k, &rnc_cuda_ring_dev, stream);
+            int rv = rnc_bwd_ring_dev(c, a, &cuda_mapper, &k, &rnc_cuda_ring_dev, stream);
+            /* RN_PATH_AUTO: a ring that cannot be set up in this process
+             * (a driver without stream memory operations, host memory that
+             * cannot be registered, a daemon that refuses the ring) is not
+             * tried again; this call and the later ones take the classic
+             * path, as they did before the fast path existed. */
+            if (rv != 0 && automatic && c->ring_setup_failed &&
+                (rv == RN_NO_CUDA || rv == RN_UNSUPPORTED || rv == RN_CUDA)) {
+                __atomic_store_n(&c->ring_off, true, __ATOMIC_RELAXED);
+                rnc_clear_thread_error();
+                k.ring = false;
+                return rnc_bwd(c, a, mode, &cuda_mapper, &k, t);
+            }
+            return rv;
         }
     }
     return rnc_bwd(c, a, mode, &cuda_mapper, &k, t);

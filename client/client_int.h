@@ -85,6 +85,8 @@ struct rn_client {
     rnc_cuda *cuda;
     rnc_vmm *vmm;
     int path;           /* RN_PATH_CLASSIC, RN_PATH_FAST or RN_PATH_AUTO */
+    bool ring_setup_failed; /* the last ring call failed setting up the ring (ring.c) */
+    bool ring_off;      /* RN_PATH_AUTO: the ring could not be set up here; classic */
     rnc_ring *ring;
 
     char last_error[RN_ERRMSG_LEN];

@@ -273,12 +273,17 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
     rnc_ring *g;
     int rv;
 
-    if ((rv = ensure_open(c)) != 0)
+    c->ring_setup_failed = false;
+    if ((rv = ensure_open(c)) != 0) {
+        c->ring_setup_failed = true;
         return rv;
+    }
     g = c->ring;
     if (dev && !g->dev) {
-        if ((rv = dev->attach(c, g->base, g->size, &g->dev_base)) != 0)
+        if ((rv = dev->attach(c, g->base, g->size, &g->dev_base)) != 0) {
+            c->ring_setup_failed = true;
             return rv;
+        }
         g->dev = dev;
     }
     if (__atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_STATE), __ATOMIC_ACQUIRE) !=
