@@ -30,17 +30,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "gpu/e2e_cuda.h"
 #include "rnk_test.h"
 
-#define CU(call)                                                                        \
-    do {                                                                                \
-        cudaError_t e_ = (call);                                                        \
-        if (e_ != cudaSuccess) {                                                        \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,               \
-                    cudaGetErrorString(e_));                                            \
-            exit(1);                                                                    \
-        }                                                                               \
-    } while (0)
+#define CU(call) RNE_CK(call)
 
 enum { NV = 3 };
 static const char *vname[NV] = {"fused", "separate", "atomic"};

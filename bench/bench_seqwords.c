@@ -34,7 +34,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../tests/gpu/e2e_cuda.h"
+#include "gpu/e2e_cuda.h"
 
 #define CK(call) RNE_CK(call)
 
