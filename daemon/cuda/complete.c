@@ -318,6 +318,7 @@ void rnd_cuda_on_check(uv_check_t *h)
 
     flush_acked(b);
     rnd_cuda_flush_unmaps(b);
+    rnd_cuda_ring_flush_released(b);
     rnd_cuda_run_fatal(b);
 }
 

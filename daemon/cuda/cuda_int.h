@@ -202,6 +202,8 @@ int rnd_cuda_region_open(rnd_backend *be, void *bsess, const rnp_register_req *r
                          rnd_mapping *out, rnp_error *err);
 void rnd_cuda_region_close(rnd_backend *be, void *bsess, rnd_mapping *m);
 void rnd_cuda_flush_unmaps(rnd_cuda *b);
+/* Whether a job on the GPU has not started yet (its stream waits). */
+bool rnd_cuda_streams_waiting(rnd_cuda *b);
 void rnd_cuda_close_unmaps(rnd_cuda *b);
 
 /* vmm.c */
@@ -244,9 +246,9 @@ int rnd_cuda_region_open_fd(rnd_backend *be, void *bsess, int fd, uint64_t size,
                             rnd_mapping *out, rnp_error *err);
 void rnd_cuda_region_close_any(rnd_backend *be, void *bsess, rnd_mapping *m);
 void rnd_cuda_ring_fini(rnd_cuda *b);
-/* Unregister and unmap the rings' memory the server released (called with
- * the IPC mappings' closes: when no stream waits, or at the end). */
-void rnd_cuda_ring_close_released(rnd_cuda *b);
+/* Unregister and unmap the rings' memory the server released, unless a
+ * stream waits (as rnd_cuda_flush_unmaps does for IPC mappings). */
+void rnd_cuda_ring_flush_released(rnd_cuda *b);
 /* A ring job's cancel word for the kernel (rnk_bwd_args.cancel), the
  * session's, taken at its first ring job; NULL when none is left (the job
  * then runs without one).  Released with the session. */

@@ -108,7 +108,6 @@ void rnd_cuda_close_unmaps(rnd_cuda *b)
         (void)cudaGetLastError();
         free(m);
     }
-    rnd_cuda_ring_close_released(b);
 }
 
 /*
@@ -116,7 +115,7 @@ void rnd_cuda_close_unmaps(rnd_cuda *b)
  * client's ready event or on the job before it.  Queries only; a start seen
  * here counts for the deadline too.
  */
-static bool streams_waiting(rnd_cuda *b)
+bool rnd_cuda_streams_waiting(rnd_cuda *b)
 {
     rn_queue *q;
 
@@ -142,13 +141,12 @@ static bool streams_waiting(rnd_cuda *b)
  * 3 s in the test), so while one client's inputs are not ready the closes
  * wait here instead, and the loop keeps serving (the check phase tries
  * again after each poll).  The mappings stay open that much longer; nothing
- * reads them any more.  The rings' memory (cudaHostUnregister) waits with
- * them.
+ * reads them any more.  The rings' memory (cudaHostUnregister) waits the
+ * same way (ring.c, rnd_cuda_ring_flush_released).
  */
 void rnd_cuda_flush_unmaps(rnd_cuda *b)
 {
-    if ((rn_queue_empty(&b->unmaps) && rn_queue_empty(&b->host_unmaps)) || b->failed ||
-        streams_waiting(b))
+    if (rn_queue_empty(&b->unmaps) || b->failed || rnd_cuda_streams_waiting(b))
         return; /* (a failed device: the process exits, which unmaps) */
     rnd_cuda_close_unmaps(b);
 }

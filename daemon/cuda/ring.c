@@ -243,23 +243,30 @@ void rnd_cuda_region_close_any(rnd_backend *be, void *bsess, rnd_mapping *m)
     if (h) {
         rn_queue_remove(&h->link);
         rn_queue_push_back(&b->host_unmaps, &h->link);
-        rnd_cuda_flush_unmaps(b);
+        rnd_cuda_ring_flush_released(b);
     } else {
         rnd_cuda_region_close(be, bsess, m);
     }
 }
 
-void rnd_cuda_ring_close_released(rnd_cuda *b)
+static void close_released(rnd_cuda *b)
 {
     rn_queue *q;
     while ((q = rn_queue_head(&b->host_unmaps)) != NULL)
         hostmap_free(b, RN_QUEUE_DATA(q, rnd_cuda_hostmap, link));
 }
 
+void rnd_cuda_ring_flush_released(rnd_cuda *b)
+{
+    if (rn_queue_empty(&b->host_unmaps) || b->failed || rnd_cuda_streams_waiting(b))
+        return; /* (a failed device: the process exits, which unmaps) */
+    close_released(b);
+}
+
 void rnd_cuda_ring_fini(rnd_cuda *b)
 {
     rn_queue *q;
-    rnd_cuda_ring_close_released(b);
+    close_released(b);
     while (b->rings && (q = rn_queue_head(&b->hostmaps)) != NULL)
         hostmap_free(b, RN_QUEUE_DATA(q, rnd_cuda_hostmap, link));
     if (b->cancel_host && !b->failed)
