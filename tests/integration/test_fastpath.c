@@ -88,6 +88,37 @@ static rnv_case mixed_case(int i)
     return k;
 }
 
+/* RN_PATH_AUTO (the default): host calls take the classic path, also the
+ * "async" one (a plain synchronous call), and no ring is opened; the
+ * results are right. */
+static void test_auto_host_calls_classic(void **state)
+{
+    rnh_daemon *d = *state;
+    rn_client *c;
+
+    assert_int_equal(rnh_start(d), 0);
+    c = client_on(d, RN_PATH_AUTO);
+    assert_int_equal(rn_client_path(c), RN_PATH_AUTO);
+    for (int i = 0; i < 4; i++) {
+        rnv_case k = mixed_case(i);
+        laid l;
+        lay(c, &k, 0x51ed270b27c1a3ull * (uint64_t)(i + 1) ^ (uint64_t)getpid(), &l);
+        int rc = i % 2 ? rn_rmsnorm_bwd_host_async(c, &l.a) : rn_rmsnorm_bwd_host(c, &l.a, NULL);
+        if (rc != 0)
+            fail_msg("case %d: %s", i, rn_last_error(c));
+        /* Synchronous on the classic path: the outputs are there. */
+        check(&l, "auto");
+        unlay(c, &l);
+    }
+    assert_int_equal(rn_sync(c), 0);
+    assert_int_equal(rn_check(c), 0);
+    assert_int_equal(rnh_stat(d, "requests.bwd"), 4);
+    assert_int_equal(rnh_stat(d, "fast.slots"), 0);
+    assert_int_equal(rnh_stat(d, "fast.rings"), 0);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
 /* Fresh random inputs on both paths: within the fp64 tolerance, bitwise the
  * CPU twin, and bitwise the classic path's outputs. */
 static void test_results(void **state)
@@ -707,6 +738,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_results, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_auto_host_calls_classic, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_pipelined_two_clients, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_errors_surface, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ready_late, rnh_setup, rnh_teardown),
