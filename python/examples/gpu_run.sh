@@ -4,8 +4,10 @@
 # with PyTorch (run from the repository root):
 #   1. start an MPS control daemon (unless RN_NO_MPS=1), so the daemon and
 #      the workers share the GPU without context switches;
-#   2. pytest python/tests: the CPU-backend tests and test_torch_cuda.py
-#      (gradients against torch.autograd of F.rms_norm over shapes x dtypes);
+#   2. pytest python/tests: the CPU-backend tests, test_torch_cuda.py
+#      (gradients against torch.autograd of F.rms_norm over shapes x dtypes)
+#      and test_torch_vmm.py (expandable segments; about 110 s on an H200),
+#      within RN_PYTEST_TIMEOUT seconds (default 400);
 #   3. gpu_cycle.py: one CUDA rmsnormd, train_mp.py with 4 workers four
 #      times (daemon twice, torch.nn.RMSNorm twice), compare_runs.py.
 # Everything it writes goes to $OUT (default /tmp/rn-gpu-out): pytest.log,
@@ -51,7 +53,7 @@ fi
 echo "== MPS: $([ $mps = 1 ] && echo on || echo off)" | tee -a "$OUT/cycle.log"
 
 echo "== pytest python/tests" | tee -a "$OUT/cycle.log"
-RN_LOG_DIR="$OUT" timeout -k 5 "${RN_PYTEST_TIMEOUT:-100}" python3 -m pytest -q --maxfail=5 --no-header \
+RN_LOG_DIR="$OUT" timeout -k 5 "${RN_PYTEST_TIMEOUT:-400}" python3 -m pytest -q --maxfail=5 --no-header \
     python/tests >"$OUT/pytest.log" 2>&1 || status=1
 tail -n 15 "$OUT/pytest.log" | tee -a "$OUT/cycle.log"
 
