@@ -32,16 +32,9 @@ static pfn_value64 wait64, write64;
 
 static void resolve(void)
 {
-    enum cudaDriverEntryPointQueryResult q1 = cudaDriverEntryPointSymbolNotFound, q2 = q1;
-    cudaError_t e1 = cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", (void **)&wait64,
-                                                      12000, cudaEnableDefault, &q1);
-    cudaError_t e2 = cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", (void **)&write64,
-                                                      12000, cudaEnableDefault, &q2);
-    if (e1 != cudaSuccess || e2 != cudaSuccess || q1 != cudaDriverEntryPointSuccess ||
-        q2 != cudaDriverEntryPointSuccess) {
-        (void)cudaGetLastError();
+    if (!rn_cuda_entry_to("cuStreamWaitValue64", (void **)&wait64) ||
+        !rn_cuda_entry_to("cuStreamWriteValue64", (void **)&write64))
         wait64 = write64 = NULL;
-    }
 }
 
 static int attach(rn_client *c, void *base, size_t size, uint64_t *dev)

@@ -79,19 +79,14 @@ static struct {
 } drv;
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 
-static bool entry(const char *name, void **fn)
-{
-    return (*fn = rn_cuda_entry(name)) != NULL;
-}
-
 static void drv_init(void)
 {
-    drv.ok = entry("cuPointerGetAttributes", (void **)&drv.attrs) &&
-             entry("cuMemGetAddressRange", (void **)&drv.range) &&
-             entry("cuMemRetainAllocationHandle", (void **)&drv.retain) &&
-             entry("cuMemRelease", (void **)&drv.release) &&
-             entry("cuMemGetAllocationPropertiesFromHandle", (void **)&drv.props) &&
-             entry("cuMemExportToShareableHandle", (void **)&drv.export);
+    drv.ok = rn_cuda_entry_to("cuPointerGetAttributes", (void **)&drv.attrs) &&
+             rn_cuda_entry_to("cuMemGetAddressRange", (void **)&drv.range) &&
+             rn_cuda_entry_to("cuMemRetainAllocationHandle", (void **)&drv.retain) &&
+             rn_cuda_entry_to("cuMemRelease", (void **)&drv.release) &&
+             rn_cuda_entry_to("cuMemGetAllocationPropertiesFromHandle", (void **)&drv.props) &&
+             rn_cuda_entry_to("cuMemExportToShareableHandle", (void **)&drv.export);
 }
 
 /* The mapping of one physical allocation that contains addr. */

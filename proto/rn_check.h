@@ -33,6 +33,7 @@
 #define RN_CHECK_H
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +146,12 @@ static inline void *rn_cuda_entry(const char *name)
         return NULL;
     }
     return fn;
+}
+
+/* rn_cuda_entry into *fn; whether the driver has it. */
+static inline bool rn_cuda_entry_to(const char *name, void **fn)
+{
+    return (*fn = rn_cuda_entry(name)) != NULL;
 }
 #endif
 

@@ -123,6 +123,22 @@ static void outstanding(rnd_cuda *b, rnd_cuda_sess *cs, rnd_cuda_gjob *g, rnd_jo
     cs->njobs++;
 }
 
+/* A job for session cs's stream, on no list yet; NULL when out of memory. */
+static rnd_cuda_gjob *gjob_new(rnd_cuda_sess *cs)
+{
+    rnd_cuda_gjob *g = calloc(1, sizeof *g);
+
+    if (g) {
+        rn_queue_init(&g->link);
+        rn_queue_init(&g->alink);
+        rn_queue_init(&g->flink);
+        g->cs = cs;
+        g->stream = cs->stream;
+        g->done_slot = -1;
+    }
+    return g;
+}
+
 /* Work is on the stream that we cannot track (a CUDA call failed after it
  * was queued): the device state is unknown, so the backend stops serving. */
 static void lost_track(rnd_cuda *b, rn_fault *f, const char *when)
@@ -167,14 +183,8 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     }
     if (!run && rj->status && !atomic_load(&job->cancelled))
         rnp_ring_put_result(rj->slot, rj->status, rj->msg);
-    if (!(g = calloc(1, sizeof *g)))
+    if (!(g = gjob_new(cs)))
         return rnp_fail(err, RN_NOMEM, "bwd: out of memory");
-    rn_queue_init(&g->link);
-    rn_queue_init(&g->alink);
-    rn_queue_init(&g->flink);
-    g->cs = cs;
-    g->stream = cs->stream;
-    g->done_slot = -1;
     if ((rc = rnd_cuda_gjob_events(b, g, run, err)) != 0) {
         rnd_cuda_gjob_free(b, g);
         return rc;
@@ -249,15 +259,8 @@ int rnd_cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
     /* A ring's host memory is no tensor (only with the fast path on). */
     if (b->rings && (rc = rnd_cuda_host_tensors(b, job, err)) != 0)
         return rc;
-    g = calloc(1, sizeof *g);
-    if (!g)
+    if (!(g = gjob_new(cs)))
         return rnp_fail(err, RN_NOMEM, "bwd: out of memory");
-    rn_queue_init(&g->link);
-    rn_queue_init(&g->alink);
-    rn_queue_init(&g->flink);
-    g->cs = cs;
-    g->stream = cs->stream;
-    g->done_slot = -1;
     s = &b->streams[cs->stream];
     if ((rc = ws_ensure(b, s, job->args.m, job->args.n, err)) != 0)
         goto fail;

@@ -55,21 +55,16 @@ static struct {
 } drv;
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 
-static bool entry(const char *name, void **fn)
-{
-    return (*fn = rn_cuda_entry(name)) != NULL;
-}
-
 static void drv_init(void)
 {
-    drv.ok = entry("cuMemImportFromShareableHandle", (void **)&drv.import) &&
-             entry("cuMemGetAllocationPropertiesFromHandle", (void **)&drv.props) &&
-             entry("cuMemGetAllocationGranularity", (void **)&drv.gran) &&
-             entry("cuMemAddressReserve", (void **)&drv.reserve) &&
-             entry("cuMemMap", (void **)&drv.map) && entry("cuMemSetAccess", (void **)&drv.access) &&
-             entry("cuMemUnmap", (void **)&drv.unmap) &&
-             entry("cuMemRelease", (void **)&drv.release) &&
-             entry("cuMemAddressFree", (void **)&drv.free);
+    drv.ok = rn_cuda_entry_to("cuMemImportFromShareableHandle", (void **)&drv.import) &&
+             rn_cuda_entry_to("cuMemGetAllocationPropertiesFromHandle", (void **)&drv.props) &&
+             rn_cuda_entry_to("cuMemGetAllocationGranularity", (void **)&drv.gran) &&
+             rn_cuda_entry_to("cuMemAddressReserve", (void **)&drv.reserve) &&
+             rn_cuda_entry_to("cuMemMap", (void **)&drv.map) && rn_cuda_entry_to("cuMemSetAccess", (void **)&drv.access) &&
+             rn_cuda_entry_to("cuMemUnmap", (void **)&drv.unmap) &&
+             rn_cuda_entry_to("cuMemRelease", (void **)&drv.release) &&
+             rn_cuda_entry_to("cuMemAddressFree", (void **)&drv.free);
 }
 
 static int no_driver(rnp_error *err, const char *field)

@@ -77,23 +77,6 @@ static bool log_has(const rnh_daemon *d, const char *needle)
     return system(cmd) == 0;
 }
 
-static int hello_paths(const rnh_daemon *d)
-{
-    static rnp_request q;
-    static rnp_reply r;
-    int sock = rnr_open(d->endpoint), paths = -1;
-
-    memset(&q, 0, sizeof q);
-    q.version = RNP_VERSION;
-    q.op = RN_OP_HELLO;
-    q.id = 1;
-    snprintf(q.u.hello.client_name, sizeof q.u.hello.client_name, "paths");
-    q.u.hello.pid = (uint32_t)getpid();
-    if (rnr_call(sock, &q, &r) == 0 && r.status == 0)
-        paths = (int)r.u.hello.paths;
-    rnr_close(sock);
-    return paths;
-}
 
 static int run_fast(const rnh_daemon *d, const char *const *args)
 {
@@ -106,14 +89,9 @@ static int run_fast(const rnh_daemon *d, const char *const *args)
 static void assert_not_failing(const rnh_daemon *d)
 {
     rn_health_info h;
-    rn_client *c;
 
-    assert_non_null(c = rnh_client(d));
-    assert_int_equal(rn_health(c, &h), 0);
-    for (unsigned i = 0; i < h.nreasons; i++)
-        printf("health reason: %s\n", h.reasons[i]);
+    assert_int_equal(rnh_health(d, &h), 0);
     assert_int_not_equal(h.state, RN_HEALTH_FAILING);
-    rn_close(c);
 }
 
 /* The daemon was started with the option: does it offer the path?  If the
@@ -121,7 +99,7 @@ static void assert_not_failing(const rnh_daemon *d)
  * tests that need the path skip. */
 static void need_fast(const rnh_daemon *d)
 {
-    if (hello_paths(d) == 3)
+    if (rnr_hello_paths(d->endpoint) == 3)
         return;
     if (log_has(d, "the fast path stays off"))
         RN_SKIP("skipped: the device has no 64-bit stream memory operations");
@@ -135,7 +113,7 @@ static void test_hello_paths(void **state)
 
     NEED_GPU();
     assert_int_equal(start(d, false), 0);
-    assert_int_equal(hello_paths(d), 1);
+    assert_int_equal(rnr_hello_paths(d->endpoint), 1);
     /* The ring's memory is refused: the option is off. */
     assert_int_not_equal(rnr_ring_open(&g, d->endpoint, 8, 4096), 0);
     assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
@@ -322,15 +300,12 @@ static void test_bad_slots(void **state)
 static bool daemon_on_mps(const rnh_daemon *d)
 {
     rn_health_info h;
-    rn_client *c;
     bool mps = true;
 
-    assert_non_null(c = rnh_client(d));
-    assert_int_equal(rn_health(c, &h), 0);
+    assert_int_equal(rnh_health(d, &h), 0);
     for (unsigned i = 0; i < h.nreasons; i++)
         if (strstr(h.reasons[i], "not an MPS client"))
             mps = false;
-    rn_close(c);
     return mps;
 }
 

@@ -625,6 +625,17 @@ rn_client *rnh_client(const rnh_daemon *d)
     return c;
 }
 
+int rnh_health(const rnh_daemon *d, rn_health_info *h)
+{
+    rn_client *c = rnh_client(d);
+    int rv = c && rn_health(c, h) == 0 ? 0 : -1;
+
+    for (unsigned i = 0; rv == 0 && i < h->nreasons; i++)
+        printf("health reason: %s\n", h->reasons[i]);
+    rn_close(c);
+    return rv;
+}
+
 int64_t rnh_stat(const rnh_daemon *d, const char *name)
 {
     rn_client *c = rnh_client(d);

@@ -136,6 +136,10 @@ int rnh_wait_pid(pid_t pid, int timeout_ms);
 /* A client of d's daemon (timeout 10 s), or NULL after printing why. */
 rn_client *rnh_client(const rnh_daemon *d);
 
+/* HEALTH of d into *h, its reasons printed ("health reason: ...").
+ * Returns 0, or -1 when it could not be asked. */
+int rnh_health(const rnh_daemon *d, rn_health_info *h);
+
 /* One counter of d's daemon's STATS (fresh client each call); -1 on error. */
 int64_t rnh_stat(const rnh_daemon *d, const char *name);
 

@@ -23,6 +23,10 @@ int rnr_send_bytes(int sock, const void *buf, size_t len, rnp_reply *rep);
 /* Encode req (version and id as given) and exchange it. */
 int rnr_call(int sock, const rnp_request *req, rnp_reply *rep);
 
+/* The `paths` a HELLO on a fresh connection to endpoint is answered with;
+ * -1 when no answer came. */
+int rnr_hello_paths(const char *endpoint);
+
 /* HELLO; fills *session.  Returns 0 or -1. */
 int rnr_hello(int sock, rnp_session *session);
 

@@ -284,23 +284,6 @@ static void test_stream_session_lost(void **state)
     RNH_PASS(d);
 }
 
-static int hello_paths(const rnh_daemon *d)
-{
-    static rnp_request q;
-    static rnp_reply r;
-    int sock = rnr_open(d->endpoint), paths = -1;
-
-    memset(&q, 0, sizeof q);
-    q.version = RNP_VERSION;
-    q.op = RN_OP_HELLO;
-    q.id = 1;
-    snprintf(q.u.hello.client_name, sizeof q.u.hello.client_name, "paths");
-    q.u.hello.pid = (uint32_t)getpid();
-    if (rnr_call(sock, &q, &r) == 0 && r.status == 0)
-        paths = (int)r.u.hello.paths;
-    rnr_close(sock);
-    return paths;
-}
 
 static void test_cpu_option_inert(void **state)
 {
@@ -310,11 +293,11 @@ static void test_cpu_option_inert(void **state)
     rn_client *c;
 
     assert_int_equal(rnh_start(d), 0);
-    assert_int_equal(hello_paths(d), 3);
+    assert_int_equal(rnr_hello_paths(d->endpoint), 3);
     assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
     rnh_arg(d, "--cuda-fast-path");
     assert_int_equal(rnh_start(d), 0);
-    assert_int_equal(hello_paths(d), 3);
+    assert_int_equal(rnr_hello_paths(d->endpoint), 3);
     cur = &s;
     c = fast_client(d);
     lay(c, 0, &l);
