@@ -2,7 +2,8 @@
 /*
  * e2e_prog.h - what the GPU client programs (prog_e2e_cuda, prog_fastpath_cuda,
  * prog_vmm_cuda) share: a CUDA check that ends the program, element sizes,
- * and the layout of a call's tensors in one allocation.  Header-only.
+ * the layout of a call's tensors in one allocation, poisoning the outputs
+ * and judging them against the fp64 reference.  Header-only.
  */
 #ifndef RN_E2E_PROG_H
 #define RN_E2E_PROG_H
@@ -11,8 +12,11 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "rmsnorm_client.h"
+#include "rmsnormctl_verify.h"
+#include "rnk_test.h"
 
 #define CK(call)                                                                              \
     do {                                                                                      \
@@ -61,6 +65,34 @@ static inline size_t layout(rn_bwd_args *a, char *arena, bool with_rstd)
     if (!a->dres_dtype)
         a->dres = NULL;
     return off;
+}
+
+/* All ones is NaN in every dtype: an unwritten element cannot pass. */
+static inline void rne_poison_outputs(const rn_bwd_args *a, cudaStream_t st)
+{
+    CK(cudaMemsetAsync(a->dx, 0xff, (size_t)(a->m * a->dx_stride) * esz(a->dx_dtype), st));
+    if (a->dw_dtype)
+        CK(cudaMemsetAsync(a->dw, 0xff, (size_t)a->n * esz(a->dw_dtype), st));
+}
+
+/* Judge a's outputs on the GPU (after st's work) against the fp64
+ * reference; false with a "FAIL what: ..." line when they do not pass. */
+static inline bool rne_verify(const rn_bwd_args *a, cudaStream_t st, const char *what)
+{
+    rnk_bwd_args k = rnv_to_rnk(a);
+    rnk_verdict v;
+    char msg[200] = "";
+
+    memset(&v, 0, sizeof v);
+    if (rnk_cuda_verify(&k, st, &v, msg, sizeof msg) != 0) {
+        printf("FAIL %s: verify: %s\n", what, msg);
+        return false;
+    }
+    if (!v.ok) {
+        printf("FAIL %s: %s\n", what, v.why);
+        return false;
+    }
+    return true;
 }
 
 #endif

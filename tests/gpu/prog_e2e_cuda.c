@@ -88,31 +88,16 @@ static void fill_inputs(const rn_bwd_args *a, uint64_t seed)
 
 static void poison_outputs(const rn_bwd_args *a)
 {
-    /* All ones is NaN in every dtype: an unwritten element cannot pass. */
-    CK(cudaMemsetAsync(a->dx, 0xff, (size_t)(a->m * a->dx_stride) * esz(a->dx_dtype), st));
-    if (a->dw_dtype)
-        CK(cudaMemsetAsync(a->dw, 0xff, (size_t)a->n * esz(a->dw_dtype), st));
+    rne_poison_outputs(a, st);
 }
 
 /* Judge a's outputs on the GPU against the fp64 reference. */
 static bool verify(const rn_bwd_args *a, const char *what)
 {
-    rnk_bwd_args k = rnv_to_rnk(a);
-    rnk_verdict v;
-    char msg[200] = "";
-
-    memset(&v, 0, sizeof v);
-    if (rnk_cuda_verify(&k, st, &v, msg, sizeof msg) != 0) {
-        printf("FAIL %s: verify: %s\n", what, msg);
-        failures++;
-        return false;
-    }
-    if (!v.ok) {
-        printf("FAIL %s: %s\n", what, v.why);
-        failures++;
-        return false;
-    }
-    return true;
+    if (rne_verify(a, st, what))
+        return true;
+    failures++;
+    return false;
 }
 
 static void connect_or_die(void)

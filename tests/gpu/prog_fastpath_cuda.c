@@ -107,24 +107,15 @@ static void fill(const rn_bwd_args *a, uint64_t seed)
         printf("FAIL fill: %s\n", msg);
         exit(1);
     }
-    CK(cudaMemsetAsync(a->dx, 0xff, (size_t)(a->m * a->dx_stride) * esz(a->dx_dtype), st));
-    if (a->dw_dtype)
-        CK(cudaMemsetAsync(a->dw, 0xff, (size_t)a->n * esz(a->dw_dtype), st));
+    rne_poison_outputs(a, st);
 }
 
 static bool verify(const rn_bwd_args *a, const char *what)
 {
-    rnk_bwd_args k = rnv_to_rnk(a);
-    rnk_verdict v;
-    char msg[200] = "";
-
-    memset(&v, 0, sizeof v);
-    if (rnk_cuda_verify(&k, st, &v, msg, sizeof msg) != 0 || !v.ok) {
-        printf("FAIL %s: %s\n", what, msg[0] ? msg : v.why);
-        failures++;
-        return false;
-    }
-    return true;
+    if (rne_verify(a, st, what))
+        return true;
+    failures++;
+    return false;
 }
 
 static void bf16_args(rn_bwd_args *a, int64_t m, int64_t n)

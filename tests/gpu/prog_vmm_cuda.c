@@ -169,8 +169,6 @@ static void args_of(rn_bwd_args *a, int64_t m, int64_t n, rn_dtype dt)
 /* Fill a's inputs, poison its outputs, call, and judge the outputs. */
 static bool call_and_verify(rn_bwd_args *a, uint64_t seed, bool sync, const char *what)
 {
-    rnk_bwd_args k;
-    rnk_verdict v;
     char msg[200] = "";
     int rc = rnk_cuda_fill((rnk_dtype)a->x_dtype, (void *)a->x, a->m, a->n, a->x_stride, seed,
                            1.0f, 0.1f, st, msg, sizeof msg);
@@ -192,19 +190,10 @@ static bool call_and_verify(rn_bwd_args *a, uint64_t seed, bool sync, const char
         failures++;
         return false;
     }
-    k = rnv_to_rnk(a);
-    memset(&v, 0, sizeof v);
-    if (rnk_cuda_verify(&k, st, &v, msg, sizeof msg) != 0) {
-        printf("FAIL %s: verify: %s\n", what, msg);
-        failures++;
-        return false;
-    }
-    if (!v.ok) {
-        printf("FAIL %s: %s\n", what, v.why);
-        failures++;
-        return false;
-    }
-    return true;
+    if (rne_verify(a, st, what))
+        return true;
+    failures++;
+    return false;
 }
 
 /* Map chunks of s from 0 until [0, need) bytes are mapped. */
