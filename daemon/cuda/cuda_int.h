@@ -180,7 +180,7 @@ struct rnd_cuda {
     unsigned *cancel_host;         /* cancel words (pinned, mapped): one per session */
     CUdeviceptr cancel_dev;        /* ... their device address */
     uint8_t *cancel_used;          /* which words a session holds */
-    bool cancel_words;             /* RMSNORMD_DEBUG_CANCEL_WORD=1: kernels get theirs */
+    bool cancel_words;             /* kernels get theirs (off: RMSNORMD_DEBUG_CANCEL_WORD=0) */
 
     bool failed, fatal_pending;
     char fail_msg[RNP_MAX_ERRMSG]; /* for the fatal hook; HEALTH shows the start */

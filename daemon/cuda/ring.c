@@ -34,13 +34,12 @@
  * on the stream already and its producer will never write ready.  The watch
  * (and the end of the session) write ready = seq into the daemon's own
  * mapping of the ring, so that the stream moves on; the kernels of those
- * jobs then run on memory the daemon still maps, as a classic request
- * submitted before its client died does.  A cancel word (rnk_bwd_args.cancel,
- * read first, once per launch) is set before ready, but the kernels get it only
- * with RMSNORMD_DEBUG_CANCEL_WORD=1: every block reading pinned host memory
- * cost far too much (bench/RESULTS.md); the kernel now reads it once per
- * launch and publishes it to its other blocks through the workspace, which
- * is to be measured before the switch goes away.  The words live
+ * jobs then find their session's cancel word (rnk_bwd_args.cancel) set,
+ * which the watch sets before ready, and skip their work; the kernel reads it once per launch (one block reads
+ * it and publishes it to the others through the workspace) and, when set,
+ * touches no tensor.  Every block reading it cost 140-430 us per launch; the
+ * read once per launch costs nothing measurable (bench/RESULTS.md), so it is
+ * on (RMSNORMD_DEBUG_CANCEL_WORD=0 turns it off).  The words live
  * in pinned host memory the daemon alone writes, with plain stores: setting
  * one needs no stream, so nothing can queue it behind the very wait it is
  * meant to release.  An abandoned slot (the drain, the end of a live
@@ -125,17 +124,13 @@ void rnd_cuda_ring_probe(rnd_cuda *b, bool want)
     }
     memset(words, 0, RND_CUDA_CANCEL_WORDS * sizeof(unsigned));
     b->cancel_host = words;
-    /* Off by default: every block reading a word in host memory cost
-     * 140-430 us per launch on an H200 (bench/RESULTS.md); one read per
-     * launch (the kernel's version now) is not measured yet.  Until then the
-     * words are set but no kernel reads them, and a dead client's pending
-     * kernels run on memory the daemon still maps, as a classic request's
-     * do. */
+    /* On unless RMSNORMD_DEBUG_CANCEL_WORD=0: one read of a word in host
+     * memory per launch costs nothing measurable (bench/RESULTS.md). */
     const char *cw = getenv("RMSNORMD_DEBUG_CANCEL_WORD");
-    b->cancel_words = cw && !strcmp(cw, "1");
-    if (b->cancel_words)
-        rnd_warn("RMSNORMD_DEBUG_CANCEL_WORD=1: the fast path's kernels read a cancel word in "
-                 "host memory (being measured; not the default)");
+    b->cancel_words = !(cw && !strcmp(cw, "0"));
+    if (!b->cancel_words)
+        rnd_warn("RMSNORMD_DEBUG_CANCEL_WORD=0: a dead client's pending kernels run on memory "
+                 "the daemon still maps instead of being skipped");
     b->cancel_dev = (CUdeviceptr)(uintptr_t)dev;
     b->rings = true;
     rnd_info("The cuda backend offers the fast path (PROTOCOL.md section 13; "
