@@ -5,6 +5,9 @@
 # print their fused times side by side.  Usage:
 #   bench/run_variants.sh DIR OUT [ARGS...]
 # Writes OUT/NAME/kernel.csv and OUT/NAME.log for each, OUT/variants.txt.
+# RV_TIMEOUT=S stops a benchmark that runs longer than S seconds (a variant
+# that hangs must not take the others' time); the first NAME in glob order
+# is the one the others are compared with.
 set -uo pipefail
 dir=${1:?usage: run_variants.sh DIR OUT [ARGS...]}
 out=${2:?usage: run_variants.sh DIR OUT [ARGS...]}
@@ -17,7 +20,8 @@ for b in "$dir"/bench_kernel.*; do
     name=${b##*.}
     names+=("$name")
     mkdir -p "$out/$name"
-    "$b" --out "$out/$name" "${args[@]}" >"$out/$name.log" 2>&1 || echo "$name: exit $?"
+    ${RV_TIMEOUT:+timeout -k 5 "$RV_TIMEOUT"} "$b" --out "$out/$name" "${args[@]}" >"$out/$name.log" 2>&1 ||
+        echo "$name: exit $?"
 done
 python3 - "$out" "${names[@]}" <<'PY' | tee "$out/variants.txt"
 import csv, math, sys

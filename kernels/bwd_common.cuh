@@ -23,6 +23,13 @@ enum Mode {
     MODE_ATOMIC = 2,        /* benchmark "fused non-deterministic": fp32 atomics */
 };
 
+/* RNK_GFIN = 1: the block that publishes a group's last chunk adds the
+ * group's partials at once (while other blocks still work on chunks), and
+ * the finish adds only the group sums; 0: the finish adds every partial. */
+#ifndef RNK_GFIN
+#define RNK_GFIN 0
+#endif
+
 /* Counter words, each on its own 128-byte line of the workspace header
  * (the cancel state shares the exit counter's line: each block touches
  * them at its start and at its end only). */
@@ -31,7 +38,17 @@ enum { CTR_CLAIM = 0, CTR_DONE = 32, CTR_SLICE = 64, CTR_EXIT = 96, CTR_CANCEL =
 /* CTR_CANCEL: what this launch knows of the cancel word. */
 enum { CANCEL_UNKNOWN = 0, CANCEL_READING = 1, CANCEL_CLEAR = 2, CANCEL_SET = 3 };
 enum { FIN_COLS = 32 };
-static constexpr size_t WS_HEADER = CTR_WORDS * 4;
+/* Chunks' partials the finish stages in shared memory at a time (its tile:
+ * FIN_BATCH * FIN_COLS floats). */
+#ifndef RNK_FIN_BATCH
+#define RNK_FIN_BATCH 256
+#endif
+enum { FIN_BATCH = RNK_FIN_BATCH };
+/* RNK_GFIN's group counters follow the counter words, at the same place
+ * whatever the shape (a workspace serves calls of every shape, and only
+ * the header is kept clean between launches): at most GCTR_WORDS groups. */
+enum { GCTR_WORDS = 1024 };
+static constexpr size_t WS_HEADER = (CTR_WORDS + (RNK_GFIN ? GCTR_WORDS : 0)) * 4;
 
 struct Params {
     const void *x, *dy, *w, *dres;
@@ -49,7 +66,12 @@ struct Params {
     float *part;      /* chunk k, stripe slot g at part + k * cs + g * pst */
     float *acc;       /* MODE_ATOMIC: fp32 accumulator [n], zero between launches */
     const unsigned *cancel; /* rnk_bwd_args.cancel: NULL or the word read first */
+    int ngroups;      /* RNK_GFIN: groups of RNK_DW_GROUP chunks */
+    float *gsum;      /* RNK_GFIN: group q's column sums at gsum + q * pst */
+    unsigned *gctr;   /* RNK_GFIN: chunks of group q published, gctr[q] (in the header) */
 };
+
+
 
 /* ---- element access ------------------------------------------------------ */
 
@@ -231,13 +253,53 @@ __device__ __forceinline__ void stripe_sum2(S &a, S &b, bool only_b, int g, int 
  * thread 0's fence, which makes them visible before the "done" bump (the
  * pattern of a cooperative grid barrier, without its residency requirement).
  */
-__device__ __forceinline__ void publish_chunk(const Params &p)
+__device__ __forceinline__ void publish_chunk(const Params &p, int k)
 {
     __syncthreads();
+#if RNK_GFIN
+    /* Chunk k belongs to group q; the block whose chunk completes the group
+     * adds the group's partials in chunk order (rnk.h's first level) and
+     * then counts the group done.  The fence before the count and the one
+     * after it (the last-block pattern) order the partials' writes before
+     * their reads in another block. */
+    __shared__ int s_last_of_group;
+    const int q = k / RNK_DW_GROUP;
+    const int k0 = q * RNK_DW_GROUP;
+    const int gsz = p.nchunks - k0 < RNK_DW_GROUP ? p.nchunks - k0 : RNK_DW_GROUP;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        const unsigned prev = atomicAdd(&p.gctr[q], 1u);
+        __threadfence();
+        s_last_of_group = prev == (unsigned)gsz - 1u;
+    }
+    __syncthreads();
+    if (s_last_of_group) {
+        const float *base = p.part + (int64_t)k0 * p.cs;
+        for (int64_t j = threadIdx.x; j < p.n; j += blockDim.x) {
+            float v[RNK_DW_GROUP];
+#pragma unroll
+            for (int i = 0; i < RNK_DW_GROUP; i++)
+                v[i] = i < gsz ? __ldcg(base + (int64_t)i * p.cs + j) : 0.0f;
+            float gs = 0.0f;
+#pragma unroll
+            for (int i = 0; i < RNK_DW_GROUP; i++)
+                if (i < gsz)
+                    gs = __fadd_rn(gs, v[i]);
+            __stcg(p.gsum + (int64_t)q * p.pst + j, gs);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(&p.ctr[CTR_DONE], 1u);
+        }
+    }
+#else
+    (void)k;
     if (threadIdx.x == 0) {
         __threadfence();
         atomicAdd(&p.ctr[CTR_DONE], 1u);
     }
+#endif
 }
 
 /*
@@ -253,22 +315,22 @@ __device__ __forceinline__ unsigned claim_issue(const Params &p)
 }
 
 /*
- * Finish 32 columns [sl*32, sl*32+32): stage up to 256 chunks' partials at a
+ * Finish 32 columns [sl*32, sl*32+32): stage up to FIN_BATCH chunks' partials at a
  * time in shared memory (cp.async, all in flight at once); each warp adds whole
  * groups of RNK_DW_GROUP partials in chunk order, then warp 0 adds the group
  * sums in order (rnk.h's two-level order); round once at the end.
- * tile: 256 * 32 floats.
+ * tile: FIN_BATCH * 32 floats.
  */
-static_assert(256 % RNK_DW_GROUP == 0, "a staged batch holds whole groups");
+static_assert(FIN_BATCH % RNK_DW_GROUP == 0, "a staged batch holds whole groups");
 __device__ __forceinline__ void finish_slice(const Params &p, int sl, float *tile)
 {
-    __shared__ float gsum[256 / RNK_DW_GROUP][FIN_COLS];
+    __shared__ float gsum[FIN_BATCH / RNK_DW_GROUP][FIN_COLS];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int64_t col = (int64_t)sl * FIN_COLS + lane;
     const bool ok = col < p.n;
     float d = 0.0f;
-    for (int base = 0; base < p.nchunks; base += 256) {
-        const int cnt = p.nchunks - base < 256 ? p.nchunks - base : 256;
+    for (int base = 0; base < p.nchunks; base += FIN_BATCH) {
+        const int cnt = p.nchunks - base < FIN_BATCH ? p.nchunks - base : FIN_BATCH;
         /* 8 copies of 16 bytes per chunk, all in flight at once; columns
          * past n are left as they are and never stored. */
         for (int it = threadIdx.x; it < cnt * 8; it += blockDim.x) {
@@ -305,14 +367,29 @@ __device__ __forceinline__ void finish_slice(const Params &p, int sl, float *til
 __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bool fused)
 {
     if (fused && p.dw) {
+        /* RNK_GFIN counts groups done, else chunks. */
+        const unsigned want = RNK_GFIN ? (unsigned)p.ngroups : (unsigned)p.nchunks;
         if (threadIdx.x == 0) {
-            while (ld_acquire(&p.ctr[CTR_DONE]) < (unsigned)p.nchunks)
+            while (ld_acquire(&p.ctr[CTR_DONE]) < want)
                 __nanosleep(64);
             __threadfence();
         }
         __syncthreads();
+#if RNK_GFIN
+        /* dw = the group sums in order (rnk.h's second level), one column
+         * a thread over the whole grid. */
+        (void)tile;
+        for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < p.n;
+             j += (int64_t)gridDim.x * blockDim.x) {
+            float d = 0.0f;
+            for (int q = 0; q < p.ngroups; q++)
+                d = __fadd_rn(d, __ldcg(p.gsum + (int64_t)q * p.pst + j));
+            st_any(p.dw_dt, p.dw, j, d);
+        }
+#else
         for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
             finish_slice(p, sl, tile);
+#endif
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -325,6 +402,10 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
             atomicExch(&p.ctr[CTR_DONE], 0u);
             atomicExch(&p.ctr[CTR_SLICE], 0u);
             atomicExch(&p.ctr[CTR_CANCEL], (unsigned)CANCEL_UNKNOWN);
+#if RNK_GFIN
+            for (int q = 0; q < p.ngroups; q++)
+                atomicExch(&p.gctr[q], 0u);
+#endif
             __threadfence();
             atomicExch(&p.ctr[CTR_EXIT], 0u);
         }

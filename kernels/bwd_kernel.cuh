@@ -64,6 +64,16 @@ namespace rnk {
 #ifndef RNK_RING_LANE_MAJOR
 #define RNK_RING_LANE_MAJOR 0
 #endif
+/* RNK_HOLD: what a thread keeps of its row between the row sums and dx:
+ * 0 nothing (both passes read the ring in shared memory), 1 the packed
+ * 16-byte vectors (one ring read a row, unpacked twice), 2 the unpacked
+ * floats for NV <= RNK_HOLD_NV (else as 1). */
+#ifndef RNK_HOLD
+#define RNK_HOLD 0
+#endif
+#ifndef RNK_HOLD_NV
+#define RNK_HOLD_NV 2
+#endif
 static_assert(RNK_STAGES1 >= 2 && RNK_STAGES2 >= 2 && RNK_STAGES4 >= 2, "RNK_STAGES*: at least 2");
 
 __host__ __device__ constexpr int fast_stages(int nv)
@@ -134,6 +144,17 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, in
                                             rsum_t (*red)[32][2])
 {
     constexpr int VEC = Vec<T>::N;
+    constexpr int HOLD = RNK_HOLD == 2 && NV > RNK_HOLD_NV ? 1 : RNK_HOLD;
+    /* The row's vectors: read from the ring once (HOLD >= 1) or at each pass. */
+    uint4 hx[HOLD >= 1 ? NV : 1], hy[HOLD >= 1 ? NV : 1];
+    float fx[HOLD == 2 ? NV : 1][VEC], fy[HOLD == 2 ? NV : 1][VEC];
+    if (HOLD >= 1) {
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+            hx[HOLD >= 1 ? v : 0] = sl[v * us];
+            hy[HOLD >= 1 ? v : 0] = sl[(NV + v) * us];
+        }
+    }
     /* One chain of additions per vector, then a fixed tree over the
      * vectors: NV independent chains keep the scheduler busy where one
      * chain over the thread's whole share of the row would stall it. */
@@ -141,8 +162,8 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, in
 #pragma unroll
     for (int v = 0; v < NV; v++) {
         float xf[VEC], yf[VEC];
-        Vec<T>::unpack(sl[v * us], xf);
-        Vec<T>::unpack(sl[(NV + v) * us], yf);
+        Vec<T>::unpack(HOLD >= 1 ? hx[HOLD >= 1 ? v : 0] : sl[v * us], xf);
+        Vec<T>::unpack(HOLD >= 1 ? hy[HOLD >= 1 ? v : 0] : sl[(NV + v) * us], yf);
         s1v[v] = 0;
         s2v[v] = 0;
 #pragma unroll
@@ -150,6 +171,10 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, in
             if (!ONLY_B)
                 s1v[v] += (rsum_t)(xf[e] * xf[e]);
             s2v[v] += (rsum_t)(xf[e] * (yf[e] * wv[v][e]));
+            if (HOLD == 2) {
+                fx[HOLD == 2 ? v : 0][e] = xf[e];
+                fy[HOLD == 2 ? v : 0][e] = yf[e];
+            }
         }
     }
 #pragma unroll
@@ -166,8 +191,16 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, in
 #pragma unroll
     for (int v = 0; v < NV; v++) {
         float xf[VEC], yf[VEC], rf[VEC], d[VEC];
-        Vec<T>::unpack(sl[v * us], xf);
-        Vec<T>::unpack(sl[(NV + v) * us], yf);
+        if (HOLD == 2) {
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                xf[e] = fx[HOLD == 2 ? v : 0][e];
+                yf[e] = fy[HOLD == 2 ? v : 0][e];
+            }
+        } else {
+            Vec<T>::unpack(HOLD >= 1 ? hx[HOLD >= 1 ? v : 0] : sl[v * us], xf);
+            Vec<T>::unpack(HOLD >= 1 ? hy[HOLD >= 1 ? v : 0] : sl[(NV + v) * us], yf);
+        }
         if (DRES)
             Vec<T>::unpack(ld16(drr + coff[v]), rf);
 #pragma unroll
@@ -286,11 +319,14 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
 #ifndef RNK_NV4_MINB
 #define RNK_NV4_MINB 1 /* the same for NV = 4 */
 #endif
+#ifndef RNK_NV1_MINB
+#define RNK_NV1_MINB RNK_NV12_MINB /* NV = 1 alone (RNK_FAST_MAXT-thread blocks a SM) */
+#endif
 #ifndef RNK_FAST_MAXT
 #define RNK_FAST_MAXT 512
 #endif
 template <class T, class TW, int NV, int MODE>
-__global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV12_MINB) fast_kernel(Params p)
+__global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : NV == 2 ? RNK_NV12_MINB : RNK_NV1_MINB) fast_kernel(Params p)
 {
     constexpr int VEC = Vec<T>::N;
     constexpr bool WREG = fast_w_regs(NV);
@@ -421,7 +457,7 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
         if (MODE == MODE_ATOMIC)
             atomic_tail(p, &s_last);
         else if (MODE == MODE_FUSED)
-            publish_chunk(p);
+            publish_chunk(p, k);
         else
             __syncthreads();
     }
@@ -507,7 +543,7 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
                 s = __fadd_rn(s, part[(int64_t)gg * p.pst + j]);
             part[j] = s;
         }
-        publish_chunk(p);
+        publish_chunk(p, k);
     }
     finish_and_exit(p, smem, true);
 }

@@ -67,7 +67,7 @@ extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void
                                                               : 4 * rnk_cuda_sm_count(dev);
         void *args[] = {&pl.p};
         CK(cudaLaunchKernel((const void *)finish_kernel, dim3(grid), dim3(256), args,
-                            (size_t)(pl.p.nchunks < 256 ? pl.p.nchunks : 256) * FIN_COLS * 4, st));
+                            (size_t)(pl.p.nchunks < FIN_BATCH ? pl.p.nchunks : FIN_BATCH) * FIN_COLS * 4, st));
         CK(cudaGetLastError());
         return RNK_OK;
     }
