@@ -269,6 +269,18 @@ static int ring_step(rn_client *c, void *arg)
         /* Stream-ordered calls take the fast path only where it is
          * offered (HELLO of this session); else the classic one. */
         if (!(c->hello.paths & RNP_PATH_FAST) || !c->have_chan) {
+            /* The classic path cannot be captured into a graph: its
+             * kernel would run once, now, and its wait on the daemon's
+             * done event (recorded outside the capture) breaks the
+             * capture. */
+            int cap = k->dev->captured ? k->dev->captured(c, k->stream) : 0;
+            if (cap < 0)
+                return -cap;
+            if (cap)
+                return rnc_fail(c, RN_UNSUPPORTED,
+                                "graph: a call captured into a CUDA graph needs the fast path, "
+                                "which the daemon does not offer (%s backend%s)",
+                                c->hello.backend, c->have_chan ? "" : ", no session channel");
             k->classic = true;
             return bwd_step(c, k);
         }

@@ -482,22 +482,31 @@ static int bwd_call(rn_client *c, const rn_bwd_args *a, void *stream, int mode, 
     if (mode == RNP_MODE_ASYNC &&
         (c->path == RN_PATH_FAST || (automatic && !__atomic_load_n(&c->ring_off, __ATOMIC_RELAXED)))) {
         enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-        /* A stream being captured into a graph (or one whose state cannot be
-         * told): RN_PATH_AUTO takes the classic path, RN_PATH_FAST refuses
-         * it (ring_cuda.c). */
-        if (automatic && cudaStreamIsCapturing((cudaStream_t)stream, &cap) != cudaSuccess) {
+        enum cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
+        if (cudaStreamIsCapturing((cudaStream_t)stream, &cap) != cudaSuccess) {
             (void)cudaGetLastError();
-            cap = cudaStreamCaptureStatusActive;
+            cap = cudaStreamCaptureStatusNone; /* ring_cuda.c says why */
         }
-        if (cap == cudaStreamCaptureStatusNone) {
+        /* A call on a stream being captured takes a graph slot (ring.c).
+         * Its setup (registering memory, events, loading the replay's
+         * kernel) must not be refused as unsafe during the capture (torch
+         * captures in the global mode): this thread's mode is relaxed for
+         * the call, which queues nothing on the capturing stream but the
+         * replay's start and wait. */
+        bool relax = cap == cudaStreamCaptureStatusActive &&
+                     cudaThreadExchangeStreamCaptureMode(&relaxed) == cudaSuccess;
+        {
             k.ring = true;
             int rv = rnc_bwd_ring_dev(c, a, &cuda_mapper, &k, &rnc_cuda_ring_dev, stream);
+            if (relax && cudaThreadExchangeStreamCaptureMode(&relaxed) != cudaSuccess)
+                (void)cudaGetLastError();
             /* RN_PATH_AUTO: a ring that cannot be set up in this process
              * (a driver without stream memory operations, host memory that
              * cannot be registered, a daemon that refuses the ring) is not
              * tried again; this call and the later ones take the classic
              * path, as they did before the fast path existed. */
             if (rv != 0 && automatic && c->ring_setup_failed &&
+                cap != cudaStreamCaptureStatusActive && /* (the classic path cannot be captured) */
                 (rv == RN_NO_CUDA || rv == RN_UNSUPPORTED || rv == RN_CUDA)) {
                 __atomic_store_n(&c->ring_off, true, __ATOMIC_RELAXED);
                 rnc_clear_thread_error();

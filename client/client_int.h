@@ -229,6 +229,15 @@ typedef struct rnc_ring_dev {
     int (*write)(rn_client *c, void *stream, uint64_t addr, uint64_t seq);
     /* Enqueue on stream: later work waits until *addr reaches seq. */
     int (*wait)(rn_client *c, void *stream, uint64_t addr, uint64_t seq);
+    /* Whether stream is being captured into a CUDA graph: 1, 0, or minus
+     * an rn_status (c's last error set).  May be NULL (never captured). */
+    int (*captured)(rn_client *c, void *stream);
+    /* On the stream being captured, for the graph slot at device address
+     * addr (PROTOCOL.md 13.8): the replay's start (reset done, bump gen,
+     * after the work captured so far) and the wait for done; gone(arg)
+     * runs once the graph and every instantiation of it are destroyed
+     * (never if this fails). */
+    int (*graph)(rn_client *c, void *stream, uint64_t addr, void (*gone)(void *), void *arg);
 } rnc_ring_dev;
 
 /*
@@ -244,6 +253,8 @@ typedef struct rnc_ring_dev {
  */
 int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev, void *stream,
                      uint64_t *seq);
+/* (A call on a stream being captured takes a graph slot instead of a seq:
+ * *seq is 0, and nothing waits for it on the host.) */
 /* Wait until the call seq finished; then the first error not yet
  * reported, or 0.  RN_UNKNOWN_SESSION when the session is gone. */
 int rnc_ring_wait(rn_client *c, uint64_t seq);

@@ -19,9 +19,19 @@
  * session: when its session is lost, done is raised to its last seq from
  * here (the streams move on; the calls' outputs are undefined and the loss
  * is reported) and the next session gets fresh memory.
+ *
+ * A call on a stream being captured into a CUDA graph takes a graph slot
+ * (PROTOCOL.md 13.8) in the area after the ring: its descriptor is written
+ * and registered (GRAPH_OPEN, which checks it: a bad call fails the
+ * capture, not a replay) once, and the device side captures the replay's
+ * start and the wait for done.  A graph slot is held until CUDA destroys
+ * the graph and its instantiations (a user object's destructor, which only
+ * queues the slot: the next call gives it back with GRAPH_CLOSE).  Errors
+ * of replays (the slot's fails counter moved) are reported like a slot's.
  */
 
 #include <errno.h>
+#include <pthread.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <poll.h>
@@ -40,6 +50,8 @@
 
 /* Slots of a client's ring: calls in flight at most. */
 #define RING_SLOTS 64u
+/* Graph slots after the ring: calls captured in live graphs at most. */
+#define GRAPH_SLOTS 128u
 /* Spin this long on done before sleeping on it ... */
 #define SPIN_NS 20000ull
 /* ... and sleep at most this long at a time, to notice a dead daemon. */
@@ -60,7 +72,32 @@ struct rnc_ring {
     uint64_t dev_base;
     bool retire;                   /* streams may wait on it: a new session gets new memory */
     struct rnc_ring *retired;      /* older memory of this client, kept until rn_close */
+    uint64_t token;                /* names this memory to graph destructors */
+    uint32_t gid[GRAPH_SLOTS];     /* the daemon's graph id in the session `of`; 0: none */
+    uint64_t gfails[GRAPH_SLOTS];  /* the slot's fails counter as last read */
+    bool gheld[GRAPH_SLOTS];       /* a live graph holds the slot */
 };
+
+/* A graph's destructor (any thread, no CUDA call allowed) queues its slot
+ * here; the client's next call gives it back (take_gone). */
+typedef struct gone_node {
+    uint64_t token;
+    uint32_t slot;
+    struct gone_node *next;
+} gone_node;
+static pthread_mutex_t gone_mu = PTHREAD_MUTEX_INITIALIZER;
+static gone_node *gone_list;
+static uint64_t next_token;
+
+static uint64_t gslot_off(uint32_t i)
+{
+    return rnp_ring_bytes(RING_SLOTS) + (uint64_t)i * RNP_GRAPH_SLOT;
+}
+
+static uint8_t *gslot(const rnc_ring *g, uint32_t i)
+{
+    return g->base + gslot_off(i);
+}
 
 static uint64_t load_done(const rnc_ring *g)
 {
@@ -73,7 +110,7 @@ static int create(rn_client *c, rnc_ring **out)
 
     if (!g)
         return rnc_fail(c, RN_NOMEM, "ring: out of memory");
-    g->size = (size_t)rnp_ring_bytes(RING_SLOTS);
+    g->size = (size_t)gslot_off(GRAPH_SLOTS);
     g->fd = (int)syscall(SYS_memfd_create, "rmsnormd-ring", 1u /* MFD_CLOEXEC */);
     if (g->fd < 0 || ftruncate(g->fd, (off_t)g->size) != 0) {
         int e = errno;
@@ -81,7 +118,7 @@ static int create(rn_client *c, rnc_ring **out)
             close(g->fd);
         free(g);
         return rnc_fail(c, RN_SYSTEM, "ring: memfd of %zu bytes: %s",
-                        (size_t)rnp_ring_bytes(RING_SLOTS), strerror(e));
+                        (size_t)gslot_off(GRAPH_SLOTS), strerror(e));
     }
     g->base = mmap(NULL, g->size, PROT_READ | PROT_WRITE, MAP_SHARED, g->fd, 0);
     if (g->base == MAP_FAILED) {
@@ -90,8 +127,21 @@ static int create(rn_client *c, rnc_ring **out)
         free(g);
         return rnc_fail(c, RN_SYSTEM, "ring: mmap: %s", strerror(e));
     }
+    pthread_mutex_lock(&gone_mu);
+    g->token = ++next_token;
+    pthread_mutex_unlock(&gone_mu);
     *out = g;
     return 0;
+}
+
+/* A graph slot the daemon no longer serves: a replay must not wait for
+ * it.  closed first, then done: a replay that began before it saw closed
+ * has reset done already, and this sets it again (PROTOCOL.md 13.8). */
+static void graph_let_go(rnc_ring *g, uint32_t i)
+{
+    __atomic_store_n(rnp_ring_u32(gslot(g, i), RNP_GSLOT_O_CLOSED), 1u, __ATOMIC_SEQ_CST);
+    atomic_thread_fence(memory_order_seq_cst);
+    __atomic_store_n(rnp_ring_u64(gslot(g, i), RNP_GSLOT_O_DONE), 1u, __ATOMIC_SEQ_CST);
 }
 
 void rnc_ring_release(rn_client *c)
@@ -99,6 +149,21 @@ void rnc_ring_release(rn_client *c)
     rnc_ring *g = c->ring, *next;
     for (; g; g = next) {
         next = g->retired;
+        bool held = false;
+        for (uint32_t i = 0; i < GRAPH_SLOTS; i++)
+            if (g->gheld[i]) {
+                graph_let_go(g, i);
+                held = true;
+            }
+        if (held) {
+            /* A graph that outlives the client still replays into this
+             * memory (and finds its slots closed): it stays mapped and
+             * registered, a leak of GRAPH_SLOTS KiB rather than a GPU
+             * fault in a replay. */
+            close(g->fd);
+            free(g);
+            continue;
+        }
         if (g->dev)
             g->dev->detach(g->base);
         munmap(g->base, g->size);
@@ -123,6 +188,29 @@ static void collect(rnc_ring *g, uint64_t done)
     }
 }
 
+/* Record the first error of graph replays answered since the last look. */
+static void collect_graphs(rnc_ring *g)
+{
+    char m[RNP_MAX_ERRMSG];
+
+    for (uint32_t i = 0; i < GRAPH_SLOTS; i++) {
+        if (!g->gid[i])
+            continue;
+        uint64_t f = __atomic_load_n(rnp_ring_u64(gslot(g, i), RNP_GSLOT_O_FAILS),
+                                     __ATOMIC_ACQUIRE);
+        if (f == g->gfails[i])
+            continue;
+        uint64_t n = f - g->gfails[i];
+        g->gfails[i] = f;
+        int st = rnp_ring_get_result(gslot(g, i), m, sizeof m);
+        if (st != 0 && g->err == 0) {
+            g->err = st;
+            snprintf(g->msg, sizeof g->msg, "graph %u, %llu replay%s failed: %.160s", g->gid[i],
+                     (unsigned long long)n, n == 1 ? "" : "s", m);
+        }
+    }
+}
+
 /* Report g's recorded error once (as c's last error), or 0. */
 static int report(rn_client *c, rnc_ring *g)
 {
@@ -142,6 +230,20 @@ static void lost(rnc_ring *g, int code, const char *why)
         snprintf(g->msg, sizeof g->msg,
                  "calls %llu..%llu: %s before they finished; their outputs are undefined",
                  (unsigned long long)g->checked + 1, (unsigned long long)g->seq, why);
+    }
+    bool graphs = false;
+    for (uint32_t i = 0; i < GRAPH_SLOTS; i++) {
+        if (!g->gid[i])
+            continue;
+        /* Its replays compute nothing from now on, and wait for nothing. */
+        graph_let_go(g, i);
+        g->gid[i] = 0;
+        graphs = true;
+    }
+    if (graphs && g->err == 0) {
+        g->err = code;
+        snprintf(g->msg, sizeof g->msg, "graph calls: %s; replays of graphs captured before "
+                 "compute nothing now (capture them again)", why);
     }
     if (g->open && g->dev) {
         /* Streams wait for done on calls that will not be answered: let
@@ -267,6 +369,121 @@ static int wait_done(rn_client *c, rnc_ring *g, uint64_t seq)
     return 0;
 }
 
+/* ---- graph slots (PROTOCOL.md 13.8) ------------------------------------------------------ */
+
+/* A graph's destructor: CUDA destroyed it and its instantiations.  Any
+ * thread; no CUDA call, no daemon traffic: queue it for take_gone. */
+static void graph_gone(void *arg)
+{
+    gone_node *n = arg;
+
+    pthread_mutex_lock(&gone_mu);
+    n->next = gone_list;
+    gone_list = n;
+    pthread_mutex_unlock(&gone_mu);
+}
+
+/* Give back the graph slots of c whose graphs are gone: GRAPH_CLOSE where
+ * the daemon serves them (best effort), free for the next capture. */
+static void take_gone(rn_client *c)
+{
+    gone_node *mine = NULL, **pp, *n;
+
+    pthread_mutex_lock(&gone_mu);
+    for (pp = &gone_list; (n = *pp) != NULL;) {
+        bool ours = false;
+        for (rnc_ring *g = c->ring; g && !ours; g = g->retired)
+            ours = g->token == n->token;
+        if (ours) {
+            *pp = n->next;
+            n->next = mine;
+            mine = n;
+        } else {
+            pp = &n->next;
+        }
+    }
+    pthread_mutex_unlock(&gone_mu);
+    while ((n = mine) != NULL) {
+        mine = n->next;
+        for (rnc_ring *g = c->ring; g; g = g->retired) {
+            if (g->token != n->token || n->slot >= GRAPH_SLOTS)
+                continue;
+            if (g->gid[n->slot] && g->open && memcmp(&g->of, &c->session, sizeof g->of) == 0) {
+                collect_graphs(g);
+                rnp_request *q = rnc_request(c, RN_OP_GRAPH_CLOSE);
+                q->u.graph_close.session = c->session;
+                q->u.graph_close.ring = g->id;
+                q->u.graph_close.graph = g->gid[n->slot];
+                if (rnc_transact(c, c->timeout_ms) != 0)
+                    rnc_clear_thread_error(); /* the session's end frees it too */
+            }
+            g->gid[n->slot] = 0;
+            g->gheld[n->slot] = false;
+        }
+        free(n);
+    }
+}
+
+/* A call on a stream being captured: a graph slot of its own, its
+ * descriptor registered (and checked) now, the replay's start and the
+ * wait for done captured into the graph. */
+static int graph_publish(rn_client *c, rnc_ring *g, const rnp_bwd_req *b,
+                         const rnc_ring_dev *dev, void *stream)
+{
+    uint32_t i;
+    int rv;
+
+    if (!dev->graph)
+        return rnc_fail(c, RN_UNSUPPORTED, "graph: this device side cannot capture calls");
+    for (i = 0; i < GRAPH_SLOTS && g->gheld[i]; i++)
+        ;
+    if (i == GRAPH_SLOTS)
+        return rnc_fail(c, RN_TOO_LARGE,
+                        "graph: %u calls are captured in CUDA graphs that still exist, the "
+                        "limit; destroy graphs no longer used (their slots come back)",
+                        GRAPH_SLOTS);
+    uint8_t *p = gslot(g, i);
+    memset(p, 0, RNP_GRAPH_SLOT);
+    rnp_ring_encode(b, 0, p);
+    rnp_request *q = rnc_request(c, RN_OP_GRAPH_OPEN);
+    q->u.graph_open.session = c->session;
+    q->u.graph_open.ring = g->id;
+    q->u.graph_open.offset = gslot_off(i);
+    /* The daemon copies the descriptor and checks it as it would check a
+     * slot: a bad call fails here, at capture. */
+    if ((rv = rnc_transact(c, c->timeout_ms)) != 0)
+        return rv;
+    uint32_t gid = c->rep.u.graph_open.graph;
+    gone_node *n = calloc(1, sizeof *n);
+    if (!n)
+        rv = rnc_fail(c, RN_NOMEM, "graph: out of memory");
+    else {
+        n->token = g->token;
+        n->slot = i;
+        rv = dev->graph(c, stream, g->dev_base + gslot_off(i), graph_gone, n);
+    }
+    if (rv != 0) {
+        char why[RN_ERRMSG_LEN];
+        snprintf(why, sizeof why, "%s", c->last_error);
+        free(n);
+        /* Part of the replay's start may be in the graph: the slot stays
+         * held (never reused under it) and closed (a replay waits for
+         * nothing). */
+        graph_let_go(g, i);
+        g->gheld[i] = true;
+        q = rnc_request(c, RN_OP_GRAPH_CLOSE);
+        q->u.graph_close.session = c->session;
+        q->u.graph_close.ring = g->id;
+        q->u.graph_close.graph = gid;
+        (void)rnc_transact(c, c->timeout_ms);
+        return rnc_fail(c, rv, "%s", why);
+    }
+    g->gid[i] = gid;
+    g->gfails[i] = 0;
+    g->gheld[i] = true;
+    return 0;
+}
+
 int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev, void *stream,
                      uint64_t *seqp)
 {
@@ -296,9 +513,18 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
         return rnc_fail(c, RN_UNKNOWN_SESSION, "ring: the daemon closed it (session ended)");
     }
     /* Earlier calls' errors first: a call after a failed one is not run. */
+    take_gone(c);
     collect(g, load_done(g));
+    collect_graphs(g);
     if ((rv = report(c, g)) != 0)
         return rv;
+    int cap = dev && dev->captured ? dev->captured(c, stream) : 0;
+    if (cap < 0)
+        return -cap;
+    if (cap) {
+        *seqp = 0;
+        return graph_publish(c, g, b, dev, stream);
+    }
     uint64_t seq = g->seq + 1;
     /* A full ring: wait for the oldest call. */
     if (!rnp_ring_can_publish(seq, load_done(g), RING_SLOTS) &&
@@ -356,9 +582,12 @@ int rnc_ring_sync(rn_client *c, bool wait)
 
     if (!g)
         return 0;
+    take_gone(c);
+    g = c->ring;
     if (g->open && wait && (rv = wait_done(c, g, g->seq)) != 0)
         return rv;
     if (g->open)
         collect(g, load_done(g));
+    collect_graphs(g);
     return report(c, g);
 }

@@ -9,10 +9,16 @@
  *
  * rn_rmsnorm_bwd takes this path on RN_PATH_FAST and RN_PATH_AUTO (the
  * default) where the daemon offers it (the CUDA backend does, unless
- * rmsnormd --cuda-fast-path=no).  A stream being captured into a CUDA graph
- * is refused here (RN_UNSUPPORTED; RN_PATH_AUTO sends such a call to the
- * classic path before it gets here): the slot and the producer word are
- * written by the host at the call, not at the replay.
+ * rmsnormd --cuda-fast-path=no).
+ *
+ * A stream being captured into a CUDA graph (PROTOCOL.md 13.8): ring.c
+ * gives the call a graph slot, and this captures a one-thread kernel that
+ * starts a replay (done = 0, then gen + 1, with system-scope fences, and
+ * done = 1 instead if the slot is closed) and the wait for done >= 1.  The
+ * kernel is PTX, loaded at run time (cudaLibraryLoadData, once per
+ * process), so that libclient holds no device code of nvcc's and builds
+ * where no GPU is.  The slot is freed when CUDA destroys the graph (a user
+ * object whose destructor ring.c gives).
  *
  * The driver is reached through cudaGetDriverEntryPointByVersion, as in
  * client_cuda.c: no libcuda link of our own.
@@ -21,9 +27,57 @@
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "client_int.h"
 #include "rn_check.h"
+#include "rn_ring.h"
+
+/*
+ * The replay's start, for the graph slot at `slot` (PROTOCOL.md 13.8), one
+ * thread.  The words are in host memory both processes map, so every
+ * access is system scope.  Dekker with the daemon (and ring.c's
+ * graph_let_go), which stores closed and then reads gen: this stores gen
+ * and then reads closed, with a full fence between, so either the daemon
+ * sees the new gen (and answers it) or this sees closed (and sets done
+ * itself); a replay never waits for an answer that does not come.  The
+ * fence before gen orders the producer's work captured before it (ended
+ * in stream order) and done = 0 before the daemon can see gen move.
+ * sm_70: the first target with .sys scope and .relaxed/.release.
+ */
+static const char kick_ptx[] =
+    ".version 6.0\n"
+    ".target sm_70\n"
+    ".address_size 64\n"
+    ".visible .entry rn_graph_kick(.param .u64 slot)\n"
+    "{\n"
+    "    .reg .u64 %rd<8>;\n"
+    "    .reg .u32 %r<3>;\n"
+    "    .reg .pred %p<3>;\n"
+    "    ld.param.u64 %rd1, [slot];\n"
+    "    cvta.to.global.u64 %rd1, %rd1;\n"
+    "    add.u64 %rd2, %rd1, 512;\n"   /* gen */
+    "    add.u64 %rd3, %rd1, 576;\n"   /* done */
+    "    add.u64 %rd4, %rd1, 640;\n"   /* closed */
+    "    ld.relaxed.sys.global.u32 %r1, [%rd4];\n"
+    "    setp.ne.u32 %p1, %r1, 0;\n"
+    "    @%p1 bra CLOSED;\n"
+    "    mov.u64 %rd5, 0;\n"
+    "    st.relaxed.sys.global.u64 [%rd3], %rd5;\n"
+    "    fence.sc.sys;\n"
+    "    ld.relaxed.sys.global.u64 %rd6, [%rd2];\n"
+    "    add.u64 %rd6, %rd6, 1;\n"
+    "    st.relaxed.sys.global.u64 [%rd2], %rd6;\n"
+    "    fence.sc.sys;\n"
+    "    ld.relaxed.sys.global.u32 %r2, [%rd4];\n"
+    "    setp.eq.u32 %p2, %r2, 0;\n"
+    "    @%p2 bra END;\n"
+    "CLOSED:\n"
+    "    mov.u64 %rd7, 1;\n"
+    "    st.release.sys.global.u64 [%rd3], %rd7;\n"
+    "END:\n"
+    "    ret;\n"
+    "}\n";
 
 typedef CUresult (*pfn_value64)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
 
@@ -66,22 +120,101 @@ static void detach(void *base)
 
 static int write_ready(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
 {
-    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     CUresult r;
 
-    if (cudaStreamIsCapturing((cudaStream_t)stream, &cap) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return rnc_fail(c, RN_CUDA, "ring: cudaStreamIsCapturing failed on the stream");
-    }
-    if (cap != cudaStreamCaptureStatusNone)
-        return rnc_fail(c, RN_UNSUPPORTED,
-                        "ring: the stream is being captured into a CUDA graph, which the fast "
-                        "path does not support yet; use RN_PATH_CLASSIC outside graphs");
+    /* (A stream being captured takes a graph slot instead: ring.c.) */
     r = write64((CUstream)stream, (CUdeviceptr)addr, seq, CU_STREAM_WRITE_VALUE_DEFAULT);
     if (r != CUDA_SUCCESS)
         return rnc_fail(c, RN_CUDA, "ring: cuStreamWriteValue64 (ready): CUDA driver error %d",
                         (int)r);
     return 0;
+}
+
+static pthread_mutex_t kick_mu = PTHREAD_MUTEX_INITIALIZER;
+static cudaLibrary_t kick_lib;
+static cudaKernel_t kick_fn;
+
+static int captured(rn_client *c, void *stream)
+{
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+
+    if (cudaStreamIsCapturing((cudaStream_t)stream, &cap) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -rnc_fail(c, RN_CUDA, "ring: cudaStreamIsCapturing failed on the stream");
+    }
+    if (cap == cudaStreamCaptureStatusInvalidated)
+        return -rnc_fail(c, RN_CUDA, "graph: the stream's capture was invalidated (by an "
+                         "earlier error); end it and capture again");
+    return cap == cudaStreamCaptureStatusActive;
+}
+
+/* The kick kernel, loaded once (a context-independent library). */
+static int load_kick(rn_client *c)
+{
+    rn_fault f;
+
+    pthread_mutex_lock(&kick_mu);
+    if (!kick_fn) {
+        RN_CUDA_GOTO(cudaLibraryLoadData(&kick_lib, kick_ptx, NULL, NULL, 0, NULL, NULL, 0), &f,
+                     fail);
+        RN_CUDA_GOTO(cudaLibraryGetKernel(&kick_fn, kick_lib, "rn_graph_kick"), &f, fail);
+    }
+    pthread_mutex_unlock(&kick_mu);
+    return 0;
+fail:
+    pthread_mutex_unlock(&kick_mu);
+    return rnc_fail(c, RN_CUDA, "graph: loading the replay kernel (PTX, sm_70 or later): %s",
+                    f.why);
+}
+
+static int graph(rn_client *c, void *stream, uint64_t addr, void (*gone)(void *), void *arg)
+{
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaGraph_t gr = NULL;
+    cudaUserObject_t obj = NULL;
+    dim3 one = {1, 1, 1};
+    void *args[] = {&addr};
+    const char *what;
+    rn_fault f;
+    CUresult r;
+    int rv;
+
+    if ((rv = load_kick(c)) != 0)
+        return rv;
+    what = "cudaLaunchKernel (the replay's start)";
+    RN_CUDA_GOTO(cudaLaunchKernel((const void *)kick_fn, one, one, args, 0, (cudaStream_t)stream),
+                 &f, fail);
+    r = wait64((CUstream)stream, (CUdeviceptr)(addr + RNP_GSLOT_O_DONE), 1,
+               CU_STREAM_WAIT_VALUE_GEQ);
+    if (r != CUDA_SUCCESS)
+        return rnc_fail(c, RN_CUDA,
+                        "graph: cuStreamWaitValue64 (done) in the capture: CUDA driver error %d "
+                        "(stream memory operations are captured from CUDA 11.7 on)", (int)r);
+    /* The graph being built holds the slot: its destructor gives it back. */
+    what = "cudaStreamGetCaptureInfo";
+#if CUDART_VERSION >= 13000
+    RN_CUDA_GOTO(cudaStreamGetCaptureInfo((cudaStream_t)stream, &cs, NULL, &gr, NULL, NULL, NULL),
+                 &f, fail);
+#else
+    RN_CUDA_GOTO(cudaStreamGetCaptureInfo((cudaStream_t)stream, &cs, NULL, &gr, NULL, NULL), &f,
+                 fail);
+#endif
+    if (cs != cudaStreamCaptureStatusActive || !gr)
+        return rnc_fail(c, RN_CUDA, "graph: the stream's capture ended during the call");
+    what = "cudaUserObjectCreate";
+    RN_CUDA_GOTO(cudaUserObjectCreate(&obj, arg, gone, 1, cudaUserObjectNoDestructorSync), &f,
+                 fail);
+    what = "cudaGraphRetainUserObject";
+    RN_CUDA_GOTO(cudaGraphRetainUserObject(gr, obj, 1, cudaGraphUserObjectMove), &f, fail_obj);
+    return 0;
+fail_obj:
+    /* Dropping our reference runs the destructor, which ring.c must not
+     * see for a slot it keeps: the slot stays held by the captured nodes
+     * (a leak of one slot, never a reuse under a live graph). */
+    (void)cudaGetLastError();
+    return rnc_fail(c, RN_CUDA, "graph: %s: %s", what, f.why);
+fail:
+    return rnc_fail(c, RN_CUDA, "graph: %s: %s", what, f.why);
 }
 
 static int wait_done(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
@@ -101,4 +234,6 @@ const rnc_ring_dev rnc_cuda_ring_dev = {
     .detach = detach,
     .write = write_ready,
     .wait = wait_done,
+    .captured = captured,
+    .graph = graph,
 };

@@ -113,6 +113,13 @@ typedef struct rnd_ring_job {
     uint64_t seq;
     int status;                        /* nonzero: nothing to compute; answer this */
     char msg[RNP_MAX_ERRMSG];
+    bool graph;                        /* a graph slot's replay (PROTOCOL.md 13.8): slot
+                                        * is the graph slot, seq its generation; its
+                                        * input is ready (the daemon saw gen move), and
+                                        * its answer is an error (if any: the slot's
+                                        * result and fails) then done = 1 in the graph
+                                        * slot.  It does not wait behind the ring's
+                                        * slots (a replay may hold up their ready). */
     atomic_int abandon;                /* nonzero: the status to answer, without
                                         * waiting, if the input is not ready yet
                                         * (RN_DRAINING, RN_UNKNOWN_SESSION) */

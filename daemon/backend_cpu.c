@@ -299,7 +299,9 @@ static void *worker(void *arg)
 
         pthread_mutex_lock(&b->mu);
         b->running--;
-        if (job->ring)
+        if (job->ring && job->ring->graph)
+            rnd_ring_answer(job); /* (never on a stream: PROTOCOL.md 13.8) */
+        else if (job->ring)
             stream_pop(b, job);
         rn_queue_push_back(&b->finished, &job->link);
         uv_async_send(&b->async);
@@ -338,8 +340,15 @@ static void on_async(uv_async_t *h)
         /* Nothing waiting will run: they end with the failure.  Ring jobs
          * still go through the workers, which answer them in their rings
          * in order. */
-        RN_QUEUE_FOREACH(q, &b->waiting)
+        RN_QUEUE_FOREACH(q, &b->waiting) {
+            rnd_job *job = RN_QUEUE_DATA(q, rnd_job, link);
             b->queued--;
+            if (job->ring && job->ring->graph) {
+                /* A graph slot's stream waits on its done word. */
+                fail_job(b, job);
+                rnd_ring_answer(job);
+            }
+        }
         rn_queue_move(&list, &b->waiting);
     }
     idle = b->queued == 0 && b->running == 0;
@@ -623,7 +632,7 @@ static int cpu_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
         return rnp_fail(err, RN_BUSY, "bwd: the cpu backend's queue is full (%u jobs)",
                         b->max_jobs);
     }
-    if (job->ring) {
+    if (job->ring && !job->ring->graph) {
         cpu_sess *cs = job->bsess;
         if (rn_queue_empty(&cs->stream))
             rn_queue_push_back(&b->streams, &cs->link);

@@ -516,6 +516,7 @@ int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const r
     r->rj.ring = at->ring;
     r->rj.slot = at->slot;
     r->rj.seq = at->seq;
+    r->rj.graph = at->graph;
     rn_queue_init(&r->dups);
     rn_queue_init(&r->run.link);
 
@@ -589,6 +590,8 @@ static const op_entry op_table[RN_OP_MAX + 1] = {
     [RN_OP_BYE] = {OPF_SESSION | OPF_ENDS_SESSION, rnd_op_bye},
     [RN_OP_RING_OPEN] = {OPF_SESSION | OPF_NOT_DRAINING | OPF_NOT_FAILING, rnd_op_ring_open},
     [RN_OP_RING_CLOSE] = {OPF_SESSION, rnd_op_ring_close},
+    [RN_OP_GRAPH_OPEN] = {OPF_SESSION | OPF_NOT_DRAINING | OPF_NOT_FAILING, rnd_op_graph_open},
+    [RN_OP_GRAPH_CLOSE] = {OPF_SESSION, rnd_op_graph_close},
 };
 
 /* Where a request names its session. */
@@ -602,6 +605,8 @@ static const rnp_session *session_of(const rnp_request *q)
     case RN_OP_BYE: return &q->u.bye;
     case RN_OP_RING_OPEN: return &q->u.ring_open.session;
     case RN_OP_RING_CLOSE: return &q->u.ring_close.session;
+    case RN_OP_GRAPH_OPEN: return &q->u.graph_open.session;
+    case RN_OP_GRAPH_CLOSE: return &q->u.graph_close.session;
     }
     return NULL;
 }

@@ -43,6 +43,7 @@ typedef struct rnd_ring_slot {
     bool force;                    /* the ring closes: take it whatever the limits */
     void (*released)(void *owner); /* the request was released (loop thread) */
     void *owner;
+    bool graph;                    /* slot is a graph slot, seq its generation (13.8) */
 } rnd_ring_slot;
 
 /*
@@ -66,6 +67,8 @@ typedef struct rnd_rings {
     bool stop;
     uint32_t kick;                 /* futex word: the loop wakes the thread */
     uint32_t open;                 /* rings open */
+    uint32_t graphs;               /* graph slots open in them: while any, the thread
+                                    * polls their generation words (under mu) */
     uint32_t next_id;
 } rnd_rings;
 
@@ -80,6 +83,11 @@ int rnd_op_ring_open(struct rnd_ctx *ctx, rnd_session *s, const rnp_request *req
                      rnp_error *err);
 int rnd_op_ring_close(struct rnd_ctx *ctx, rnd_session *s, const rnp_request *req,
                       rnp_reply *rep, rnp_error *err);
+/* GRAPH_OPEN and GRAPH_CLOSE: a ring's graph slots (PROTOCOL.md 13.8). */
+int rnd_op_graph_open(struct rnd_ctx *ctx, rnd_session *s, const rnp_request *req,
+                      rnp_reply *rep, rnp_error *err);
+int rnd_op_graph_close(struct rnd_ctx *ctx, rnd_session *s, const rnp_request *req,
+                       rnp_reply *rep, rnp_error *err);
 
 /* The session table's ring hook: s ends; close its ring (ring.h above). */
 void rnd_ring_session_end(rnd_session *s);

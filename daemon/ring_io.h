@@ -23,6 +23,8 @@
  * client's inputs, written before ready, are visible after). */
 static inline bool rnd_ring_ready(const rnd_ring_job *rj)
 {
+    if (rj->graph)
+        return true; /* the generation word moved: its inputs are written */
     uint64_t ready = __atomic_load_n(rnp_ring_u64(rj->ring, RNP_RING_O_READY), __ATOMIC_ACQUIRE);
     return rnp_seq_reached(ready, rj->seq);
 }
@@ -31,6 +33,32 @@ static inline bool rnd_ring_ready(const rnd_ring_job *rj)
 static inline void rnd_ring_wake(void *ring, unsigned off)
 {
     syscall(SYS_futex, rnp_ring_u32(ring, off), FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* The word a job's answer ends with, and its value: the ring's done and
+ * the seq; a graph slot's done and 1. */
+static inline uint64_t *rnd_ring_done_word(const rnd_ring_job *rj)
+{
+    return rj->graph ? rnp_ring_u64(rj->slot, RNP_GSLOT_O_DONE)
+                     : rnp_ring_u64(rj->ring, RNP_RING_O_DONE);
+}
+
+static inline uint64_t rnd_ring_done_value(const rnd_ring_job *rj)
+{
+    return rj->graph ? 1u : rj->seq;
+}
+
+/* The job's result before its done word: a ring slot's status and
+ * message; for a graph slot only an error, which also counts in fails
+ * (the client reports each new one once, PROTOCOL.md 13.8). */
+static inline void rnd_ring_put(const rnd_ring_job *rj, int status, const char *msg)
+{
+    if (!rj->graph) {
+        rnp_ring_put_result(rj->slot, status, status ? msg : NULL);
+    } else if (status) {
+        rnp_ring_put_result(rj->slot, status, msg);
+        __atomic_add_fetch(rnp_ring_u64(rj->slot, RNP_GSLOT_O_FAILS), 1, __ATOMIC_RELEASE);
+    }
 }
 
 /* The job's answer: status and message into its slot, then done = seq
@@ -43,8 +71,10 @@ static inline void rnd_ring_answer(rnd_job *job)
 
     if (atomic_load(&job->cancelled))
         return;
-    rnp_ring_put_result(rj->slot, job->status, job->status ? job->msg : NULL);
-    __atomic_store_n(rnp_ring_u64(rj->ring, RNP_RING_O_DONE), rj->seq, __ATOMIC_RELEASE);
+    rnd_ring_put(rj, job->status, job->msg);
+    __atomic_store_n(rnd_ring_done_word(rj), rnd_ring_done_value(rj), __ATOMIC_RELEASE);
+    if (rj->graph)
+        return; /* a stream waits on it, no thread */
     /* Pairs with the client's increment of waiters before it reads done:
      * either it sees done, or this sees its waiter. */
     atomic_thread_fence(memory_order_seq_cst);

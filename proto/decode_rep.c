@@ -243,6 +243,12 @@ static int ring_open_field(rnp_dctx *d, void *obj, int idx, const char *path)
     return rnp_dec_u32(d, path, &((rnp_ring_open_rep *)obj)->ring);
 }
 
+static int graph_open_field(rnp_dctx *d, void *obj, int idx, const char *path)
+{
+    (void)idx;
+    return rnp_dec_u32(d, path, &((rnp_graph_open_rep *)obj)->graph);
+}
+
 static int dec_body(rnp_dctx *d, void *msg)
 {
     rnp_reply *p = msg;
@@ -254,7 +260,7 @@ static int dec_body(rnp_dctx *d, void *msg)
     static const char *const health[] = { "state", "mps", "backend", "reasons" };
     static const char *const stats[] = { "backend", "device", "counters", "hists" };
     static const char *const ping[] = { "time_ns" };
-    static const char *const ring[] = { "ring" };
+    static const char *const ring[] = { "ring" }, *const graph[] = { "graph" };
     switch (p->op) {
     case RN_OP_HELLO:
         return rnp_dec_map(d, "hello", hello, 12, 0x3ffu, hello_field, &p->u.hello, NULL);
@@ -270,6 +276,9 @@ static int dec_body(rnp_dctx *d, void *msg)
     case RN_OP_PING: return rnp_dec_map(d, "ping", ping, 1, 0x1, ping_field, &p->u.ping, NULL);
     case RN_OP_RING_OPEN:
         return rnp_dec_map(d, "ring_open", ring, 1, 0x1, ring_open_field, &p->u.ring_open, NULL);
+    case RN_OP_GRAPH_OPEN:
+        return rnp_dec_map(d, "graph_open", graph, 1, 0x1, graph_open_field, &p->u.graph_open,
+                           NULL);
     default: return rnp_dec_empty(d, rnp_op_name(p->op));
     }
 }

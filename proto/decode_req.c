@@ -209,6 +209,26 @@ static int ring_close_field(rnp_dctx *d, void *obj, int idx, const char *path)
     return idx == 0 ? rnp_dec_session(d, path, &o->session) : rnp_dec_u32(d, path, &o->ring);
 }
 
+static int graph_open_field(rnp_dctx *d, void *obj, int idx, const char *path)
+{
+    rnp_graph_open_req *o = obj;
+    switch (idx) {
+    case 0: return rnp_dec_session(d, path, &o->session);
+    case 1: return rnp_dec_u32(d, path, &o->ring);
+    default: return rnp_dec_u64(d, path, &o->offset);
+    }
+}
+
+static int graph_close_field(rnp_dctx *d, void *obj, int idx, const char *path)
+{
+    rnp_graph_close_req *o = obj;
+    switch (idx) {
+    case 0: return rnp_dec_session(d, path, &o->session);
+    case 1: return rnp_dec_u32(d, path, &o->ring);
+    default: return rnp_dec_u32(d, path, &o->graph);
+    }
+}
+
 static int session_field(rnp_dctx *d, void *obj, int idx, const char *path)
 {
     (void)idx;
@@ -223,6 +243,8 @@ static int dec_body(rnp_dctx *d, void *msg)
     static const char *const events[] = { "session", "ready", "device_uuid" };
     static const char *const ring_open[] = { "session", "region", "offset", "slots" };
     static const char *const ring_close[] = { "session", "ring" };
+    static const char *const graph_open[] = { "session", "ring", "offset" };
+    static const char *const graph_close[] = { "session", "ring", "graph" };
     switch (q->op) {
     case RN_OP_HELLO: return dec_hello_req(d, &q->u.hello);
     case RN_OP_REGISTER: return dec_register_req(d, &q->u.reg);
@@ -238,6 +260,12 @@ static int dec_body(rnp_dctx *d, void *msg)
     case RN_OP_RING_CLOSE:
         return rnp_dec_map(d, "ring_close", ring_close, 2, 0x3u, ring_close_field,
                            &q->u.ring_close, NULL);
+    case RN_OP_GRAPH_OPEN:
+        return rnp_dec_map(d, "graph_open", graph_open, 3, 0x7u, graph_open_field,
+                           &q->u.graph_open, NULL);
+    case RN_OP_GRAPH_CLOSE:
+        return rnp_dec_map(d, "graph_close", graph_close, 3, 0x7u, graph_close_field,
+                           &q->u.graph_close, NULL);
     default: return rnp_dec_empty(d, rnp_op_name(q->op));
     }
 }

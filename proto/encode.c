@@ -241,6 +241,18 @@ static void enc_request_body(enc *e, const rnp_request *q)
         kv_bin(e, "session", q->u.ring_close.session.b, RNP_SESSION_BYTES);
         kv_uint(e, "ring", q->u.ring_close.ring);
         break;
+    case RN_OP_GRAPH_OPEN:
+        msgpack_pack_map(&e->pk, 3);
+        kv_bin(e, "session", q->u.graph_open.session.b, RNP_SESSION_BYTES);
+        kv_uint(e, "ring", q->u.graph_open.ring);
+        kv_uint(e, "offset", q->u.graph_open.offset);
+        break;
+    case RN_OP_GRAPH_CLOSE:
+        msgpack_pack_map(&e->pk, 3);
+        kv_bin(e, "session", q->u.graph_close.session.b, RNP_SESSION_BYTES);
+        kv_uint(e, "ring", q->u.graph_close.ring);
+        kv_uint(e, "graph", q->u.graph_close.graph);
+        break;
     }
 }
 
@@ -413,6 +425,10 @@ static void enc_reply_body(enc *e, const rnp_reply *p)
     case RN_OP_RING_OPEN:
         msgpack_pack_map(&e->pk, 1);
         kv_uint(e, "ring", p->u.ring_open.ring);
+        break;
+    case RN_OP_GRAPH_OPEN:
+        msgpack_pack_map(&e->pk, 1);
+        kv_uint(e, "graph", p->u.graph_open.graph);
         break;
     }
 }

@@ -67,8 +67,9 @@ bool rnp_op_has_body(uint32_t op, bool request)
 {
     switch (op) {
     case RN_OP_HELLO: case RN_OP_REGISTER: case RN_OP_EVENTS: case RN_OP_BWD:
-    case RN_OP_RING_OPEN: return true;
-    case RN_OP_UNREGISTER: case RN_OP_BYE: case RN_OP_RING_CLOSE: return request;
+    case RN_OP_RING_OPEN: case RN_OP_GRAPH_OPEN: return true;
+    case RN_OP_UNREGISTER: case RN_OP_BYE: case RN_OP_RING_CLOSE: case RN_OP_GRAPH_CLOSE:
+        return request;
     case RN_OP_PING: case RN_OP_HEALTH: case RN_OP_STATS: return !request;
     }
     return false;

@@ -228,3 +228,24 @@ int rnp_ring_get_result(const uint8_t *slot, char *msg, size_t len)
     }
     return status;
 }
+
+int rnp_graph_check_offset(uint64_t offset, uint64_t region_size, uint64_t ring_off,
+                           uint32_t slots, rnp_error *err)
+{
+    uint64_t end, ring_end = ring_off + rnp_ring_bytes(slots);
+
+    if (offset % RNP_RING_ALIGN)
+        return rnp_fail(err, RN_MISALIGNED, "graph_open.offset: %llu is not a multiple of %u",
+                        (unsigned long long)offset, RNP_RING_ALIGN);
+    if (__builtin_add_overflow(offset, (uint64_t)RNP_GRAPH_SLOT, &end) || end > region_size)
+        return rnp_fail(err, RN_OUT_OF_BOUNDS,
+                        "graph_open.offset: a graph slot of %u bytes at %llu exceeds the ring's "
+                        "region of %llu bytes", RNP_GRAPH_SLOT, (unsigned long long)offset,
+                        (unsigned long long)region_size);
+    if (offset < ring_end && ring_off < end)
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "graph_open.offset: %llu overlaps the ring (bytes %llu .. %llu)",
+                        (unsigned long long)offset, (unsigned long long)ring_off,
+                        (unsigned long long)ring_end - 1);
+    return 0;
+}

@@ -156,6 +156,20 @@ typedef struct rnp_ring_close_req {
     uint32_t ring;                 /* from RING_OPEN's reply */
 } rnp_ring_close_req;
 
+/* GRAPH_OPEN: a graph slot (rn_ring.h, PROTOCOL.md 13.8) of the open ring,
+ * at offset bytes into the ring's region; GRAPH_CLOSE gives it back. */
+typedef struct rnp_graph_open_req {
+    rnp_session session;
+    uint32_t ring;                 /* from RING_OPEN's reply */
+    uint64_t offset;               /* a multiple of RNP_RING_ALIGN, outside the ring */
+} rnp_graph_open_req;
+
+typedef struct rnp_graph_close_req {
+    rnp_session session;
+    uint32_t ring;
+    uint32_t graph;                /* from GRAPH_OPEN's reply */
+} rnp_graph_close_req;
+
 typedef struct rnp_request {
     uint32_t version;              /* envelope "v" */
     uint32_t op;                   /* rn_op */
@@ -169,6 +183,8 @@ typedef struct rnp_request {
         rnp_session bye;           /* BYE: the session to end */
         rnp_ring_open_req ring_open;
         rnp_ring_close_req ring_close;
+        rnp_graph_open_req graph_open;
+        rnp_graph_close_req graph_close;
         /* PING, HEALTH, STATS: no body */
     } u;
 } rnp_request;
@@ -210,6 +226,7 @@ typedef struct rnp_hello_rep {
 #define RNP_PATH_FAST 2u           /* the ring (RING_OPEN, rn_ring.h) */
 
 typedef struct rnp_ring_open_rep { uint32_t ring; } rnp_ring_open_rep;
+typedef struct rnp_graph_open_rep { uint32_t graph; } rnp_graph_open_rep;
 
 typedef struct rnp_register_rep { rnp_region_id region; } rnp_register_rep;
 
@@ -282,7 +299,8 @@ typedef struct rnp_reply {
         rnp_stats_rep stats;
         rnp_ping_rep ping;
         rnp_ring_open_rep ring_open;
-        /* UNREGISTER, BYE, RING_CLOSE: no body */
+        rnp_graph_open_rep graph_open;
+        /* UNREGISTER, BYE, RING_CLOSE, GRAPH_CLOSE: no body */
     } u;
 } rnp_reply;
 

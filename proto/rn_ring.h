@@ -82,6 +82,35 @@ enum { RNP_SLOT_T_REGION = 0, RNP_SLOT_T_DTYPE = 4, RNP_SLOT_T_OFFSET = 8, RNP_S
 #define RNP_SLOT_F_DW 8u
 #define RNP_SLOT_F_ALL 15u
 
+/*
+ * Graph slots (PROTOCOL.md 13.8): a call captured into a CUDA graph cannot
+ * take a seq (the values a graph writes and waits for are fixed at
+ * capture), so it gets a slot of its own, outside the ring's order, in the
+ * ring's region (GRAPH_OPEN).  Its descriptor (a ring slot's, with seq 0)
+ * is written once, before GRAPH_OPEN, and the daemon copies it then; at
+ * each replay the graph resets done, bumps gen, and waits for done.
+ */
+#define RNP_GRAPH_SLOT 1024u           /* bytes per graph slot */
+#define RNP_GRAPH_MAX 1024u            /* graph slots open per ring, at most */
+enum rnp_graph_off {
+    /* 0 .. 255: the descriptor (rnp_ring_slot_off's layout, seq 0);
+     * 256 .. 511: the result (status, error), as a ring slot's */
+    RNP_GSLOT_O_GEN = 512,             /* u64, the client's stream: replays begun */
+    RNP_GSLOT_O_DONE = 576,            /* u64, 0 (the replay's start) or 1 (answered) */
+    RNP_GSLOT_O_CLOSED = 640,          /* u32, 1: the daemon stopped serving it */
+    RNP_GSLOT_O_FAILS = 704,           /* u64, daemon: replays answered with an error */
+};
+
+/*
+ * The daemon, at GRAPH_OPEN: a graph slot at offset in a region of
+ * region_size bytes whose ring (slots slots) is at ring_off.  Returns 0, or
+ * RN_MISALIGNED (not a multiple of RNP_RING_ALIGN), RN_OUT_OF_BOUNDS (past
+ * the region) or RN_INVALID_ARGUMENT (it overlaps the ring), naming
+ * graph_open.offset.
+ */
+int rnp_graph_check_offset(uint64_t offset, uint64_t region_size, uint64_t ring_off,
+                           uint32_t slots, rnp_error *err);
+
 /* Bytes of a ring of slots slots, header included. */
 static inline uint64_t rnp_ring_bytes(uint32_t slots)
 {

@@ -99,7 +99,9 @@ typedef enum rn_dtype {
     X(8, STATS, "stats")       \
     X(9, BYE, "bye")           \
     X(10, RING_OPEN, "ring_open") \
-    X(11, RING_CLOSE, "ring_close")
+    X(11, RING_CLOSE, "ring_close") \
+    X(12, GRAPH_OPEN, "graph_open") \
+    X(13, GRAPH_CLOSE, "graph_close")
 
 typedef enum rn_op {
 #define RN_OP_ENUM_(code, name, str) RN_OP_##name = code,
@@ -107,6 +109,6 @@ typedef enum rn_op {
 #undef RN_OP_ENUM_
 } rn_op;
 
-#define RN_OP_MAX 11
+#define RN_OP_MAX 13
 
 #endif /* RN_WIRE_H */

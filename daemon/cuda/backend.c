@@ -10,7 +10,7 @@
  * own and one client's unready inputs (its ready event) never hold up
  * another client's work.  Past that, sessions share streams: still correct,
  * but a client that is slow to produce its inputs then delays the others on
- * its stream.
+ * its stream.  A ring gets streams of its own (ownstream.c).
  */
 #include "cuda_int.h"
 
@@ -28,6 +28,8 @@ static void sess_free(rnd_cuda *b, rnd_cuda_sess *cs)
     if (!b->failed)
         rnd_cuda_sess_events_destroy(cs);
     rnd_cuda_cancel_release(b, cs);
+    rnd_cuda_own_stream_free(b, cs->ring_stream);
+    rnd_cuda_own_stream_free(b, cs->graph_stream);
     b->streams[cs->stream].nsess--;
     rn_queue_remove(&cs->link);
     free(cs);
@@ -37,6 +39,8 @@ static void release_streams(rnd_cuda *b)
 {
     for (int i = 0; i < b->nstreams; i++) {
         rnd_cuda_stream *s = &b->streams[i];
+        if (!s->live && i >= RND_CUDA_STREAMS)
+            continue; /* an own stream given back (ownstream.c) */
         cudaFree(s->ws);
         if (s->st)
             cudaStreamDestroy(s->st);
@@ -123,6 +127,7 @@ static int open_device(rnd_cuda *b, const rnd_backend_opts *o, rnp_error *err)
         rn_queue_init(&s->fifo);
         RN_PT_GOTO(pthread_cond_init(&s->cv, NULL), &f, fail);
         b->nstreams++;
+        s->live = true;
         RN_CUDA_GOTO(cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking), &f, fail);
         RN_CUDA_GOTO(cudaMalloc(&s->ws, ws0), &f, fail);
         s->ws_bytes = ws0;
@@ -336,6 +341,7 @@ static int cuda_session_open(rnd_backend *be, void **bsess, rnp_error *err)
     cs->id = ++b->next_sess_id;
     cs->cancel = -1;
     cs->stream = best;
+    cs->ring_stream = cs->graph_stream = -1;
     b->streams[best].nsess++;
     /* The server's "Session ... opened for" line follows: it names the
      * client of this number. */
@@ -353,6 +359,18 @@ static void cuda_session_ending(rnd_backend *be, void *bsess)
         cs->ending = true;
     /* A dead client's ring jobs need not wait for the watch. */
     rnd_cuda_ring_release_cancelled((rnd_cuda *)be);
+}
+
+/* A ring's memory (ring.c) is its setup: the ring's streams of its own
+ * come with it (ownstream.c). */
+static int cuda_region_open_fd(rnd_backend *be, void *bsess, int fd, uint64_t size,
+                               rnd_mapping *out, rnp_error *err)
+{
+    int rc = rnd_cuda_region_open_fd(be, bsess, fd, size, out, err);
+
+    if (rc == 0 && bsess)
+        rnd_cuda_own_streams_open((rnd_cuda *)be, bsess);
+    return rc;
 }
 
 static void cuda_session_close(rnd_backend *be, void *bsess)
@@ -373,7 +391,7 @@ const rnd_backend_ops rnd_backend_cuda_ops = {
     /* A ring's memfd with --cuda-fast-path (ring.c); else refused.  Device
      * memory comes as CUDA IPC handles over nanomsg, or as cuMem exports on
      * the session channel (VMM_CHUNK, vmm.c). */
-    .region_open_fd = rnd_cuda_region_open_fd,
+    .region_open_fd = cuda_region_open_fd,
     .region_close = rnd_cuda_region_close_any,
     .vmm_import = rnd_cuda_vmm_import,
     .vmm_drop = rnd_cuda_vmm_drop,

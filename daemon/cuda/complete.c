@@ -35,8 +35,9 @@
 #include "log.h"
 #include "stats.h"
 
-/* One per stream: wait for its jobs in order, hand each to the loop. */
-static void *completion_thread(void *arg)
+/* One per stream: wait for its jobs in order, hand each to the loop.  A
+ * ring's own stream's thread also returns when told to (quit, ownstream.c). */
+void *rnd_cuda_completion_thread(void *arg)
 {
     rnd_cuda_stream *s = arg;
     rnd_cuda *b = s->b;
@@ -45,7 +46,7 @@ static void *completion_thread(void *arg)
     (void)cudaSetDevice(b->dev);
     pthread_mutex_lock(&b->mu);
     for (;;) {
-        while ((q = rn_queue_head(&s->fifo)) == NULL && !b->stop)
+        while ((q = rn_queue_head(&s->fifo)) == NULL && !b->stop && !s->quit)
             pthread_cond_wait(&s->cv, &b->mu);
         if (!q)
             break;
@@ -72,7 +73,7 @@ int rnd_cuda_threads_start(rnd_cuda *b, rnp_error *err)
 
     for (int i = 0; i < b->nstreams; i++) {
         rnd_cuda_stream *s = &b->streams[i];
-        RN_PT_GOTO(pthread_create(&s->thr, NULL, completion_thread, s), &f, fail);
+        RN_PT_GOTO(pthread_create(&s->thr, NULL, rnd_cuda_completion_thread, s), &f, fail);
         s->thr_started = true;
     }
     return 0;
@@ -97,7 +98,8 @@ bool rnd_cuda_threads_stop(rnd_cuda *b, int timeout_ms)
     pthread_mutex_lock(&b->mu);
     b->stop = true;
     for (int i = 0; i < b->nstreams; i++)
-        pthread_cond_broadcast(&b->streams[i].cv);
+        if (b->streams[i].live)
+            pthread_cond_broadcast(&b->streams[i].cv);
     pthread_mutex_unlock(&b->mu);
     clock_gettime(CLOCK_REALTIME, &until);
     if (timeout_ms >= 0) {

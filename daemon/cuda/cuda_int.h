@@ -42,6 +42,10 @@
 
 /* Streams in the pool (and so sessions that each get a stream of their own). */
 #define RND_CUDA_STREAMS 16
+/* Streams of their own for rings (ownstream.c): two per ring (its slots,
+ * its graph slots), after the pool in b->streams. */
+#define RND_CUDA_OWN_STREAMS 256
+#define RND_CUDA_MAX_STREAMS (RND_CUDA_STREAMS + RND_CUDA_OWN_STREAMS)
 /* Cancel words for the fast path's sessions (ring.c); a session past them
  * runs its ring jobs without one. */
 #define RND_CUDA_CANCEL_WORDS 4096
@@ -76,7 +80,7 @@ typedef struct rnd_cuda_map {
 typedef struct rnd_cuda_gjob {
     rnd_job *job;                  /* NULL once its done event ran early (a failure) */
     rnd_cuda_sess *cs;             /* valid while job is */
-    int stream;                    /* index into the pool */
+    int stream;                    /* index into b->streams */
     int32_t done_slot;             /* async: the done event recorded; else -1 */
     uint64_t submit_ns;            /* handed to the stream */
     uint64_t start_ns;             /* the watch first saw started complete; 0: not yet */
@@ -104,11 +108,18 @@ typedef struct rnd_cuda_stream {
     bool thr_started;
     pthread_cond_t cv;
     rn_queue fifo;                 /* submitted, oldest first (under b->mu) */
+    bool live;                     /* st exists (the pool's always; an own one while held) */
+    bool own;                      /* a ring's own stream (ownstream.c) */
+    bool quit;                     /* its completion thread returns (under b->mu) */
 } rnd_cuda_stream;
 
 struct rnd_cuda_sess {
     uint32_t id;                   /* for the log: "session #id" */
     int stream;                    /* index into the pool */
+    int ring_stream;               /* its ring's own stream (ring jobs), -1: the pool's */
+    int graph_stream;              /* its ring's graph slots' own stream, -1: another of
+                                    * the pool's (ownstream.c) */
+    bool own_tried;                /* ring setup asked for them (once) */
     uint32_t nev;                  /* events exchanged (ready and done rings) */
     cudaEvent_t ready[RNP_MAX_EVENTS];
     cudaEvent_t done[RNP_MAX_EVENTS];
@@ -140,8 +151,8 @@ struct rnd_cuda {
     bool mps;
     rnk_device *kdev;
     rnd_cuda_get_range_fn get_range;
-    rnd_cuda_stream streams[RND_CUDA_STREAMS];
-    int nstreams;
+    rnd_cuda_stream streams[RND_CUDA_MAX_STREAMS];
+    int nstreams;                  /* the pool's, then own streams up to this index */
 
     uv_async_t async;              /* GPU completions, and a failure to report */
     uv_check_t check;              /* acked events and the fatal path, after each poll */
@@ -225,6 +236,7 @@ int rnd_cuda_events(rnd_backend *be, void *bsess, const rnp_events_req *req,
 
 /* complete.c */
 int rnd_cuda_threads_start(rnd_cuda *b, rnp_error *err);
+void *rnd_cuda_completion_thread(void *stream);
 bool rnd_cuda_threads_stop(rnd_cuda *b, int timeout_ms);
 void rnd_cuda_fifo_push(rnd_cuda *b, rnd_cuda_gjob *g);
 void rnd_cuda_ack_later(rnd_cuda *b, rnd_cuda_gjob *g);
@@ -232,6 +244,19 @@ void rnd_cuda_run_fatal(rnd_cuda *b);
 void rnd_cuda_on_async(uv_async_t *h);
 void rnd_cuda_on_check(uv_check_t *h);
 void rnd_cuda_on_idle(uv_idle_t *h);
+
+/* ownstream.c: a stream of the ring's own, with its completion thread and
+ * a workspace grown on first use; -1 from new when none can be made (the
+ * caller falls back to the pool, and the reason is logged). */
+int rnd_cuda_own_stream_new(rnd_cuda *b, const char *what);
+void rnd_cuda_own_stream_free(rnd_cuda *b, int i);
+/* A session's stream for ring jobs, and for graph jobs (never one of its
+ * ring jobs waits on: a graph job must not queue behind a wait for ready
+ * that the replay itself holds up). */
+int rnd_cuda_ring_stream(const rnd_cuda *b, const rnd_cuda_sess *cs);
+int rnd_cuda_graph_stream(const rnd_cuda *b, const rnd_cuda_sess *cs);
+/* Give session cs its ring's own streams (ring setup), once. */
+void rnd_cuda_own_streams_open(rnd_cuda *b, rnd_cuda_sess *cs);
 
 /* watch.c */
 void rnd_cuda_on_watch(uv_timer_t *t);

@@ -320,16 +320,16 @@ int rnd_cuda_host_tensors(rnd_cuda *b, const rnd_job *job, rnp_error *err)
 void rnd_cuda_ring_answer_host(rnd_job *job)
 {
     rnd_ring_job *rj = job->ring;
-    uint64_t *done = rnp_ring_u64(rj->ring, RNP_RING_O_DONE);
+    uint64_t *done = rnd_ring_done_word(rj);
 
     if (atomic_load(&job->cancelled))
         return;
-    if (rnp_seq_reached(__atomic_load_n(done, __ATOMIC_ACQUIRE), rj->seq)) {
+    if (!rj->graph && rnp_seq_reached(__atomic_load_n(done, __ATOMIC_ACQUIRE), rj->seq)) {
         rnd_cuda_ring_wake(job);
         return;
     }
-    rnp_ring_put_result(rj->slot, job->status, job->status ? job->msg : NULL);
-    __atomic_store_n(done, rj->seq, __ATOMIC_RELEASE);
+    rnd_ring_put(rj, job->status, job->msg);
+    __atomic_store_n(done, rnd_ring_done_value(rj), __ATOMIC_RELEASE);
     rnd_cuda_ring_wake(job);
 }
 
@@ -337,8 +337,8 @@ void rnd_cuda_ring_wake(rnd_job *job)
 {
     rnd_ring_job *rj = job->ring;
 
-    if (atomic_load(&job->cancelled))
-        return;
+    if (atomic_load(&job->cancelled) || rj->graph)
+        return; /* (a graph slot's done: a stream waits on it, no thread) */
     /* Pairs with the client's increment of waiters before it reads done. */
     atomic_thread_fence(memory_order_seq_cst);
     if (__atomic_load_n(rnp_ring_u32(rj->ring, RNP_RING_O_WAITERS), __ATOMIC_SEQ_CST))
@@ -354,8 +354,9 @@ void rnd_cuda_ring_release_cancelled(rnd_cuda *b)
     RN_QUEUE_FOREACH(q, &b->outstanding) {
         rnd_cuda_gjob *g = RN_QUEUE_DATA(q, rnd_cuda_gjob, link);
         rnd_job *job = g->job;
-        if (!job || !job->ring || g->ready_forced || !atomic_load(&job->cancelled))
-            continue;
+        if (!job || !job->ring || job->ring->graph || g->ready_forced ||
+            !atomic_load(&job->cancelled))
+            continue; /* (a graph slot's replay waits for nothing) */
         /* The session's cancel word first, whether or not this job's
          * ready came (a kernel queued behind others has not read it yet):
          * the session is over, nothing it runs from now on should touch its

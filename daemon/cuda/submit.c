@@ -108,7 +108,7 @@ static void put_error(rnd_job *job, int status, const char *msg)
     rj->status = status;
     snprintf(rj->msg, sizeof rj->msg, "%s", msg && msg[0] ? msg : rnp_strerror(status));
     if (!atomic_load(&job->cancelled))
-        rnp_ring_put_result(rj->slot, rj->status, rj->msg);
+        rnd_ring_put(rj, rj->status, rj->msg);
 }
 
 /* From here g's job is on the GPU (or its stream waits for it): it is
@@ -123,8 +123,9 @@ static void outstanding(rnd_cuda *b, rnd_cuda_sess *cs, rnd_cuda_gjob *g, rnd_jo
     cs->njobs++;
 }
 
-/* A job for session cs's stream, on no list yet; NULL when out of memory. */
-static rnd_cuda_gjob *gjob_new(rnd_cuda_sess *cs)
+/* A job for stream si of session cs, on no list yet; NULL when out of
+ * memory. */
+static rnd_cuda_gjob *gjob_new(rnd_cuda_sess *cs, int si)
 {
     rnd_cuda_gjob *g = calloc(1, sizeof *g);
 
@@ -133,7 +134,7 @@ static rnd_cuda_gjob *gjob_new(rnd_cuda_sess *cs)
         rn_queue_init(&g->alink);
         rn_queue_init(&g->flink);
         g->cs = cs;
-        g->stream = cs->stream;
+        g->stream = si;
         g->done_slot = -1;
     }
     return g;
@@ -149,16 +150,22 @@ static void lost_track(rnd_cuda *b, rn_fault *f, const char *when)
 }
 
 /*
- * A ring job (the fast path; ring.c's top says what goes on the stream).
+ * A ring job (the fast path; ring.c's top says what goes on the stream), on
+ * its ring's own stream.  A graph slot's replay (rj->graph) goes on the
+ * ring's other stream without a wait for ready (the loop saw its
+ * generation word move, so its inputs are written) and ends with done = 1
+ * in the graph slot.
  */
 static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
 {
     rnd_cuda_sess *cs = job->bsess;
     rnd_ring_job *rj = job->ring;
-    rnd_cuda_stream *s = &b->streams[cs->stream];
+    bool graph = rj->graph;
+    int si = graph ? rnd_cuda_graph_stream(b, cs) : rnd_cuda_ring_stream(b, cs);
+    rnd_cuda_stream *s = &b->streams[si];
     char kmsg[RNP_MAX_ERRMSG] = "";
     CUdeviceptr ready = rnd_cuda_ring_dev_addr(b, rnp_ring_u64(rj->ring, RNP_RING_O_READY));
-    CUdeviceptr done = rnd_cuda_ring_dev_addr(b, rnp_ring_u64(rj->ring, RNP_RING_O_DONE));
+    CUdeviceptr done = rnd_cuda_ring_dev_addr(b, rnd_ring_done_word(rj));
     bool run = rj->status == 0;
     rnp_error kerr = {0};
     rnd_cuda_gjob *g;
@@ -182,14 +189,14 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
         run = false;
     }
     if (!run && rj->status && !atomic_load(&job->cancelled))
-        rnp_ring_put_result(rj->slot, rj->status, rj->msg);
-    if (!(g = gjob_new(cs)))
+        rnd_ring_put(rj, rj->status, rj->msg);
+    if (!(g = gjob_new(cs, si)))
         return rnp_fail(err, RN_NOMEM, "bwd: out of memory");
     if ((rc = rnd_cuda_gjob_events(b, g, run, err)) != 0) {
         rnd_cuda_gjob_free(b, g);
         return rc;
     }
-    if (run) {
+    if (run && !graph) {
         rnp_ring_put_result(rj->slot, 0, NULL);
         atomic_thread_fence(memory_order_release);
         if ((r = b->wait64(s->st, ready, rj->seq, CU_STREAM_WAIT_VALUE_GEQ)) != CUDA_SUCCESS) {
@@ -216,7 +223,8 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
             RN_CUDA_GOTO(cudaEventRecord(g->t1, s->st), &f, fail_queued);
         }
     }
-    if ((r = b->write64(s->st, done, rj->seq, CU_STREAM_WRITE_VALUE_DEFAULT)) != CUDA_SUCCESS) {
+    if ((r = b->write64(s->st, done, rnd_ring_done_value(rj), CU_STREAM_WRITE_VALUE_DEFAULT)) !=
+        CUDA_SUCCESS) {
         drv_fail(b, s, "cuStreamWriteValue64 (done)", r, &kerr);
         rnd_cuda_mark_failed(b, "writing a ring's done word: %.150s", kerr.msg);
         return 0; /* the failure path answers the job from the host */
@@ -259,7 +267,7 @@ int rnd_cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
     /* A ring's host memory is no tensor (only with the fast path on). */
     if (b->rings && (rc = rnd_cuda_host_tensors(b, job, err)) != 0)
         return rc;
-    if (!(g = gjob_new(cs)))
+    if (!(g = gjob_new(cs, cs->stream)))
         return rnp_fail(err, RN_NOMEM, "bwd: out of memory");
     s = &b->streams[cs->stream];
     if ((rc = ws_ensure(b, s, job->args.m, job->args.n, err)) != 0)

@@ -61,6 +61,8 @@ static void warn_unready(rnd_cuda *b, rnd_cuda_gjob *g, const rnd_cuda_gjob *hea
 static void check_streams(rnd_cuda *b)
 {
     for (int i = 0; i < b->nstreams; i++) {
+        if (!b->streams[i].live)
+            continue;
         cudaError_t e = cudaStreamQuery(b->streams[i].st);
         if (e == cudaSuccess || e == cudaErrorNotReady)
             continue;
@@ -80,8 +82,8 @@ void rnd_cuda_on_watch(uv_timer_t *t)
     uint64_t now = rnd_now_ns();
     /* Per stream, in this pass: its oldest job not started yet, and whether
      * a job before that one has started (its kernel runs). */
-    const rnd_cuda_gjob *head[RND_CUDA_STREAMS] = {NULL};
-    bool running[RND_CUDA_STREAMS] = {false};
+    const rnd_cuda_gjob *head[RND_CUDA_MAX_STREAMS] = {NULL};
+    bool running[RND_CUDA_MAX_STREAMS] = {false};
     rn_queue *q;
 
     if (b->failed || rn_queue_empty(&b->outstanding))

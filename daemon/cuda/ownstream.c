@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ownstream.c - a stream of its own for each ring (issue 14).  The pool's
+ * RND_CUDA_STREAMS streams are shared once there are more sessions than
+ * streams, and then a session whose producer is late holds up the ring
+ * jobs of another that shares its stream (a ring job waits on the GPU for
+ * its ready word).  A ring gets two streams of its own at its setup (the
+ * REGISTER_FD of its memory): one for its slots, one for its graph slots,
+ * whose jobs never wait on the GPU (the daemon enqueues them once it saw
+ * the generation word move, so their inputs are ready) and so must not
+ * queue behind a wait for ready that the very replay holds up.  They live
+ * after the pool in b->streams, each with its completion thread (as the
+ * pool's: complete.c), and are destroyed when the session ends.  Where a
+ * stream cannot be made (a limit, the device's resources) the session
+ * falls back to the pool, as before.
+ */
+#include "cuda_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+
+int rnd_cuda_own_stream_new(rnd_cuda *b, const char *what)
+{
+    static bool warned;
+    rnd_cuda_stream *s = NULL;
+    rn_fault f;
+    int i;
+
+    for (i = RND_CUDA_STREAMS; i < RND_CUDA_MAX_STREAMS; i++)
+        if (!b->streams[i].live && !b->streams[i].thr_started) {
+            s = &b->streams[i];
+            break;
+        }
+    if (!s) {
+        if (!warned)
+            rnd_warn("All %d streams for rings are taken: newer rings use the pool's %d "
+                     "streams (a late producer may then hold up another session)",
+                     RND_CUDA_OWN_STREAMS, RND_CUDA_STREAMS);
+        warned = true;
+        return -1;
+    }
+    memset(s, 0, sizeof *s);
+    s->b = b;
+    s->own = true;
+    rn_queue_init(&s->fifo);
+    RN_PT_GOTO(pthread_cond_init(&s->cv, NULL), &f, fail);
+    /* The workspace comes with the first job (submit.c's ws_ensure,
+     * stream-ordered), so that nothing here waits for the device. */
+    RN_CUDA_GOTO(cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking), &f, fail_cv);
+    RN_PT_GOTO(pthread_create(&s->thr, NULL, rnd_cuda_completion_thread, s), &f, fail_stream);
+    s->thr_started = true;
+    s->live = true;
+    if (i + 1 > b->nstreams)
+        b->nstreams = i + 1;
+    return i;
+fail_stream:
+    cudaStreamDestroy(s->st);
+    s->st = NULL;
+fail_cv:
+    pthread_cond_destroy(&s->cv);
+fail:
+    (void)cudaGetLastError();
+    rnd_warn("A stream of its own for %s: %s; it uses the pool's", what, f.why);
+    return -1;
+}
+
+void rnd_cuda_own_stream_free(rnd_cuda *b, int i)
+{
+    rnd_cuda_stream *s;
+
+    if (i < RND_CUDA_STREAMS || i >= RND_CUDA_MAX_STREAMS || !b->streams[i].live)
+        return;
+    s = &b->streams[i];
+    /* Every job on it had its done event (the session ends): its FIFO is
+     * empty and its thread returns at once. */
+    pthread_mutex_lock(&b->mu);
+    s->quit = true;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&b->mu);
+    if (s->thr_started) {
+        pthread_join(s->thr, NULL);
+        s->thr_started = false;
+    }
+    s->live = false;
+    if (b->failed)
+        return; /* a failed device's objects are left to the process exit */
+    /* Stream-ordered, so that no call here waits for the device. */
+    if (s->ws && cudaFreeAsync(s->ws, s->st) != cudaSuccess)
+        (void)cudaGetLastError();
+    s->ws = NULL;
+    s->ws_bytes = 0;
+    if (cudaStreamDestroy(s->st) != cudaSuccess)
+        (void)cudaGetLastError();
+    s->st = NULL;
+    pthread_cond_destroy(&s->cv);
+}
+
+void rnd_cuda_own_streams_open(rnd_cuda *b, rnd_cuda_sess *cs)
+{
+    if (cs->own_tried)
+        return;
+    cs->own_tried = true;
+    cs->ring_stream = rnd_cuda_own_stream_new(b, "a ring");
+    if (cs->ring_stream >= 0)
+        cs->graph_stream = rnd_cuda_own_stream_new(b, "a ring's graph slots");
+    if (cs->ring_stream >= 0)
+        rnd_debug("cuda session #%u: its ring uses stream %d, its graph slots stream %d",
+                  cs->id, cs->ring_stream, cs->graph_stream);
+}
+
+int rnd_cuda_ring_stream(const rnd_cuda *b, const rnd_cuda_sess *cs)
+{
+    (void)b;
+    return cs->ring_stream >= 0 ? cs->ring_stream : cs->stream;
+}
+
+int rnd_cuda_graph_stream(const rnd_cuda *b, const rnd_cuda_sess *cs)
+{
+    if (cs->graph_stream >= 0)
+        return cs->graph_stream;
+    /* Any stream but the one its ring jobs wait on. */
+    int r = rnd_cuda_ring_stream(b, cs);
+    if (r >= RND_CUDA_STREAMS)
+        return cs->stream;
+    return b->nstreams > 1 ? (r + 1) % RND_CUDA_STREAMS : r;
+}

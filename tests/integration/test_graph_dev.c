@@ -1,0 +1,268 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_graph_dev - graph slots (PROTOCOL.md 13.8) without a GPU: libclient's
+ * capture path (rnc_bwd_ring_dev on a stream that says it is being
+ * captured) against a real daemon on the CPU backend, with a fake device
+ * side whose "graph" the test replays by hand, doing what the replay's
+ * kernel does (closed? done = 0, gen + 1, closed again?) and then waiting
+ * for done as the captured wait would.  Checked: a captured call registers
+ * a graph slot and queues no ready/wait of the ring; every replay, with
+ * fresh inputs at the same addresses and random delays, is answered and
+ * bitwise equal to the CPU twin (what an eager call computes); a bad call
+ * fails at capture with the daemon's message; slots given back by the
+ * graphs' destructors are reused (more captures than slots); a replay
+ * after the session ended does not wait.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rn_test.h"
+#include "client_int.h"
+#include "integration/harness.h"
+#include "rmsnormctl_verify.h"
+#include "rn_ring.h"
+
+#define WAIT_MS 20000
+
+typedef struct fake {
+    bool capturing;
+    int writes, waits, graphs;
+    uint64_t slot;                 /* the last graph slot captured */
+    void (*gone)(void *);
+    void *arg;
+} fake;
+
+static int f_attach(rn_client *c, void *base, size_t size, uint64_t *dev)
+{
+    (void)c, (void)size;
+    *dev = (uint64_t)(uintptr_t)base;
+    return 0;
+}
+
+static void f_detach(void *base)
+{
+    (void)base;
+}
+
+static int f_write(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
+{
+    (void)c;
+    ((fake *)stream)->writes++;
+    __atomic_store_n((uint64_t *)(uintptr_t)addr, seq, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static int f_wait(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
+{
+    (void)c, (void)addr, (void)seq;
+    ((fake *)stream)->waits++;
+    return 0;
+}
+
+static int f_captured(rn_client *c, void *stream)
+{
+    (void)c;
+    return ((fake *)stream)->capturing;
+}
+
+static int f_graph(rn_client *c, void *stream, uint64_t addr, void (*gone)(void *), void *arg)
+{
+    fake *s = stream;
+    (void)c;
+    s->graphs++;
+    s->slot = addr;
+    s->gone = gone;
+    s->arg = arg;
+    return 0;
+}
+
+static const rnc_ring_dev fake_dev = {f_attach, f_detach, f_write, f_wait, f_captured, f_graph};
+
+static uint64_t *w64(uint64_t slot, unsigned off)
+{
+    return (uint64_t *)(uintptr_t)(slot + off);
+}
+
+/* One replay of the captured call: the kernel's steps, then the wait. */
+static int replay(uint64_t slot)
+{
+    uint32_t *closed = (uint32_t *)(uintptr_t)(slot + RNP_GSLOT_O_CLOSED);
+    uint64_t *done = w64(slot, RNP_GSLOT_O_DONE), *gen = w64(slot, RNP_GSLOT_O_GEN);
+
+    if (__atomic_load_n(closed, __ATOMIC_SEQ_CST)) {
+        __atomic_store_n(done, 1, __ATOMIC_RELEASE);
+    } else {
+        __atomic_store_n(done, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(gen, __atomic_load_n(gen, __ATOMIC_RELAXED) + 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(closed, __ATOMIC_SEQ_CST))
+            __atomic_store_n(done, 1, __ATOMIC_RELEASE);
+    }
+    int64_t t0 = rnh_now_ms();
+    while (__atomic_load_n(done, __ATOMIC_ACQUIRE) != 1) {
+        if (rnh_now_ms() - t0 > WAIT_MS)
+            return -1;
+        usleep(100);
+    }
+    return 0;
+}
+
+static rn_client *fast_client(const rnh_daemon *d)
+{
+    rn_connect_opts o = RN_CONNECT_OPTS_INIT;
+    rn_client *c = NULL;
+    o.endpoint = d->endpoint;
+    o.path = RN_PATH_FAST;
+    if (rn_connect(&o, &c) != 0)
+        fail_msg("rn_connect: %s", rn_last_error(NULL));
+    return c;
+}
+
+static void lay_case(rnv_case *k, int i)
+{
+    static const int64_t shapes[][2] = {{1, 1}, {5, 31}, {16, 64}, {7, 1000}};
+    memset(k, 0, sizeof *k);
+    k->m = shapes[i % 4][0];
+    k->n = shapes[i % 4][1];
+    k->x = k->dy = k->dx = i % 2 ? RN_DTYPE_BF16 : RN_DTYPE_F32;
+    k->w = k->dw = RN_DTYPE_F32;
+    k->rstd = true;
+    k->eps = 1e-6f;
+}
+
+static int call(rn_client *c, const rn_bwd_args *a, fake *s)
+{
+    return rnc_bwd_ring_dev(c, a, &rnc_host_mapper, NULL, &fake_dev, s);
+}
+
+/* Capture once, replay many times with fresh inputs: bitwise equal to the
+ * twin each time. */
+static void test_graph_replays(void **state)
+{
+    rnh_daemon *d = *state;
+    fake s = {0};
+    rnv_case k;
+    rn_bwd_args a, a2;
+    void *buf;
+    char msg[400];
+
+    assert_int_equal(rnh_start(d), 0);
+    rn_client *c = fast_client(d);
+    lay_case(&k, 3);
+    assert_int_equal(rn_buffer_alloc(c, rnv_bytes(&k), &buf), 0);
+    rnv_setup(&k, buf, 1, &a);
+    s.capturing = true;
+    if (call(c, &a, &s) != 0)
+        fail_msg("capture: %s", rn_last_error(c));
+    s.capturing = false;
+    assert_int_equal(s.graphs, 1);
+    assert_int_equal(s.writes, 0);
+    assert_int_equal(s.waits, 0);
+    srand(7);
+    for (int r = 0; r < 60; r++) {
+        rnv_expect e;
+        rnv_setup(&k, buf, 100 + (uint64_t)r, &a2);   /* same addresses, new data */
+        assert_memory_equal(&a, &a2, sizeof a);
+        assert_int_equal(rnv_expect_init(&e, &a2, 0, msg, sizeof msg), 0);
+        if (rand() % 3 == 0)
+            usleep((useconds_t)(rand() % 3000));      /* a producer that is late */
+        assert_int_equal(replay(s.slot), 0);
+        if (rnv_compare(&a2, &e, true, NULL, msg, sizeof msg) != 0)
+            fail_msg("replay %d: %s", r, msg);
+        rnv_expect_fini(&e);
+    }
+    assert_int_equal(rn_check(c), 0);
+    assert_int_equal(rnh_wait_stat(d, "fast.ok", 60, WAIT_MS), 0);
+    /* An eager call after the replays, on the same stream: the ring. */
+    assert_int_equal(call(c, &a, &s), 0);
+    assert_int_equal(rn_sync(c), 0);
+    assert_int_equal(s.writes, 1);
+    s.gone(s.arg);
+    assert_int_equal(rn_buffer_free(c, buf), 0);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
+/* A bad call fails at capture, naming the field; nothing is held. */
+static void test_graph_bad_capture(void **state)
+{
+    rnh_daemon *d = *state;
+    fake s = {.capturing = true};
+    rnv_case k;
+    rn_bwd_args a;
+    void *buf;
+
+    assert_int_equal(rnh_start(d), 0);
+    rn_client *c = fast_client(d);
+    lay_case(&k, 2);
+    assert_int_equal(rn_buffer_alloc(c, rnv_bytes(&k), &buf), 0);
+    rnv_setup(&k, buf, 1, &a);
+    rn_bwd_args bad = a;
+    bad.m = a.m + 100;   /* past the end of the buffer: only the daemon knows */
+    assert_int_equal(call(c, &bad, &s), RN_OUT_OF_BOUNDS);
+    assert_non_null(strstr(rn_last_error(c), "bwd."));
+    assert_int_equal(s.graphs, 0);
+    bad = a;
+    bad.eps = -1.0f;
+    assert_int_equal(call(c, &bad, &s), RN_INVALID_ARGUMENT);
+    assert_non_null(strstr(rn_last_error(c), "eps"));
+    assert_int_equal(call(c, &a, &s), 0);
+    assert_int_equal(s.graphs, 1);
+    assert_int_equal(rn_check(c), 0);
+    s.gone(s.arg);
+    assert_int_equal(rn_buffer_free(c, buf), 0);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
+/* Slots come back when their graphs are destroyed: more captures than
+ * slots, each replayed once; then a replay after the session ended does
+ * not wait (its slot is closed). */
+static void test_graph_gone_and_end(void **state)
+{
+    rnh_daemon *d = *state;
+    fake s = {.capturing = true};
+    rnv_case k;
+    rn_bwd_args a;
+    void *buf;
+    char msg[400];
+
+    assert_int_equal(rnh_start(d), 0);
+    rn_client *c = fast_client(d);
+    lay_case(&k, 1);
+    assert_int_equal(rn_buffer_alloc(c, rnv_bytes(&k), &buf), 0);
+    rnv_setup(&k, buf, 1, &a);
+    for (int i = 0; i < 300; i++) {
+        if (call(c, &a, &s) != 0)
+            fail_msg("capture %d: %s", i, rn_last_error(c));
+        assert_int_equal(replay(s.slot), 0);
+        if (i < 299)
+            s.gone(s.arg);
+    }
+    rnv_expect e;
+    assert_int_equal(rnv_expect_init(&e, &a, 0, msg, sizeof msg), 0);
+    assert_int_equal(replay(s.slot), 0);
+    if (rnv_compare(&a, &e, true, NULL, msg, sizeof msg) != 0)
+        fail_msg("last replay: %s", msg);
+    rnv_expect_fini(&e);
+    assert_int_equal(rn_check(c), 0);
+    /* The session ends with the graph alive: a replay then waits for
+     * nothing (the memory stays mapped for it). */
+    uint64_t slot = s.slot;
+    assert_int_equal(rn_buffer_free(c, buf), 0);
+    rn_close(c);
+    int64_t t0 = rnh_now_ms();
+    assert_int_equal(replay(slot), 0);
+    assert_true(rnh_now_ms() - t0 < 1000);
+    RNH_PASS(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_graph_replays, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_graph_bad_capture, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_graph_gone_and_end, rnh_setup, rnh_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
