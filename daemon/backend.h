@@ -204,6 +204,9 @@ typedef struct rnd_backend_ops {
     /* Append reasons (at most max) and return an rnp_health_state. */
     int (*health)(rnd_backend *be, char (*reasons)[RNP_REASON_LEN], uint32_t max,
                   uint32_t *n);
+    /* Append the backend's own counters to a STATS reply (rnd_stats_put,
+     * stats.h), after the server's.  NULL is fine. */
+    void (*stats)(rnd_backend *be, rnp_stats_rep *out);
 } rnd_backend_ops;
 
 /* The rn_status of a kernel library result (rnk_status): the one mapping

@@ -121,6 +121,8 @@ int rnd_op_stats(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply
     /* The request is already counted (on receipt); its reply is not, since
      * replies are counted as they are sent. */
     rnd_stats_fill(&ctx->stats, &g, &rep->u.stats);
+    if (ctx->be && ctx->be->ops->stats)
+        ctx->be->ops->stats(ctx->be, &rep->u.stats);
     return 0;
 }
 

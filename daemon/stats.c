@@ -138,7 +138,7 @@ void rnd_stats_reply(rnd_stats *s, int code)
         s->busy_rejected++;
 }
 
-static void put(rnp_stats_rep *out, const char *name, uint64_t v)
+void rnd_stats_put(rnp_stats_rep *out, const char *name, uint64_t v)
 {
     if (out->nstats >= RNP_MAX_STATS)
         return;
@@ -172,37 +172,37 @@ void rnd_stats_fill(const rnd_stats *s, const rnd_gauges *g, rnp_stats_rep *out)
     out->nhists = 0;
     for (uint32_t op = 1; op <= RN_OP_MAX; op++) {
         snprintf(name, sizeof name, "requests.%s", rnp_op_name((int)op));
-        put(out, name, s->requests[op]);
+        rnd_stats_put(out, name, s->requests[op]);
     }
-    put(out, "requests.unknown", s->requests[0]);
-    put(out, "requests.auth", s->chan_auth);
-    put(out, "requests.register_fd", s->chan_register_fd);
-    put(out, "replies.ok", s->replies_ok);
-    put(out, "bytes.processed", s->bytes_processed);
-    put(out, "sessions.active", g->sessions_active);
-    put(out, "sessions.total", s->sessions_total);
-    put(out, "sessions.expired", s->sessions_expired);
-    put(out, "sessions.unauthenticated", g->sessions_unauth);
-    put(out, "sessions.unauth_ended", s->sessions_unauth_ended);
-    put(out, "regions.active", g->regions_active);
-    put(out, "inflight.current", g->inflight_current);
-    put(out, "inflight.max", s->inflight_max);
-    put(out, "uptime.seconds", g->now_ns > s->start_ns ? (g->now_ns - s->start_ns) / 1000000000u : 0);
-    put(out, "busy.rejected", s->busy_rejected);
-    put(out, "dup.answered", s->dup_answered);
-    put(out, "clients.died", s->clients_died);
-    put(out, "front.restarts", s->front_restarts);
-    put(out, "fast.slots", s->fast_ok + s->fast_errors);
-    put(out, "fast.ok", s->fast_ok);
-    put(out, "fast.errors", s->fast_errors);
-    put(out, "fast.rings", g->rings_open);
+    rnd_stats_put(out, "requests.unknown", s->requests[0]);
+    rnd_stats_put(out, "requests.auth", s->chan_auth);
+    rnd_stats_put(out, "requests.register_fd", s->chan_register_fd);
+    rnd_stats_put(out, "replies.ok", s->replies_ok);
+    rnd_stats_put(out, "bytes.processed", s->bytes_processed);
+    rnd_stats_put(out, "sessions.active", g->sessions_active);
+    rnd_stats_put(out, "sessions.total", s->sessions_total);
+    rnd_stats_put(out, "sessions.expired", s->sessions_expired);
+    rnd_stats_put(out, "sessions.unauthenticated", g->sessions_unauth);
+    rnd_stats_put(out, "sessions.unauth_ended", s->sessions_unauth_ended);
+    rnd_stats_put(out, "regions.active", g->regions_active);
+    rnd_stats_put(out, "inflight.current", g->inflight_current);
+    rnd_stats_put(out, "inflight.max", s->inflight_max);
+    rnd_stats_put(out, "uptime.seconds", g->now_ns > s->start_ns ? (g->now_ns - s->start_ns) / 1000000000u : 0);
+    rnd_stats_put(out, "busy.rejected", s->busy_rejected);
+    rnd_stats_put(out, "dup.answered", s->dup_answered);
+    rnd_stats_put(out, "clients.died", s->clients_died);
+    rnd_stats_put(out, "front.restarts", s->front_restarts);
+    rnd_stats_put(out, "fast.slots", s->fast_ok + s->fast_errors);
+    rnd_stats_put(out, "fast.ok", s->fast_ok);
+    rnd_stats_put(out, "fast.errors", s->fast_errors);
+    rnd_stats_put(out, "fast.rings", g->rings_open);
     /* Only the codes seen, so the table stays short; a code appears once
      * its first error was answered and stays from then on. */
     for (int code = 1; code < RND_MAX_CODE; code++) {
         if (!s->errors[code])
             continue;
         snprintf(name, sizeof name, "errors.%s", rnp_err_name(code));
-        put(out, name, s->errors[code]);
+        rnd_stats_put(out, name, s->errors[code]);
     }
     put_hist(out, "queue", &s->queue);
     put_hist(out, "compute", &s->compute);

@@ -7,6 +7,10 @@
  * "sessions.expired", "sessions.unauthenticated", "sessions.unauth_ended", "regions.active", "inflight.current", "inflight.max",
  * "uptime.seconds", "busy.rejected", "dup.answered", "clients.died",
  * "front.restarts".
+ * The cuda backend's closes of released mappings and ring memory
+ * (daemon/cuda/closer.c): "closes.pending" (released, not closed yet),
+ * "closes.done", "closes.pending_max", "closes.wait_max_us" (the longest
+ * from release to close), "closes.thread" (1: on the closer thread).
  * The fast path (the ring): "fast.slots" (slots answered), "fast.ok",
  * "fast.errors", "fast.rings" (rings open); errors of both paths count in
  * "errors.<ERR_NAME>".
@@ -84,6 +88,9 @@ void rnd_stats_reply(rnd_stats *s, int code);
 void rnd_stats_request(rnd_stats *s, uint32_t op);
 /* Fill out's counters and histograms (not backend/device). */
 void rnd_stats_fill(const rnd_stats *s, const rnd_gauges *g, rnp_stats_rep *out);
+/* Append one counter (dropped past RNP_MAX_STATS): for a backend's own,
+ * rnd_backend_ops.stats. */
+void rnd_stats_put(rnp_stats_rep *out, const char *name, uint64_t v);
 
 /* CLOCK_MONOTONIC in nanoseconds. */
 uint64_t rnd_now_ns(void);

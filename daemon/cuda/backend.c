@@ -70,7 +70,7 @@ static void release_all(rnd_cuda *b)
     }
     while ((q = rn_queue_head(&b->sessions)) != NULL)
         sess_free(b, RN_QUEUE_DATA(q, rnd_cuda_sess, link));
-    rnd_cuda_close_unmaps(b); /* the device is idle: nothing waits */
+    rnd_cuda_close_unmaps(b); /* the device is idle: every fence has completed */
     rnd_cuda_ring_fini(b);
     rnd_cuda_pool_free(&b->fins);
     rnd_cuda_pool_free(&b->starts);
@@ -205,18 +205,21 @@ static int cuda_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *er
     rn_queue_init(&b->outstanding);
     rn_queue_init(&b->acked);
     rn_queue_init(&b->sessions);
-    rn_queue_init(&b->unmaps);
     rn_queue_init(&b->hostmaps);
-    rn_queue_init(&b->host_unmaps);
     RN_PT_GOTO(pthread_mutex_init(&b->mu, NULL), &f, fail_mutex);
 
     if ((rc = open_device(b, o, err)) != 0)
         goto fail;
     rnd_cuda_ring_probe(b, o->cuda_fast_path);
-    if ((rc = rnd_cuda_threads_start(b, err)) != 0)
+    if ((rc = rnd_cuda_closer_start(b, err)) != 0)
         goto fail;
+    if ((rc = rnd_cuda_threads_start(b, err)) != 0) {
+        rnd_cuda_close_unmaps(b); /* (nothing was released yet) */
+        goto fail;
+    }
     if ((rc = start_handles(b, o->loop, err)) != 0) {
         rnd_cuda_threads_stop(b, -1);
+        rnd_cuda_close_unmaps(b);
         goto fail;
     }
     if (!b->mps)
@@ -277,6 +280,9 @@ static void cuda_fini(rnd_backend *be)
     if (rnd_cuda_threads_stop(b, idle ? -1 : RND_CUDA_JOIN_MS) && idle) {
         release_all(b);
     } else {
+        /* The closer closes nothing more: a close in progress gets the same
+         * time as the completion threads, then it is left running too. */
+        (void)rnd_cuda_closer_stop(b, RND_CUDA_JOIN_MS);
         pthread_mutex_lock(&b->mu);
         b->gone = true;
         pthread_mutex_unlock(&b->mu);
@@ -399,4 +405,5 @@ const rnd_backend_ops rnd_backend_cuda_ops = {
     .events = rnd_cuda_events,
     .submit = rnd_cuda_submit,
     .health = cuda_health,
+    .stats = rnd_cuda_closer_stats,
 };

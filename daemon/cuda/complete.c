@@ -312,15 +312,15 @@ void rnd_cuda_on_async(uv_async_t *h)
     rnd_cuda_run_fatal(b);
 }
 
-/* After each poll: the acknowledgements queued by submit, the mapping
- * closes that waited for the streams, and a failure's fatal path. */
+/* After each poll: the acknowledgements queued by submit, the released
+ * mappings and ring memory that wait for room on the closer thread (or,
+ * with it off, for the streams), and a failure's fatal path. */
 void rnd_cuda_on_check(uv_check_t *h)
 {
     rnd_cuda *b = h->data;
 
     flush_acked(b);
     rnd_cuda_flush_unmaps(b);
-    rnd_cuda_ring_flush_released(b);
     rnd_cuda_run_fatal(b);
 }
 

@@ -10,7 +10,9 @@
  *   backend.c   the ops table, init/fini, info, health, sessions
  *   device.c    device choice, UUIDs, sticky errors, the failed state, and
  *               the one conversion of a failed call (rn_fault) into an error
- *   mapcache.c  IPC memory mappings and their deferred closes
+ *   mapcache.c  IPC memory mappings
+ *   closer.c    released mappings and ring memory, closed on a thread of
+ *               their own once their fence event has completed
  *   vmm.c       clients' VMM ranges (cuMemCreate memory by descriptor)
  *   events.c    event pools and the per-session IPC ready/done rings
  *   submit.c    one request onto its stream
@@ -23,7 +25,8 @@
  * cuda_int.h - the backend's private structures and internal functions
  * (prefix rnd_cuda_).  Everything here runs on the loop thread, except the
  * completion threads (complete.c), which share with it only what b->mu
- * guards.
+ * guards, and the closer thread (closer.c), which gets released objects
+ * through b->closer and touches nothing else of b.
  */
 #ifndef RND_CUDA_INT_H
 #define RND_CUDA_INT_H
@@ -39,6 +42,7 @@
 #include "rn_queue.h"
 
 #include "backend.h"
+#include "closeq.h"
 
 /* Streams in the pool (and so sessions that each get a stream of their own). */
 #define RND_CUDA_STREAMS 16
@@ -49,6 +53,9 @@
 /* Cancel words for the fast path's sessions (ring.c); a session past them
  * runs its ring jobs without one. */
 #define RND_CUDA_CANCEL_WORDS 4096
+/* Released objects the closer thread holds at most; more wait on the loop
+ * (closer.c). */
+#define RND_CUDA_CLOSE_QUEUE 256
 /* A kernel running longer than this marks the device failing, unless
  * rnd_backend_opts.kernel_deadline_ms says otherwise. */
 #define RND_CUDA_DEADLINE_MS 60000
@@ -69,11 +76,21 @@ typedef struct rnd_cuda rnd_cuda;
 typedef struct rnd_cuda_sess rnd_cuda_sess;
 typedef struct rnd_cuda_vmm rnd_cuda_vmm;
 
+/* Something the server released that the closer thread closes (closer.c):
+ * embedded in a mapping and in a ring's memory. */
+typedef struct rnd_cuda_release {
+    rnd_closeq_item it;            /* b->closer */
+    cudaEvent_t fence;             /* recorded on its session's stream at the release;
+                                    * NULL: none (the closer off, or no session) */
+    /* Close and free the object that holds this (any thread; no b). */
+    void (*close)(struct rnd_cuda_release *r);
+} rnd_cuda_release;
+
 /* A mapped CUDA IPC allocation, or a client's VMM range (vmm.c) (rnd_mapping.handle). */
 typedef struct rnd_cuda_map {
     void *dptr;
     rnd_cuda_vmm *vmm;             /* NULL: dptr is an IPC mapping */
-    rn_queue link;                 /* b->unmaps once the server closed it */
+    rnd_cuda_release rel;          /* once the server closed it */
 } rnd_cuda_map;
 
 /* One job on the GPU, from submit until its completion event fired. */
@@ -170,7 +187,9 @@ struct rnd_cuda {
     rn_queue outstanding;          /* gjobs not yet done, oldest first */
     rn_queue acked;                /* gjobs whose acked event waits */
     rn_queue sessions;
-    rn_queue unmaps;               /* mappings to close once no stream waits */
+    rnd_closeq closer;             /* released mappings and ring memory (closer.c) */
+    bool closer_thread;            /* they close on the closer thread (else on the loop,
+                                    * once no stream waits: RMSNORMD_DEBUG_CLOSER=0) */
     uint32_t noutstanding, max_jobs;
     rnd_cuda_evpool fins;          /* completion events (blocking sync) */
     rnd_cuda_evpool starts;        /* start events */
@@ -186,8 +205,7 @@ struct rnd_cuda {
     bool rings;
     rnd_cuda_wait64_fn wait64;
     rnd_cuda_write64_fn write64;
-    rn_queue hostmaps;             /* rings' memory registered with CUDA */
-    rn_queue host_unmaps;          /* ... released, unregistered once no stream waits */
+    rn_queue hostmaps;             /* rings' memory registered with CUDA (released: closer) */
     unsigned *cancel_host;         /* cancel words (pinned, mapped): one per session */
     CUdeviceptr cancel_dev;        /* ... their device address */
     uint8_t *cancel_used;          /* which words a session holds */
@@ -212,10 +230,25 @@ int rnd_cuda_pick_device(rnd_cuda *b, const char *spec, rnp_error *err);
 int rnd_cuda_region_open(rnd_backend *be, void *bsess, const rnp_register_req *req,
                          rnd_mapping *out, rnp_error *err);
 void rnd_cuda_region_close(rnd_backend *be, void *bsess, rnd_mapping *m);
+
+/* closer.c: what the server released, closed off the loop thread. */
+int rnd_cuda_closer_start(rnd_cuda *b, rnp_error *err);
+/* r (its close set) was released by session bsess (NULL: none): its fence
+ * is recorded and it goes to the closer. */
+void rnd_cuda_release_later(rnd_cuda *b, void *bsess, rnd_cuda_release *r);
+/* Hand the closer what waits on the loop (after each poll); with the
+ * closer off, close it here once no stream waits.  On a failed device:
+ * nothing more is closed. */
 void rnd_cuda_flush_unmaps(rnd_cuda *b);
 /* Whether a job on the GPU has not started yet (its stream waits). */
 bool rnd_cuda_streams_waiting(rnd_cuda *b);
+/* fini on an idle device: close everything released, end the thread. */
 void rnd_cuda_close_unmaps(rnd_cuda *b);
+/* fini otherwise: end the thread within timeout_ms; false: it was left
+ * running (b must stay allocated). */
+bool rnd_cuda_closer_stop(rnd_cuda *b, int timeout_ms);
+/* The closes' counters for STATS (closes.*). */
+void rnd_cuda_closer_stats(rnd_backend *be, rnp_stats_rep *out);
 
 /* vmm.c */
 int rnd_cuda_vmm_import(rnd_backend *be, void *bsess, int fd, uint64_t offset, uint64_t size,
@@ -271,8 +304,9 @@ int rnd_cuda_region_open_fd(rnd_backend *be, void *bsess, int fd, uint64_t size,
                             rnd_mapping *out, rnp_error *err);
 void rnd_cuda_region_close_any(rnd_backend *be, void *bsess, rnd_mapping *m);
 void rnd_cuda_ring_fini(rnd_cuda *b);
-/* Unregister and unmap the rings' memory the server released, unless a
- * stream waits (as rnd_cuda_flush_unmaps does for IPC mappings). */
+/* The rings' memory the server released goes to the closer with the IPC
+ * mappings (one backlog): the same as rnd_cuda_flush_unmaps, kept for its
+ * callers. */
 void rnd_cuda_ring_flush_released(rnd_cuda *b);
 /* A ring job's cancel word for the kernel (rnk_bwd_args.cancel), the
  * session's, taken at its first ring job; NULL when none is left (the job

@@ -129,7 +129,11 @@ int rnd_cuda_events(rnd_backend *be, void *bsess, const rnp_events_req *req, rnp
     return 0;
 
 fail_client:
-    rc = rnd_cuda_fault(b, &f, true, err, "events.ready");
+    /* The usual cause: the client is in another IPC namespace or container,
+     * whose /dev/shm (where CUDA keeps an IPC event) the daemon cannot see. */
+    rc = rnd_cuda_fault(b, &f, true, err,
+                        "events.ready (IPC events need a /dev/shm shared with the daemon; the "
+                        "fast path needs none)");
     goto undo;
 fail:
     rc = rnd_cuda_fault(b, &f, false, err, "events");

@@ -4,12 +4,11 @@
  * REGISTER with the claimed size checked against the allocation, closed when
  * the server closes the region.  The server holds a region until the done
  * event of every job that uses it (backend.h), so a close never races a
- * kernel that reads the memory; what it can race is a stream that waits on
- * a client, hence the deferred closes below.
+ * kernel that reads the memory; but closing may wait for the device, so the
+ * close itself happens on the closer thread (closer.c).
  */
 #include "cuda_int.h"
 
-#include "stats.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -63,7 +62,6 @@ int rnd_cuda_region_open(rnd_backend *be, void *bsess, const rnp_register_req *r
         goto fail_close;
     }
     m->dptr = p;
-    rn_queue_init(&m->link);
     out->base = p;
     out->size = req->size;
     out->handle = m;
@@ -80,73 +78,27 @@ fail_close:
     return rc;
 }
 
+/* On the closer thread (or the loop's, at fini): nothing uses the mapping. */
+static void map_close(rnd_cuda_release *r)
+{
+    rnd_cuda_map *m = RN_QUEUE_DATA(r, rnd_cuda_map, rel);
+
+    if (m->vmm)
+        rnd_cuda_vmm_release(m->vmm);
+    else if (cudaIpcCloseMemHandle(m->dptr) != cudaSuccess)
+        (void)cudaGetLastError(); /* (nothing to do about it: the mapping is dropped) */
+    free(m);
+}
+
 /* No job that uses the mapping is on the GPU any more (backend.h). */
 void rnd_cuda_region_close(rnd_backend *be, void *bsess, rnd_mapping *mp)
 {
     rnd_cuda *b = (rnd_cuda *)be;
     rnd_cuda_map *m = mp ? mp->handle : NULL;
 
-    (void)bsess;
     if (!m)
         return;
     mp->handle = NULL;
-    rn_queue_push_back(&b->unmaps, &m->link);
-    rnd_cuda_flush_unmaps(b);
-}
-
-void rnd_cuda_close_unmaps(rnd_cuda *b)
-{
-    rn_queue *q;
-
-    while ((q = rn_queue_head(&b->unmaps)) != NULL) {
-        rnd_cuda_map *m = RN_QUEUE_DATA(q, rnd_cuda_map, link);
-        rn_queue_remove(q);
-        if (m->vmm)
-            rnd_cuda_vmm_release(m->vmm);
-        else
-            (void)cudaIpcCloseMemHandle(m->dptr);
-        (void)cudaGetLastError();
-        free(m);
-    }
-}
-
-/*
- * Whether a job on the GPU has not started yet: its stream still waits, on a
- * client's ready event or on the job before it.  Queries only; a start seen
- * here counts for the deadline too.
- */
-bool rnd_cuda_streams_waiting(rnd_cuda *b)
-{
-    rn_queue *q;
-
-    RN_QUEUE_FOREACH(q, &b->outstanding) {
-        rnd_cuda_gjob *g = RN_QUEUE_DATA(q, rnd_cuda_gjob, link);
-        if (g->start_ns)
-            continue;
-        cudaError_t e = cudaEventQuery(g->started);
-        if (e != cudaSuccess) {
-            if (e != cudaErrorNotReady)
-                (void)cudaGetLastError(); /* the watch reports it */
-            return true;
-        }
-        g->start_ns = rnd_now_ns();
-    }
-    return false;
-}
-
-/*
- * Close what the server released, unless a stream waits: closing an IPC
- * mapping waits for the device (seen on the H200, with and without MPS: a
- * session's close stalled the loop until another client's late inputs came,
- * 3 s in the test), so while one client's inputs are not ready the closes
- * wait here instead, and the loop keeps serving (the check phase tries
- * again after each poll).  The mappings stay open that much longer; nothing
- * reads them any more.  The rings' memory (cudaHostUnregister) waits the
- * same way (ring.c, rnd_cuda_ring_flush_released).
- */
-void rnd_cuda_flush_unmaps(rnd_cuda *b)
-{
-    if (rn_queue_empty(&b->unmaps) || b->failed || rnd_cuda_streams_waiting(b))
-        return; /* (a failed device: the process exits, which unmaps) */
-    rnd_cuda_close_unmaps(b);
+    m->rel.close = map_close;
+    rnd_cuda_release_later(b, bsess, &m->rel);
 }

@@ -69,6 +69,7 @@ typedef struct rnd_cuda_hostmap {
     size_t len;                    /* mapped and registered bytes (whole pages) */
     CUdeviceptr dev;               /* host's device address */
     rn_queue link;
+    rnd_cuda_release rel;          /* once released: to the closer */
 } rnd_cuda_hostmap;
 
 static void *entry(const char *name, char *why, size_t len)
@@ -214,16 +215,23 @@ fail:
     return rnd_cuda_fault(b, &f, false, err, "register_fd: registering the ring with CUDA");
 }
 
+/* On the closer thread (or the loop's, at fini): no job uses the memory. */
+static void hostmap_close(rnd_cuda_release *r)
+{
+    rnd_cuda_hostmap *h = RN_QUEUE_DATA(r, rnd_cuda_hostmap, rel);
+
+    if (cudaHostUnregister(h->host) != cudaSuccess)
+        (void)cudaGetLastError(); /* (nothing to do about it: the memory is dropped) */
+    munmap(h->host, h->len);
+    free(h);
+}
+
 static void hostmap_free(rnd_cuda *b, rnd_cuda_hostmap *h)
 {
     rn_queue_remove(&h->link);
     /* A failed device may still hold it: left to the process exit. */
-    if (b->failed)
-        return;
-    if (cudaHostUnregister(h->host) != cudaSuccess)
-        (void)cudaGetLastError();
-    munmap(h->host, h->len);
-    free(h);
+    if (!b->failed)
+        hostmap_close(&h->rel);
 }
 
 void rnd_cuda_region_close_any(rnd_backend *be, void *bsess, rnd_mapping *m)
@@ -233,35 +241,28 @@ void rnd_cuda_region_close_any(rnd_backend *be, void *bsess, rnd_mapping *m)
 
     /* No job uses m (backend.h): the ring's last job wrote done and
      * completed before its region was released.  Unregistering may wait
-     * for the device, as closing an IPC mapping does (mapcache.c): it
-     * waits with those until no stream waits on a client. */
+     * for the device, as closing an IPC mapping does (mapcache.c): it goes
+     * to the closer thread with those (closer.c). */
     if (h) {
         rn_queue_remove(&h->link);
-        rn_queue_push_back(&b->host_unmaps, &h->link);
-        rnd_cuda_ring_flush_released(b);
+        m->handle = NULL;
+        h->rel.close = hostmap_close;
+        rnd_cuda_release_later(b, bsess, &h->rel);
     } else {
         rnd_cuda_region_close(be, bsess, m);
     }
 }
 
-static void close_released(rnd_cuda *b)
-{
-    rn_queue *q;
-    while ((q = rn_queue_head(&b->host_unmaps)) != NULL)
-        hostmap_free(b, RN_QUEUE_DATA(q, rnd_cuda_hostmap, link));
-}
-
 void rnd_cuda_ring_flush_released(rnd_cuda *b)
 {
-    if (rn_queue_empty(&b->host_unmaps) || b->failed || rnd_cuda_streams_waiting(b))
-        return; /* (a failed device: the process exits, which unmaps) */
-    close_released(b);
+    rnd_cuda_flush_unmaps(b);
 }
 
+/* (The released rings' memory was closed with the IPC mappings,
+ * rnd_cuda_close_unmaps.) */
 void rnd_cuda_ring_fini(rnd_cuda *b)
 {
     rn_queue *q;
-    close_released(b);
     while (b->rings && (q = rn_queue_head(&b->hostmaps)) != NULL)
         hostmap_free(b, RN_QUEUE_DATA(q, rnd_cuda_hostmap, link));
     if (b->cancel_host && !b->failed)

@@ -11,9 +11,10 @@
  * multiples of its granularity.  VMM_MAP reserves one range of the
  * client's total, maps every chunk whole at its offset (cuMemMap maps an
  * allocation from its start), and grants the daemon's device read-write
- * access.  The region closes like a CUDA IPC one (mapcache.c: deferred
- * while a stream waits); closing unmaps, releases the imported handles and
- * frees the range, and the client's memory is then the client's alone.
+ * access.  The region closes like a CUDA IPC one (on the closer thread,
+ * closer.c, once its fence has completed); closing unmaps, releases the
+ * imported handles and frees the range, and the client's memory is then the
+ * client's alone.
  *
  * Issue 17; run on an NVIDIA H200 with and without MPS (tests/gpu/
  * test_vmm_cuda.c, bench/RESULTS.md "Expandable segments").
@@ -242,7 +243,6 @@ int rnd_cuda_region_open_vmm(rnd_backend *be, void *bsess, void **chunks, uint32
     }
     m->dptr = (void *)(uintptr_t)v->base;
     m->vmm = v;
-    rn_queue_init(&m->link);
     out->base = m->dptr;
     out->size = total;
     out->handle = m;

@@ -25,11 +25,24 @@
  *   prog_fastpath_cuda ENDPOINT hold MS      a producer spinning MS ms, then 8
  *                                            calls behind it, "pending", and
  *                                            sleep until killed
+ *   prog_fastpath_cuda ENDPOINT busy US      calls kept in flight (4 deep), each
+ *                                            behind a producer spinning US us,
+ *                                            so that the daemon's stream nearly
+ *                                            always waits on this client; "busy"
+ *                                            after the first, until a line on
+ *                                            stdin; then "ok busy N calls"
+ *   prog_fastpath_cuda ENDPOINT churn R K    R sessions one after another, each
+ *                                            with K allocations of its own (a
+ *                                            checked call on each) and then
+ *                                            closed: R * K mappings and R rings
+ *                                            released; "ok churn ..." with the
+ *                                            slowest round's time
  *
  * Prints "ok ..." / "FAIL ..." lines and exits 0 when all passed.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -379,6 +392,109 @@ static int run_hold(unsigned ms)
         pause();
 }
 
+/* ---- busy and churn: releases while another client keeps calls in flight ------------------ */
+
+static bool stdin_has_line(void)
+{
+    struct pollfd p = {.fd = 0, .events = POLLIN};
+    return poll(&p, 1, 0) > 0;
+}
+
+static int run_busy(unsigned spin_us)
+{
+    enum { DEPTH = 4 };
+    cudaEvent_t ev[DEPTH];
+    struct timespec t0;
+    rn_bwd_args a;
+    char *ar;
+    int n = 0;
+
+    bf16_args(&a, 256, 1024);
+    CK(cudaMalloc((void **)&ar, layout(&a, NULL, false)));
+    layout(&a, ar, false);
+    fill(&a, 4321);
+    for (int i = 0; i < DEPTH; i++)
+        CK(cudaEventCreateWithFlags(&ev[i], cudaEventDisableTiming));
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* The same inputs every call, so the last call's outputs are checked
+     * like any one's.  At most DEPTH calls ahead of the GPU: the daemon's
+     * stream always has the next call waiting for this producer. */
+    do {
+        if (n >= DEPTH)
+            CK(cudaEventSynchronize(ev[n % DEPTH]));
+        CK(rne_spin(&kern, (uint64_t)spin_us * 1000u, st));
+        if (call_fast(&a, "busy") != 0)
+            return 1;
+        CK(cudaEventRecord(ev[n % DEPTH], st));
+        if (n++ == 0)
+            printf("busy\n");
+    } while (!stdin_has_line() && ms_since(&t0) < 600000);
+    if (rn_sync(fast) != 0) {
+        printf("FAIL busy: %s\n", rn_last_error(fast));
+        return 1;
+    }
+    if (!verify(&a, "busy"))
+        return 1;
+    for (int i = 0; i < DEPTH; i++)
+        CK(cudaEventDestroy(ev[i]));
+    CK(cudaFree(ar));
+    printf("ok busy %d calls in %.0f ms\n", n, ms_since(&t0));
+    return 0;
+}
+
+static int run_churn(int rounds, int k)
+{
+    enum { KMAX = 16 };
+    rn_bwd_args a[KMAX];
+    char *ar[KMAX];
+    struct timespec t0, tr;
+    double slowest = 0;
+
+    if (k < 1 || k > KMAX)
+        k = KMAX;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int r = 0; r < rounds; r++) {
+        clock_gettime(CLOCK_MONOTONIC, &tr);
+        rn_client *c = connect_path(RN_PATH_FAST, "churn");
+        for (int i = 0; i < k; i++) {
+            /* Sizes that differ per round, so the allocations are new ones
+             * (the client registers each: a mapping per allocation). */
+            bf16_args(&a[i], 64 + 8 * (r % 4), 512 + 64 * i);
+            CK(cudaMalloc((void **)&ar[i], layout(&a[i], NULL, false)));
+            layout(&a[i], ar[i], false);
+            fill(&a[i], 7000 + (uint64_t)(r * KMAX + i));
+        }
+        for (int i = 0; i < k; i++) {
+            int rc = rn_rmsnorm_bwd(c, &a[i], st);
+            if (rc != 0) {
+                printf("FAIL churn %d/%d: %s: %s\n", r, i, rn_err_name(rc), rn_last_error(c));
+                return 1;
+            }
+        }
+        CK(cudaStreamSynchronize(st));
+        if (rn_check(c) != 0) {
+            printf("FAIL churn %d: %s\n", r, rn_last_error(c));
+            return 1;
+        }
+        for (int i = 0; i < k; i++)
+            if (!verify(&a[i], "churn"))
+                return 1;
+        if (rn_client_path(c) != RN_PATH_FAST) {
+            printf("FAIL churn: the client is not on the fast path\n");
+            return 1;
+        }
+        rn_close(c); /* the session ends: its mappings and its ring are released */
+        for (int i = 0; i < k; i++)
+            CK(cudaFree(ar[i]));
+        double ms = ms_since(&tr);
+        if (ms > slowest)
+            slowest = ms;
+    }
+    printf("ok churn %d rounds of %d allocations in %.0f ms, the slowest round %.1f ms\n",
+           rounds, k, ms_since(&t0), slowest);
+    return 0;
+}
+
 /* What a fast-path call leaves on a client's stream, without the daemon:
  * does killing a process with such work pending disturb other MPS clients? */
 typedef CUresult (*pfn_value64)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
@@ -418,7 +534,7 @@ int main(int argc, char **argv)
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) {
-        fprintf(stderr, "usage: %s ENDPOINT cmp|stall MS|quick N|steady MS|bad|memops MS|hold MS\n", argv[0]);
+        fprintf(stderr, "usage: %s ENDPOINT cmp|stall MS|quick N|steady MS|bad|memops MS|hold MS|busy US|churn R K\n", argv[0]);
         return 2;
     }
     endpoint = argv[1];
@@ -456,6 +572,10 @@ int main(int argc, char **argv)
         rc = run_memops((unsigned)atoi(argv[3]), argc >= 5 ? atoi(argv[4]) : 8);
     else if (strcmp(argv[2], "hold") == 0 && argc >= 4)
         rc = run_hold((unsigned)atoi(argv[3]));
+    else if (strcmp(argv[2], "busy") == 0 && argc >= 4)
+        rc = run_busy((unsigned)atoi(argv[3]));
+    else if (strcmp(argv[2], "churn") == 0 && argc >= 5)
+        rc = run_churn(atoi(argv[3]), atoi(argv[4]));
     else {
         fprintf(stderr, "unknown mode %s\n", argv[2]);
         rc = 2;

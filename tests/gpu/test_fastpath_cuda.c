@@ -18,7 +18,12 @@
  *    hangs) and bad slots of every kind through a raw ring (each answered
  *    with its status, done past all of them);
  *  - kill -9 of a client with calls pending behind its producer: the daemon
- *    releases the session and its mappings and serves on, healthy.
+ *    releases the session and its mappings and serves on, healthy;
+ *  - released mappings and rings close while another client keeps the
+ *    daemon's stream waiting on its producer (the closer thread,
+ *    daemon/cuda/closer.c), where with RMSNORMD_DEBUG_CLOSER=0 they pile up
+ *    until it stops; and a client that registers and releases beside a late
+ *    producer is served on while a close may wait for the device.
  *
  * Without a usable GPU every test reports "skipped: no GPU".
  */
@@ -378,6 +383,126 @@ static void test_kill9_memops(void **state)
     RNH_PASS((rnh_daemon *)*state);
 }
 
+/* ---- the closer thread ------------------------------------------------------------------ */
+
+#define CHURN_ROUNDS 20
+#define CHURN_K 4
+/* Each churn round releases its K mappings and its ring's memory. */
+#define CHURN_RELEASES (CHURN_ROUNDS * (CHURN_K + 1))
+
+static const char *const busy_args[] = {"busy", "2000", NULL};
+static const char *const churn_args[] = {"churn", "20", "4", NULL};
+
+static void print_closes(const rnh_daemon *d, const char *when)
+{
+    printf("%s: closes.done %lld, closes.pending %lld (at most %lld), the longest wait %lld us, "
+           "fast.ok %lld\n",
+           when, (long long)rnh_stat(d, "closes.done"), (long long)rnh_stat(d, "closes.pending"),
+           (long long)rnh_stat(d, "closes.pending_max"),
+           (long long)rnh_stat(d, "closes.wait_max_us"), (long long)rnh_stat(d, "fast.ok"));
+}
+
+/* A busy client (calls 4 deep, each behind a 2 ms producer) started and
+ * running, then the churn client run to its end beside it. */
+static void churn_beside_busy(rnh_daemon *d, rnh_proc *busy, int64_t *done0)
+{
+    assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", busy_args, busy), 0);
+    assert_int_equal(rnh_await_line(busy, "busy", "busy", NULL, 0, 60000), 0);
+    *done0 = rnh_stat(d, "closes.done");
+    assert_int_equal(run_fast(d, churn_args), 0);
+}
+
+static void stop_busy(rnh_proc *busy)
+{
+    assert_int_equal(write(busy->in_fd, "stop\n", 5), 5);
+    assert_int_equal(rnh_finish_echo(busy, "busy", CLIENT_TIMEOUT_MS), 0);
+}
+
+/* The cure: every release closes while the busy client still runs. */
+static void test_closes_while_busy(void **state)
+{
+    rnh_daemon *d = *state;
+    rnh_proc busy;
+    int64_t done0;
+
+    NEED_GPU();
+    assert_int_equal(start(d, true), 0);
+    need_fast(d);
+    assert_int_equal(rnh_stat(d, "closes.thread"), 1);
+    churn_beside_busy(d, &busy, &done0);
+    int rc = rnh_wait_stat_ge(d, "closes.done", done0 + CHURN_RELEASES, 20000);
+    print_closes(d, "with the busy client running");
+    assert_int_equal(rc, 0);
+    stop_busy(&busy);
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 0, 10000), 0);
+    assert_int_equal(rnh_wait_stat(d, "closes.pending", 0, 10000), 0);
+    print_closes(d, "at the end");
+    assert_not_failing(d);
+    assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    RNH_PASS(d);
+}
+
+/* The premise of the test above, and the old behaviour: with the closes on
+ * the loop (RMSNORMD_DEBUG_CLOSER=0) they wait until no stream waits, which
+ * the busy client never allows, so they pile up until it stops.  Were they
+ * not to pile up here, the busy client would not be keeping the stream
+ * waiting, and test_closes_while_busy would prove nothing. */
+static void test_closes_pile_up_on_the_loop(void **state)
+{
+    rnh_daemon *d = *state;
+    rnh_proc busy;
+    int64_t done0;
+
+    NEED_GPU();
+    setenv("RMSNORMD_DEBUG_CLOSER", "0", 1);
+    int rc = start(d, true);
+    unsetenv("RMSNORMD_DEBUG_CLOSER");
+    assert_int_equal(rc, 0);
+    need_fast(d);
+    assert_int_equal(rnh_stat(d, "closes.thread"), 0);
+    churn_beside_busy(d, &busy, &done0);
+    rc = rnh_wait_stat_ge(d, "closes.pending", CHURN_RELEASES / 2, 10000);
+    print_closes(d, "on the loop, with the busy client running");
+    assert_int_equal(rc, 0);
+    stop_busy(&busy);
+    assert_int_equal(rnh_wait_stat(d, "closes.pending", 0, 10000), 0);
+    print_closes(d, "on the loop, once the busy client stopped");
+    assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    RNH_PASS(d);
+}
+
+/* A producer 5 s late keeps a stream waiting; another client registers and
+ * releases 100 objects meanwhile.  A close may wait for the device (for the
+ * late stream), but on the closer thread: the other client is served on
+ * (were the driver to make the loop's calls wait behind that close, this is
+ * where it would show). */
+static void test_closes_beside_late_producer(void **state)
+{
+    rnh_daemon *d = *state;
+    const char *late[] = {"stall", "5000", NULL};
+    rnh_proc p;
+    int64_t t0, done0;
+
+    NEED_GPU();
+    assert_int_equal(start(d, true), 0);
+    need_fast(d);
+    assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", late, &p), 0);
+    assert_int_equal(rnh_await_line(&p, "late", "stalling", NULL, 0, 60000), 0);
+    t0 = rnh_now_ms();
+    done0 = rnh_stat(d, "closes.done");
+    assert_int_equal(run_fast(d, churn_args), 0);
+    int64_t took = rnh_now_ms() - t0;
+    printf("the churn client finished %lld ms into the 5 s stall; %lld of its %d releases "
+           "closed by then\n",
+           (long long)took, (long long)(rnh_stat(d, "closes.done") - done0), CHURN_RELEASES);
+    assert_int_equal(rnh_finish_echo(&p, "late", CLIENT_TIMEOUT_MS), 0);
+    assert_int_equal(rnh_wait_stat_ge(d, "closes.done", done0 + CHURN_RELEASES, 20000), 0);
+    print_closes(d, "after the stall");
+    assert_true(took < 4500);
+    assert_not_failing(d);
+    RNH_PASS(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -392,6 +517,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kill9_spin, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9_memops, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9_pending, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_closes_while_busy, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_closes_pile_up_on_the_loop, rnh_setup,
+                                        rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_closes_beside_late_producer, rnh_setup,
+                                        rnh_teardown),
     };
     /* RN_TESTS=pattern runs only those, RN_SKIP_TESTS=pattern skips those
      * (cmocka's wildcards): under MPS a killed client can leave the server

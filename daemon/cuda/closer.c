@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * closer.c - what the server released (CUDA IPC mappings, clients' VMM
+ * ranges, the rings' registered memory), closed on a thread of its own.
+ *
+ * Why a thread: closing may wait for the device.  cudaIpcCloseMemHandle was
+ * seen on the H200 (with and without MPS) to wait until another client's
+ * late inputs came, 3 s in a test, and cudaHostUnregister and the VMM unmaps
+ * may do the same.  On the loop that stalled every client, so the closes
+ * used to wait until no stream waited on a client; but with the fast path a
+ * busy client nearly always has its next call waiting for its producer, so
+ * released mappings and ring memory piled up while it ran.  On the closer
+ * thread (daemon/closeq.c) a close that waits for the device holds up
+ * nobody but the closes behind it.
+ *
+ * When a close is correct: the server releases a region only after the done
+ * event of every job that used it (backend.h), and on a working device done
+ * runs only once the job's completion event fired, so no kernel, wait or
+ * write that touches the memory is still queued.  On top of that, each
+ * release records a fence: an event on its session's stream at the moment
+ * of the release, and the closer closes only once the fence has completed
+ * (cudaEventQuery, polled: one fence far off holds up no other close).  The
+ * fence covers whatever the session queued before the release, so even
+ * work the server's bookkeeping missed cannot still use the memory when it
+ * goes, and the close's own wait for the device has that much less to wait
+ * for.  (A stream the session does not own, should a ring get one, would
+ * need its own fence here.)  After a failure nothing more is closed: the
+ * failure path answers jobs whose kernels may still run, and the process
+ * exits, which unmaps everything.
+ *
+ * RMSNORMD_DEBUG_CLOSER=0 turns the thread off: the closes then run on the
+ * loop once no stream waits, as before (for comparison, and as a fallback
+ * should a driver serialise the loop's calls behind a close on another
+ * thread).
+ *
+ * Everything here runs on the loop thread except ready and closer_close,
+ * which run on the closer thread and touch only the released object.
+ */
+#include "cuda_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "stats.h"
+
+/* 1: the fence has completed (or there is none), 0: not yet, -1: the
+ * device failed (a sticky error): close nothing more. */
+static int fence_ready(void *ctx, rnd_closeq_item *it)
+{
+    rnd_cuda_release *r = RN_QUEUE_DATA(it, rnd_cuda_release, it);
+    cudaError_t e;
+
+    (void)ctx;
+    if (!r->fence)
+        return 1;
+    e = cudaEventQuery(r->fence);
+    if (e == cudaSuccess)
+        return 1;
+    if (e == cudaErrorNotReady)
+        return 0;
+    (void)cudaGetLastError(); /* (the loop's watch sees the failure and reports it) */
+    return -1;
+}
+
+static void closer_close(void *ctx, rnd_closeq_item *it)
+{
+    rnd_cuda_release *r = RN_QUEUE_DATA(it, rnd_cuda_release, it);
+
+    (void)ctx;
+    if (r->fence && cudaEventDestroy(r->fence) != cudaSuccess)
+        (void)cudaGetLastError();
+    r->fence = NULL;
+    r->close(r);
+}
+
+/* On the closer thread, before anything else: its CUDA calls go to the
+ * daemon's device (the runtime's current device is per thread). */
+static void thread_start(void *ctx)
+{
+    rnd_cuda *b = ctx;
+
+    if (cudaSetDevice(b->dev) != cudaSuccess)
+        (void)cudaGetLastError(); /* (then the first fence query fails: -1) */
+}
+
+static const rnd_closeq_ops thread_ops = {
+    .ready = fence_ready, .close = closer_close, .thread_start = thread_start};
+static const rnd_closeq_ops inline_ops = {.ready = fence_ready, .close = closer_close};
+
+int rnd_cuda_closer_start(rnd_cuda *b, rnp_error *err)
+{
+    const char *env = getenv("RMSNORMD_DEBUG_CLOSER");
+    int rc;
+
+    if (env && !strcmp(env, "0")) {
+        rnd_closeq_init_inline(&b->closer, &inline_ops, b);
+        rnd_warn("RMSNORMD_DEBUG_CLOSER=0: released mappings close on the loop once no stream "
+                 "waits on a client, so they pile up while a client keeps calls in flight");
+        return 0;
+    }
+    if ((rc = rnd_closeq_start(&b->closer, &thread_ops, b, RND_CUDA_CLOSE_QUEUE)) != 0)
+        return rnp_fail(err, RN_SYSTEM, "backend: the closer thread: %s", strerror(rc));
+    b->closer_thread = true;
+    return 0;
+}
+
+void rnd_cuda_release_later(rnd_cuda *b, void *bsess, rnd_cuda_release *r)
+{
+    rnd_cuda_sess *cs = bsess;
+    cudaError_t e;
+
+    r->fence = NULL;
+    /* With the closer off the loop closes only once no stream waits, which
+     * implies every fence; after a failure nothing is closed. */
+    if (b->closer_thread && !b->failed && cs) {
+        if ((e = cudaEventCreateWithFlags(&r->fence, cudaEventDisableTiming)) == cudaSuccess &&
+            (e = cudaEventRecord(r->fence, b->streams[cs->stream].st)) != cudaSuccess) {
+            (void)cudaEventDestroy(r->fence);
+        }
+        if (e != cudaSuccess) {
+            /* The server's bookkeeping alone (backend.h) says nothing uses
+             * it; the watch reports a device that fails. */
+            (void)cudaGetLastError();
+            r->fence = NULL;
+            rnd_debug("cuda session #%u: no fence for a released mapping (%s); it closes "
+                      "without one", cs->id, cudaGetErrorString(e));
+        }
+    }
+    rnd_closeq_push(&b->closer, &r->it);
+    rnd_cuda_flush_unmaps(b);
+}
+
+/*
+ * Whether a job on the GPU has not started yet: its stream still waits, on a
+ * client's ready event or on the job before it.  Queries only; a start seen
+ * here counts for the deadline too.
+ */
+bool rnd_cuda_streams_waiting(rnd_cuda *b)
+{
+    rn_queue *q;
+
+    RN_QUEUE_FOREACH(q, &b->outstanding) {
+        rnd_cuda_gjob *g = RN_QUEUE_DATA(q, rnd_cuda_gjob, link);
+        if (g->start_ns)
+            continue;
+        cudaError_t e = cudaEventQuery(g->started);
+        if (e != cudaSuccess) {
+            if (e != cudaErrorNotReady)
+                (void)cudaGetLastError(); /* the watch reports it */
+            return true;
+        }
+        g->start_ns = rnd_now_ns();
+    }
+    return false;
+}
+
+void rnd_cuda_flush_unmaps(rnd_cuda *b)
+{
+    if (b->failed) {
+        /* (The process exits, which unmaps.) */
+        rnd_closeq_halt(&b->closer);
+        return;
+    }
+    if (b->closer_thread)
+        rnd_closeq_flush(&b->closer);
+    else if (!rn_queue_empty(&b->closer.backlog) && !rnd_cuda_streams_waiting(b))
+        rnd_closeq_close_here(&b->closer);
+}
+
+void rnd_cuda_close_unmaps(rnd_cuda *b)
+{
+    /* The device is idle (fini): every fence has completed, so the thread
+     * ends once it closed what it holds, and the backlog closes here. */
+    (void)rnd_closeq_stop(&b->closer, -1);
+    b->closer_thread = false;
+    rnd_closeq_close_here(&b->closer);
+    rnd_closeq_destroy(&b->closer);
+}
+
+bool rnd_cuda_closer_stop(rnd_cuda *b, int timeout_ms)
+{
+    rnd_closeq_halt(&b->closer);
+    b->closer_thread = false;
+    return rnd_closeq_stop(&b->closer, timeout_ms);
+}
+
+void rnd_cuda_closer_stats(rnd_backend *be, rnp_stats_rep *out)
+{
+    rnd_cuda *b = (rnd_cuda *)be;
+    rnd_closeq_stats st;
+
+    rnd_closeq_get_stats(&b->closer, &st);
+    rnd_stats_put(out, "closes.pending", st.pending);
+    rnd_stats_put(out, "closes.done", st.closed);
+    rnd_stats_put(out, "closes.pending_max", st.pending_max);
+    rnd_stats_put(out, "closes.wait_max_us", st.wait_max_ns / 1000u);
+    rnd_stats_put(out, "closes.thread", b->closer_thread);
+}
