@@ -45,6 +45,8 @@ export RN_BUILD="$build"
 export RMSNORMD_LIBCLIENT="$build/librmsnorm_client.so.0"
 export PYTHONPATH="$here/python${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
+# As gpu_run.sh: runtime libraries a bare host lacks may sit in .gpu-libs/.
+export LD_LIBRARY_PATH="$here/.gpu-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CUBLAS_WORKSPACE_CONFIG=:4096:8
 unset RMSNORMD_PATH RMSNORMD_ENDPOINT
 status=0

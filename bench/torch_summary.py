@@ -119,6 +119,9 @@ def main():
         if b is None:
             lines.append("autograd: no results")
             continue
+        lines.append("daemon's own view: MPS %s, %s backend on %s"
+                     % ("on" if b["meta"].get("mps") else "off", b["meta"].get("daemon_backend"),
+                        b["meta"].get("daemon_device")))
         half["bench_meta"] = b["meta"]
         half["bench_failures"] = b["failures"]
         half["bench_rows"] = b["rows"]
