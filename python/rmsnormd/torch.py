@@ -106,15 +106,18 @@ def _rows(t, n):
 # are remembered in _fused_off.
 _FUSED = getattr(torch.ops.aten, "_fused_rms_norm", None)
 _fused_off = set()
+_OOM = getattr(torch, "OutOfMemoryError", getattr(torch.cuda, "OutOfMemoryError", MemoryError))
 
 
 def _forward_fused(x2, weight, n, eps, weight_offset):
     """(y [M, n], rstd [M] fp32), or None where the fused op does not apply."""
-    if (_FUSED is None or weight_offset or x2.device.type in _fused_off
+    if (_FUSED is None or weight_offset or x2.device.type in _fused_off or x2.numel() == 0
             or (weight is not None and weight.dtype != x2.dtype)):
         return None
     try:
         y, rstd = _FUSED(x2, [n], weight.reshape(n) if weight is not None else None, eps)
+    except _OOM:
+        raise  # the composite needs more memory still
     except RuntimeError:  # NotImplementedError too: no kernel for this device
         _fused_off.add(x2.device.type)
         return None

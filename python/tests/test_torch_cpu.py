@@ -232,3 +232,19 @@ def test_forward_falls_back_where_the_fused_op_has_no_kernel(client, monkeypatch
     ref_dx, fl, ref_dw, dfl = reference(x, w, dy, 1e-6, (48,))
     assert judge("dx", x.grad, ref_dx, fl) is None
     assert judge("dw", w.grad, ref_dw, dfl) is None
+
+
+def test_forward_fused_not_given_up_for_empty_input_or_out_of_memory(client, monkeypatch):
+    calls = _spy_fused(monkeypatch)
+    x = torch.randn(0, 16, requires_grad=True)
+    w = torch.ones(16, requires_grad=True)
+    rnt.rms_norm(x, w, client=client).sum().backward()   # zero rows: the composite
+    assert calls == [] and x.grad.shape == x.shape and torch.equal(w.grad, torch.zeros(16))
+
+    def oom(*args):
+        raise rnt._OOM("out of memory (test)")
+
+    monkeypatch.setattr(rnt, "_FUSED", oom)
+    with pytest.raises(rnt._OOM):
+        rnt.rms_norm(torch.randn(4, 16), torch.ones(16), client=client)
+    assert rnt._fused_off == set()    # a passing shortage does not turn the fused path off
