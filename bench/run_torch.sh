@@ -10,8 +10,8 @@
 #      (python/examples/gpu_cycle.py: train_mp.py with the daemon twice and
 #      with torch.nn.RMSNorm twice, compare_runs.py);
 #   2. MPS stopped: the same again (without the classic path).
-# Each step has a time limit (about 6.5 minutes in all at worst; an H200
-# takes about 5).  Writes at most 8 files to OUT:
+# Each step has a time limit (2 x (100 + 105) s: under 7 minutes in all at worst;
+# an H200 should take about 4-5).  Writes at most 8 files to OUT:
 #   summary.txt   what is printed at the end: step time ratio daemon/torch
 #                 per training run, autograd ratios per shape
 #   results.json  the same numbers, and the bench rows of both runs
