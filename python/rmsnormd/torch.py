@@ -2,7 +2,8 @@
 """RMSNorm for PyTorch with its backward pass in rmsnormd.
 
 rms_norm(x, weight, eps) is an autograd.Function: the forward runs in
-PyTorch (fp32 inside) and saves rstd in fp32; the backward hands x, dy, w and
+PyTorch (its fused RMSNorm kernel where it applies, else fp32 operations)
+and saves rstd in fp32; the backward hands x, dy, w and
 rstd to the daemon on the current CUDA stream (rn_rmsnorm_bwd), which writes
 dx and dw there without a host synchronisation.  RMSNorm is an nn.Module with
 torch.nn.RMSNorm's constructor and state_dict, so it replaces it in place;
@@ -97,27 +98,63 @@ def _rows(t, n):
 
 # ---- the autograd function --------------------------------------------------------------
 
+# PyTorch's own fused forward (PyTorch >= 2.8): one kernel that returns y
+# and rstd (fp32, one per row), the kernel torch.nn.RMSNorm itself runs when
+# the weight has x's dtype.  Used where it gives what torch.nn.RMSNorm gives
+# (no weight offset, weight None or of x's dtype); elsewhere, or where it has
+# no kernel for the device, _forward_composite.  Device types it failed on
+# are remembered in _fused_off.
+_FUSED = getattr(torch.ops.aten, "_fused_rms_norm", None)
+_fused_off = set()
+_OOM = getattr(torch, "OutOfMemoryError", getattr(torch.cuda, "OutOfMemoryError", MemoryError))
+
+
+def _forward_fused(x2, weight, n, eps, weight_offset):
+    """(y [M, n], rstd [M] fp32), or None where the fused op does not apply."""
+    if (_FUSED is None or weight_offset or x2.device.type in _fused_off or x2.numel() == 0
+            or (weight is not None and weight.dtype != x2.dtype)):
+        return None
+    try:
+        y, rstd = _FUSED(x2, [n], weight.reshape(n) if weight is not None else None, eps)
+    except _OOM:
+        raise  # the composite needs more memory still
+    except RuntimeError:  # NotImplementedError too: no kernel for this device
+        _fused_off.add(x2.device.type)
+        return None
+    if rstd.dtype != torch.float32 or rstd.numel() != x2.size(0) or y.shape != x2.shape:
+        _fused_off.add(x2.device.type)
+        return None
+    return y, rstd.reshape(-1).contiguous()
+
+
+def _forward_composite(x2, weight, n, eps, weight_offset):
+    xf = x2.float()
+    rstd = torch.rsqrt(xf.square().mean(dim=1) + eps)
+    y = xf * rstd.unsqueeze(1)
+    out_dtype = x2.dtype
+    if weight is not None:
+        wf = weight.reshape(n).float()
+        if weight_offset:
+            wf = wf + weight_offset
+        y = y * wf
+        out_dtype = torch.promote_types(x2.dtype, weight.dtype)
+    return y.to(out_dtype), rstd
+
+
 class _RMSNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, n, eps, weight_offset, dw_dtype, client):
         x2 = x.reshape(-1, n)
-        xf = x2.float()
-        rstd = torch.rsqrt(xf.square().mean(dim=1) + eps)
-        y = xf * rstd.unsqueeze(1)
-        out_dtype = x.dtype
-        if weight is not None:
-            wf = weight.reshape(n).float()
-            if weight_offset:
-                wf = wf + weight_offset
-            y = y * wf
-            out_dtype = torch.promote_types(x.dtype, weight.dtype)
+        out = _forward_fused(x2, weight, n, eps, weight_offset)
+        y, rstd = out if out is not None else _forward_composite(x2, weight, n, eps,
+                                                                 weight_offset)
         ctx.save_for_backward(x, weight, rstd)
         ctx.n = n
         ctx.eps = eps
         ctx.weight_offset = weight_offset
         ctx.dw_dtype = dw_dtype
         ctx.client = client
-        return y.to(out_dtype).reshape(x.shape)
+        return y.reshape(x.shape)
 
     @staticmethod
     def backward(ctx, dy):

@@ -164,3 +164,87 @@ def test_cpu_daemon_refusal_is_an_rnerror(daemon_factory):
         with pytest.raises(rmsnormd.RNError) as ei:
             y.sum().backward()
     assert ei.value.name == "TOO_LARGE" and "n" in ei.value.message
+
+
+# ---- the forward: PyTorch's fused kernel where it gives torch.nn.RMSNorm's output -------
+
+def _spy_fused(monkeypatch, fail=False):
+    calls = []
+    real = rnt._FUSED
+
+    def spy(*args):
+        calls.append(args)
+        if fail or real is None:
+            raise NotImplementedError("no kernel for this backend (test)")
+        return real(*args)
+
+    monkeypatch.setattr(rnt, "_FUSED", spy)
+    monkeypatch.setattr(rnt, "_fused_off", set())
+    return calls
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+def test_forward_is_torchs_own_where_the_weight_matches(client, monkeypatch, dtype):
+    if rnt._FUSED is None:
+        pytest.skip("this PyTorch has no aten::_fused_rms_norm")
+    calls = _spy_fused(monkeypatch)
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(3, 7, 64, generator=g) * 2 + 0.5).to(dtype).requires_grad_(True)
+    w = (1 + 0.1 * torch.randn(64, generator=g)).to(dtype).requires_grad_(True)
+    y = rnt.rms_norm(x, w, 1e-6, client=client)
+    assert len(calls) == 1
+    torch.testing.assert_close(y, F.rms_norm(x.detach(), (64,), w.detach(), 1e-6))
+    if "cpu" not in rnt._fused_off:
+        # Bit for bit the fused kernel's output, which is what torch.nn.RMSNorm
+        # gives where it dispatches to it (CUDA, weight of x's dtype).
+        ref_y, _ = rnt._FUSED(x.detach().reshape(-1, 64), [64], w.detach(), 1e-6)
+        assert torch.equal(y, ref_y.reshape(y.shape))
+    dy = torch.randn(3, 7, 64, generator=g).to(dtype)
+    y.backward(dy)
+    ref_dx, fl, ref_dw, dfl = reference(x, w, dy, 1e-6, (64,))
+    assert judge("dx", x.grad, ref_dx, fl) is None
+    assert judge("dw", w.grad, ref_dw, dfl) is None
+
+
+def test_forward_composite_for_mixed_dtypes_and_offsets(client, monkeypatch):
+    calls = _spy_fused(monkeypatch)
+    x = torch.randn(5, 32, dtype=torch.bfloat16)
+    w32 = 1 + 0.1 * torch.randn(32)
+    y = rnt.rms_norm(x, w32, 1e-6, client=client)
+    assert y.dtype == torch.float32    # promoted, as torch.nn.RMSNorm does
+    y2 = rnt.rms_norm(x, w32.bfloat16(), 1e-6, weight_offset=1.0, client=client)
+    assert calls == []
+    torch.testing.assert_close(y2.float(), F.rms_norm(x.float(), (32,), w32.bfloat16().float() + 1,
+                                                      1e-6), rtol=2e-2, atol=2e-2)
+
+
+def test_forward_falls_back_where_the_fused_op_has_no_kernel(client, monkeypatch):
+    calls = _spy_fused(monkeypatch, fail=True)
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(9, 48, generator=g, requires_grad=True)
+    w = torch.randn(48, generator=g, requires_grad=True)
+    for _ in range(2):
+        y = rnt.rms_norm(x, w, 1e-6, client=client)
+    assert len(calls) == 1 and rnt._fused_off == {"cpu"}   # tried once, then not again
+    torch.testing.assert_close(y, F.rms_norm(x.detach(), (48,), w.detach(), 1e-6))
+    dy = torch.randn(9, 48, generator=g)
+    y.backward(dy)
+    ref_dx, fl, ref_dw, dfl = reference(x, w, dy, 1e-6, (48,))
+    assert judge("dx", x.grad, ref_dx, fl) is None
+    assert judge("dw", w.grad, ref_dw, dfl) is None
+
+
+def test_forward_fused_not_given_up_for_empty_input_or_out_of_memory(client, monkeypatch):
+    calls = _spy_fused(monkeypatch)
+    x = torch.randn(0, 16, requires_grad=True)
+    w = torch.ones(16, requires_grad=True)
+    rnt.rms_norm(x, w, client=client).sum().backward()   # zero rows: the composite
+    assert calls == [] and x.grad.shape == x.shape and torch.equal(w.grad, torch.zeros(16))
+
+    def oom(*args):
+        raise rnt._OOM("out of memory (test)")
+
+    monkeypatch.setattr(rnt, "_FUSED", oom)
+    with pytest.raises(rnt._OOM):
+        rnt.rms_norm(torch.randn(4, 16), torch.ones(16), client=client)
+    assert rnt._fused_off == set()    # a passing shortage does not turn the fused path off
