@@ -20,11 +20,11 @@
  * release records a fence: an event on its session's stream at the moment
  * of the release, and the closer closes only once the fence has completed
  * (cudaEventQuery, polled: one fence far off holds up no other close).  The
- * fence covers whatever the session queued before the release, so even
+ * fence (one per stream the session uses: the pool's, its ring's own two)
+ * covers whatever the session queued before the release, so even
  * work the server's bookkeeping missed cannot still use the memory when it
  * goes, and the close's own wait for the device has that much less to wait
- * for.  (A stream the session does not own, should a ring get one, would
- * need its own fence here.)  After a failure nothing more is closed: the
+ * for.  After a failure nothing more is closed: the
  * failure path answers jobs whose kernels may still run, and the process
  * exits, which unmaps everything.
  *
@@ -52,15 +52,18 @@ static int fence_ready(void *ctx, rnd_closeq_item *it)
     cudaError_t e;
 
     (void)ctx;
-    if (!r->fence)
-        return 1;
-    e = cudaEventQuery(r->fence);
-    if (e == cudaSuccess)
-        return 1;
-    if (e == cudaErrorNotReady)
-        return 0;
-    (void)cudaGetLastError(); /* (the loop's watch sees the failure and reports it) */
-    return -1;
+    for (int i = 0; i < 3; i++) {
+        if (!r->fence[i])
+            continue;
+        e = cudaEventQuery(r->fence[i]);
+        if (e == cudaErrorNotReady)
+            return 0;
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError(); /* (the loop's watch sees the failure and reports it) */
+            return -1;
+        }
+    }
+    return 1;
 }
 
 static void closer_close(void *ctx, rnd_closeq_item *it)
@@ -68,9 +71,11 @@ static void closer_close(void *ctx, rnd_closeq_item *it)
     rnd_cuda_release *r = RN_QUEUE_DATA(it, rnd_cuda_release, it);
 
     (void)ctx;
-    if (r->fence && cudaEventDestroy(r->fence) != cudaSuccess)
-        (void)cudaGetLastError();
-    r->fence = NULL;
+    for (int i = 0; i < 3; i++) {
+        if (r->fence[i] && cudaEventDestroy(r->fence[i]) != cudaSuccess)
+            (void)cudaGetLastError();
+        r->fence[i] = NULL;
+    }
     r->close(r);
 }
 
@@ -110,21 +115,27 @@ void rnd_cuda_release_later(rnd_cuda *b, void *bsess, rnd_cuda_release *r)
     rnd_cuda_sess *cs = bsess;
     cudaError_t e;
 
-    r->fence = NULL;
+    r->fence[0] = r->fence[1] = r->fence[2] = NULL;
     /* With the closer off the loop closes only once no stream waits, which
      * implies every fence; after a failure nothing is closed. */
     if (b->closer_thread && !b->failed && cs) {
-        if ((e = cudaEventCreateWithFlags(&r->fence, cudaEventDisableTiming)) == cudaSuccess &&
-            (e = cudaEventRecord(r->fence, b->streams[cs->stream].st)) != cudaSuccess) {
-            (void)cudaEventDestroy(r->fence);
-        }
-        if (e != cudaSuccess) {
-            /* The server's bookkeeping alone (backend.h) says nothing uses
-             * it; the watch reports a device that fails. */
-            (void)cudaGetLastError();
-            r->fence = NULL;
-            rnd_debug("cuda session #%u: no fence for a released mapping (%s); it closes "
-                      "without one", cs->id, cudaGetErrorString(e));
+        const int st[3] = {cs->stream, rnd_cuda_ring_stream(b, cs), rnd_cuda_graph_stream(b, cs)};
+        for (int i = 0; i < 3; i++) {
+            if ((i >= 1 && st[i] == st[0]) || (i == 2 && st[2] == st[1]))
+                continue; /* one fence a stream */
+            if ((e = cudaEventCreateWithFlags(&r->fence[i], cudaEventDisableTiming)) ==
+                    cudaSuccess &&
+                (e = cudaEventRecord(r->fence[i], b->streams[st[i]].st)) != cudaSuccess)
+                (void)cudaEventDestroy(r->fence[i]);
+            if (e != cudaSuccess) {
+                /* The server's bookkeeping alone (backend.h) says nothing
+                 * uses it; the watch reports a device that fails. */
+                (void)cudaGetLastError();
+                r->fence[i] = NULL;
+                rnd_debug("cuda session #%u: no fence on stream %d for a released mapping (%s); "
+                          "it closes without one",
+                          cs->id, st[i], cudaGetErrorString(e));
+            }
         }
     }
     rnd_closeq_push(&b->closer, &r->it);

@@ -80,8 +80,9 @@ typedef struct rnd_cuda_vmm rnd_cuda_vmm;
  * embedded in a mapping and in a ring's memory. */
 typedef struct rnd_cuda_release {
     rnd_closeq_item it;            /* b->closer */
-    cudaEvent_t fence;             /* recorded on its session's stream at the release;
-                                    * NULL: none (the closer off, or no session) */
+    cudaEvent_t fence[3];          /* recorded at the release on each stream its session
+                                    * uses (the pool's, its ring's own two); NULL: none
+                                    * (the closer off, or no session) */
     /* Close and free the object that holds this (any thread; no b). */
     void (*close)(struct rnd_cuda_release *r);
 } rnd_cuda_release;
