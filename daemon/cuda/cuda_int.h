@@ -287,8 +287,21 @@ void rnd_cuda_own_stream_free(rnd_cuda *b, int i);
 /* A session's stream for ring jobs, and for graph jobs (never one of its
  * ring jobs waits on: a graph job must not queue behind a wait for ready
  * that the replay itself holds up). */
-int rnd_cuda_ring_stream(const rnd_cuda *b, const rnd_cuda_sess *cs);
-int rnd_cuda_graph_stream(const rnd_cuda *b, const rnd_cuda_sess *cs);
+static inline int rnd_cuda_ring_stream(const rnd_cuda *b, const rnd_cuda_sess *cs)
+{
+    (void)b;
+    return cs->ring_stream >= 0 ? cs->ring_stream : cs->stream;
+}
+static inline int rnd_cuda_graph_stream(const rnd_cuda *b, const rnd_cuda_sess *cs)
+{
+    if (cs->graph_stream >= 0)
+        return cs->graph_stream;
+    /* Any stream but the one its ring jobs wait on. */
+    int r = rnd_cuda_ring_stream(b, cs);
+    if (r >= RND_CUDA_STREAMS)
+        return cs->stream;
+    return b->nstreams > 1 ? (r + 1) % RND_CUDA_STREAMS : r;
+}
 /* Give session cs its ring's own streams (ring setup), once. */
 void rnd_cuda_own_streams_open(rnd_cuda *b, rnd_cuda_sess *cs);
 

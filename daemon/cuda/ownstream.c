@@ -109,20 +109,3 @@ void rnd_cuda_own_streams_open(rnd_cuda *b, rnd_cuda_sess *cs)
         rnd_debug("cuda session #%u: its ring uses stream %d, its graph slots stream %d",
                   cs->id, cs->ring_stream, cs->graph_stream);
 }
-
-int rnd_cuda_ring_stream(const rnd_cuda *b, const rnd_cuda_sess *cs)
-{
-    (void)b;
-    return cs->ring_stream >= 0 ? cs->ring_stream : cs->stream;
-}
-
-int rnd_cuda_graph_stream(const rnd_cuda *b, const rnd_cuda_sess *cs)
-{
-    if (cs->graph_stream >= 0)
-        return cs->graph_stream;
-    /* Any stream but the one its ring jobs wait on. */
-    int r = rnd_cuda_ring_stream(b, cs);
-    if (r >= RND_CUDA_STREAMS)
-        return cs->stream;
-    return b->nstreams > 1 ? (r + 1) % RND_CUDA_STREAMS : r;
-}
