@@ -118,9 +118,13 @@ void rnd_cuda_release_later(rnd_cuda *b, void *bsess, rnd_cuda_release *r)
     r->fence[0] = r->fence[1] = r->fence[2] = NULL;
     /* With the closer off the loop closes only once no stream waits, which
      * implies every fence; after a failure nothing is closed. */
+    /* RMSNORMD_DEBUG_CLOSE_FENCE (being measured): all (the default), pool
+     * (the session's pool stream only) or none. */
+    const char *fm = getenv("RMSNORMD_DEBUG_CLOSE_FENCE");
+    const int nf = fm && !strcmp(fm, "none") ? 0 : fm && !strcmp(fm, "pool") ? 1 : 3;
     if (b->closer_thread && !b->failed && cs) {
         const int st[3] = {cs->stream, rnd_cuda_ring_stream(b, cs), rnd_cuda_graph_stream(b, cs)};
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < nf; i++) {
             if ((i >= 1 && st[i] == st[0]) || (i == 2 && st[2] == st[1]))
                 continue; /* one fence a stream */
             if ((e = cudaEventCreateWithFlags(&r->fence[i], cudaEventDisableTiming)) ==
