@@ -38,6 +38,7 @@
  */
 #include "cuda_int.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,7 +77,14 @@ static void closer_close(void *ctx, rnd_closeq_item *it)
             (void)cudaGetLastError();
         r->fence[i] = NULL;
     }
+    const uint64_t t0 = rnd_now_ns();
     r->close(r);
+    const uint64_t took = rnd_now_ns() - t0;
+    /* A close that waited for the device (HACKING.md: what the late-producer
+     * test shows): said, so that a log tells which call waited. */
+    if (took > RND_CUDA_SLOW_CALL_NS)
+        rnd_info("A release's close took %" PRIu64 " ms (it waited for the device)",
+                 took / 1000000);
 }
 
 /* On the closer thread, before anything else: its CUDA calls go to the

@@ -46,6 +46,9 @@
 
 /* Streams in the pool (and so sessions that each get a stream of their own). */
 #define RND_CUDA_STREAMS 16
+/* A CUDA call on the loop or the closer thread longer than this is logged
+ * (one that waited for the device). */
+#define RND_CUDA_SLOW_CALL_NS (10 * 1000000ull)
 /* Streams of their own for rings (ownstream.c): two per ring (its slots,
  * its graph slots), after the pool in b->streams. */
 #define RND_CUDA_OWN_STREAMS 256

@@ -16,10 +16,12 @@
  */
 #include "cuda_int.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "log.h"
+#include "stats.h"
 
 int rnd_cuda_own_stream_new(rnd_cuda *b, const char *what)
 {
@@ -73,6 +75,7 @@ void rnd_cuda_own_stream_free(rnd_cuda *b, int i)
     if (i < RND_CUDA_STREAMS || i >= RND_CUDA_MAX_STREAMS || !b->streams[i].live)
         return;
     s = &b->streams[i];
+    const uint64_t t0 = rnd_now_ns();
     /* Every job on it had its done event (the session ends): its FIFO is
      * empty and its thread returns at once. */
     pthread_mutex_lock(&b->mu);
@@ -95,6 +98,10 @@ void rnd_cuda_own_stream_free(rnd_cuda *b, int i)
         (void)cudaGetLastError();
     s->st = NULL;
     pthread_cond_destroy(&s->cv);
+    const uint64_t took = rnd_now_ns() - t0;
+    if (took > RND_CUDA_SLOW_CALL_NS)
+        rnd_info("Giving back stream %d took %" PRIu64 " ms (a CUDA call waited)", i,
+                 took / 1000000);
 }
 
 void rnd_cuda_own_streams_open(rnd_cuda *b, rnd_cuda_sess *cs)
