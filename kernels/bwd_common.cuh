@@ -219,7 +219,7 @@ typedef float rsum_t;
  */
 template <class S>
 __device__ __forceinline__ void stripe_sum2(S &a, S &b, bool only_b, int g, int tpr, int parity,
-                                            bool own_barrier, S (*red)[32][2])
+                                            bool own_barrier, S (*red)[32][2], bool tree = false)
 {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -229,7 +229,8 @@ __device__ __forceinline__ void stripe_sum2(S &a, S &b, bool only_b, int g, int 
     }
     if (tpr > 32) {
         const int warp = threadIdx.x >> 5, w0 = (g * tpr) >> 5, nw = tpr >> 5;
-        if ((threadIdx.x & 31) == 0) {
+        const int lane = threadIdx.x & 31;
+        if (lane == 0) {
             red[parity][warp][0] = a;
             red[parity][warp][1] = b;
         }
@@ -237,6 +238,20 @@ __device__ __forceinline__ void stripe_sum2(S &a, S &b, bool only_b, int g, int 
             asm volatile("bar.sync %0, %1;" ::"r"(1 + g), "r"(tpr) : "memory");
         else
             asm volatile("bar.sync 1, %0;" ::"r"(blockDim.x) : "memory");
+        if (tree) {
+            /* Lane i takes warp i's sums (zeros past the stripe's warps),
+             * then the same fixed shuffle tree: no loop, every lane ends
+             * with the same sums. */
+            a = !only_b && lane < nw ? red[parity][w0 + lane][0] : (S)0;
+            b = lane < nw ? red[parity][w0 + lane][1] : (S)0;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                if (!only_b)
+                    a += __shfl_xor_sync(0xffffffffu, a, o);
+                b += __shfl_xor_sync(0xffffffffu, b, o);
+            }
+            return;
+        }
         a = 0;
         b = 0;
         for (int i = 0; i < nw; i++) {

@@ -74,6 +74,12 @@ namespace rnk {
 #ifndef RNK_HOLD_NV
 #define RNK_HOLD_NV 2
 #endif
+/* RNK_LEAN = 1 (being measured): the stripe's warps summed by a shuffle
+ * tree instead of a loop (bwd_common.cuh's stripe_sum2): 16-24 % fewer
+ * instructions a row for stripes of several warps (bench/RESULTS.md). */
+#ifndef RNK_LEAN
+#define RNK_LEAN 0
+#endif
 static_assert(RNK_STAGES1 >= 2 && RNK_STAGES2 >= 2 && RNK_STAGES4 >= 2, "RNK_STAGES*: at least 2");
 
 __host__ __device__ constexpr int fast_stages(int nv)
@@ -185,7 +191,7 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, in
             s2v[v] += s2v[v + h];
         }
     rsum_t s1 = s1v[0], s2 = s2v[0];
-    stripe_sum2<rsum_t>(s1, s2, ONLY_B, g, p.tpr, parity, true, red);
+    stripe_sum2<rsum_t>(s1, s2, ONLY_B, g, p.tpr, parity, true, red, RNK_LEAN != 0);
     const float rstd = ONLY_B ? rs : 1.0f / sqrtf((float)(s1 / (rsum_t)p.n) + p.eps);
     const float c = (float)((rsum_t)rstd * (s2 / (rsum_t)p.n));
 #pragma unroll
