@@ -67,7 +67,7 @@ namespace rnk {
 /* RNK_HOLD: what a thread keeps of its row between the row sums and dx:
  * 0 nothing (both passes read the ring in shared memory), 1 the packed
  * 16-byte vectors (one ring read a row, unpacked twice), 2 the unpacked
- * floats for NV <= RNK_HOLD_NV (else as 1). */
+ * floats for NV <= RNK_HOLD_NV (else nothing: NV = 4 would spill). */
 #ifndef RNK_HOLD
 #define RNK_HOLD 0
 #endif
@@ -150,7 +150,7 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, in
                                             rsum_t (*red)[32][2])
 {
     constexpr int VEC = Vec<T>::N;
-    constexpr int HOLD = RNK_HOLD == 2 && NV > RNK_HOLD_NV ? 1 : RNK_HOLD;
+    constexpr int HOLD = RNK_HOLD == 2 && NV > RNK_HOLD_NV ? 0 : RNK_HOLD;
     /* The row's vectors: read from the ring once (HOLD >= 1) or at each pass. */
     uint4 hx[HOLD >= 1 ? NV : 1], hy[HOLD >= 1 ? NV : 1];
     float fx[HOLD == 2 ? NV : 1][VEC], fy[HOLD == 2 ? NV : 1][VEC];
