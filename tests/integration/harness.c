@@ -614,8 +614,14 @@ void rnh_proc_close(rnh_proc *p)
 
 rn_client *rnh_client(const rnh_daemon *d)
 {
+    return rnh_client_path(d, RN_PATH_DEFAULT);
+}
+
+rn_client *rnh_client_path(const rnh_daemon *d, int path)
+{
     rn_connect_opts o = {.endpoint = d->endpoint, .timeout_ms = 10000, .client_name = "harness"};
     rn_client *c = NULL;
+    o.path = path;
     int rv = rn_connect(&o, &c);
     if (rv != 0) {
         printf("harness: connect to %s: %s (%s)\n", d->endpoint, rn_last_error(NULL),

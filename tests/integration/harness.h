@@ -135,6 +135,8 @@ int rnh_wait_pid(pid_t pid, int timeout_ms);
 
 /* A client of d's daemon (timeout 10 s), or NULL after printing why. */
 rn_client *rnh_client(const rnh_daemon *d);
+/* The same on a given path (RN_PATH_*). */
+rn_client *rnh_client_path(const rnh_daemon *d, int path);
 
 /* HEALTH of d into *h, its reasons printed ("health reason: ...").
  * Returns 0, or -1 when it could not be asked. */

@@ -102,12 +102,9 @@ static const rnc_ring_dev fake_dev = {f_attach, f_detach, f_write, f_wait, NULL,
 
 static rn_client *fast_client(const rnh_daemon *d)
 {
-    rn_connect_opts o = RN_CONNECT_OPTS_INIT;
-    rn_client *c = NULL;
-    o.endpoint = d->endpoint;
-    o.path = RN_PATH_FAST;
-    if (rn_connect(&o, &c) != 0)
-        fail_msg("rn_connect: %s", rn_last_error(NULL));
+    rn_client *c = rnh_client_path(d, RN_PATH_FAST);
+    if (!c)
+        fail_msg("rn_connect on the fast path failed");
     return c;
 }
 

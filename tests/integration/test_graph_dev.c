@@ -109,12 +109,9 @@ static int replay(uint64_t slot)
 
 static rn_client *fast_client(const rnh_daemon *d)
 {
-    rn_connect_opts o = RN_CONNECT_OPTS_INIT;
-    rn_client *c = NULL;
-    o.endpoint = d->endpoint;
-    o.path = RN_PATH_FAST;
-    if (rn_connect(&o, &c) != 0)
-        fail_msg("rn_connect: %s", rn_last_error(NULL));
+    rn_client *c = rnh_client_path(d, RN_PATH_FAST);
+    if (!c)
+        fail_msg("rn_connect on the fast path failed");
     return c;
 }
 
