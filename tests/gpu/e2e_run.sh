@@ -22,25 +22,7 @@ iters=${E2E_ITERS:-300}
 rounds=${E2E_ROUNDS:-1}
 mkdir -p "$out"
 summary=()
-step() { # step NAME LOG COMMAND...: run, keep the log, note pass or fail
-    local name=$1 log=$2; shift 2
-    local t0=$SECONDS
-    "$@" >"$out/$log" 2>&1
-    local rc=$?
-    local res; res=$(grep -E '^\[  (PASSED|FAILED) \]' "$out/$log" | tr '\n' ' ')
-    summary+=("$(printf '%-30s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) "$res")")
-}
-mps_start() {
-    export CUDA_MPS_PIPE_DIRECTORY=/tmp/rn-e2e-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/rn-e2e-mps-log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    nvidia-cuda-mps-control -d
-}
-mps_stop() {
-    echo quit | nvidia-cuda-mps-control
-    cp "$CUDA_MPS_LOG_DIRECTORY"/control.log "$out/mps-control-$1.log" 2>/dev/null
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-    sleep 1   # the server's clients are gone; let it exit before the next start
-}
+. "$(dirname "$0")/run_lib.sh"
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv >"$out/gpu.txt" 2>&1
 "$build/tests/gpu/prog_probe" | tee -a "$out/gpu.txt"
@@ -48,7 +30,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --fo
 case " $steps " in *" tests "*)
     export RN_BUILD=$PWD/$build
     step "test_e2e_cuda (no MPS)" e2e-nomps.log timeout 280 "$build/tests/gpu/test_e2e_cuda"
-    if mps_start; then
+    if mps_start e2e; then
         step "test_e2e_cuda (MPS)" e2e-mps.log env RN_EXPECT_MPS=1 timeout 280 \
             "$build/tests/gpu/test_e2e_cuda"
         mps_stop tests
@@ -64,7 +46,7 @@ case " $steps " in *" fast "*)
     export RN_BUILD=$PWD/$build
     step "test_fastpath_cuda (no MPS)" fast-nomps.log timeout 280 \
         "$build/tests/gpu/test_fastpath_cuda"
-    if mps_start; then
+    if mps_start e2e; then
         step "test_fastpath_cuda (MPS)" fast-mps.log timeout 280 \
             "$build/tests/gpu/test_fastpath_cuda"
         step "bench_e2e_cuda --fast MPS" bench-fast.log timeout 400 \
@@ -78,7 +60,7 @@ case " $steps " in *" fast "*)
 esac
 
 case " $steps " in *" bench "*)
-    if mps_start; then
+    if mps_start e2e; then
         # Each build its own client and daemon, back to back; with several
         # rounds the order alternates (ABBA) so that drift cancels, and
         # bench/e2e_compare.py takes the medians.

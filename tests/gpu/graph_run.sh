@@ -14,25 +14,7 @@ out=${2:?usage: graph_run.sh PACK OUT}
 mkdir -p "$out"
 export RN_BUILD=$PWD/$pack
 summary=()
-step() { # step NAME LOG COMMAND...
-    local name=$1 log=$2; shift 2
-    local t0=$SECONDS
-    "$@" >"$out/$log" 2>&1
-    local rc=$?
-    local res; res=$(grep -E '^\[  (PASSED|FAILED) \]|passed|failed' "$out/$log" | tail -2 | tr '\n' ' ')
-    summary+=("$(printf '%-34s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) "$res")")
-}
-mps_start() {
-    export CUDA_MPS_PIPE_DIRECTORY=/tmp/rn-graph-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/rn-graph-mps-log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    nvidia-cuda-mps-control -d
-}
-mps_stop() {
-    echo quit | nvidia-cuda-mps-control
-    cp "$CUDA_MPS_LOG_DIRECTORY"/control.log "$out/mps-control-$1.log" 2>/dev/null
-    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
-    sleep 1
-}
+. "$(dirname "$0")/run_lib.sh"
 pytests() {
     if python3 -c 'import torch' 2>/dev/null; then
         step "test_torch_graph.py ($1)" "torch-graph-$1.log" env \
@@ -48,7 +30,7 @@ step "test_graph_cuda (no MPS)" graph-nomps.log timeout 300 "$pack/tests/gpu/tes
 step "test_fastpath_cuda (no MPS)" fast-nomps.log env RN_SKIP_TESTS='test_kill9*' \
     timeout 300 "$pack/tests/gpu/test_fastpath_cuda"
 pytests nomps
-if mps_start; then
+if mps_start graph; then
     step "test_graph_cuda (MPS)" graph-mps.log env RN_EXPECT_MPS=1 timeout 300 \
         "$pack/tests/gpu/test_graph_cuda"
     step "test_fastpath_cuda (MPS)" fast-mps.log env RN_EXPECT_MPS=1 \

@@ -1,0 +1,32 @@
+# SPDX-License-Identifier: MIT
+# Shared by the GPU run scripts (sourced, not run): a step that keeps its
+# log and notes its result in the summary, and an MPS control daemon of the
+# script's own.  The sourcing script sets out (its output folder) and
+# summary=() first.
+
+# step NAME LOG COMMAND...: run COMMAND with its output in $out/LOG, then
+# note NAME, its exit status, its seconds and its pass/fail lines.
+step() {
+    local name=$1 log=$2; shift 2
+    local t0=$SECONDS
+    "$@" >"$out/$log" 2>&1
+    local rc=$?
+    local res
+    res=$(grep -E '^\[  (PASSED|FAILED) \]|^[0-9]+ (passed|failed)' "$out/$log" | tail -2 | tr '\n' ' ')
+    summary+=("$(printf '%-34s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) "$res")")
+}
+
+# mps_start TAG: an MPS control daemon with its pipes and log under /tmp/rn-TAG-mps-*.
+mps_start() {
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/rn-$1-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/rn-$1-mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    nvidia-cuda-mps-control -d
+}
+
+# mps_stop NAME: stop it, keep its control log as $out/mps-control-NAME.log.
+mps_stop() {
+    echo quit | nvidia-cuda-mps-control
+    cp "$CUDA_MPS_LOG_DIRECTORY"/control.log "$out/mps-control-$1.log" 2>/dev/null
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    sleep 1 # the server's clients are gone; let it exit before the next start
+}
