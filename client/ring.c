@@ -88,6 +88,14 @@ typedef struct gone_node {
 static pthread_mutex_t gone_mu = PTHREAD_MUTEX_INITIALIZER;
 static gone_node *gone_list;
 static uint64_t next_token;
+/* Tokens of ring memory whose client closed while graphs still held some
+ * of its slots: those graphs' destructors free their node at once (no
+ * client is left to take it).  16 bytes per such close, kept. */
+typedef struct orphan_token {
+    uint64_t token;
+    struct orphan_token *next;
+} orphan_token;
+static orphan_token *orphans;
 
 static uint64_t gslot_off(uint32_t i)
 {
@@ -144,17 +152,41 @@ static void graph_let_go(rnc_ring *g, uint32_t i)
     __atomic_store_n(rnp_ring_u64(gslot(g, i), RNP_GSLOT_O_DONE), 1u, __ATOMIC_SEQ_CST);
 }
 
+/* Under gone_mu: drop the queued nodes of token (no GRAPH_CLOSE is due:
+ * the session ends). */
+static void gone_drop(uint64_t token)
+{
+    gone_node **pp = &gone_list, *n;
+    while ((n = *pp) != NULL) {
+        if (n->token == token) {
+            *pp = n->next;
+            free(n);
+        } else {
+            pp = &n->next;
+        }
+    }
+}
+
 void rnc_ring_release(rn_client *c)
 {
     rnc_ring *g = c->ring, *next;
     for (; g; g = next) {
         next = g->retired;
         bool held = false;
+        pthread_mutex_lock(&gone_mu);
+        gone_drop(g->token);
         for (uint32_t i = 0; i < GRAPH_SLOTS; i++)
             if (g->gheld[i]) {
                 graph_let_go(g, i);
                 held = true;
             }
+        orphan_token *o = held ? malloc(sizeof *o) : NULL;
+        if (o) {
+            o->token = g->token;
+            o->next = orphans;
+            orphans = o;
+        }
+        pthread_mutex_unlock(&gone_mu);
         if (held) {
             /* A graph that outlives the client still replays into this
              * memory (and finds its slots closed): it stays mapped and
@@ -376,11 +408,18 @@ static int wait_done(rn_client *c, rnc_ring *g, uint64_t seq)
 static void graph_gone(void *arg)
 {
     gone_node *n = arg;
+    bool orphan = false;
 
     pthread_mutex_lock(&gone_mu);
-    n->next = gone_list;
-    gone_list = n;
+    for (orphan_token *o = orphans; o && !orphan; o = o->next)
+        orphan = o->token == n->token;
+    if (!orphan) {
+        n->next = gone_list;
+        gone_list = n;
+    }
     pthread_mutex_unlock(&gone_mu);
+    if (orphan)
+        free(n);
 }
 
 /* Give back the graph slots of c whose graphs are gone: GRAPH_CLOSE where
