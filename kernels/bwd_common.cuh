@@ -66,6 +66,8 @@ struct Params {
     float *part;      /* chunk k, stripe slot g at part + k * cs + g * pst */
     float *acc;       /* MODE_ATOMIC: fp32 accumulator [n], zero between launches */
     const unsigned *cancel; /* rnk_bwd_args.cancel: NULL or the word read first */
+    int64_t xstep, ystep, dstep, drstep; /* fast path: bytes between a stripe's rows */
+    float inv_n;      /* 1 / n (RNK_LEAN's row means) */
     int ngroups;      /* RNK_GFIN: groups of RNK_DW_GROUP chunks */
     float *gsum;      /* RNK_GFIN: group q's column sums at gsum + q * pst */
     unsigned *gctr;   /* RNK_GFIN: chunks of group q published, gctr[q] (in the header) */

@@ -192,8 +192,14 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, in
         }
     rsum_t s1 = s1v[0], s2 = s2v[0];
     stripe_sum2<rsum_t>(s1, s2, ONLY_B, g, p.tpr, parity, true, red, RNK_LEAN != 0);
+#if RNK_LEAN
+    /* A multiply by 1/n (from the host) instead of a division a row. */
+    const float rstd = ONLY_B ? rs : 1.0f / sqrtf((float)(s1 * (rsum_t)p.inv_n) + p.eps);
+    const float c = (float)((rsum_t)rstd * (s2 * (rsum_t)p.inv_n));
+#else
     const float rstd = ONLY_B ? rs : 1.0f / sqrtf((float)(s1 / (rsum_t)p.n) + p.eps);
     const float c = (float)((rsum_t)rstd * (s2 / (rsum_t)p.n));
+#endif
 #pragma unroll
     for (int v = 0; v < NV; v++) {
         float xf[VEC], yf[VEC], rf[VEC], d[VEC];
@@ -253,13 +259,17 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
     const int us = RNK_RING_LANE_MAJOR ? 1 : (int)blockDim.x;
     const unsigned ub = (unsigned)us * 16u;
     const int64_t G = p.G;
+#if RNK_LEAN /* from the host: not recomputed from the parameters at every row */
+    const int64_t xstep = p.xstep, ystep = p.ystep, dstep = p.dstep;
+#else
     const int64_t xstep = G * p.xs * ES, ystep = G * p.dys * ES, dstep = G * p.dxs * ES;
+#endif
     const char *xa = (const char *)p.x + rg * p.xs * ES; /* the next row to stage */
     const char *ya = (const char *)p.dy + rg * p.dys * ES;
     const float *ra = ONLY_B ? p.rstd + rg : nullptr;
     char *dxr = (char *)p.dx + rg * p.dxs * ES; /* the row being reduced */
     const char *drr = DRES ? (const char *)p.dres + rg * p.drs * ES : nullptr;
-    const int64_t drstep = DRES ? G * p.drs * ES : 0;
+    const int64_t drstep = DRES ? (RNK_LEAN ? p.drstep : G * p.drs * ES) : 0;
     float rsq[ST];
 #pragma unroll
     for (int i = 0; i < ST; i++)

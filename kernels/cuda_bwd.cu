@@ -193,6 +193,14 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
                       (long long)a->m, p.ngroups, (int)GCTR_WORDS);
     p.acc = nullptr; /* the ATOMIC benchmark variant's, set there */
     p.cancel = a->cancel;
+    {
+        const int64_t es = (int64_t)rnk_dtype_size(a->x_dtype);
+        p.xstep = p.G * p.xs * es;
+        p.ystep = p.G * p.dys * es;
+        p.dstep = p.G * p.dxs * es;
+        p.drstep = p.G * p.drs * es;
+        p.inv_n = 1.0f / (float)a->n;
+    }
 
     /* The fast path: x, dy, dx (and dres) of one dtype, 16-byte aligned rows,
      * n a multiple of the vector width, rows that fit in registers. */
