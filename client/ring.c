@@ -31,6 +31,7 @@
  */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -119,8 +120,12 @@ static int create(rn_client *c, rnc_ring **out)
     if (!g)
         return rnc_fail(c, RN_NOMEM, "ring: out of memory");
     g->size = (size_t)gslot_off(GRAPH_SLOTS);
-    g->fd = (int)syscall(SYS_memfd_create, "rmsnormd-ring", 1u /* MFD_CLOEXEC */);
-    if (g->fd < 0 || ftruncate(g->fd, (off_t)g->size) != 0) {
+    /* Sealed against shrinking: the daemon reads the ring from its own
+     * mapping, and a cut file would fault it (the cuda backend refuses an
+     * unsealed one). */
+    g->fd = (int)syscall(SYS_memfd_create, "rmsnormd-ring", 3u /* MFD_CLOEXEC|ALLOW_SEALING */);
+    if (g->fd < 0 || ftruncate(g->fd, (off_t)g->size) != 0 ||
+        fcntl(g->fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
         int e = errno;
         if (g->fd >= 0)
             close(g->fd);
@@ -628,5 +633,16 @@ int rnc_ring_sync(rn_client *c, bool wait)
     if (g->open)
         collect(g, load_done(g));
     collect_graphs(g);
+    /* A session the daemon ended (its idle timeout, a restart) with no call
+     * outstanding: said now, so that graphs whose replays compute nothing
+     * any more are not silent (lost() reports them). */
+    if (g->open) {
+        bool gone = chan_closed(c);
+        if (gone || __atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_STATE), __ATOMIC_ACQUIRE) !=
+                        RNP_RING_OPEN)
+            lost(g, RN_RESTARTED, "the daemon ended the session (or exited)");
+        if (gone)
+            c->have_session = false;
+    }
     return report(c, g);
 }

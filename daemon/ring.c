@@ -57,6 +57,7 @@ typedef struct rnd_graph {
     uint64_t taken;                /* the loop: gen last submitted */
     bool busy;                     /* a replay of it is submitted, not yet released */
     bool closed;                   /* GRAPH_CLOSE or the ring's end: freed once idle */
+    int end_status;                /* closed: what a replay that began then is answered */
     rn_queue link;                 /* its ring's graphs (under mu) */
 } rnd_graph;
 
@@ -72,6 +73,7 @@ typedef struct rnd_ring {
     bool closed;                   /* no more slots are taken */
     bool gone;                     /* its client died: write nothing */
     bool stopped;                  /* the backend refused a slot for good */
+    int stop_status;               /* stopped: what it refused with */
     uint64_t seen;                 /* the doorbell thread: the last producer word seen */
     rn_queue link;                 /* on tab->list while open (under mu) */
     rn_queue graphs;               /* its open graph slots (under mu) */
@@ -275,6 +277,7 @@ static void take(rnd_ring *g, bool force)
             rnd_warn("Ring %u of '%s': slot %llu not taken (%s); the ring stops", g->id, s->name,
                      (unsigned long long)seq, rnp_err_name(rc));
             g->stopped = true;
+            g->stop_status = rc;
             return;
         }
         g->cons = seq;
@@ -284,6 +287,34 @@ static void take(rnd_ring *g, bool force)
 }
 
 /* ---- the loop: graph slots' replays ------------------------------------------------------ */
+
+/* Answer replay gen of gr from the host (not run): result, a failure, done. */
+static void graph_answer(rnd_graph *gr, uint64_t gen, int status, const char *msg)
+{
+    rnp_ring_put_result(gr->base, status, msg);
+    __atomic_add_fetch(rnp_ring_u64(gr->base, RNP_GSLOT_O_FAILS), 1, __ATOMIC_RELEASE);
+    __atomic_store_n(rnp_ring_u64(gr->base, RNP_GSLOT_O_DONE), 1, __ATOMIC_RELEASE);
+    gr->taken = gen;
+}
+
+/* The graph's closed word is set: a replay that began before it saw the
+ * word (gen moved past what the loop took) is answered from here, since
+ * the loop will not take it (PROTOCOL.md 13.8); one that begins after
+ * sees the word and does not wait.  Not while a replay of it runs (its
+ * release calls this again), nor into a dead client's memory. */
+static void graph_answer_late(rnd_graph *gr)
+{
+    if (gr->busy || gr->ring->gone)
+        return;
+    atomic_thread_fence(memory_order_seq_cst);
+    uint64_t gen = __atomic_load_n(rnp_ring_u64(gr->base, RNP_GSLOT_O_GEN), __ATOMIC_SEQ_CST);
+    if (gen == gr->taken)
+        return;
+    graph_answer(gr, gen, gr->end_status,
+                 gr->end_status == RN_UNKNOWN_SESSION
+                     ? "bwd: the session ended; the replay was not run"
+                     : "bwd: the graph was closed; the replay was not run");
+}
 
 /* Off its ring's list (under mu) and freed, or freed by its release. */
 static void graph_drop(rnd_graph *gr)
@@ -306,6 +337,8 @@ static void on_graph_released(void *owner)
     rnd_ring *g = gr->ring;
 
     gr->busy = false;
+    if (gr->closed)
+        graph_answer_late(gr); /* a replay that began while this one was released */
     if (gr->closed && !rn_queue_linked(&gr->link))
         free(gr); /* GRAPH_CLOSE came while it ran */
     on_released(g);
@@ -324,8 +357,15 @@ static void take_graph(rnd_ring *g, rnd_graph *gr)
     rnp_bwd_req b;
     int rc;
 
-    if (gr->busy || gr->closed || gen == gr->taken || !g->sess || g->stopped)
+    if (gr->busy || gr->closed || gen == gr->taken || !g->sess)
         return;
+    if (g->stopped) {
+        /* The ring takes nothing more: answered, not left waiting. */
+        graph_answer(gr, gen, g->stop_status,
+                     "bwd: the ring stopped (the daemon refused a call of it); the replay was "
+                     "not run");
+        return;
+    }
     rnd_ring_slot at = { g->base, gr->base, gen, false, on_graph_released, gr, true };
     bool ok = rnp_ring_decode(gr->desc, 0, &b, &err) == 0;
     if (ok && gen - gr->taken != 1) {
@@ -341,10 +381,7 @@ static void take_graph(rnd_ring *g, rnd_graph *gr)
     if (rc != 0) {
         /* The backend failed: answer the replay from here, so that the
          * client's stream moves on. */
-        rnp_ring_put_result(gr->base, rc, "bwd: the daemon could not run the replay");
-        __atomic_add_fetch(rnp_ring_u64(gr->base, RNP_GSLOT_O_FAILS), 1, __ATOMIC_RELEASE);
-        __atomic_store_n(rnp_ring_u64(gr->base, RNP_GSLOT_O_DONE), 1, __ATOMIC_RELEASE);
-        gr->taken = gen;
+        graph_answer(gr, gen, rc, "bwd: the daemon could not run the replay");
         return;
     }
     gr->taken = gen;
@@ -374,14 +411,8 @@ static void graphs_end(rnd_ring *g, int status)
     RN_QUEUE_FOREACH(q, &g->graphs) {
         rnd_graph *gr = RN_QUEUE_DATA(q, rnd_graph, link);
         __atomic_store_n(rnp_ring_u32(gr->base, RNP_GSLOT_O_CLOSED), 1u, __ATOMIC_SEQ_CST);
-        atomic_thread_fence(memory_order_seq_cst);
-        uint64_t gen = __atomic_load_n(rnp_ring_u64(gr->base, RNP_GSLOT_O_GEN), __ATOMIC_SEQ_CST);
-        if (!gr->busy && gen != gr->taken) {
-            rnp_ring_put_result(gr->base, status, "bwd: the session ended; the replay was not run");
-            __atomic_add_fetch(rnp_ring_u64(gr->base, RNP_GSLOT_O_FAILS), 1, __ATOMIC_RELEASE);
-            __atomic_store_n(rnp_ring_u64(gr->base, RNP_GSLOT_O_DONE), 1, __ATOMIC_RELEASE);
-            gr->taken = gen;
-        }
+        gr->end_status = status;
+        graph_answer_late(gr);
         gr->closed = true;
     }
 }
@@ -550,6 +581,9 @@ int rnd_op_graph_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_
     if (!g || g->id != o->ring)
         return rnp_fail(err, RN_INVALID_ARGUMENT, "graph_open.ring: no ring %u open in this "
                         "session", (unsigned)o->ring);
+    if (g->stopped)
+        return rnp_fail(err, g->stop_status, "graph_open.ring: ring %u stopped (the daemon "
+                        "refused a call of it); open a new session", (unsigned)o->ring);
     if ((rc = rnp_graph_check_offset(o->offset, g->region->map.size, g->region_off, g->slots,
                                      err)) != 0)
         return rc;
@@ -613,6 +647,8 @@ int rnd_op_graph_close(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp
         /* A replay the loop has not taken yet is answered (not run): the
          * client gives the slot back only once its graphs are gone. */
         __atomic_store_n(rnp_ring_u32(gr->base, RNP_GSLOT_O_CLOSED), 1u, __ATOMIC_SEQ_CST);
+        gr->end_status = RN_INVALID_ARGUMENT;
+        graph_answer_late(gr);
         graph_drop(gr);
         return 0;
     }

@@ -60,8 +60,13 @@ static int fence_ready(void *ctx, rnd_closeq_item *it)
         if (e == cudaErrorNotReady)
             return 0;
         if (e != cudaSuccess) {
-            (void)cudaGetLastError(); /* (the loop's watch sees the failure and reports it) */
-            return -1;
+            (void)cudaGetLastError();
+            /* A failed device (the loop's watch reports it): close nothing
+             * more.  Any other error concerns this query alone: the fence
+             * counts as passed (the server's bookkeeping already says no
+             * job uses the memory), so that one error stops no closes. */
+            if (rnd_cuda_sticky(e))
+                return -1;
         }
     }
     return 1;

@@ -82,13 +82,18 @@ void rnd_cuda_own_stream_free(rnd_cuda *b, int i)
     s->quit = true;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&b->mu);
+    if (b->failed) {
+        /* Its thread may sit in a wait for a kernel that never ends: not
+         * joined (the loop must not block), and the slot is not reused
+         * (thr_started stays set); the process exit takes the rest. */
+        s->live = false;
+        return;
+    }
     if (s->thr_started) {
         pthread_join(s->thr, NULL);
         s->thr_started = false;
     }
     s->live = false;
-    if (b->failed)
-        return; /* a failed device's objects are left to the process exit */
     /* Stream-ordered, so that no call here waits for the device. */
     if (s->ws && cudaFreeAsync(s->ws, s->st) != cudaSuccess)
         (void)cudaGetLastError();

@@ -47,6 +47,7 @@
  */
 #include "cuda_int.h"
 
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,6 +189,13 @@ int rnd_cuda_region_open_fd(rnd_backend *be, void *bsess, int fd, uint64_t size,
     if ((uint64_t)st.st_size < size)
         return rnp_fail(err, RN_INVALID_ARGUMENT, "register_fd.size: %llu bytes, the object has "
                         "%lld", (unsigned long long)size, (long long)st.st_size);
+    /* The doorbell thread reads the ring from this mapping: a file its
+     * client could cut would fault the daemon (SIGBUS). */
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || !(seals & F_SEAL_SHRINK))
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "register_fd: the memfd is not sealed against shrinking (F_SEAL_SHRINK; "
+                        "libclient seals its rings)");
     if (!(h = calloc(1, sizeof *h)))
         return rnp_fail(err, RN_NOMEM, "register_fd: out of memory");
     len = ((size_t)size + (size_t)page - 1) / (size_t)page * (size_t)page;

@@ -180,15 +180,18 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     if (b->noutstanding >= b->max_jobs)
         return rnp_fail(err, RN_BUSY, "bwd: %u requests are queued on the GPU, the limit",
                         b->noutstanding);
+    bool put = false; /* the answer is in the slot (a graph slot counts each put in fails) */
     if (run && rnd_cuda_host_tensors(b, job, &kerr) != 0) {
         put_error(job, kerr.code, kerr.msg);
         run = false;
+        put = true;
     }
     if (run && ws_ensure(b, s, job->args.m, job->args.n, &kerr) != 0) {
         put_error(job, kerr.code, kerr.msg);
         run = false;
+        put = true;
     }
-    if (!run && rj->status && !atomic_load(&job->cancelled))
+    if (!run && !put && rj->status && !atomic_load(&job->cancelled))
         rnd_ring_put(rj, rj->status, rj->msg);
     if (!(g = gjob_new(cs, si)))
         return rnp_fail(err, RN_NOMEM, "bwd: out of memory");
