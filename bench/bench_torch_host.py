@@ -24,8 +24,10 @@ Parts (single steps, in a loop):
   legacy.* the steps of the backward before the host-overhead work (main
            at e413afd), as it wrote them: _rows twice, two torch.empty,
            BwdArgs field by field, Client._call (RLock, os.getpid, byref)
-  now.*    the corresponding steps of the imported package where it has
-           them (rmsnormd.torch._bench_parts)
+  now.*    the CUDA path's host steps of the imported package where it
+           has them, on CPU tensors: rmsnormd.torch._device_args (rows,
+           dx and dw, the BwdArgs), the allocation alone, Client.bwd with
+           rn_rmsnorm_bwd a no-op
 The CPU path also copies through a staging buffer, which the CUDA path does
 not; the CUDA-only steps (the current stream, the current device) cannot be
 timed without a GPU.
@@ -216,10 +218,31 @@ def main(argv=None):
         out("legacy.call", measure(legacy_call, a.calls, a.batches))
         out("ctypes.noop", measure(lambda: noop(h, args, None), a.calls, a.batches))
 
-        parts = getattr(rnt, "_bench_parts", None)
-        if parts is not None:
-            for name, fn in parts(x2d, wd, dy, noop, 1e-6):
-                out("now." + name, measure(fn, a.calls, a.batches))
+        dev_args = getattr(rnt, "_device_args", None)
+        if dev_args is not None:
+            # The CUDA path's host steps, on CPU tensors: rows, allocation
+            # and arguments in one (_device_args), allocation alone, and
+            # Client.bwd with rn_rmsnorm_bwd a no-op (lock, fork check, call).
+            rstd = torch.rand(m)
+
+            def now_args():
+                return dev_args(x2d, dy, wd, rstd, m, n, 1e-6, 0.0, None)
+
+            def now_alloc():
+                return (torch.empty_like(x2d, memory_format=torch.contiguous_format),
+                        torch.empty_like(wd, memory_format=torch.contiguous_format))
+
+            nargs = now_args()[0]
+            real_bwd = lib.rn_rmsnorm_bwd
+            noop2 = noop_library(tmp).rn_bench_noop
+            noop2.restype, noop2.argtypes = real_bwd.restype, real_bwd.argtypes
+            lib.rn_rmsnorm_bwd = noop2
+            try:
+                out("now.rows+alloc+args", measure(now_args, a.calls, a.batches))
+                out("now.alloc", measure(now_alloc, a.calls, a.batches))
+                out("now.call", measure(lambda: client.bwd(nargs, 0), a.calls, a.batches))
+            finally:
+                lib.rn_rmsnorm_bwd = real_bwd
         client.close()
         sclient.close()
     finally:
