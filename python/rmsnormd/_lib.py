@@ -23,6 +23,7 @@ Where the library comes from, first match wins:
 import ctypes
 import ctypes.util
 import os
+import struct
 import sys
 import sysconfig
 import threading
@@ -100,6 +101,26 @@ class BwdArgs(_Sized):
         ("eps", ctypes.c_float),
         ("weight_offset", ctypes.c_float),
     ]
+
+
+def _struct_format(cls):
+    # The struct module's native ("@") format of a ctypes Structure whose
+    # fields are plain scalars: the same sizes, alignment and padding.
+    codes = {ctypes.c_size_t: "N", ctypes.c_int64: "q", ctypes.c_int: "i",
+             ctypes.c_void_p: "P", ctypes.c_float: "f"}
+    return "@" + "".join(codes[t] for _, t in cls._fields_)
+
+
+# BwdArgs as one struct.Struct: BWD_PACK.pack(*values) with the values of
+# every field in BwdArgs._fields_ order (struct_size first, BWD_SIZE; None
+# is not accepted for a pointer, 0 is) gives the struct's bytes in one call,
+# where setting twenty fields one by one costs several times as much
+# (bench/bench_torch_host.py); BwdArgs.from_buffer_copy turns them into a
+# BwdArgs.  python/tests/test_layout.py checks that both agree.
+BWD_PACK = struct.Struct(_struct_format(BwdArgs))
+BWD_SIZE = ctypes.sizeof(BwdArgs)
+if BWD_PACK.size != BWD_SIZE:  # pragma: no cover - a platform ctypes lays out otherwise
+    BWD_PACK = None
 
 
 class Timing(ctypes.Structure):

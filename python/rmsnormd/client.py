@@ -14,6 +14,27 @@ import threading
 
 from . import _lib
 
+# Fork detection without a getpid() per call: every child forked through
+# Python (os.fork, multiprocessing, subprocess with preexec_fn) runs this
+# hook, so a Client compares one integer with the generation it was opened
+# in; only when they differ does it ask os.getpid().
+_fork_gen = 0
+
+
+def _forked():
+    global _fork_gen
+    _fork_gen += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+def fork_generation():
+    """How many fork()s through Python lie between this process and the
+    interpreter's start; a Client made in another generation is the parent's."""
+    return _fork_gen
+
 
 class RNError(Exception):
     """A call to rmsnormd failed.
@@ -222,6 +243,7 @@ class Client:
         lib = _lib.lib()
         self._handle = None
         self._pid = os.getpid()
+        self._gen = _fork_gen
         self._buffers = set()
         # Held across every C call (see _call); re-entrant, so that code run
         # while a thread holds it (a finaliser, say) cannot deadlock that thread.
@@ -284,9 +306,13 @@ class Client:
 
     def _call(self, op, fn, *args):
         # Held across the C call so that close() cannot free the client under
-        # it; libclient serialises the calls of one client anyway.
+        # it; libclient serialises the calls of one client anyway.  The
+        # checks of _handle_or_raise, cheaply: it runs (and raises) only when
+        # the client is closed or a fork() happened since it was opened.
         with self._lock:
-            h = self._handle_or_raise()
+            h = self._handle
+            if h is None or self._gen != _fork_gen:
+                h = self._handle_or_raise()
             rv = fn(h, *args)
             if rv != 0:
                 _raise(rv, h, op)
@@ -419,8 +445,9 @@ class Client:
     def bwd(self, args, stream):
         """Enqueue the backward pass on a CUDA stream (an int cudaStream_t; 0 is
         the legacy default stream) on device pointers; returns at once."""
-        self._call("rmsnorm_bwd", _lib.lib().rn_rmsnorm_bwd, ctypes.byref(args),
-                   ctypes.c_void_p(stream))
+        # A BwdArgs passes by reference and an int as a void * through the
+        # prototype's own conversions: no byref or c_void_p object per call.
+        self._call("rmsnorm_bwd", _lib.lib().rn_rmsnorm_bwd, args, stream)
 
     def bwd_sync(self, args, stream):
         """As bwd(), but returns after completion, with Timing."""

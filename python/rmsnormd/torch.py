@@ -40,6 +40,7 @@ except ImportError as e:  # pragma: no cover - exercised where torch is absent
         "rmsnormd package works without it" % e) from e
 
 from . import _lib
+from . import client as _client
 from .client import Client, RNError
 
 _DTYPES = {
@@ -60,7 +61,7 @@ def default_client():
     (a forked child gets its own)."""
     global _default
     c = _default
-    if c is not None and not c.closed and c._pid == os.getpid():
+    if c is not None and c._handle is not None and c._gen == _client._fork_gen:
         return c
     with _default_lock:
         c = _default
@@ -149,11 +150,10 @@ class _RMSNormFn(torch.autograd.Function):
         y, rstd = out if out is not None else _forward_composite(x2, weight, n, eps,
                                                                  weight_offset)
         ctx.save_for_backward(x, weight, rstd)
-        ctx.n = n
-        ctx.eps = eps
-        ctx.weight_offset = weight_offset
-        ctx.dw_dtype = dw_dtype
-        ctx.client = client
+        # What the backward needs besides the tensors, in one attribute:
+        # rows, n, eps, weight offset, dw's dtype (None: the weight's) and
+        # the client (None: the default).
+        ctx.cfg = (x2.size(0), n, eps, weight_offset, dw_dtype, client)
         return y.reshape(x.shape)
 
     @staticmethod
@@ -161,70 +161,142 @@ class _RMSNormFn(torch.autograd.Function):
         # Autograd runs a backward with grad mode on only for create_graph=True.
         # The daemon's gradients carry no graph, so a gradient penalty built
         # on them would silently lose its terms: refuse instead.
-        if torch.is_grad_enabled():
+        if _grad_enabled():
             raise RuntimeError(
                 "rmsnormd: the RMSNorm backward runs in the daemon and is not differentiable; "
                 "double backward (create_graph=True) needs torch.nn.RMSNorm")
         x, weight, rstd = ctx.saved_tensors
-        n = ctx.n
-        want_dw = weight is not None and ctx.needs_input_grad[1]
-        x2 = _rows(x, n)
-        dy2 = _rows(dy, n)
-        m = x2.size(0)
-        dx = torch.empty((m, n), dtype=x.dtype, device=x.device)
-        dw = None
-        if want_dw:
-            dw_t = ctx.dw_dtype if ctx.dw_dtype is not None else weight.dtype
-            dw = torch.empty(n, dtype=dw_t, device=x.device)
+        m, n, eps, weight_offset, dw_dtype, client = ctx.cfg
+        if weight is not None and not ctx.needs_input_grad[1]:
+            dw_dtype = False  # no dw wanted
         if m == 0:
-            if dw is not None:
-                dw.zero_()
+            return _grads_empty(x, weight, dw_dtype)
+        if client is None:
+            client = default_client()
+        if not x.is_cuda:
+            return _bwd_host(client, x, dy, weight, rstd, m, n, eps, weight_offset, dw_dtype)
+        a, dx, dw, keep = _device_args(x, dy, weight, rstd, m, n, eps, weight_offset, dw_dtype)
+        idx = x.get_device()
+        try:
+            _launch(client, a, idx)
+        except RNError as e:
+            if e.code // 100 not in (1, 2, 3) and e.name != "NO_CUDA":
+                # Not a refusal: the request may have reached the daemon,
+                # whose kernel can still read the inputs and write dx and
+                # dw after this returns, with no wait on our stream for
+                # it.  Their memory must never be handed out again.
+                _in_doubt.append((x, dy, dx, dw, rstd) + keep)
+            # NOT_SHARED (memory libclient cannot share, e.g. expandable
+            # segments not exportable as POSIX descriptors, or with
+            # RMSNORMD_VMM=0) carries libclient's message, which names
+            # the tensor and what to change.
+            raise
+        # The copies in keep (rows of x or dy, the weight made contiguous):
+        # the caching allocator may hand their memory to the next allocation
+        # on this stream, which is ordered after the daemon's kernel by the
+        # stream wait rn_rmsnorm_bwd left there, so nothing needs to be kept
+        # alive past this point.
+        if dw is not None and dw.dtype != weight.dtype:
+            dw = dw.to(weight.dtype)
+        return dx, dw, None, None, None, None, None
+
+
+_grad_enabled = torch.is_grad_enabled
+_empty_like = torch.empty_like
+_CONTIG = torch.contiguous_format
+_PACK = _lib.BWD_PACK.pack if _lib.BWD_PACK is not None else None
+_ARGS = _lib.BwdArgs.from_buffer_copy
+_BWD_SIZE = _lib.BWD_SIZE
+_NONE = _lib.DTYPE_NONE
+
+
+def _rows_of(t, n, what, keep):
+    """(address, row stride) of t as [M, n] rows with unit column stride,
+    copying t only where no such view exists (broadcast or permuted grads);
+    the view or copy goes into keep.  what names t in a dtype error."""
+    code = _DTYPES.get(t.dtype)
+    if code is None:
+        _dtype_code(t, what)
+    if t.is_contiguous():  # the common case: no view needed
+        return t.data_ptr(), n, code
+    t2 = _rows(t, n)
+    keep.append(t2)
+    return t2.data_ptr(), t2.stride(0), code
+
+
+def _device_args(x, dy, weight, rstd, m, n, eps, weight_offset, dw_dtype):
+    """(BwdArgs, dx, dw or None, copies to keep alive while the call is in
+    doubt) for device tensors: dx in x's shape and dtype, dw in the weight's
+    shape and dw_dtype (None: the weight's; False: no dw).  Nothing here
+    calls CUDA, so it runs on CPU tensors too (bench_torch_host.py)."""
+    keep = []
+    xp, xs, xc = _rows_of(x, n, "x", keep)
+    dyp, dys, dyc = _rows_of(dy, n, "dy", keep)
+    # empty_like keeps a contiguous tensor's strides; without the keyword
+    # it costs less.
+    dx = _empty_like(x) if xs == n and x.is_contiguous() else _empty_like(x, memory_format=_CONTIG)
+    wp = wc = dwp = dwc = 0
+    dw = None
+    if weight is not None:
+        wc = _DTYPES.get(weight.dtype) or _dtype_code(weight, "weight")
+        if weight.is_contiguous():
+            wp = weight.data_ptr()
         else:
-            a = _lib.BwdArgs()
-            a.m = m
-            a.n = n
-            a.x_dtype = _dtype_code(x2, "x")
-            a.dy_dtype = _dtype_code(dy2, "dy")
-            a.dx_dtype = a.x_dtype
-            a.x, a.x_stride = x2.data_ptr(), x2.stride(0)
-            a.dy, a.dy_stride = dy2.data_ptr(), dy2.stride(0)
-            a.dx, a.dx_stride = dx.data_ptr(), dx.stride(0)
-            w = None
-            if weight is not None:
-                w = weight.reshape(n).contiguous()
-                a.w_dtype = _dtype_code(w, "weight")
-                a.w = w.data_ptr()
-            if dw is not None:
-                a.dw_dtype = _dtype_code(dw, "dw")
-                a.dw = dw.data_ptr()
-            a.rstd = rstd.data_ptr()
-            a.eps = ctx.eps
-            a.weight_offset = ctx.weight_offset
-            client = ctx.client if ctx.client is not None else default_client()
-            if not x.is_cuda:
-                _bwd_host(client, a, x2, dy2, dx, w, rstd, dw)
-                return _grads(dx, dw, x, weight)
-            stream = torch.cuda.current_stream(x.device).cuda_stream
-            try:
-                with torch.cuda.device(x.device):
-                    client.bwd(a, stream)
-            except RNError as e:
-                if e.code // 100 not in (1, 2, 3) and e.name != "NO_CUDA":
-                    # Not a refusal: the request may have reached the daemon,
-                    # whose kernel can still read the inputs and write dx and
-                    # dw after this returns, with no wait on our stream for
-                    # it.  Their memory must never be handed out again.
-                    _in_doubt.append((x2, dy2, dx, dw, w, rstd))
-                # NOT_SHARED (memory libclient cannot share, e.g. expandable
-                # segments not exportable as POSIX descriptors, or with
-                # RMSNORMD_VMM=0) carries libclient's message, which names
-                # the tensor and what to change.
-                raise
-            # x2, dy2 and w may be copies: the caching allocator may hand their
-            # memory to the next allocation on this stream, which is ordered
-            # after the daemon's kernel by the stream wait rn_rmsnorm_bwd left
-            # there, so nothing needs to be kept alive past this point.
-        return _grads(dx, dw, x, weight)
+            w = weight.contiguous()
+            keep.append(w)
+            wp = w.data_ptr()
+        if dw_dtype is not False:
+            if (dw_dtype is None or dw_dtype == weight.dtype) and weight.is_contiguous():
+                dw = _empty_like(weight)
+            else:
+                dw = _empty_like(weight, dtype=dw_dtype, memory_format=_CONTIG)
+            dwc = _DTYPES.get(dw.dtype) or _dtype_code(dw, "dw")
+            dwp = dw.data_ptr()
+    if _PACK is not None:
+        a = _ARGS(_PACK(_BWD_SIZE, m, n, xc, dyc, xc, wc, _NONE, dwc, xp, xs, dyp, dys,
+                        dx.data_ptr(), n, wp, rstd.data_ptr(), 0, 0, dwp, eps, weight_offset))
+    else:  # pragma: no cover - where struct cannot mirror the layout
+        a = _lib.BwdArgs(m=m, n=n, x_dtype=xc, dy_dtype=dyc, dx_dtype=xc, w_dtype=wc,
+                         dw_dtype=dwc, x=xp, x_stride=xs, dy=dyp, dy_stride=dys,
+                         dx=dx.data_ptr(), dx_stride=n, w=wp, rstd=rstd.data_ptr(), dw=dwp,
+                         eps=eps, weight_offset=weight_offset)
+    return a, dx, dw, tuple(keep)
+
+
+# The current CUDA stream of a device as an int, and switching the current
+# device: PyTorch's own calls beneath torch.cuda.current_stream(d).cuda_stream
+# and `with torch.cuda.device(d)`, without the Python objects those make
+# per call; the public forms where a PyTorch lacks them.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_exchange_device = getattr(torch.cuda, "_exchange_device", None)
+_maybe_exchange_device = getattr(torch.cuda, "_maybe_exchange_device", None)
+
+
+def _launch(client, a, idx):
+    """client.bwd(a, the current stream of device idx) with device idx
+    current (libclient's CUDA calls act on the current device)."""
+    if _raw_stream is None or _exchange_device is None or _maybe_exchange_device is None:
+        stream = torch.cuda.current_stream(idx).cuda_stream
+        with torch.cuda.device(idx):
+            client.bwd(a, stream)
+        return
+    stream = _raw_stream(idx)
+    prev = _exchange_device(idx)
+    if prev == idx:
+        client.bwd(a, stream)
+        return
+    try:
+        client.bwd(a, stream)
+    finally:
+        _maybe_exchange_device(prev)
+
+
+def _grads_empty(x, weight, dw_dtype):
+    dx = torch.empty_like(x, memory_format=_CONTIG)
+    dw = None
+    if weight is not None and dw_dtype is not False:
+        dw = torch.zeros_like(weight, memory_format=_CONTIG)
+    return dx, dw, None, None, None, None, None
 
 
 # Tensors of CUDA calls that failed after they may have reached the daemon
@@ -233,19 +305,14 @@ class _RMSNormFn(torch.autograd.Function):
 _in_doubt = []
 
 
-def _grads(dx, dw, x, weight):
-    dx = dx.reshape(x.shape)
-    if dw is not None:
-        dw = dw.reshape(weight.shape)
-        if dw.dtype != weight.dtype:
-            dw = dw.to(weight.dtype)
-    return dx, dw, None, None, None, None, None
-
-
 # ---- CPU tensors through the daemon's CPU backend ----------------------------------------
 
 _host_lock = threading.Lock()
 _host_buffers = {}  # id(client) -> (client, HostBuffer): one growing staging area each
+# (id(client), layout) -> (HostBuffer, BwdArgs, views): the staging views and
+# the arguments of one layout, valid while that buffer is the client's.
+_host_layouts = {}
+_HOST_LAYOUTS_MAX = 64
 
 
 def _staging(client, nbytes):
@@ -256,47 +323,86 @@ def _staging(client, nbytes):
         return hit[1]
     if hit is not None and hit[0] is client and hit[1].address is not None:
         hit[1].free()
+    for k in [k for k in _host_layouts if k[0] == key]:
+        del _host_layouts[k]
     buf = client.alloc(max(nbytes, 1 << 20))
     _host_buffers[key] = (client, buf)
     return buf
 
 
-def _bwd_host(client, a, x2, dy2, dx, w, rstd, dw):
+def _host_layout(client, key, x, weight, rstd, m, n, eps, weight_offset, dw_t, dy_dtype):
+    """The staging views and BwdArgs of one layout: x, dy and dx in x's shape,
+    rstd [M], w and dw in the weight's shape, each 64-byte aligned."""
+    x_dtype = x.dtype
+    parts = [("x", x_dtype, x.shape), ("dy", dy_dtype, x.shape), ("dx", x_dtype, x.shape),
+             ("rstd", rstd.dtype, (m,))]
+    if weight is not None:
+        parts.append(("w", weight.dtype, weight.shape))
+    if dw_t is not None:
+        parts.append(("dw", dw_t, weight.shape))
+    layout, off = {}, 0
+    for name, dt, shape in parts:
+        layout[name] = (off, dt, shape)
+        off += -(-math.prod(shape) * torch.empty((), dtype=dt).element_size() // 64) * 64
+    buf = _staging(client, off)
+    raw = torch.frombuffer(buf.view(), dtype=torch.uint8, count=off)
+    views, addr = {}, {}
+    for name, (o, dt, shape) in layout.items():
+        k = math.prod(shape) * torch.empty((), dtype=dt).element_size()
+        views[name] = raw[o:o + k].view(dt).view(shape)
+        addr[name] = buf.address + o
+    a = _lib.BwdArgs()
+    a.m, a.n = m, n
+    a.x_dtype = a.dx_dtype = _dtype_code(x, "x")
+    a.dy_dtype = _DTYPES[dy_dtype]
+    a.x, a.x_stride = addr["x"], n
+    a.dy, a.dy_stride = addr["dy"], n
+    a.dx, a.dx_stride = addr["dx"], n
+    a.rstd = addr["rstd"]
+    if weight is not None:
+        a.w_dtype = _dtype_code(weight, "weight")
+        a.w = addr["w"]
+    if dw_t is not None:
+        a.dw_dtype = _DTYPES[dw_t]
+        a.dw = addr["dw"]
+    a.eps = eps
+    a.weight_offset = weight_offset
+    if len(_host_layouts) >= _HOST_LAYOUTS_MAX:
+        _host_layouts.clear()
+    hit = (buf, a, views)
+    _host_layouts[key] = hit
+    return hit
+
+
+def _bwd_host(client, x, dy, weight, rstd, m, n, eps, weight_offset, dw_dtype):
     """The backward of CPU tensors on the daemon's CPU backend: the tensors
     are copied into a shared staging buffer (the daemon reads only memory
-    from rn_buffer_alloc), the call runs there, dx and dw are copied back."""
-    m, n = dx.shape
-    parts = [("x", x2, (m, n)), ("dy", dy2, (m, n)), ("dx", dx, (m, n)), ("rstd", rstd, (m,))]
-    if w is not None:
-        parts.append(("w", w, (n,)))
-    if dw is not None:
-        parts.append(("dw", dw, (n,)))
-    layout, off = {}, 0
-    for name, t, shape in parts:
-        layout[name] = off
-        off += -(-math.prod(shape) * t.element_size() // 64) * 64
+    from rn_buffer_alloc), the call runs there, dx and dw come back as
+    copies.  The views and arguments are made once per layout."""
+    _dtype_code(dy, "dy")
+    dw_t = None
+    if weight is not None and dw_dtype is not False:
+        dw_t = weight.dtype if dw_dtype is None else dw_dtype
+    key = (id(client), x.shape, x.dtype, dy.dtype, None if weight is None else weight.dtype,
+           dw_t, eps, weight_offset)
     with _host_lock:
-        buf = _staging(client, off)
-        raw = torch.frombuffer(buf.view(), dtype=torch.uint8, count=off)
-        views = {}
-        for name, t, shape in parts:
-            o = layout[name]
-            k = math.prod(shape) * t.element_size()
-            views[name] = raw[o:o + k].view(t.dtype).view(shape)
-            if name not in ("dx", "dw"):
-                views[name].copy_(t)
-        a.x, a.x_stride = buf.address + layout["x"], n
-        a.dy, a.dy_stride = buf.address + layout["dy"], n
-        a.dx, a.dx_stride = buf.address + layout["dx"], n
-        a.rstd = buf.address + layout["rstd"]
-        if w is not None:
-            a.w = buf.address + layout["w"]
-        if dw is not None:
-            a.dw = buf.address + layout["dw"]
+        hit = _host_layouts.get(key)
+        if hit is None or hit[0].address is None or client.closed \
+                or _host_buffers.get(key[0], (None, None))[1] is not hit[0]:
+            hit = _host_layout(client, key, x, weight, rstd, m, n, eps, weight_offset, dw_t,
+                               dy.dtype)
+        _, a, views = hit
+        views["x"].copy_(x)
+        views["dy"].copy_(dy)
+        views["rstd"].copy_(rstd)
+        if weight is not None:
+            views["w"].copy_(weight)
         client.bwd_host(a)
-        dx.copy_(views["dx"])
-        if dw is not None:
-            dw.copy_(views["dw"])
+        dx = views["dx"].clone()
+        dw = views["dw"].clone() if dw_t is not None else None
+    if dw is not None and dw.dtype != weight.dtype:
+        dw = dw.to(weight.dtype)
+    return dx, dw, None, None, None, None, None
 
 
 def rms_norm(x, weight=None, eps=None, *, normalized_shape=None, weight_offset=0.0,

@@ -61,3 +61,22 @@ def test_struct_layout_matches_c(tmp_path):
                   for k, v in py_side.items() if int(c_side[k]) != v]
     assert not mismatches, "layout differs:\n" + "\n".join(mismatches)
     assert len(c_side) == len(py_side)
+
+
+def test_bwd_pack_gives_the_structs_bytes():
+    # rmsnormd.torch builds BwdArgs with one BWD_PACK.pack call: the same
+    # bytes as setting the fields one by one, field for field.
+    assert _lib.BWD_PACK is not None and _lib.BWD_PACK.size == ctypes.sizeof(_lib.BwdArgs)
+    values, ref = [], _lib.BwdArgs()
+    for i, (field, ctype) in enumerate(_lib.BwdArgs._fields_):
+        v = _lib.BWD_SIZE if field == "struct_size" else (
+            0.5 + i if ctype is ctypes.c_float else (1 << 40) + 8 * i)
+        if ctype is ctypes.c_int:
+            v = i
+        values.append(v)
+        setattr(ref, field, v)
+    packed = _lib.BWD_PACK.pack(*values)
+    assert packed == bytes(ref)
+    back = _lib.BwdArgs.from_buffer_copy(packed)
+    assert [getattr(back, f) for f, _ in _lib.BwdArgs._fields_] == \
+        [getattr(ref, f) for f, _ in _lib.BwdArgs._fields_]

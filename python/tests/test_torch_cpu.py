@@ -248,3 +248,112 @@ def test_forward_fused_not_given_up_for_empty_input_or_out_of_memory(client, mon
     with pytest.raises(rnt._OOM):
         rnt.rms_norm(torch.randn(4, 16), torch.ones(16), client=client)
     assert rnt._fused_off == set()    # a passing shortage does not turn the fused path off
+
+
+# ---- the device path's host side, on CPU tensors (it calls no CUDA) ---------------------
+
+def _legacy_args(x, dy, weight, rstd, n, eps, off, dw_t):
+    # The arguments as the backward built them field by field before it
+    # packed them in one call (and the tensors they point into).
+    x2, dy2 = rnt._rows(x, n), rnt._rows(dy, n)
+    a = rmsnormd._lib.BwdArgs()
+    a.m, a.n = x2.size(0), n
+    a.x_dtype = a.dx_dtype = rnt._dtype_code(x2, "x")
+    a.dy_dtype = rnt._dtype_code(dy2, "dy")
+    a.x, a.x_stride = x2.data_ptr(), x2.stride(0)
+    a.dy, a.dy_stride = dy2.data_ptr(), dy2.stride(0)
+    a.dx_stride = n
+    if weight is not None:
+        w = weight.reshape(n).contiguous()
+        a.w_dtype = rnt._dtype_code(w, "weight")
+        a.w = w.data_ptr() if weight.is_contiguous() else 0
+    if dw_t is not None:
+        a.dw_dtype = rnt._DTYPES[dw_t]
+    a.rstd = rstd.data_ptr()
+    a.eps, a.weight_offset = eps, off
+    return a
+
+
+@pytest.mark.parametrize("layout", ["plain", "3d", "strided", "permuted", "broadcast"])
+@pytest.mark.parametrize("wkind", ["same", "f32", "none", "nograd", "dw32"])
+def test_device_args_match_field_by_field(layout, wkind):
+    g = torch.Generator().manual_seed(2)
+    n = 64
+    if layout == "3d":
+        x = torch.randn(3, 5, n, generator=g, dtype=torch.bfloat16)
+    elif layout == "strided":
+        x = torch.randn(7, 2 * n, generator=g, dtype=torch.bfloat16)[:, 3:3 + n]
+    elif layout == "permuted":
+        x = torch.randn(n, 7, generator=g, dtype=torch.bfloat16).t()
+    else:
+        x = torch.randn(7, n, generator=g, dtype=torch.bfloat16)
+    dy = torch.randn(x.shape, generator=g).to(torch.bfloat16)
+    if layout == "broadcast":
+        dy = torch.ones(1, 1, dtype=torch.bfloat16).expand(x.shape)
+    m = x.numel() // n
+    w = None if wkind == "none" else torch.randn(n, generator=g).to(
+        torch.float32 if wkind == "f32" else torch.bfloat16)
+    dw_dtype = False if wkind == "nograd" else (torch.float32 if wkind == "dw32" else None)
+    dw_t = None if w is None or dw_dtype is False else (dw_dtype or w.dtype)
+    rstd = torch.rand(m)
+    a, dx, dw, keep = rnt._device_args(x, dy, w, rstd, m, n, 1e-5, 0.25, dw_dtype)
+    ref = _legacy_args(x, dy, w, rstd, n, 1e-5, 0.25, dw_t)
+    ref.dx = dx.data_ptr()
+    assert dx.shape == x.shape and dx.dtype == x.dtype and dx.is_contiguous()
+    if dw_t is None:
+        assert dw is None
+    else:
+        ref.dw = dw.data_ptr()
+        assert dw.shape == w.shape and dw.dtype == dw_t and dw.is_contiguous()
+    got = {f: getattr(a, f) for f, _ in rmsnormd._lib.BwdArgs._fields_}
+    want = {f: getattr(ref, f) for f, _ in rmsnormd._lib.BwdArgs._fields_}
+    for f in ("x", "dy"):  # copies of a non-contiguous tensor: new memory, in keep
+        t = {"x": x, "dy": dy}[f]
+        if not t.is_contiguous() and got[f] != t.data_ptr():
+            assert any(k.data_ptr() == got[f] for k in keep)
+            want[f] = got[f]
+    assert got == want
+
+
+class _FakeClient:
+    def __init__(self, fail=None):
+        self.calls, self.fail = [], fail
+
+    def bwd(self, a, stream):
+        self.calls.append((a, stream, rnt._exchange_device(-1)))
+        if self.fail:
+            raise self.fail
+
+
+@pytest.mark.parametrize("current", [0, 1])
+@pytest.mark.parametrize("fail", [False, True])
+def test_launch_uses_the_stream_and_restores_the_device(monkeypatch, current, fail):
+    # _launch without a GPU: PyTorch's device and stream calls replaced by
+    # fakes that record what the real ones would have been asked.
+    state = {"dev": current, "log": []}
+
+    def exchange(d):
+        if d < 0:
+            return state["dev"]
+        prev, state["dev"] = state["dev"], d
+        state["log"].append(("exchange", d))
+        return prev
+
+    def maybe(d):
+        state["log"].append(("maybe", d))
+        state["dev"] = d
+        return d
+
+    monkeypatch.setattr(rnt, "_raw_stream", lambda idx: 0x1000 + idx)
+    monkeypatch.setattr(rnt, "_exchange_device", exchange)
+    monkeypatch.setattr(rnt, "_maybe_exchange_device", maybe)
+    c = _FakeClient(rmsnormd.RNError(402, "UNREACHABLE", "test") if fail else None)
+    args = object()
+    if fail:
+        with pytest.raises(rmsnormd.RNError):
+            rnt._launch(c, args, 1)
+    else:
+        rnt._launch(c, args, 1)
+    assert c.calls == [(args, 0x1001, 1)]   # device 1's stream, with device 1 current
+    assert state["dev"] == current           # restored, on failure too
+    assert state["log"] == [("exchange", 1)] + ([("maybe", 0)] if current == 0 else [])
