@@ -29,6 +29,7 @@ may have any row stride (x and dy are copied only when they are not).
 
 import math
 import os
+import re
 import threading
 
 try:
@@ -108,6 +109,7 @@ def _rows(t, n):
 _FUSED = getattr(torch.ops.aten, "_fused_rms_norm", None)
 _fused_off = set()
 _OOM = getattr(torch, "OutOfMemoryError", getattr(torch.cuda, "OutOfMemoryError", MemoryError))
+_NO_KERNEL = re.compile(r"not implemented for|could not run|no kernel|not supported", re.I)
 
 
 def _forward_fused(x2, weight, n, eps, weight_offset):
@@ -119,7 +121,15 @@ def _forward_fused(x2, weight, n, eps, weight_offset):
         y, rstd = _FUSED(x2, [n], weight.reshape(n) if weight is not None else None, eps)
     except _OOM:
         raise  # the composite needs more memory still
-    except RuntimeError:  # NotImplementedError too: no kernel for this device
+    except NotImplementedError:  # no kernel for this device
+        _fused_off.add(x2.device.type)
+        return None
+    except RuntimeError as e:
+        # Only "no kernel for this device/dtype" turns the fused op off; a
+        # real failure (a CUDA error, say) is the caller's to see, not a
+        # reason to go on with the composite on a broken context.
+        if not _NO_KERNEL.search(str(e)):
+            raise
         _fused_off.add(x2.device.type)
         return None
     if rstd.dtype != torch.float32 or rstd.numel() != x2.size(0) or y.shape != x2.shape:

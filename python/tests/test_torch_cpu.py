@@ -250,6 +250,20 @@ def test_forward_fused_not_given_up_for_empty_input_or_out_of_memory(client, mon
     assert rnt._fused_off == set()    # a passing shortage does not turn the fused path off
 
 
+def test_forward_fused_error_is_raised_not_hidden(client, monkeypatch):
+    """A failure of the fused op that is not "no kernel here" (a CUDA error,
+    say) reaches the caller and does not turn the fused path off."""
+    monkeypatch.setattr(rnt, "_fused_off", set())
+
+    def broken(*args):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered (test)")
+
+    monkeypatch.setattr(rnt, "_FUSED", broken)
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        rnt.rms_norm(torch.randn(4, 16), torch.ones(16), client=client)
+    assert rnt._fused_off == set()
+
+
 # ---- the device path's host side, on CPU tensors (it calls no CUDA) ---------------------
 
 def _legacy_args(x, dy, weight, rstd, n, eps, off, dw_t):
