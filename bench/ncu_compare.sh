@@ -39,7 +39,7 @@ while [ ${#shapes[@]} -ge 2 ]; do
     shapes=("${shapes[@]:2}")
     ncu_one ours "$m" "$n" 'fast_kernel|general_kernel' "$bk" --shape "$m,$n,f32" --reps 8
     if python3 -c 'import quack.rmsnorm' 2>/dev/null; then
-        ncu_one quack "$m" "$n" '.*[Rr]ms[Nn]orm[Bb]ackward.*|.*rmsnorm.*bwd.*|.*kernel.*' python3 - "$m" "$n" <<'PY'
+        ncu_one quack "$m" "$n" 'RMSNorm|[Rr]ms[Nn]orm' python3 - "$m" "$n" <<'PY'
 import sys, torch
 from quack.rmsnorm import rmsnorm_bwd
 m, n = int(sys.argv[1]), int(sys.argv[2])
