@@ -198,7 +198,7 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
         p.xstep = p.G * p.xs * es;
         p.ystep = p.G * p.dys * es;
         p.dstep = p.G * p.dxs * es;
-        p.drstep = p.G * p.drs * es;
+        p.drstep = p.dres ? p.G * p.drs * es : 0; /* (the stride means nothing without dres) */
         p.inv_n = 1.0f / (float)a->n;
     }
 
