@@ -458,8 +458,13 @@ static void take_gone(rn_client *c)
                 q->u.graph_close.session = c->session;
                 q->u.graph_close.ring = g->id;
                 q->u.graph_close.graph = g->gid[n->slot];
-                if (rnc_transact(c, c->timeout_ms) != 0)
-                    rnc_clear_thread_error(); /* the session's end frees it too */
+                if (rnc_transact(c, c->timeout_ms) != 0) {
+                    /* The daemon may still hold the slot: never reused in
+                     * this session (its end frees it). */
+                    rnc_clear_thread_error();
+                    g->gid[n->slot] = 0;
+                    continue;
+                }
             }
             g->gid[n->slot] = 0;
             g->gheld[n->slot] = false;

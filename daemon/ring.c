@@ -35,14 +35,13 @@
 /* ... then sleeps on the doorbells at most this long: slots published
  * without a wake-up (by a GPU, later) are seen within it. */
 #define SLEEP_NS 100000000ull
-/* futex_waitv takes at most this many words; beyond them (and on a kernel
- * without futex_waitv) the thread polls at POLL_NS. */
+/* futex_waitv takes at most this many words; beyond them (or without it)
+ * the thread polls at POLL_NS. */
 #define WAITV_MAX 128
 #define POLL_NS 1000000ull
-/* While graph slots are open the thread sleeps at most this long: a
- * replay writes its generation word from the GPU, which rings no doorbell
- * (a host node in the graph could, but it holds the client's stream for
- * the callback's tens of microseconds at every replay). */
+/* While graph slots are open the thread sleeps at most this long: a replay
+ * writes its generation word from the GPU, which rings no doorbell (a host
+ * node could, but holds the stream tens of microseconds a replay). */
 #define GRAPH_POLL_NS 20000ull
 
 /* A graph slot (PROTOCOL.md 13.8): its descriptor, copied once and checked
@@ -297,11 +296,9 @@ static void graph_answer(rnd_graph *gr, uint64_t gen, int status, const char *ms
     gr->taken = gen;
 }
 
-/* The graph's closed word is set: a replay that began before it saw the
- * word (gen moved past what the loop took) is answered from here, since
- * the loop will not take it (PROTOCOL.md 13.8); one that begins after
- * sees the word and does not wait.  Not while a replay of it runs (its
- * release calls this again), nor into a dead client's memory. */
+/* The closed word is set: a replay that began before it saw the word (gen
+ * past what the loop took) is answered here, as the loop will not take it
+ * (13.8).  Not while one runs (its release calls this), nor if gone. */
 static void graph_answer_late(rnd_graph *gr)
 {
     if (gr->busy || gr->ring->gone)
@@ -591,6 +588,10 @@ int rnd_op_graph_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_
     rn_queue *q;
     RN_QUEUE_FOREACH(q, &g->graphs) {
         const rnd_graph *o2 = RN_QUEUE_DATA(q, rnd_graph, link);
+        if (o2->base == base && memcmp(o2->desc, base, sizeof o2->desc) == 0) {
+            rep->u.graph_open.graph = o2->id; /* a re-send (section 1): the same graph */
+            return 0;
+        }
         if (o2->base < base + RNP_GRAPH_SLOT && base < o2->base + RNP_GRAPH_SLOT)
             return rnp_fail(err, RN_INVALID_ARGUMENT,
                             "graph_open.offset: %llu overlaps graph %u", (unsigned long long)
