@@ -23,13 +23,6 @@ enum Mode {
     MODE_ATOMIC = 2,        /* benchmark "fused non-deterministic": fp32 atomics */
 };
 
-/* RNK_GFIN = 1: the block that publishes a group's last chunk adds the
- * group's partials at once (while other blocks still work on chunks), and
- * the finish adds only the group sums; 0: the finish adds every partial. */
-#ifndef RNK_GFIN
-#define RNK_GFIN 0
-#endif
-
 /* Counter words, each on its own 128-byte line of the workspace header
  * (the cancel state shares the exit counter's line: each block touches
  * them at its start and at its end only). */
@@ -44,11 +37,7 @@ enum { FIN_COLS = 32 };
 #define RNK_FIN_BATCH 256
 #endif
 enum { FIN_BATCH = RNK_FIN_BATCH };
-/* RNK_GFIN's group counters follow the counter words, at the same place
- * whatever the shape (a workspace serves calls of every shape, and only
- * the header is kept clean between launches): at most GCTR_WORDS groups. */
-enum { GCTR_WORDS = 1024 };
-static constexpr size_t WS_HEADER = (CTR_WORDS + (RNK_GFIN ? GCTR_WORDS : 0)) * 4;
+static constexpr size_t WS_HEADER = CTR_WORDS * 4;
 
 struct Params {
     const void *x, *dy, *w, *dres;
@@ -68,12 +57,7 @@ struct Params {
     const unsigned *cancel; /* rnk_bwd_args.cancel: NULL or the word read first */
     int64_t xstep, ystep, dstep, drstep; /* fast path: bytes between a stripe's rows */
     float inv_n;      /* 1 / n (RNK_LEAN's row means) */
-    int ngroups;      /* RNK_GFIN: groups of RNK_DW_GROUP chunks */
-    float *gsum;      /* RNK_GFIN: group q's column sums at gsum + q * pst */
-    unsigned *gctr;   /* RNK_GFIN: chunks of group q published, gctr[q] (in the header) */
 };
-
-
 
 /* ---- element access ------------------------------------------------------ */
 
@@ -270,53 +254,13 @@ __device__ __forceinline__ void stripe_sum2(S &a, S &b, bool only_b, int g, int 
  * thread 0's fence, which makes them visible before the "done" bump (the
  * pattern of a cooperative grid barrier, without its residency requirement).
  */
-__device__ __forceinline__ void publish_chunk(const Params &p, int k)
+__device__ __forceinline__ void publish_chunk(const Params &p)
 {
     __syncthreads();
-#if RNK_GFIN
-    /* Chunk k belongs to group q; the block whose chunk completes the group
-     * adds the group's partials in chunk order (rnk.h's first level) and
-     * then counts the group done.  The fence before the count and the one
-     * after it (the last-block pattern) order the partials' writes before
-     * their reads in another block. */
-    __shared__ int s_last_of_group;
-    const int q = k / RNK_DW_GROUP;
-    const int k0 = q * RNK_DW_GROUP;
-    const int gsz = p.nchunks - k0 < RNK_DW_GROUP ? p.nchunks - k0 : RNK_DW_GROUP;
-    if (threadIdx.x == 0) {
-        __threadfence();
-        const unsigned prev = atomicAdd(&p.gctr[q], 1u);
-        __threadfence();
-        s_last_of_group = prev == (unsigned)gsz - 1u;
-    }
-    __syncthreads();
-    if (s_last_of_group) {
-        const float *base = p.part + (int64_t)k0 * p.cs;
-        for (int64_t j = threadIdx.x; j < p.n; j += blockDim.x) {
-            float v[RNK_DW_GROUP];
-#pragma unroll
-            for (int i = 0; i < RNK_DW_GROUP; i++)
-                v[i] = i < gsz ? __ldcg(base + (int64_t)i * p.cs + j) : 0.0f;
-            float gs = 0.0f;
-#pragma unroll
-            for (int i = 0; i < RNK_DW_GROUP; i++)
-                if (i < gsz)
-                    gs = __fadd_rn(gs, v[i]);
-            __stcg(p.gsum + (int64_t)q * p.pst + j, gs);
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            __threadfence();
-            atomicAdd(&p.ctr[CTR_DONE], 1u);
-        }
-    }
-#else
-    (void)k;
     if (threadIdx.x == 0) {
         __threadfence();
         atomicAdd(&p.ctr[CTR_DONE], 1u);
     }
-#endif
 }
 
 /*
@@ -384,29 +328,14 @@ __device__ __forceinline__ void finish_slice(const Params &p, int sl, float *til
 __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bool fused)
 {
     if (fused && p.dw) {
-        /* RNK_GFIN counts groups done, else chunks. */
-        const unsigned want = RNK_GFIN ? (unsigned)p.ngroups : (unsigned)p.nchunks;
         if (threadIdx.x == 0) {
-            while (ld_acquire(&p.ctr[CTR_DONE]) < want)
+            while (ld_acquire(&p.ctr[CTR_DONE]) < (unsigned)p.nchunks)
                 __nanosleep(64);
             __threadfence();
         }
         __syncthreads();
-#if RNK_GFIN
-        /* dw = the group sums in order (rnk.h's second level), one column
-         * a thread over the whole grid. */
-        (void)tile;
-        for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < p.n;
-             j += (int64_t)gridDim.x * blockDim.x) {
-            float d = 0.0f;
-            for (int q = 0; q < p.ngroups; q++)
-                d = __fadd_rn(d, __ldcg(p.gsum + (int64_t)q * p.pst + j));
-            st_any(p.dw_dt, p.dw, j, d);
-        }
-#else
         for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
             finish_slice(p, sl, tile);
-#endif
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -419,10 +348,6 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
             atomicExch(&p.ctr[CTR_DONE], 0u);
             atomicExch(&p.ctr[CTR_SLICE], 0u);
             atomicExch(&p.ctr[CTR_CANCEL], (unsigned)CANCEL_UNKNOWN);
-#if RNK_GFIN
-            for (int q = 0; q < p.ngroups; q++)
-                atomicExch(&p.gctr[q], 0u);
-#endif
             __threadfence();
             atomicExch(&p.ctr[CTR_EXIT], 0u);
         }

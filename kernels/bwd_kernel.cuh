@@ -75,8 +75,9 @@ namespace rnk {
 #define RNK_HOLD_NV 2
 #endif
 /* RNK_LEAN = 1 (being measured): the stripe's warps summed by a shuffle
- * tree instead of a loop (bwd_common.cuh's stripe_sum2): 16-24 % fewer
- * instructions a row for stripes of several warps (bench/RESULTS.md). */
+ * tree instead of a loop (bwd_common.cuh's stripe_sum2), the row steps
+ * and 1/n from the host: 20-40 % fewer instructions a row
+ * (bench/RESULTS.md). */
 #ifndef RNK_LEAN
 #define RNK_LEAN 0
 #endif
@@ -335,14 +336,11 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
 #ifndef RNK_NV4_MINB
 #define RNK_NV4_MINB 1 /* the same for NV = 4 */
 #endif
-#ifndef RNK_NV1_MINB
-#define RNK_NV1_MINB RNK_NV12_MINB /* NV = 1 alone (RNK_FAST_MAXT-thread blocks a SM) */
-#endif
 #ifndef RNK_FAST_MAXT
 #define RNK_FAST_MAXT 512
 #endif
 template <class T, class TW, int NV, int MODE>
-__global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : NV == 2 ? RNK_NV12_MINB : RNK_NV1_MINB) fast_kernel(Params p)
+__global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV12_MINB) fast_kernel(Params p)
 {
     constexpr int VEC = Vec<T>::N;
     constexpr bool WREG = fast_w_regs(NV);
@@ -473,7 +471,7 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : NV == 
         if (MODE == MODE_ATOMIC)
             atomic_tail(p, &s_last);
         else if (MODE == MODE_FUSED)
-            publish_chunk(p, k);
+            publish_chunk(p);
         else
             __syncthreads();
     }
@@ -559,7 +557,7 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
                 s = __fadd_rn(s, part[(int64_t)gg * p.pst + j]);
             part[j] = s;
         }
-        publish_chunk(p, k);
+        publish_chunk(p);
     }
     finish_and_exit(p, smem, true);
 }

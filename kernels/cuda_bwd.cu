@@ -17,18 +17,6 @@
 
 using namespace rnk;
 
-/* RNK_PLAN2 = 1: the block shapes of the bandwidth experiment of issue 15
- * (bench/RESULTS.md); 0: the production plan below. */
-#ifndef RNK_PLAN2
-#define RNK_PLAN2 0
-#endif
-#ifndef RNK_P2_NV1
-#define RNK_P2_NV1 128
-#endif
-#ifndef RNK_P2_NV2
-#define RNK_P2_NV2 256
-#endif
-
 struct occ_entry {
     const void *fn;
     int threads;
@@ -112,10 +100,7 @@ size_t rnk::ws_bytes(int64_t m, int64_t n)
         return WS_HEADER;
     int64_t C = rnk_chunk_rows(m, n), nch = (m + C - 1) / C;
     int64_t pst = (n + 3) / 4 * 4;
-    size_t b = WS_HEADER + (size_t)nch * (size_t)rnk_chunk_stripes(n) * (size_t)pst * 4;
-    if (RNK_GFIN) /* the group sums */
-        b += (size_t)((nch + RNK_DW_GROUP - 1) / RNK_DW_GROUP) * (size_t)pst * 4;
-    return b;
+    return WS_HEADER + (size_t)nch * (size_t)rnk_chunk_stripes(n) * (size_t)pst * 4;
 }
 
 extern "C" size_t rnk_cuda_workspace_size(const rnk_device *dev, int64_t m, int64_t n)
@@ -185,12 +170,6 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
     p.nslices = (int)((a->n + FIN_COLS - 1) / FIN_COLS);
     p.ctr = (unsigned *)ws;
     p.part = (float *)((char *)ws + WS_HEADER);
-    p.ngroups = (p.nchunks + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
-    p.gsum = RNK_GFIN ? p.part + (int64_t)p.nchunks * p.cs : nullptr;
-    p.gctr = RNK_GFIN ? p.ctr + CTR_WORDS : nullptr;
-    if (RNK_GFIN && p.ngroups > GCTR_WORDS)
-        return einval(msg, msglen, "m: %lld rows make %d groups of chunks, more than %d",
-                      (long long)a->m, p.ngroups, (int)GCTR_WORDS);
     p.acc = nullptr; /* the ATOMIC benchmark variant's, set there */
     p.cancel = a->cancel;
     {
@@ -221,18 +200,9 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
          * shuffles alone and larger ones across a few warps; NV 3 runs as 4
          * with its last vector masked. */
         const int64_t nvec = a->n / vec;
+        int target = nvec >= 512 ? RNK_NV_WIDE : RNK_NV_TARGET;
         int64_t tp;
         int nv;
-#if RNK_PLAN2
-        /* Vectors a thread by row length (RNK_P2_NV1 / RNK_P2_NV2 vectors a
-         * row at most for one / two), the stripe the fewest warps holding
-         * the row that way. */
-        nv = nvec <= RNK_P2_NV1 ? 1 : nvec <= RNK_P2_NV2 ? 2 : 4;
-        tp = (nvec + nv - 1) / nv;
-        tp = (tp + 31) / 32 * 32;
-        nv = (int)((nvec + tp - 1) / tp);
-#else
-        int target = nvec >= 512 ? RNK_NV_WIDE : RNK_NV_TARGET;
         for (;;) {
             tp = (nvec + target - 1) / target;
             tp = (tp + 31) / 32 * 32;
@@ -241,7 +211,6 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
                 break;
             target = 4; /* a block too large: four vectors a thread */
         }
-#endif
         if (nv == 3)
             nv = 4;
         /* Stripes of several warps need a named barrier each (15 at most). */
@@ -261,9 +230,7 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
         }
         pl->threads = p.tpr * p.G;
         size_t comb = p.G > 1 ? (size_t)p.G * (size_t)a->n * 4 : 0;
-        size_t tile = p.dw && !RNK_GFIN
-                          ? (size_t)(p.nchunks < FIN_BATCH ? p.nchunks : FIN_BATCH) * FIN_COLS * 4
-                          : 0;
+        size_t tile = p.dw ? (size_t)(p.nchunks < FIN_BATCH ? p.nchunks : FIN_BATCH) * FIN_COLS * 4 : 0;
         pl->smem = comb > tile ? comb : tile;
         if (pl->fast) /* the row ring (bwd_kernel.cuh), which comb and tile reuse, and w */
             pl->smem = fast_smem(*pl, pl->smem);

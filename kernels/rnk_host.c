@@ -139,14 +139,6 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen)
 #ifndef RNK_MAX_CHUNKS
 #define RNK_MAX_CHUNKS 256
 #endif
-/* Rows of n >= RNK_WIDE_CHUNKS_N columns may take RNK_MAX_CHUNKS_WIDE
- * chunks instead (the same by default). */
-#ifndef RNK_WIDE_CHUNKS_N
-#define RNK_WIDE_CHUNKS_N 1024
-#endif
-#ifndef RNK_MAX_CHUNKS_WIDE
-#define RNK_MAX_CHUNKS_WIDE RNK_MAX_CHUNKS
-#endif
 #ifndef RNK_STRIPE_COLS
 #define RNK_STRIPE_COLS 8192
 #endif
@@ -167,7 +159,7 @@ int64_t rnk_chunk_rows(int64_t m, int64_t n)
 {
     if (m <= 0 || n <= 0)
         return 1;
-    int64_t maxchunks = n >= RNK_WIDE_CHUNKS_N ? RNK_MAX_CHUNKS_WIDE : RNK_MAX_CHUNKS;
+    int64_t maxchunks = RNK_MAX_CHUNKS;
     int64_t cap = ((int64_t)1 << 26) / (n * rnk_chunk_stripes(n));
     if (cap < maxchunks)
         maxchunks = cap < 1 ? 1 : cap;

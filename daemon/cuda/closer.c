@@ -109,8 +109,12 @@ static const rnd_closeq_ops inline_ops = {.ready = fence_ready, .close = closer_
 int rnd_cuda_closer_start(rnd_cuda *b, rnp_error *err)
 {
     const char *env = getenv("RMSNORMD_DEBUG_CLOSER");
+    /* RMSNORMD_DEBUG_CLOSE_FENCE (being measured): all (the default), pool
+     * (the session's pool stream only) or none. */
+    const char *fm = getenv("RMSNORMD_DEBUG_CLOSE_FENCE");
     int rc;
 
+    b->close_fences = fm && !strcmp(fm, "none") ? 0 : fm && !strcmp(fm, "pool") ? 1 : 3;
     if (env && !strcmp(env, "0")) {
         rnd_closeq_init_inline(&b->closer, &inline_ops, b);
         rnd_warn("RMSNORMD_DEBUG_CLOSER=0: released mappings close on the loop once no stream "
@@ -131,10 +135,7 @@ void rnd_cuda_release_later(rnd_cuda *b, void *bsess, rnd_cuda_release *r)
     r->fence[0] = r->fence[1] = r->fence[2] = NULL;
     /* With the closer off the loop closes only once no stream waits, which
      * implies every fence; after a failure nothing is closed. */
-    /* RMSNORMD_DEBUG_CLOSE_FENCE (being measured): all (the default), pool
-     * (the session's pool stream only) or none. */
-    const char *fm = getenv("RMSNORMD_DEBUG_CLOSE_FENCE");
-    const int nf = fm && !strcmp(fm, "none") ? 0 : fm && !strcmp(fm, "pool") ? 1 : 3;
+    const int nf = b->close_fences;
     if (b->closer_thread && !b->failed && cs) {
         const int st[3] = {cs->stream, rnd_cuda_ring_stream(b, cs), rnd_cuda_graph_stream(b, cs)};
         for (int i = 0; i < nf; i++) {

@@ -194,6 +194,8 @@ struct rnd_cuda {
     rnd_closeq closer;             /* released mappings and ring memory (closer.c) */
     bool closer_thread;            /* they close on the closer thread (else on the loop,
                                     * once no stream waits: RMSNORMD_DEBUG_CLOSER=0) */
+    int close_fences;              /* streams a release fences: 3 (all the session's),
+                                    * 1 (its pool stream), 0 (RMSNORMD_DEBUG_CLOSE_FENCE) */
     uint32_t noutstanding, max_jobs;
     rnd_cuda_evpool fins;          /* completion events (blocking sync) */
     rnd_cuda_evpool starts;        /* start events */

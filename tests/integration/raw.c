@@ -69,21 +69,27 @@ int rnr_call(int sock, const rnp_request *req, rnp_reply *rep)
     return rnr_send_bytes(sock, buf, len, rep);
 }
 
-int rnr_hello_paths(const char *endpoint)
+/* One HELLO as client `name` on sock; 0 with its reply in *r. */
+static int hello(int sock, const char *name, rnp_reply *r)
 {
     static rnp_request q;
+    memset(&q, 0, sizeof q);
+    q.version = RNP_VERSION;
+    q.op = RN_OP_HELLO;
+    q.id = 1;
+    snprintf(q.u.hello.client_name, sizeof q.u.hello.client_name, "%s", name);
+    q.u.hello.pid = (uint32_t)getpid();
+    return rnr_call(sock, &q, r) == 0 && r->status == 0 ? 0 : -1;
+}
+
+int rnr_hello_paths(const char *endpoint)
+{
     static rnp_reply r;
     int sock = rnr_open(endpoint), paths = -1;
 
     if (sock < 0)
         return -1;
-    memset(&q, 0, sizeof q);
-    q.version = RNP_VERSION;
-    q.op = RN_OP_HELLO;
-    q.id = 1;
-    snprintf(q.u.hello.client_name, sizeof q.u.hello.client_name, "paths");
-    q.u.hello.pid = (uint32_t)getpid();
-    if (rnr_call(sock, &q, &r) == 0 && r.status == 0)
+    if (hello(sock, "paths", &r) == 0)
         paths = (int)r.u.hello.paths;
     rnr_close(sock);
     return paths;
@@ -91,15 +97,8 @@ int rnr_hello_paths(const char *endpoint)
 
 int rnr_hello(int sock, rnp_session *session)
 {
-    static rnp_request q;
     static rnp_reply r;
-    memset(&q, 0, sizeof q);
-    q.version = RNP_VERSION;
-    q.op = RN_OP_HELLO;
-    q.id = 1;
-    snprintf(q.u.hello.client_name, sizeof q.u.hello.client_name, "raw");
-    q.u.hello.pid = (uint32_t)getpid();
-    if (rnr_call(sock, &q, &r) != 0 || r.status != 0) {
+    if (hello(sock, "raw", &r) != 0) {
         printf("raw: HELLO failed: %d %s\n", r.status, r.error);
         return -1;
     }
