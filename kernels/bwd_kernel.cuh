@@ -69,7 +69,7 @@ namespace rnk {
  * 16-byte vectors (one ring read a row, unpacked twice), 2 the unpacked
  * floats for NV <= RNK_HOLD_NV (else nothing: NV = 4 would spill). */
 #ifndef RNK_HOLD
-#define RNK_HOLD 0
+#define RNK_HOLD 2
 #endif
 #ifndef RNK_HOLD_NV
 #define RNK_HOLD_NV 2
@@ -79,8 +79,16 @@ namespace rnk {
  * and 1/n from the host: 20-40 % fewer instructions a row
  * (bench/RESULTS.md). */
 #ifndef RNK_LEAN
-#define RNK_LEAN 0
+#define RNK_LEAN 1
 #endif
+/* RNK_ILV = 1 (experiment; needs RNK_LEAN, fast path only, the general
+ * path and the CPU twin do not follow): chunk k holds rows k, k + nchunks,
+ * k + 2 nchunks, ... instead of a contiguous run, so that the rows in work
+ * at any moment form one window of the tensors. */
+#ifndef RNK_ILV
+#define RNK_ILV 0
+#endif
+static_assert(!RNK_ILV || RNK_LEAN, "RNK_ILV needs RNK_LEAN");
 static_assert(RNK_STAGES1 >= 2 && RNK_STAGES2 >= 2 && RNK_STAGES4 >= 2, "RNK_STAGES*: at least 2");
 
 __host__ __device__ constexpr int fast_stages(int nv)
@@ -281,7 +289,7 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
             stage_row<NV>(i, sring, ub, xa, ya, coff, nb);
             if (ONLY_B) {
                 rsq[i] = __ldg(ra);
-                ra += G;
+                ra += RNK_LEAN ? p.rstep : G;
             }
             xa += xstep;
             ya += ystep;
@@ -294,7 +302,7 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
             stage_row<NV>(0, sring + sa * SLOT * ub, ub, xa, ya, coff, nb);
             if (ONLY_B) {
                 rsq[ST - 1] = __ldg(ra);
-                ra += G;
+                ra += RNK_LEAN ? p.rstep : G;
             }
             xa += xstep;
             ya += ystep;
@@ -325,7 +333,7 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
  * such stripes, at most 512 threads.
  */
 #ifndef RNK_NV_TARGET
-#define RNK_NV_TARGET 4 /* vectors per thread the plan aims at, rows < 512 vectors */
+#define RNK_NV_TARGET 2 /* vectors per thread the plan aims at, rows < 512 vectors */
 #endif
 #ifndef RNK_NV_WIDE
 #define RNK_NV_WIDE 2 /* the same for rows of 512 vectors or more (bf16 n >= 4096) */
@@ -416,8 +424,15 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
 
         /* Stripe g takes rows r0 + g, r0 + g + G, ... on its own, no
          * barrier with the other stripes until the chunk's end. */
+#if RNK_ILV
+        const int64_t cnt = (p.m - k + p.nchunks - 1) / p.nchunks; /* rows of chunk k */
+        const int64_t rg = k + (int64_t)g * p.nchunks;
+        const int64_t steps = g < cnt ? (cnt - g + G - 1) / G : 0;
+        (void)r1;
+#else
         const int64_t rg = r0 + g;
         const int64_t steps = rg < r1 ? (r1 - rg + G - 1) / G : 0;
+#endif
         if (p.rstd && !p.dres)
             stripe_rows<T, NV, true, false>(p, rg, steps, g, sring, ring, wv, coff, nb, ok, acc, red);
         else if (p.rstd)
