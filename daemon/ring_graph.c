@@ -214,6 +214,12 @@ int rnd_op_graph_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_
     if (g->stopped)
         return rnp_fail(err, g->stop_status, "graph_open.ring: ring %u stopped (the daemon "
                         "refused a call of it); open a new session", (unsigned)o->ring);
+    /* Its replays would share a stream with jobs that wait for clients:
+     * one of them could wait behind a wait the replay holds up. */
+    if (ctx->be->ops->graphs_ok && !ctx->be->ops->graphs_ok(ctx->be, s->bsess))
+        return rnp_fail(err, RN_UNSUPPORTED, "graph_open.ring: ring %u has no stream of its own "
+                        "for graph replays (all taken, or one could not be made); capture in "
+                        "a later session", (unsigned)o->ring);
     if ((rc = rnp_graph_check_offset(o->offset, g->region->map.size, g->region_off, g->slots,
                                      err)) != 0)
         return rc;
