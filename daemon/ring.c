@@ -214,8 +214,10 @@ static void take(rnd_ring *g, bool force)
         rnd_ring_slot at = { g->base, slot, seq, force, on_released, g, false };
         bool ok = rnp_ring_decode(desc, seq, &b, &err) == 0;
         rc = tab->submit(tab->ctx, s, ok ? &b : NULL, ok ? NULL : &err, &at, rnd_now_ns());
-        if (rc == RN_BUSY)   /* taken again after the next release */
+        if (rc == RN_BUSY) { /* taken again once a request frees a limit */
+            tab->deferred = true;
             return;
+        }
         if (rc != 0) {
             rnd_warn("Ring %u of '%s': slot %llu not taken (%s); the ring stops", g->id, s->name,
                      (unsigned long long)seq, rnp_err_name(rc));
@@ -234,6 +236,7 @@ static void on_async(uv_async_t *h)
     rnd_rings *tab = h->data;
     rn_queue *q;
 
+    tab->deferred = false; /* set again by what stays at a limit */
     RN_QUEUE_FOREACH(q, &tab->list) {
         take(RN_QUEUE_DATA(q, rnd_ring, link), false);
         rnd_graphs_take(RN_QUEUE_DATA(q, rnd_ring, link));
@@ -356,6 +359,14 @@ int rnd_op_ring_close(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_
     rnd_graphs_end(g, RN_UNKNOWN_SESSION);
     ring_close(g);
     return 0;
+}
+
+void rnd_rings_limit_freed(rnd_rings *tab)
+{
+    if (!tab->deferred || !tab->started)
+        return;
+    tab->deferred = false;
+    uv_async_send(&tab->async);
 }
 
 /* ---- start, stop ---------------------------------------------------------------------------- */

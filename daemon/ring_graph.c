@@ -121,8 +121,10 @@ static void take_graph(rnd_ring *g, rnd_graph *gr)
         ok = false;
     }
     rc = tab->submit(tab->ctx, g->sess, ok ? &b : NULL, ok ? NULL : &err, &at, rnd_now_ns());
-    if (rc == RN_BUSY)
-        return; /* taken again after the next release */
+    if (rc == RN_BUSY) {
+        tab->deferred = true; /* taken again once a request frees a limit */
+        return;
+    }
     if (rc != 0) {
         /* The backend failed: answer the replay from here, so that the
          * client's stream moves on. */
