@@ -241,6 +241,13 @@ int rnd_op_graph_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_
     if (g->ngraphs >= RNP_GRAPH_MAX)
         return rnp_fail(err, RN_TOO_LARGE, "graph_open: the ring has %u graph slots open, the "
                         "limit (GRAPH_CLOSE gives them back)", RNP_GRAPH_MAX);
+    /* The doorbell thread polls every open graph slot every 20 us, under
+     * the rings' mutex: their number is bounded per daemon. */
+    if (tab->graphs >= ctx->cfg.max_graphs) {
+        ctx->last_busy_ns = rnd_now_ns();
+        return rnp_fail(err, RN_BUSY, "graph_open: the daemon has %u graph slots open, the "
+                        "limit (--max-graphs); GRAPH_CLOSE gives them back", tab->graphs);
+    }
     if (!(gr = calloc(1, sizeof *gr)))
         return rnp_fail(err, RN_NOMEM, "graph_open: out of memory");
     /* Once: replays use this copy, whatever the shared bytes say later. */

@@ -8,7 +8,11 @@
  *  - a replay that comes while classic calls fill --max-inflight-total is
  *    left waiting (fast.deferred), and runs once a classic call ends, with
  *    no ring activity at all to wake the rings (it used to wait for the
- *    next release of some ring's job).
+ *    next release of some ring's job);
+ *  - --max-graphs bounds the graph slots open over all sessions: GRAPH_OPEN
+ *    past it is answered RN_BUSY naming the setting and changes nothing
+ *    (the open slots replay as before, a re-sent GRAPH_OPEN still gets its
+ *    id), and GRAPH_CLOSE or a session's end gives places back.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -299,10 +303,102 @@ static void test_replay_after_classic(void **state)
     RNH_PASS(d);
 }
 
+/* ---- --max-graphs ------------------------------------------------------------------------- */
+
+static void test_max_graphs(void **state)
+{
+    rnh_daemon *d = *state;
+    rnv_case k;
+    rn_bwd_args a, a2;
+    rnp_bwd_req b, b2;
+    gring r, r2;
+    uint32_t id[3], again, other;
+    char msg[RNP_MAX_ERRMSG];
+
+    rnh_arg(d, "--max-graphs");
+    rnh_arg(d, "3");
+    assert_int_equal(rnh_start(d), 0);
+    small_case(&k);
+    gring_open(&r, d, rnv_bytes(&k));
+    rnv_setup(&k, r.t, 1, &a);
+    graph_req(&r, &a, &b);
+    for (unsigned i = 0; i < 3; i++)
+        if (graph_open(&r, i, &b, &id[i], msg, sizeof msg) != 0)
+            fail_msg("GRAPH_OPEN %u: %s", i, msg);
+    assert_int_equal(rnh_stat(d, "fast.graphs"), 3);
+
+    /* Past the limit: BUSY naming the setting, in this session ... */
+    assert_int_equal(graph_open(&r, 3, &b, &again, msg, sizeof msg), RN_BUSY);
+    printf("the fourth: %s\n", msg);
+    assert_non_null(strstr(msg, "graph_open"));
+    assert_non_null(strstr(msg, "--max-graphs"));
+    /* ... and in another: the limit is the daemon's. */
+    gring_open(&r2, d, rnv_bytes(&k));
+    rnv_setup(&k, r2.t, 1, &a2);
+    graph_req(&r2, &a2, &b2);
+    assert_int_equal(graph_open(&r2, 0, &b2, &other, msg, sizeof msg), RN_BUSY);
+    assert_non_null(strstr(msg, "--max-graphs"));
+    assert_int_equal(rnh_stat(d, "fast.graphs"), 3);
+
+    /* Nothing else changed: a re-sent GRAPH_OPEN gets its graph's id, and
+     * the open slots replay. */
+    assert_int_equal(graph_open(&r, 1, NULL, &again, msg, sizeof msg), 0);
+    assert_int_equal(again, id[1]);
+    for (unsigned i = 0; i < 3; i++)
+        replay_checked(&r, i, &a, 10 + i, &k);
+
+    /* GRAPH_CLOSE gives a place back, to any session. */
+    assert_int_equal(graph_close(&r, id[0]), 0);
+    assert_int_equal(rnh_stat(d, "fast.graphs"), 2);
+    if (graph_open(&r2, 0, &b2, &other, msg, sizeof msg) != 0)
+        fail_msg("GRAPH_OPEN after a GRAPH_CLOSE: %s", msg);
+    replay_checked(&r2, 0, &a2, 20, &k);
+    assert_int_equal(graph_open(&r, 0, &b, &again, msg, sizeof msg), RN_BUSY);
+
+    /* So does the end of a session (its channel closes). */
+    gring_close(&r);
+    assert_int_equal(rnh_wait_stat(d, "fast.graphs", 1, WAIT_MS), 0);
+    if (graph_open(&r2, 1, &b2, &other, msg, sizeof msg) != 0)
+        fail_msg("GRAPH_OPEN after the other session ended: %s", msg);
+    assert_int_equal(rnh_stat(d, "fast.graphs"), 2);
+    gring_close(&r2);
+    assert_int_equal(rnh_wait_stat(d, "fast.graphs", 0, WAIT_MS), 0);
+    RNH_PASS(d);
+}
+
+/* --max-graphs 0: no graph slot at all, ring slots as ever. */
+static void test_max_graphs_zero(void **state)
+{
+    rnh_daemon *d = *state;
+    rnv_case k;
+    rn_bwd_args a;
+    rnp_bwd_req b;
+    gring r;
+    uint32_t id;
+    char msg[RNP_MAX_ERRMSG];
+
+    rnh_arg(d, "--max-graphs");
+    rnh_arg(d, "0");
+    assert_int_equal(rnh_start(d), 0);
+    small_case(&k);
+    gring_open(&r, d, rnv_bytes(&k));
+    rnv_setup(&k, r.t, 1, &a);
+    graph_req(&r, &a, &b);
+    assert_int_equal(graph_open(&r, 0, &b, &id, msg, sizeof msg), RN_BUSY);
+    assert_non_null(strstr(msg, "--max-graphs"));
+    uint64_t seq = rnr_ring_publish(&r.g, &b, NULL, true);
+    assert_int_equal(rnr_ring_wait(&r.g, seq, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, seq, msg, sizeof msg), 0);
+    gring_close(&r);
+    RNH_PASS(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_replay_after_classic, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_max_graphs, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_max_graphs_zero, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
