@@ -13,9 +13,9 @@
  * from release to close), "closes.thread" (1: on the closer thread).
  * The fast path (the ring): "fast.slots" (slots answered), "fast.ok",
  * "fast.errors", "fast.rings" (rings open), "fast.graphs" (graph slots
- * open), "fast.deferred" (times a slot or replay was left in its ring at a
- * limit, to be taken later); errors of both paths count in
- * "errors.<ERR_NAME>".
+ * open; sent once one was opened), "fast.deferred" (times a slot or replay
+ * was left in its ring at a limit, to be taken later; sent once not 0);
+ * errors of both paths count in "errors.<ERR_NAME>".
  * Histograms "queue", "compute", "total" (the nanomsg BWD) and "fast.queue",
  * "fast.compute", "fast.total" (ring slots: from the daemon taking the slot;
  * sent once a slot was answered) are in nanoseconds.
@@ -76,6 +76,7 @@ typedef struct rnd_stats {
     rnd_hist queue, compute, total;
     uint64_t fast_ok, fast_errors;       /* ring slots answered */
     uint64_t fast_deferred;              /* slots and replays left at a limit */
+    uint64_t graphs_opened;              /* graph slots opened (GRAPH_OPEN) */
     rnd_hist fast_queue, fast_compute, fast_total;
 } rnd_stats;
 
