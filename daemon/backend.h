@@ -201,6 +201,13 @@ typedef struct rnd_backend_ops {
     /* 0: the job's events will run as described above, later (never from
      * inside submit).  Else an rn_status with err, and no event runs. */
     int (*submit)(rnd_backend *be, rnd_job *job, rnp_error *err);
+    /* Whether graph replays (rnd_ring_job.graph) of session bsess run where
+     * no job waits for a client's producer: a replay must not queue behind
+     * a wait for a ready word that the replay itself holds up on the
+     * client's stream (PROTOCOL.md 13.8).  The server refuses GRAPH_OPEN
+     * where not.  NULL: always (the CPU backend runs replays from its
+     * unordered queue). */
+    bool (*graphs_ok)(rnd_backend *be, void *bsess);
     /* Append reasons (at most max) and return an rnp_health_state. */
     int (*health)(rnd_backend *be, char (*reasons)[RNP_REASON_LEN], uint32_t max,
                   uint32_t *n);

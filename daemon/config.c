@@ -58,6 +58,9 @@ static const flag_def flags[] = {
                           "                          process may hold a quarter of them"},
     {"max-inflight", "N", "requests in flight per session (default 64)"},
     {"max-inflight-total", "N", "requests in flight in all (default 1024)"},
+    {"max-graphs", "N", "graph slots (calls captured into CUDA graphs on the fast path)\n"
+                        "                          open at once in all; the daemon polls each\n"
+                        "                          every 20 us (default 4096; 0: none)"},
     {"max-m", "N", "largest M (rows) of a request (default 16777216)"},
     {"max-n", "N", "largest N (columns) of a request (default 262144)"},
     {"idle-timeout", "SEC", "end a session idle this long (default 600; 0 = never)"},
@@ -89,6 +92,7 @@ void rnd_config_defaults(rnd_config *cfg)
     cfg->max_mapped_gib = 1024;
     cfg->max_inflight = 64;
     cfg->max_inflight_total = 1024;
+    cfg->max_graphs = 4096;
     cfg->max_m = 16777216;
     cfg->max_n = 262144;
     cfg->idle_timeout = 600;
@@ -231,6 +235,8 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, rnp_erro
         NUM(max_inflight, 1, 1u << 20);
     if (strcmp(f->name, "max-inflight-total") == 0)
         NUM(max_inflight_total, 1, 1u << 24);
+    if (strcmp(f->name, "max-graphs") == 0)
+        NUM(max_graphs, 0, 1u << 20);
     if (strcmp(f->name, "max-m") == 0)
         NUM(max_m, 1, (uint64_t)INT64_MAX);
     if (strcmp(f->name, "max-n") == 0)

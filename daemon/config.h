@@ -44,6 +44,9 @@ typedef struct rnd_config {
     uint64_t max_mappings;
     uint32_t max_inflight;
     uint32_t max_inflight_total;
+    /* Graph slots open at once in all (GRAPH_OPEN, PROTOCOL.md 13.8): the
+     * doorbell thread polls every one of them every 20 us.  0: none. */
+    uint32_t max_graphs;
     uint64_t max_m;
     uint32_t max_n;
     uint32_t idle_timeout;             /* seconds; 0 = never */

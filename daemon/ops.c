@@ -118,6 +118,7 @@ int rnd_op_stats(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply
     g.inflight_current = ctx->inflight_total;
     g.now_ns = rnd_now_ns();
     g.rings_open = ctx->rings.open;
+    g.graphs_open = ctx->rings.graphs;
     /* The request is already counted (on receipt); its reply is not, since
      * replies are counted as they are sent. */
     rnd_stats_fill(&ctx->stats, &g, &rep->u.stats);

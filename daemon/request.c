@@ -78,13 +78,14 @@ static void count(req *r)
     r->ctx->inflight_total++;
 }
 
-static void uncount(req *r)
+static bool uncount(req *r)
 {
     if (!r->counted)
-        return;
+        return false;
     r->counted = false;
     r->sess->inflight--;
     r->ctx->inflight_total--;
+    return true;
 }
 
 static void reply_from(rnp_reply *rep, uint64_t id, const rnd_result *r)
@@ -156,7 +157,9 @@ static void answer(req *r)
     if (r->answered)
         return;
     r->answered = true;
-    uncount(r);
+    /* A ring's slot or replay may wait for this place (ring.h). */
+    if (uncount(r))
+        rnd_rings_limit_freed(&ctx->rings);
     if (r->at.owner) {
         answer_ring(r);
         return;
@@ -216,13 +219,17 @@ static void release(req *r)
         ctx->held_total--;
         s->last_active_ns = rnd_now_ns();
     }
-    bool ring_taken = r->at.owner && r->state >= REQ_SUBMITTED;
+    bool taken = r->state >= REQ_SUBMITTED;
+    bool ring_taken = r->at.owner && taken;
     rnd_ring_slot at = r->at;
     r->state = REQ_DONE;
     free(r);
     /* Before the session may go: the ring's region is the session's. */
     if (ring_taken)
         at.released(at.owner);
+    /* The backend's queue has room again (its own limit, ring.h). */
+    if (taken)
+        rnd_rings_limit_freed(&ctx->rings);
     rnd_session_maybe_free(s);
 }
 
@@ -502,8 +509,10 @@ int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const r
     /* At a limit the slot waits in the ring: the client's stream waits,
      * nothing is refused. */
     if (!at->force && (s->inflight >= ctx->cfg.max_inflight ||
-                       ctx->inflight_total >= ctx->cfg.max_inflight_total))
+                       ctx->inflight_total >= ctx->cfg.max_inflight_total)) {
+        ctx->stats.fast_deferred++;
         return RN_BUSY;
+    }
     if (!(r = calloc(1, sizeof *r)))
         return RN_BUSY;
     r->state = REQ_RECEIVED;
@@ -557,6 +566,8 @@ int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const r
         r->state = before;
         r->answered = true;
         release(r);
+        if (err.code == RN_BUSY)
+            ctx->stats.fast_deferred++;
         return err.code == RN_BUSY ? RN_BUSY : err.code ? err.code : RN_INTERNAL;
     }
     if (ctx->inflight_total > ctx->stats.inflight_max)

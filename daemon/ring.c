@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ring.c - the fast path's rings: RING_OPEN and RING_CLOSE, the doorbell
- * thread, and the loop's taking of new slots (ring.h says who does what);
- * graph slots (PROTOCOL.md 13.8): GRAPH_OPEN and GRAPH_CLOSE, the thread's
- * polling of their generation words, and the loop's taking of replays.
+ * thread, and the loop's taking of new slots (ring.h says who does what).
+ * Graph slots (PROTOCOL.md 13.8) are ring_graph.c's: this file calls it to
+ * poll their generation words and take their replays.
  */
-#include "ring.h"
+#include "ring_int.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -44,52 +44,10 @@
  * node could, but holds the stream tens of microseconds a replay). */
 #define GRAPH_POLL_NS 20000ull
 
-/* A graph slot (PROTOCOL.md 13.8): its descriptor, copied once and checked
- * at GRAPH_OPEN, is submitted again at each replay the generation word
- * announces. */
-typedef struct rnd_graph {
-    uint32_t id;
-    struct rnd_ring *ring;
-    uint8_t *base;                 /* the graph slot in the daemon's mapping */
-    uint8_t desc[RNP_RING_DESC];   /* the descriptor, the daemon's own copy */
-    uint64_t polled;               /* the doorbell thread: gen last seen (under mu) */
-    uint64_t taken;                /* the loop: gen last submitted */
-    bool busy;                     /* a replay of it is submitted, not yet released */
-    bool closed;                   /* GRAPH_CLOSE or the ring's end: freed once idle */
-    int end_status;                /* closed: what a replay that began then is answered */
-    rn_queue link;                 /* its ring's graphs (under mu) */
-} rnd_graph;
-
-typedef struct rnd_ring {
-    uint32_t id;
-    rnd_rings *tab;
-    rnd_session *sess;             /* NULL once closed */
-    rnd_region *region;            /* referenced until the ring is freed */
-    uint8_t *base;                 /* the header in the daemon's mapping */
-    uint32_t slots;
-    uint64_t cons;                 /* seq of the last slot taken */
-    uint32_t jobs;                 /* slots taken, not yet released */
-    bool closed;                   /* no more slots are taken */
-    bool gone;                     /* its client died: write nothing */
-    bool stopped;                  /* the backend refused a slot for good */
-    int stop_status;               /* stopped: what it refused with */
-    uint64_t seen;                 /* the doorbell thread: the last producer word seen */
-    rn_queue link;                 /* on tab->list while open (under mu) */
-    rn_queue graphs;               /* its open graph slots (under mu) */
-    uint32_t ngraphs, next_graph;
-    uint64_t region_off;           /* the ring's offset in its region */
-} rnd_ring;
-
 struct waitv {
     uint64_t val, uaddr;
     uint32_t flags, reserved;
 };
-
-static void kick(rnd_rings *tab)
-{
-    __atomic_add_fetch(&tab->kick, 1, __ATOMIC_SEQ_CST);
-    syscall(SYS_futex, &tab->kick, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
 
 static uint64_t now_ns(void)
 {
@@ -110,16 +68,8 @@ static bool scan(rnd_rings *tab)
             g->seen = prod;
             any = true;
         }
-        rn_queue *k;
-        RN_QUEUE_FOREACH(k, &g->graphs) {
-            rnd_graph *gr = RN_QUEUE_DATA(k, rnd_graph, link);
-            uint64_t gen = __atomic_load_n(rnp_ring_u64(gr->base, RNP_GSLOT_O_GEN),
-                                           __ATOMIC_ACQUIRE);
-            if (gen != gr->polled) {
-                gr->polled = gen;
-                any = true;
-            }
-        }
+        if (rnd_graphs_poll(g))
+            any = true;
     }
     return any;
 }
@@ -214,13 +164,7 @@ static void *doorbell_thread(void *arg)
 
 static void ring_free(rnd_ring *g)
 {
-    rn_queue *q;
-
-    /* Off the thread's list already (ring_close): no lock needed. */
-    while ((q = rn_queue_head(&g->graphs)) != NULL) {
-        rn_queue_remove(q);
-        free(RN_QUEUE_DATA(q, rnd_graph, link));
-    }
+    rnd_graphs_free(g);
     if (!g->gone)
         /* Every slot taken was answered: now the client may stop waiting. */
         __atomic_store_n(rnp_ring_u32(g->base, RNP_RING_O_STATE), RNP_RING_CLOSED,
@@ -270,8 +214,10 @@ static void take(rnd_ring *g, bool force)
         rnd_ring_slot at = { g->base, slot, seq, force, on_released, g, false };
         bool ok = rnp_ring_decode(desc, seq, &b, &err) == 0;
         rc = tab->submit(tab->ctx, s, ok ? &b : NULL, ok ? NULL : &err, &at, rnd_now_ns());
-        if (rc == RN_BUSY)   /* taken again after the next release */
+        if (rc == RN_BUSY) { /* taken again once a request frees a limit */
+            tab->deferred = true;
             return;
+        }
         if (rc != 0) {
             rnd_warn("Ring %u of '%s': slot %llu not taken (%s); the ring stops", g->id, s->name,
                      (unsigned long long)seq, rnp_err_name(rc));
@@ -285,143 +231,15 @@ static void take(rnd_ring *g, bool force)
     }
 }
 
-/* ---- the loop: graph slots' replays ------------------------------------------------------ */
-
-/* Answer replay gen of gr from the host (not run): result, a failure, done. */
-static void graph_answer(rnd_graph *gr, uint64_t gen, int status, const char *msg)
-{
-    rnp_ring_put_result(gr->base, status, msg);
-    __atomic_add_fetch(rnp_ring_u64(gr->base, RNP_GSLOT_O_FAILS), 1, __ATOMIC_RELEASE);
-    __atomic_store_n(rnp_ring_u64(gr->base, RNP_GSLOT_O_DONE), 1, __ATOMIC_RELEASE);
-    gr->taken = gen;
-}
-
-/* The closed word is set: a replay that began before it saw the word (gen
- * past what the loop took) is answered here, as the loop will not take it
- * (13.8).  Not while one runs (its release calls this), nor if gone. */
-static void graph_answer_late(rnd_graph *gr)
-{
-    if (gr->busy || gr->ring->gone)
-        return;
-    atomic_thread_fence(memory_order_seq_cst);
-    uint64_t gen = __atomic_load_n(rnp_ring_u64(gr->base, RNP_GSLOT_O_GEN), __ATOMIC_SEQ_CST);
-    if (gen == gr->taken)
-        return;
-    graph_answer(gr, gen, gr->end_status,
-                 gr->end_status == RN_UNKNOWN_SESSION
-                     ? "bwd: the session ended; the replay was not run"
-                     : "bwd: the graph was closed; the replay was not run");
-}
-
-/* Off its ring's list (under mu) and freed, or freed by its release. */
-static void graph_drop(rnd_graph *gr)
-{
-    rnd_rings *tab = gr->ring->tab;
-
-    pthread_mutex_lock(&tab->mu);
-    rn_queue_remove(&gr->link);
-    gr->ring->ngraphs--;
-    tab->graphs--;
-    pthread_mutex_unlock(&tab->mu);
-    gr->closed = true;
-    if (!gr->busy)
-        free(gr);
-}
-
-static void on_graph_released(void *owner)
-{
-    rnd_graph *gr = owner;
-    rnd_ring *g = gr->ring;
-
-    gr->busy = false;
-    if (gr->closed)
-        graph_answer_late(gr); /* a replay that began while this one was released */
-    if (gr->closed && !rn_queue_linked(&gr->link))
-        free(gr); /* GRAPH_CLOSE came while it ran */
-    on_released(g);
-}
-
-/* A replay began whose generation the loop has not taken: submit the
- * slot's descriptor once more.  A replay cannot begin before the previous
- * one was answered (the graph waits for done), so at most one is due; a
- * word that moved by more than one means that two launches of the graph
- * ran at once, which the answer says. */
-static void take_graph(rnd_ring *g, rnd_graph *gr)
-{
-    rnd_rings *tab = g->tab;
-    uint64_t gen = __atomic_load_n(rnp_ring_u64(gr->base, RNP_GSLOT_O_GEN), __ATOMIC_ACQUIRE);
-    rnp_error err = {0};
-    rnp_bwd_req b;
-    int rc;
-
-    if (gr->busy || gr->closed || gen == gr->taken || !g->sess)
-        return;
-    if (g->stopped) {
-        /* The ring takes nothing more: answered, not left waiting. */
-        graph_answer(gr, gen, g->stop_status,
-                     "bwd: the ring stopped (the daemon refused a call of it); the replay was "
-                     "not run");
-        return;
-    }
-    rnd_ring_slot at = { g->base, gr->base, gen, false, on_graph_released, gr, true };
-    bool ok = rnp_ring_decode(gr->desc, 0, &b, &err) == 0;
-    if (ok && gen - gr->taken != 1) {
-        rnp_fail(&err, RN_INVALID_ARGUMENT,
-                 "graph %u: its generation word went from %llu to %llu: replays of it ran at "
-                 "once (one instantiation per graph slot, launched on one stream at a time)",
-                 gr->id, (unsigned long long)gr->taken, (unsigned long long)gen);
-        ok = false;
-    }
-    rc = tab->submit(tab->ctx, g->sess, ok ? &b : NULL, ok ? NULL : &err, &at, rnd_now_ns());
-    if (rc == RN_BUSY)
-        return; /* taken again after the next release */
-    if (rc != 0) {
-        /* The backend failed: answer the replay from here, so that the
-         * client's stream moves on. */
-        graph_answer(gr, gen, rc, "bwd: the daemon could not run the replay");
-        return;
-    }
-    gr->taken = gen;
-    gr->busy = true;
-    g->jobs++;
-    g->sess->last_active_ns = rnd_now_ns();
-}
-
-static void take_graphs(rnd_ring *g)
-{
-    rn_queue *q, *next;
-
-    for (q = g->graphs.next; q != &g->graphs; q = next) {
-        next = q->next;
-        take_graph(g, RN_QUEUE_DATA(q, rnd_graph, link));
-    }
-}
-
-/* The ring ends with its client alive: no replay is taken any more.  The
- * closed word first, then the generation word: a replay that began before
- * it saw the word is answered here (if it is not running), and one that
- * begins after sees it and does not wait (PROTOCOL.md 13.8). */
-static void graphs_end(rnd_ring *g, int status)
-{
-    rn_queue *q;
-
-    RN_QUEUE_FOREACH(q, &g->graphs) {
-        rnd_graph *gr = RN_QUEUE_DATA(q, rnd_graph, link);
-        __atomic_store_n(rnp_ring_u32(gr->base, RNP_GSLOT_O_CLOSED), 1u, __ATOMIC_SEQ_CST);
-        gr->end_status = status;
-        graph_answer_late(gr);
-        gr->closed = true;
-    }
-}
-
 static void on_async(uv_async_t *h)
 {
     rnd_rings *tab = h->data;
     rn_queue *q;
 
+    tab->deferred = false; /* set again by what stays at a limit */
     RN_QUEUE_FOREACH(q, &tab->list) {
         take(RN_QUEUE_DATA(q, rnd_ring, link), false);
-        take_graphs(RN_QUEUE_DATA(q, rnd_ring, link));
+        rnd_graphs_take(RN_QUEUE_DATA(q, rnd_ring, link));
     }
 }
 
@@ -456,7 +274,7 @@ void rnd_ring_session_end(rnd_session *s)
      * one that died gets none, and its queued jobs are cancelled. */
     if (!g->gone) {
         take(g, true);
-        graphs_end(g, RN_UNKNOWN_SESSION);
+        rnd_graphs_end(g, RN_UNKNOWN_SESSION);
     }
     ring_close(g);
 }
@@ -509,6 +327,7 @@ int rnd_op_ring_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_r
     g->base = base;
     g->slots = o->slots;
     g->region_off = o->offset;
+    g->released = on_released;
     rn_queue_init(&g->graphs);
     r->refs++;
     r->ring = true;
@@ -520,7 +339,7 @@ int rnd_op_ring_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_r
     rn_queue_push_back(&tab->list, &g->link);
     tab->open++;
     pthread_mutex_unlock(&tab->mu);
-    kick(tab);
+    rnd_rings_kick(tab);
     rnd_debug("Ring %u of '%s' open: region %u at %llu, %u slots", g->id, s->name,
               (unsigned)r->id, (unsigned long long)o->offset, g->slots);
     rep->u.ring_open.ring = g->id;
@@ -537,124 +356,17 @@ int rnd_op_ring_close(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_
                         (unsigned)req->u.ring_close.ring);
     /* Slots published before RING_CLOSE are taken and answered. */
     take(g, true);
-    graphs_end(g, RN_UNKNOWN_SESSION);
+    rnd_graphs_end(g, RN_UNKNOWN_SESSION);
     ring_close(g);
     return 0;
 }
 
-/* The descriptor of a graph slot checked as a slot would be at each
- * replay, so that a bad one fails the capture, not a replay. */
-static int check_graph_desc(rnd_ctx *ctx, rnd_session *s, const uint8_t *desc, rnp_error *err)
+void rnd_rings_limit_freed(rnd_rings *tab)
 {
-    static const char *const names[RNP_T_COUNT] = { "x", "dy", "dx", "w", "rstd", "dres", "dw" };
-    uint64_t size[RNP_T_COUNT];
-    rnp_bwd_plan plan;
-    rnp_bwd_req b;
-    int rc;
-
-    if ((rc = rnp_ring_decode(desc, 0, &b, err)) != 0)
-        return rc;
-    for (int t = 0; t < RNP_T_COUNT; t++) {
-        const rnp_tensor *tn = rnp_bwd_tensor(&b, t);
-        rnd_region *r = tn && tn->region.id ? rnd_region_find(s, tn->region.id) : NULL;
-        if (r && r->ring)
-            return rnp_fail(err, RN_INVALID_ARGUMENT,
-                            "bwd.%s: its region holds the ring; tensors must be elsewhere",
-                            names[t]);
-        size[t] = r ? r->map.size : RNP_NO_REGION;
-    }
-    return rnp_validate_bwd(&b, &ctx->limits, size, &plan, err);
-}
-
-int rnd_op_graph_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
-                      rnp_error *err)
-{
-    const rnp_graph_open_req *o = &req->u.graph_open;
-    rnd_ring *g = s->ring;
-    rnd_rings *tab = &ctx->rings;
-    rnd_graph *gr;
-    int rc;
-
-    if (!g || g->id != o->ring)
-        return rnp_fail(err, RN_INVALID_ARGUMENT, "graph_open.ring: no ring %u open in this "
-                        "session", (unsigned)o->ring);
-    if (g->stopped)
-        return rnp_fail(err, g->stop_status, "graph_open.ring: ring %u stopped (the daemon "
-                        "refused a call of it); open a new session", (unsigned)o->ring);
-    if ((rc = rnp_graph_check_offset(o->offset, g->region->map.size, g->region_off, g->slots,
-                                     err)) != 0)
-        return rc;
-    uint8_t *base = (uint8_t *)g->region->map.base + o->offset;
-    rn_queue *q;
-    RN_QUEUE_FOREACH(q, &g->graphs) {
-        const rnd_graph *o2 = RN_QUEUE_DATA(q, rnd_graph, link);
-        if (o2->base == base && memcmp(o2->desc, base, sizeof o2->desc) == 0) {
-            rep->u.graph_open.graph = o2->id; /* a re-send (section 1): the same graph */
-            return 0;
-        }
-        if (o2->base < base + RNP_GRAPH_SLOT && base < o2->base + RNP_GRAPH_SLOT)
-            return rnp_fail(err, RN_INVALID_ARGUMENT,
-                            "graph_open.offset: %llu overlaps graph %u", (unsigned long long)
-                            o->offset, o2->id);
-    }
-    if (g->ngraphs >= RNP_GRAPH_MAX)
-        return rnp_fail(err, RN_TOO_LARGE, "graph_open: the ring has %u graph slots open, the "
-                        "limit (GRAPH_CLOSE gives them back)", RNP_GRAPH_MAX);
-    if (!(gr = calloc(1, sizeof *gr)))
-        return rnp_fail(err, RN_NOMEM, "graph_open: out of memory");
-    /* Once: replays use this copy, whatever the shared bytes say later. */
-    memcpy(gr->desc, base, sizeof gr->desc);
-    if ((rc = check_graph_desc(ctx, s, gr->desc, err)) != 0) {
-        free(gr);
-        return rc;
-    }
-    gr->id = ++g->next_graph ? g->next_graph : ++g->next_graph;
-    gr->ring = g;
-    gr->base = base;
-    rnp_ring_put_result(base, 0, NULL);
-    __atomic_store_n(rnp_ring_u64(base, RNP_GSLOT_O_FAILS), 0, __ATOMIC_RELAXED);
-    __atomic_store_n(rnp_ring_u32(base, RNP_GSLOT_O_CLOSED), 0, __ATOMIC_RELAXED);
-    /* The client's word as it is now: a replay is a change of it. */
-    gr->taken = gr->polled = __atomic_load_n(rnp_ring_u64(base, RNP_GSLOT_O_GEN),
-                                             __ATOMIC_ACQUIRE);
-    pthread_mutex_lock(&tab->mu);
-    rn_queue_push_back(&g->graphs, &gr->link);
-    g->ngraphs++;
-    tab->graphs++;
-    pthread_mutex_unlock(&tab->mu);
-    kick(tab); /* from a long sleep to polling */
-    rnd_debug("Ring %u of '%s': graph %u at %llu", g->id, s->name, gr->id,
-              (unsigned long long)o->offset);
-    rep->u.graph_open.graph = gr->id;
-    return 0;
-}
-
-int rnd_op_graph_close(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
-                       rnp_error *err)
-{
-    const rnp_graph_close_req *o = &req->u.graph_close;
-    rnd_ring *g = s->ring;
-    rn_queue *q;
-
-    (void)ctx;
-    (void)rep;
-    if (!g || g->id != o->ring)
-        return rnp_fail(err, RN_INVALID_ARGUMENT, "graph_close.ring: no ring %u open in this "
-                        "session", (unsigned)o->ring);
-    RN_QUEUE_FOREACH(q, &g->graphs) {
-        rnd_graph *gr = RN_QUEUE_DATA(q, rnd_graph, link);
-        if (gr->id != o->graph)
-            continue;
-        /* A replay the loop has not taken yet is answered (not run): the
-         * client gives the slot back only once its graphs are gone. */
-        __atomic_store_n(rnp_ring_u32(gr->base, RNP_GSLOT_O_CLOSED), 1u, __ATOMIC_SEQ_CST);
-        gr->end_status = RN_INVALID_ARGUMENT;
-        graph_answer_late(gr);
-        graph_drop(gr);
-        return 0;
-    }
-    return rnp_fail(err, RN_INVALID_ARGUMENT, "graph_close.graph: no graph %u in ring %u",
-                    (unsigned)o->graph, (unsigned)o->ring);
+    if (!tab->deferred || !tab->started)
+        return;
+    tab->deferred = false;
+    uv_async_send(&tab->async);
 }
 
 /* ---- start, stop ---------------------------------------------------------------------------- */
@@ -692,7 +404,7 @@ void rnd_rings_fini(rnd_rings *tab)
     pthread_mutex_lock(&tab->mu);
     tab->stop = true;
     pthread_mutex_unlock(&tab->mu);
-    kick(tab);
+    rnd_rings_kick(tab);
     pthread_join(tab->thread, NULL);
     tab->started = false;
     uv_close((uv_handle_t *)&tab->async, NULL);

@@ -11,8 +11,9 @@
  * loop thread: the loop copies each new slot out once, decodes it, and hands
  * it to the request path (the submit hook, request.c's rnd_request_ring),
  * which validates, pins and submits it like a nanomsg BWD; the backend
- * answers it in the ring (backend.h, rnd_ring_job).  A slot the request
- * path cannot take now (a limit) stays in the ring until a job ends.
+ * answers it in the ring (backend.h, rnd_ring_job).  A slot or replay the
+ * request path cannot take now (a limit) stays in the ring until a request
+ * of either path is answered or released (rnd_rings_limit_freed).
  *
  * A ring holds a reference on its region from RING_OPEN until its last job
  * was released; its region cannot be unregistered while the ring is open.
@@ -68,8 +69,12 @@ typedef struct rnd_rings {
     uint32_t kick;                 /* futex word: the loop wakes the thread */
     uint32_t open;                 /* rings open */
     uint32_t graphs;               /* graph slots open in them: while any, the thread
-                                    * polls their generation words (under mu) */
+                                    * polls their generation words (under mu; at most
+                                    * --max-graphs) */
     uint32_t next_id;
+    bool deferred;                 /* a slot or replay was left at a limit (RN_BUSY):
+                                    * the next request that frees one wakes the rings
+                                    * (rnd_rings_limit_freed; loop thread) */
 } rnd_rings;
 
 /* Start the doorbell thread.  Returns 0 or an rn_status with err. */
@@ -91,5 +96,12 @@ int rnd_op_graph_close(struct rnd_ctx *ctx, rnd_session *s, const rnp_request *r
 
 /* The session table's ring hook: s ends; close its ring (ring.h above). */
 void rnd_ring_session_end(rnd_session *s);
+
+/* The request path: a request was answered or released, so an in-flight
+ * limit or the backend's queue may have room.  When a slot or a replay was
+ * left at a limit, the rings take what they can (on the loop, soon after):
+ * classic requests that fill a limit must not keep a replay waiting until
+ * some ring's next release. */
+void rnd_rings_limit_freed(rnd_rings *tab);
 
 #endif

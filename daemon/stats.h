@@ -12,8 +12,10 @@
  * "closes.done", "closes.pending_max", "closes.wait_max_us" (the longest
  * from release to close), "closes.thread" (1: on the closer thread).
  * The fast path (the ring): "fast.slots" (slots answered), "fast.ok",
- * "fast.errors", "fast.rings" (rings open); errors of both paths count in
- * "errors.<ERR_NAME>".
+ * "fast.errors", "fast.rings" (rings open), "fast.graphs" (graph slots
+ * open; sent once one was opened), "fast.deferred" (times a slot or replay
+ * was left in its ring at a limit, to be taken later; sent once not 0);
+ * errors of both paths count in "errors.<ERR_NAME>".
  * Histograms "queue", "compute", "total" (the nanomsg BWD) and "fast.queue",
  * "fast.compute", "fast.total" (ring slots: from the daemon taking the slot;
  * sent once a slot was answered) are in nanoseconds.
@@ -73,13 +75,15 @@ typedef struct rnd_stats {
     uint64_t inflight_max;
     rnd_hist queue, compute, total;
     uint64_t fast_ok, fast_errors;       /* ring slots answered */
+    uint64_t fast_deferred;              /* slots and replays left at a limit */
+    uint64_t graphs_opened;              /* graph slots opened (GRAPH_OPEN) */
     rnd_hist fast_queue, fast_compute, fast_total;
 } rnd_stats;
 
 /* The values that are read from the live state when a STATS reply is built. */
 typedef struct rnd_gauges {
     uint64_t sessions_active, sessions_unauth, regions_active, inflight_current, now_ns;
-    uint64_t rings_open;
+    uint64_t rings_open, graphs_open;
 } rnd_gauges;
 
 void rnd_stats_init(rnd_stats *s, uint64_t now_ns);

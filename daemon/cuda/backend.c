@@ -404,6 +404,7 @@ const rnd_backend_ops rnd_backend_cuda_ops = {
     .region_open_vmm = rnd_cuda_region_open_vmm,
     .events = rnd_cuda_events,
     .submit = rnd_cuda_submit,
+    .graphs_ok = rnd_cuda_graphs_ok,
     .health = cuda_health,
     .stats = rnd_cuda_closer_stats,
 };

@@ -301,7 +301,10 @@ static inline int rnd_cuda_graph_stream(const rnd_cuda *b, const rnd_cuda_sess *
 {
     if (cs->graph_stream >= 0)
         return cs->graph_stream;
-    /* Any stream but the one its ring jobs wait on. */
+    /* Not reached: GRAPH_OPEN is refused without a graph stream of the
+     * ring's own (rnd_cuda_graphs_ok), since a pool stream may hold a
+     * classic job waiting on a client's event.  Any stream but the one its
+     * ring jobs wait on. */
     int r = rnd_cuda_ring_stream(b, cs);
     if (r >= RND_CUDA_STREAMS)
         return cs->stream;
@@ -309,6 +312,9 @@ static inline int rnd_cuda_graph_stream(const rnd_cuda *b, const rnd_cuda_sess *
 }
 /* Give session cs its ring's own streams (ring setup), once. */
 void rnd_cuda_own_streams_open(rnd_cuda *b, rnd_cuda_sess *cs);
+/* backend.h's graphs_ok: whether session bsess's graph replays have a
+ * stream of their own (else GRAPH_OPEN is refused). */
+bool rnd_cuda_graphs_ok(rnd_backend *be, void *bsess);
 
 /* watch.c */
 void rnd_cuda_on_watch(uv_timer_t *t);

@@ -11,8 +11,11 @@
  * queue behind a wait for ready that the very replay holds up.  They live
  * after the pool in b->streams, each with its completion thread (as the
  * pool's: complete.c), and are destroyed when the session ends.  Where a
- * stream cannot be made (a limit, the device's resources) the session
- * falls back to the pool, as before.
+ * stream cannot be made (a limit, the device's resources) the ring's slots
+ * fall back to the pool, as before; its graph slots are refused instead
+ * (GRAPH_OPEN, rnd_cuda_graphs_ok): a replay on a pool stream could queue
+ * behind a classic job that waits on another client's event, or on a ring
+ * slot whose ready the replay itself holds up.
  */
 #include "cuda_int.h"
 
@@ -120,4 +123,12 @@ void rnd_cuda_own_streams_open(rnd_cuda *b, rnd_cuda_sess *cs)
     if (cs->ring_stream >= 0)
         rnd_debug("cuda session #%u: its ring uses stream %d, its graph slots stream %d",
                   cs->id, cs->ring_stream, cs->graph_stream);
+}
+
+bool rnd_cuda_graphs_ok(rnd_backend *be, void *bsess)
+{
+    const rnd_cuda_sess *cs = bsess;
+
+    (void)be;
+    return cs && cs->graph_stream >= 0;
 }

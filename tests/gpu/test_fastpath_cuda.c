@@ -120,13 +120,13 @@ static void test_hello_paths(void **state)
     assert_int_equal(start(d, false), 0);
     assert_int_equal(rnr_hello_paths(d->endpoint), 1);
     /* The ring's memory is refused: the option is off. */
-    assert_int_not_equal(rnr_ring_open(&g, d->endpoint, 8, 4096), 0);
+    assert_int_not_equal(rnr_ring_open_sealed(&g, d->endpoint, 8, 4096), 0);
     assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
     rnh_arg(d, "--cuda-fast-path");   /* the later flag wins */
     assert_int_equal(rnh_start(d), 0);
     need_fast(d);
     assert_true(log_has(d, "offers the fast path"));
-    assert_int_equal(rnr_ring_open(&g, d->endpoint, 8, 4096), 0);
+    assert_int_equal(rnr_ring_open_sealed(&g, d->endpoint, 8, 4096), 0);
     rnr_ring_close(&g);
     RNH_PASS(d);
 }
@@ -271,7 +271,7 @@ static void test_bad_slots(void **state)
     NEED_GPU();
     assert_int_equal(start(d, true), 0);
     need_fast(d);
-    assert_int_equal(rnr_ring_open(&g, d->endpoint, 16, 1 << 20), 0);
+    assert_int_equal(rnr_ring_open_sealed(&g, d->endpoint, 16, 1 << 20), 0);
     a.m = 4;
     a.n = 64;
     a.x_dtype = a.dy_dtype = a.dx_dtype = RN_DTYPE_F32;

@@ -4,6 +4,7 @@
  */
 #include "integration/rawring.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
@@ -34,7 +35,8 @@ int rnr_ring_call(rnr_ring *g, rnp_request *q, rnp_reply *rep)
     return rep->status;
 }
 
-int rnr_ring_open(rnr_ring *g, const char *endpoint, uint32_t slots, size_t data_bytes)
+static int ring_open(rnr_ring *g, const char *endpoint, uint32_t slots, size_t data_bytes,
+                     bool seal)
 {
     static rnp_request q;
     static rnp_reply r;
@@ -55,8 +57,11 @@ int rnr_ring_open(rnr_ring *g, const char *endpoint, uint32_t slots, size_t data
         printf("rawring: AUTH failed: %s\n", msg);
         return -1;
     }
-    g->fd = (int)syscall(SYS_memfd_create, "rawring", 1u);
+    /* MFD_CLOEXEC, and MFD_ALLOW_SEALING to seal it. */
+    g->fd = (int)syscall(SYS_memfd_create, "rawring", seal ? 3u : 1u);
     if (g->fd < 0 || ftruncate(g->fd, (off_t)g->size) != 0)
+        return -1;
+    if (seal && fcntl(g->fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
         return -1;
     g->mem = mmap(NULL, g->size, PROT_READ | PROT_WRITE, MAP_SHARED, g->fd, 0);
     if (g->mem == MAP_FAILED)
@@ -78,6 +83,16 @@ int rnr_ring_open(rnr_ring *g, const char *endpoint, uint32_t slots, size_t data
     }
     g->ring = r.u.ring_open.ring;
     return 0;
+}
+
+int rnr_ring_open(rnr_ring *g, const char *endpoint, uint32_t slots, size_t data_bytes)
+{
+    return ring_open(g, endpoint, slots, data_bytes, false);
+}
+
+int rnr_ring_open_sealed(rnr_ring *g, const char *endpoint, uint32_t slots, size_t data_bytes)
+{
+    return ring_open(g, endpoint, slots, data_bytes, true);
 }
 
 void rnr_ring_close(rnr_ring *g)

@@ -30,6 +30,10 @@ typedef struct rnr_ring {
  * after it registered as one region, RING_OPEN at offset 0.  Returns 0 or
  * -1 (printed). */
 int rnr_ring_open(rnr_ring *g, const char *endpoint, uint32_t slots, size_t data_bytes);
+/* The same with the memfd sealed against shrinking, as libclient seals its
+ * rings (the cuda backend takes no other; the CPU backend's test of a ring
+ * shrunk under the daemon needs one that is not). */
+int rnr_ring_open_sealed(rnr_ring *g, const char *endpoint, uint32_t slots, size_t data_bytes);
 /* Close the connections and unmap (no BYE: the channel's close ends the
  * session). */
 void rnr_ring_close(rnr_ring *g);

@@ -82,6 +82,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.max_regions, 4096);
     assert_int_equal(c.max_inflight, 64);
     assert_int_equal(c.max_inflight_total, 1024);
+    assert_int_equal(c.max_graphs, 4096);
     assert_int_equal(c.max_m, 16777216);
     assert_int_equal(c.max_n, 262144);
     assert_int_equal(c.idle_timeout, 600);
@@ -179,6 +180,10 @@ static void test_errors_name_the_setting(void **state)
     assert_non_null(strstr(err, "max-m"));
     assert_int_equal(load(&c, &action, err, NULL, "--backend", "gpu", NULL), -1);
     assert_non_null(strstr(err, "backend"));
+    assert_int_equal(load(&c, &action, err, NULL, "--max-graphs", "2000000", NULL), -1);
+    assert_non_null(strstr(err, "max-graphs"));
+    assert_int_equal(load(&c, &action, err, NULL, "--max-graphs", "0", NULL), 0);
+    assert_int_equal(c.max_graphs, 0);   /* 0: no graph slots at all */
     assert_int_equal(load(&c, &action, err, NULL, "--log-level", "loud", NULL), -1);
     assert_non_null(strstr(err, "log-level"));
     assert_int_equal(load(&c, &action, err, NULL, "--socket-mode", "999", NULL), -1);

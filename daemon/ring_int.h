@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ring_int.h - what ring.c (rings, the doorbell thread) and ring_graph.c
+ * (graph slots, PROTOCOL.md 13.8) share: the ring and graph slot objects,
+ * and the graph slots' entries for ring.c.  Calls go one way: ring.c calls
+ * ring_graph.c; a graph replay's release reaches its ring through the
+ * ring's released pointer, which ring.c set.
+ *
+ * Threads: fields marked "under mu" are read by the doorbell thread and
+ * changed by the loop with the rings' mutex held; everything else is the
+ * loop's.
+ */
+#ifndef RND_RING_INT_H
+#define RND_RING_INT_H
+
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "ring.h"
+#include "rn_ring.h"
+
+struct rnd_ring;
+
+/* A graph slot (PROTOCOL.md 13.8): its descriptor, copied once and checked
+ * at GRAPH_OPEN, is submitted again at each replay the generation word
+ * announces. */
+typedef struct rnd_graph {
+    uint32_t id;
+    struct rnd_ring *ring;
+    uint8_t *base;                 /* the graph slot in the daemon's mapping */
+    uint8_t desc[RNP_RING_DESC];   /* the descriptor, the daemon's own copy */
+    uint64_t polled;               /* the doorbell thread: gen last seen (under mu) */
+    uint64_t taken;                /* the loop: gen last submitted */
+    bool busy;                     /* a replay of it is submitted, not yet released */
+    bool closed;                   /* GRAPH_CLOSE or the ring's end: freed once idle */
+    int end_status;                /* closed: what a replay that began then is answered */
+    rn_queue link;                 /* its ring's graphs (under mu) */
+} rnd_graph;
+
+typedef struct rnd_ring {
+    uint32_t id;
+    rnd_rings *tab;
+    rnd_session *sess;             /* NULL once closed */
+    rnd_region *region;            /* referenced until the ring is freed */
+    uint8_t *base;                 /* the header in the daemon's mapping */
+    uint32_t slots;
+    uint64_t cons;                 /* seq of the last slot taken */
+    uint32_t jobs;                 /* slots and replays taken, not yet released */
+    bool closed;                   /* no more slots are taken */
+    bool gone;                     /* its client died: write nothing */
+    bool stopped;                  /* the backend refused a slot for good */
+    int stop_status;               /* stopped: what it refused with */
+    uint64_t seen;                 /* the doorbell thread: the last producer word seen */
+    rn_queue link;                 /* on tab->list while open (under mu) */
+    rn_queue graphs;               /* its open graph slots (under mu) */
+    uint32_t ngraphs, next_graph;
+    uint64_t region_off;           /* the ring's offset in its region */
+    /* ring.c's release of one of the ring's jobs (a slot's or a replay's):
+     * a graph replay's release ends with it. */
+    void (*released)(void *ring);
+} rnd_ring;
+
+/* Wake the doorbell thread (from a long sleep: a ring or graph slot came). */
+static inline void rnd_rings_kick(rnd_rings *tab)
+{
+    __atomic_add_fetch(&tab->kick, 1, __ATOMIC_SEQ_CST);
+    syscall(SYS_futex, &tab->kick, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* ring_graph.c, for ring.c. */
+
+/* Under mu (the doorbell thread): whether a graph slot of g announced a
+ * replay the loop has not been told of. */
+bool rnd_graphs_poll(rnd_ring *g);
+/* The loop: submit the replays g's graph slots announced. */
+void rnd_graphs_take(rnd_ring *g);
+/* The ring ends with its client alive: no replay is taken any more (a
+ * replay that began before is answered status). */
+void rnd_graphs_end(rnd_ring *g, int status);
+/* The ring is freed (off the thread's list): its graph slots with it. */
+void rnd_graphs_free(rnd_ring *g);
+
+#endif
