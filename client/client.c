@@ -114,6 +114,9 @@ int rn_connect(const rn_connect_opts *opts, rn_client **out)
     snprintf(c->endpoint, sizeof c->endpoint, "%s", o.endpoint);
     c->timeout_ms = o.timeout_ms == 0 ? RN_DEFAULT_TIMEOUT_MS : o.timeout_ms;
     c->path = o.path;
+    /* RMSNORMD_WATCH=0: no watcher thread (watch.c), for debugging. */
+    const char *wenv = getenv("RMSNORMD_WATCH");
+    c->watch_off = wenv && strcmp(wenv, "0") == 0;
     if (o.client_name && *o.client_name)
         snprintf(c->name, sizeof c->name, "%s", o.client_name);
     else
@@ -159,6 +162,9 @@ void rn_close(rn_client *c)
         return;
     rnc_cuda_release(c);
     pthread_mutex_lock(&c->mu);
+    /* First: the BYE's close of the channel is not the daemon going, and
+     * the ring's memory goes below. */
+    rnc_watch_stop(c);
     if (c->have_session)
         rnc_end_session(c);
     rnc_ring_release(c);
