@@ -164,9 +164,12 @@ void rn_close(rn_client *c)
     pthread_mutex_lock(&c->mu);
     /* First: the BYE's close of the channel is not the daemon going, and
      * the ring's memory goes below. */
-    rnc_watch_stop(c);
-    if (c->have_session)
+    bool ended = rnc_watch_stop(c);
+    /* A session the watcher saw end needs no BYE (a dead daemon would make
+     * it wait BYE_TIMEOUT_MS). */
+    if (c->have_session && !ended)
         rnc_end_session(c);
+    rnc_chan_close(c);
     rnc_ring_release(c);
     for (size_t i = 0; i < c->nbufs; i++)
         rnc_buf_release(&c->bufs[i]);

@@ -316,8 +316,9 @@ void rnc_watch_graph(rn_client *c, const uint8_t *base, uint32_t i, bool held);
  * the watcher's reading of prod): release it too. */
 void rnc_watch_catch_up(rn_client *c);
 /* Stop the thread and free the watcher (rn_close, before the ring's memory
- * goes).  In a fork child, where the thread does not exist, only frees. */
-void rnc_watch_stop(rn_client *c);
+ * goes).  In a fork child, where the thread does not exist, only frees.
+ * Returns whether it saw the current session end (no BYE is due). */
+bool rnc_watch_stop(rn_client *c);
 /* Raise the 64-bit word w to seq unless it is there already (done only
  * grows: the watcher and a call may raise it at once). */
 void rnc_watch_raise(uint64_t *w, uint64_t seq);

@@ -437,15 +437,17 @@ void rnc_watch_catch_up(rn_client *c)
     pthread_mutex_unlock(&w->mu);
 }
 
-void rnc_watch_stop(rn_client *c)
+bool rnc_watch_stop(rn_client *c)
 {
     rnc_watch *w = c->watch;
+    bool ended = false;
 
     if (!w)
-        return;
+        return false;
     c->watch = NULL;
     if (w->owner == getpid()) {
         pthread_mutex_lock(&w->mu);
+        ended = w->armed && rnc_watch_fired(c) != RNC_WATCH_QUIET;
         w->stop = true;
         pthread_mutex_unlock(&w->mu);
         wake(w);
@@ -459,4 +461,5 @@ void rnc_watch_stop(rn_client *c)
     close_fd(&w->cur_pidfd);
     close(w->efd);
     free(w);
+    return ended;
 }

@@ -12,8 +12,9 @@
  * restart), rn_close joins the thread (its "rn-watch" thread is gone), and
  * the ASan run sees no leak.  Also: a drain's answer is kept, not replaced
  * by the watcher's; a live daemon's idle end is seen and reported as
- * nothing lost; a host rn_sync blocked in another thread ends; and
- * RMSNORMD_WATCH=0 starts no thread (the next call releases, as before).
+ * nothing lost; a host rn_sync blocked in another thread ends; rn_close
+ * after the death sends no BYE; and RMSNORMD_WATCH=0 starts no thread (the
+ * next call releases, as before).
  */
 #include <dirent.h>
 #include <pthread.h>
@@ -492,6 +493,34 @@ static void test_watch_off(void **state)
     RNH_PASS(d);
 }
 
+/* The daemon dies and the client closes without another call: rn_close
+ * sends no BYE to the dead daemon (it would wait for it) and joins the
+ * thread. */
+static void test_close_after_death(void **state)
+{
+    rnh_daemon *d = *state;
+    fake s = {.defer = true};
+    laid l;
+
+    assert_int_equal(rnh_start(d), 0);
+    rn_client *c = fast_client(d);
+    lay(c, 10, &l);
+    assert_int_equal(call(c, &l.a, &s), 0);
+    kill9(d);
+    int64_t t0 = rnh_now_ms();
+    while (rnc_watch_fired(c) == RNC_WATCH_QUIET && rnh_now_ms() - t0 < WAIT_MS)
+        usleep(1000);
+    /* EXITED where the daemon's pidfd could be had (SILENT otherwise). */
+    printf("the watcher: %s\n", rnc_watch_why(rnc_watch_fired(c)));
+    assert_int_not_equal(rnc_watch_fired(c), RNC_WATCH_QUIET);
+    t0 = rnh_now_ms();
+    rn_close(c);
+    printf("rn_close took %lld ms\n", (long long)(rnh_now_ms() - t0));
+    assert_true(rnh_now_ms() - t0 < 1000);
+    assert_int_equal(watchers(), 0);
+    RNH_PASS(d);
+}
+
 /* Clients come and go: each watcher starts with its ring and is joined at
  * rn_close (ASan: nothing leaks). */
 static void test_close_joins(void **state)
@@ -524,6 +553,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_idle_end_quiet, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_host_sync_released, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_watch_off, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_close_after_death, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_close_joins, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
