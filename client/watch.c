@@ -87,7 +87,7 @@
 #define LINGER_BLIND_MS 1000
 /* While it lingers, the state word is looked at after 1 ms, then at
  * doubling intervals up to this. */
-#define NAP_MAX_MS 50
+#define NAP_MAX_MS  50
 #define STACK_BYTES (256u * 1024u)
 
 struct rnc_watch {
@@ -97,12 +97,12 @@ struct rnc_watch {
     int efd;            /* eventfd: wakes the thread */
     pthread_mutex_t mu; /* everything below, and the watcher's writes into the ring */
     bool stop;
-    bool armed;         /* a session's ring is watched */
-    uint64_t gen;       /* arms and disarms so far: the thread takes new descriptors */
-    int chan, pidfd;    /* of the latest arm, until the thread takes them; -1 */
+    bool armed;              /* a session's ring is watched */
+    uint64_t gen;            /* arms and disarms so far: the thread takes new descriptors */
+    int chan, pidfd;         /* of the latest arm, until the thread takes them; -1 */
     int cur_chan, cur_pidfd; /* the ones the thread polls (closed only by it, or
                               * by rnc_watch_stop once it is gone) */
-    uint8_t *base;      /* the ring; graph slots at graph_off, RNP_GRAPH_SLOT apart */
+    uint8_t *base;           /* the ring; graph slots at graph_off, RNP_GRAPH_SLOT apart */
     uint32_t slots, graphs;
     uint64_t graph_off;
     uint64_t held[RNP_GRAPH_MAX / 64]; /* graph slots a live graph holds */
@@ -211,8 +211,7 @@ static void release_ring(rnc_watch *w)
     rnc_watch_raise(rnp_ring_u64(b, RNP_RING_O_DONE), prod);
     atomic_thread_fence(memory_order_seq_cst);
     if (__atomic_load_n(rnp_ring_u32(b, RNP_RING_O_WAITERS), __ATOMIC_SEQ_CST))
-        syscall(SYS_futex, rnp_ring_u32(b, RNP_RING_O_DONE), FUTEX_WAKE, INT32_MAX, NULL, NULL,
-                0);
+        syscall(SYS_futex, rnp_ring_u32(b, RNP_RING_O_DONE), FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
 static void fire(rnc_watch *w, uint32_t why)
@@ -351,8 +350,7 @@ no_efd:
     return NULL;
 }
 
-void rnc_watch_arm(rn_client *c, uint8_t *base, uint32_t slots, uint64_t graph_off,
-                   uint32_t graphs)
+void rnc_watch_arm(rn_client *c, uint8_t *base, uint32_t slots, uint64_t graph_off, uint32_t graphs)
 {
     rnc_watch *w;
     int chan;

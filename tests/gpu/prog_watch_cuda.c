@@ -38,7 +38,7 @@
 #include "rmsnorm_client.h"
 
 #define RELEASE_MS 2000
-#define STEP_MS 120000
+#define STEP_MS    120000
 
 static cudaStream_t st;
 static rne_kernels kern;
@@ -52,12 +52,12 @@ static double now_ms(void)
 
 /* A failure with the stream perhaps still waiting: leave at once (no exit
  * handlers, which might wait for the device). */
-#define DIE(...)                                                                              \
-    do {                                                                                      \
-        printf("FAIL " __VA_ARGS__);                                                          \
-        printf("\n");                                                                         \
-        fflush(stdout);                                                                       \
-        _exit(1);                                                                             \
+#define DIE(...)                                                                                   \
+    do {                                                                                           \
+        printf("FAIL " __VA_ARGS__);                                                               \
+        printf("\n");                                                                              \
+        fflush(stdout);                                                                            \
+        _exit(1);                                                                                  \
     } while (0)
 
 /* Wait for the line want on stdin (STEP_MS at most). */
@@ -103,7 +103,8 @@ static double stream_done_by(double deadline, const char *what)
             DIE("%s: the stream failed: %s", what, cudaGetErrorString(e));
         if (now_ms() > deadline)
             DIE("%s: the stream still waits %.0f ms past its deadline (the daemon is dead: "
-                "nothing let its wait go)", what, now_ms() - deadline + RELEASE_MS);
+                "nothing let its wait go)",
+                what, now_ms() - deadline + RELEASE_MS);
         usleep(1000);
     }
     double t = now_ms();
@@ -132,8 +133,8 @@ static void fill(const rn_bwd_args *a, uint64_t seed)
         rc = rnk_cuda_fill((rnk_dtype)a->dy_dtype, (void *)a->dy, a->m, a->n, a->dy_stride,
                            seed + 1, 1.0f, 0.0f, st, msg, sizeof msg);
     if (!rc)
-        rc = rnk_cuda_fill((rnk_dtype)a->w_dtype, (void *)a->w, 1, a->n, a->n, seed + 2, 0.5f,
-                           1.0f, st, msg, sizeof msg);
+        rc = rnk_cuda_fill((rnk_dtype)a->w_dtype, (void *)a->w, 1, a->n, a->n, seed + 2, 0.5f, 1.0f,
+                           st, msg, sizeof msg);
     if (rc)
         DIE("fill: %s", msg);
     rne_poison_outputs(a, st);

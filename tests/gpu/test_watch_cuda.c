@@ -141,10 +141,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ring_call_daemon_killed, rnh_setup, rnh_teardown),
-        cmocka_unit_test_setup_teardown(test_replay_after_daemon_killed, rnh_setup,
-                                        rnh_teardown),
-        cmocka_unit_test_setup_teardown(test_replay_waiting_daemon_killed, rnh_setup,
-                                        rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_replay_after_daemon_killed, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_replay_waiting_daemon_killed, rnh_setup, rnh_teardown),
     };
     if (getenv("RN_TESTS"))
         cmocka_set_test_filter(getenv("RN_TESTS"));

@@ -37,10 +37,10 @@
 /* ---- a fake device side: ready held back on request, graphs by hand ---------------------- */
 
 typedef struct fake {
-    bool defer;                 /* ready is never written (a producer that does not end) */
+    bool defer; /* ready is never written (a producer that does not end) */
     bool capturing;
-    uint64_t base;              /* the ring, at the last ready */
-    uint64_t slot;              /* the last graph slot captured */
+    uint64_t base; /* the ring, at the last ready */
+    uint64_t slot; /* the last graph slot captured */
     void (*gone)(void *);
     void *arg;
 } fake;
@@ -105,11 +105,11 @@ static int call(rn_client *c, const rn_bwd_args *a, fake *s)
 
 typedef struct waiter {
     pthread_t th;
-    uint64_t at;       /* a ring (its done word) or a graph slot (a replay) */
-    uint64_t want;     /* ring: done >= want */
-    bool replay;       /* the kick's steps first (test_graph_dev's replay) */
-    bool kicked;       /* the replay's gen moved */
-    bool released;     /* the wait ended (else it gave up after WAIT_MS) */
+    uint64_t at;   /* a ring (its done word) or a graph slot (a replay) */
+    uint64_t want; /* ring: done >= want */
+    bool replay;   /* the kick's steps first (test_graph_dev's replay) */
+    bool kicked;   /* the replay's gen moved */
+    bool released; /* the wait ended (else it gave up after WAIT_MS) */
     int64_t end_ms;
 } waiter;
 
@@ -272,9 +272,9 @@ static void test_stream_wait_released(void **state)
     kill9(d);
     assert_released(&w, t_kill, "the stream's wait");
     /* The watcher's answer: status, then done. */
-    assert_int_equal(rnp_ring_get_result((uint8_t *)(uintptr_t)ring + rnp_ring_slot_off(1, 64),
-                                         msg, sizeof msg),
-                     RN_RESTARTED);
+    assert_int_equal(
+        rnp_ring_get_result((uint8_t *)(uintptr_t)ring + rnp_ring_slot_off(1, 64), msg, sizeof msg),
+        RN_RESTARTED);
     assert_non_null(strstr(msg, "the daemon exited"));
     assert_int_equal(rn_check(c), RN_RESTARTED);
     printf("rn_check: %s\n", rn_last_error(c));
