@@ -273,6 +273,9 @@ int rnc_chan_vmm_map(rn_client *c, uint32_t count, uint64_t total,
 
 void rnc_chan_close(rn_client *c)
 {
+    /* The watcher holds a duplicate of the connection: it lets go, so that
+     * the daemon sees the close (and the session's end) as before. */
+    rnc_watch_disarm(c);
     if (c->have_chan)
         close(c->chan);
     c->have_chan = false;

@@ -114,6 +114,9 @@ int rn_connect(const rn_connect_opts *opts, rn_client **out)
     snprintf(c->endpoint, sizeof c->endpoint, "%s", o.endpoint);
     c->timeout_ms = o.timeout_ms == 0 ? RN_DEFAULT_TIMEOUT_MS : o.timeout_ms;
     c->path = o.path;
+    /* RMSNORMD_WATCH=0: no watcher thread (watch.c), for debugging. */
+    const char *wenv = getenv("RMSNORMD_WATCH");
+    c->watch_off = wenv && strcmp(wenv, "0") == 0;
     if (o.client_name && *o.client_name)
         snprintf(c->name, sizeof c->name, "%s", o.client_name);
     else
@@ -159,8 +162,14 @@ void rn_close(rn_client *c)
         return;
     rnc_cuda_release(c);
     pthread_mutex_lock(&c->mu);
-    if (c->have_session)
+    /* First: the BYE's close of the channel is not the daemon going, and
+     * the ring's memory goes below. */
+    bool ended = rnc_watch_stop(c);
+    /* A session the watcher saw end needs no BYE (a dead daemon would make
+     * it wait BYE_TIMEOUT_MS). */
+    if (c->have_session && !ended)
         rnc_end_session(c);
+    rnc_chan_close(c);
     rnc_ring_release(c);
     for (size_t i = 0; i < c->nbufs; i++)
         rnc_buf_release(&c->bufs[i]);

@@ -24,6 +24,8 @@
  *   chan.c          the session channel: AUTH, shm registered by descriptor
  *   conn.c          the socket, one request/reply exchange with its timeout,
  *                   and the last error of a client
+ *   watch.c         the daemon watcher: a thread that lets go of the ring's
+ *                   words the client's streams wait on when the daemon goes
  *
  * libclient depends on proto/ (and nanomsg, msgpack-c, the CUDA runtime for
  * client_cuda.c), never on kernels/ or daemon/.
@@ -62,6 +64,10 @@ typedef struct rnc_ring rnc_ring;
  * pointer in cuMemCreate memory. */
 typedef struct rnc_vmm rnc_vmm;
 
+/* The daemon watcher of a client (watch.c); NULL until its ring first
+ * opens. */
+typedef struct rnc_watch rnc_watch;
+
 struct rn_client {
     pthread_mutex_t mu; /* serialises every call */
     int sock;           /* nanomsg NN_REQ socket; < 0: open it at the next call */
@@ -88,6 +94,14 @@ struct rn_client {
     bool ring_setup_failed; /* the last ring call failed setting up the ring (ring.c) */
     bool ring_off;      /* RN_PATH_AUTO: the ring could not be set up here; classic */
     rnc_ring *ring;
+
+    rnc_watch *watch;
+    bool watch_off;     /* RMSNORMD_WATCH=0: no watcher thread */
+    /* Written by the watcher thread when the daemon went (watch.c), read by
+     * the calls: __atomic loads and stores only.  watch_fired is 0 or an
+     * RNC_WATCH_* reason; watch_answered the done word the daemon left. */
+    uint32_t watch_fired;
+    uint64_t watch_answered;
 
     char last_error[RN_ERRMSG_LEN];
     /* Scratch space for one exchange; the mutex makes it private to a call. */
@@ -262,6 +276,59 @@ int rnc_ring_wait(rn_client *c, uint64_t seq);
 int rnc_ring_sync(rn_client *c, bool wait);
 /* Unmap and close c's ring; rn_close calls it after the session ended. */
 void rnc_ring_release(rn_client *c);
+
+/* ---- watch.c: the daemon watcher ------------------------------------------------------- */
+
+/*
+ * A thread per client, started when its ring first opens (unless
+ * RMSNORMD_WATCH=0), asleep in poll(2) until the daemon exits or ends the
+ * session.  Then it does what the client's next call would do for the
+ * streams that wait on the ring (PROTOCOL.md 13): the slots published and
+ * not answered get status RN_RESTARTED and done passes them; every graph
+ * slot a live graph holds gets closed, then done.  It sets c->watch_fired
+ * before any of that, so that the calls report the loss once.
+ *
+ * Threads: the watcher never takes c->mu.  Its state and every write it
+ * makes into the ring happen under a mutex of its own, which the calls
+ * below take (never while they wait for anything); the calls' hot path
+ * reads only c->watch_fired, with an atomic load.  None of these fails:
+ * a watcher that cannot start leaves the client as it was without one.
+ */
+enum {
+    RNC_WATCH_QUIET = 0,  /* the daemon is there (or nothing is watched) */
+    RNC_WATCH_EXITED = 1, /* the daemon's process exited */
+    RNC_WATCH_ENDED = 2,  /* the daemon ended the session; its ring is closed */
+    RNC_WATCH_SILENT = 3, /* the channel closed and the ring stayed open too long */
+};
+
+/* Watch the session of c's channel for the ring at base (slots slots,
+ * then graph graph slots of RNP_GRAPH_SLOT bytes from graph_off on), just
+ * opened.  Clears c->watch_fired. */
+void rnc_watch_arm(rn_client *c, uint8_t *base, uint32_t slots, uint64_t graph_off,
+                   uint32_t graphs);
+/* Stop watching: once it returns the watcher touches the ring no more (the
+ * memory may be reused).  Fine when nothing is watched. */
+void rnc_watch_disarm(rn_client *c);
+/* Graph slot i of the ring at base is held by a live graph (held), or no
+ * more.  Held after the watcher fired: let go at once. */
+void rnc_watch_graph(rn_client *c, const uint8_t *base, uint32_t i, bool held);
+/* After a slot was published with c->watch_fired set (the Dekker pair of
+ * the watcher's reading of prod): release it too. */
+void rnc_watch_catch_up(rn_client *c);
+/* Stop the thread and free the watcher (rn_close, before the ring's memory
+ * goes).  In a fork child, where the thread does not exist, only frees.
+ * Returns whether it saw the current session end (no BYE is due). */
+bool rnc_watch_stop(rn_client *c);
+/* Raise the 64-bit word w to seq unless it is there already (done only
+ * grows: the watcher and a call may raise it at once). */
+void rnc_watch_raise(uint64_t *w, uint64_t seq);
+/* The reason as words: "the daemon exited", ... */
+const char *rnc_watch_why(uint32_t fired);
+
+static inline uint32_t rnc_watch_fired(rn_client *c)
+{
+    return __atomic_load_n(&c->watch_fired, __ATOMIC_SEQ_CST);
+}
 
 /* ---- buffer.c: shm buffers -------------------------------------------------------- */
 

@@ -28,6 +28,12 @@
  * the graph and its instantiations (a user object's destructor, which only
  * queues the slot: the next call gives it back with GRAPH_CLOSE).  Errors
  * of replays (the slot's fails counter moved) are reported like a slot's.
+ *
+ * The daemon watcher (watch.c) is armed for the ring in each session: when
+ * the daemon goes while no call runs, it answers the slots left
+ * RN_RESTARTED and lets go of the words streams wait on; the calls then
+ * find c->watch_fired set and treat the session as lost, as they do when
+ * they find the channel closed themselves.
  */
 
 #include <errno.h>
@@ -285,8 +291,7 @@ static void lost(rnc_ring *g, int code, const char *why)
     if (g->open && g->dev) {
         /* Streams wait for done on calls that will not be answered: let
          * them go, and keep this memory away from the next session. */
-        if (!rnp_seq_reached(load_done(g), g->seq))
-            __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_DONE), g->seq, __ATOMIC_RELEASE);
+        rnc_watch_raise(rnp_ring_u64(g->base, RNP_RING_O_DONE), g->seq);
         g->retire = true;
     }
     g->open = false;
@@ -325,6 +330,8 @@ static int ensure_open(rn_client *c)
     g = c->ring;
     if (g->open && memcmp(&g->of, &c->session, sizeof g->of) == 0)
         return 0;
+    /* The watcher lets go of the memory before it is reused. */
+    rnc_watch_disarm(c);
     lost(g, RN_RESTARTED, "the session ended");
     if (g->retire) {
         if ((rv = renew(c)) != 0)
@@ -346,6 +353,7 @@ static int ensure_open(rn_client *c)
     g->id = c->rep.u.ring_open.ring;
     g->of = c->session;
     g->open = true;
+    rnc_watch_arm(c, g->base, RING_SLOTS, gslot_off(0), GRAPH_SLOTS);
     return 0;
 }
 
@@ -402,6 +410,15 @@ static int wait_done(rn_client *c, rnc_ring *g, uint64_t seq)
             return rnc_fail(c, RN_UNKNOWN_SESSION, "ring: the daemon ended the session");
         }
     }
+    /* done moved because the watcher let it go: as a closed channel. */
+    uint32_t fired = rnc_watch_fired(c);
+    uint64_t answered = __atomic_load_n(&c->watch_answered, __ATOMIC_SEQ_CST);
+    if (fired && !rnp_seq_reached(answered, seq)) {
+        collect(g, answered);
+        lost(g, RN_RESTARTED, rnc_watch_why(fired));
+        c->have_session = false;
+        return rnc_fail(c, RN_UNKNOWN_SESSION, "ring: %s", rnc_watch_why(fired));
+    }
     collect(g, load_done(g));
     return 0;
 }
@@ -452,7 +469,9 @@ static void take_gone(rn_client *c)
         for (rnc_ring *g = c->ring; g; g = g->retired) {
             if (g->token != n->token || n->slot >= GRAPH_SLOTS)
                 continue;
-            if (g->gid[n->slot] && g->open && memcmp(&g->of, &c->session, sizeof g->of) == 0) {
+            /* (No GRAPH_CLOSE to a daemon the watcher saw go.) */
+            if (g->gid[n->slot] && g->open && memcmp(&g->of, &c->session, sizeof g->of) == 0 &&
+                !rnc_watch_fired(c)) {
                 collect_graphs(g);
                 rnp_request *q = rnc_request(c, RN_OP_GRAPH_CLOSE);
                 q->u.graph_close.session = c->session;
@@ -468,6 +487,7 @@ static void take_gone(rn_client *c)
             }
             g->gid[n->slot] = 0;
             g->gheld[n->slot] = false;
+            rnc_watch_graph(c, g->base, n->slot, false);
         }
         free(n);
     }
@@ -530,6 +550,7 @@ static int graph_publish(rn_client *c, rnc_ring *g, const rnp_bwd_req *b,
     g->gid[i] = gid;
     g->gfails[i] = 0;
     g->gheld[i] = true;
+    rnc_watch_graph(c, g->base, i, true);
     return 0;
 }
 
@@ -552,14 +573,16 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
         }
         g->dev = dev;
     }
-    if (__atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_STATE), __ATOMIC_ACQUIRE) !=
-        RNP_RING_OPEN) {
-        /* The daemon ended the session (the idle timeout, say): a new
-         * session opens a new ring, and the call runs there. */
-        collect(g, load_done(g));
-        lost(g, RN_RESTARTED, "the daemon closed the ring");
+    uint32_t fired = rnc_watch_fired(c);
+    if (fired || __atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_STATE), __ATOMIC_ACQUIRE) !=
+                     RNP_RING_OPEN) {
+        /* The daemon ended the session (the idle timeout, say) or exited:
+         * a new session opens a new ring, and the call runs there. */
+        collect(g, fired ? __atomic_load_n(&c->watch_answered, __ATOMIC_SEQ_CST) : load_done(g));
+        lost(g, RN_RESTARTED, fired ? rnc_watch_why(fired) : "the daemon closed the ring");
         c->have_session = false;
-        return rnc_fail(c, RN_UNKNOWN_SESSION, "ring: the daemon closed it (session ended)");
+        return rnc_fail(c, RN_UNKNOWN_SESSION, "ring: %s (session ended)",
+                        fired ? rnc_watch_why(fired) : "the daemon closed it");
     }
     /* Earlier calls' errors first: a call after a failed one is not run. */
     take_gone(c);
@@ -604,6 +627,10 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
         syscall(SYS_futex, rnp_ring_u32(g->base, RNP_RING_O_DOORBELL), FUTEX_WAKE, 1, NULL, NULL,
                 0);
     }
+    /* The same fence pairs with the watcher's (fired, then prod): if it
+     * fired before it could see this slot, the slot is released here. */
+    if (rnc_watch_fired(c))
+        rnc_watch_catch_up(c);
     *seqp = seq;
     /* Later work on the stream sees the outputs.  Published already: a
      * failure here leaves the call to run, unwaited for. */
@@ -633,19 +660,24 @@ int rnc_ring_sync(rn_client *c, bool wait)
         return 0;
     take_gone(c);
     g = c->ring;
-    if (g->open && wait && (rv = wait_done(c, g, g->seq)) != 0)
+    /* A wait that ended because the session did (lost() recorded what
+     * became of the calls) reports that below, once; a timeout is
+     * returned. */
+    if (g->open && wait && (rv = wait_done(c, g, g->seq)) != 0 && g->open)
         return rv;
+    uint32_t fired = g->open ? rnc_watch_fired(c) : 0;
     if (g->open)
-        collect(g, load_done(g));
+        collect(g, fired ? __atomic_load_n(&c->watch_answered, __ATOMIC_SEQ_CST) : load_done(g));
     collect_graphs(g);
     /* A session the daemon ended (its idle timeout, a restart) with no call
      * outstanding: said now, so that graphs whose replays compute nothing
      * any more are not silent (lost() reports them). */
     if (g->open) {
-        bool gone = chan_closed(c);
+        bool gone = fired || chan_closed(c);
         if (gone || __atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_STATE), __ATOMIC_ACQUIRE) !=
                         RNP_RING_OPEN)
-            lost(g, RN_RESTARTED, "the daemon ended the session (or exited)");
+            lost(g, RN_RESTARTED,
+                 fired ? rnc_watch_why(fired) : "the daemon ended the session (or exited)");
         if (gone)
             c->have_session = false;
     }

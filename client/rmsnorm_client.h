@@ -38,6 +38,16 @@
  *
  * fork(): a child must not use an rn_client opened by its parent (nanomsg is
  * not fork-safe); it opens its own.  Buffers stay the parent's.
+ *
+ * The daemon watcher: a client on the fast path runs one thread of its own
+ * (named "rn-watch"), started with its ring and joined by rn_close, that
+ * sleeps until the daemon exits or ends the session.  Then calls in flight
+ * are finished as lost: a stream (or a graph replay) waiting for one goes
+ * on at once, without a further call of this library, the outputs of those
+ * calls are undefined, and the next call, rn_check or rn_sync reports the
+ * loss once (RN_RESTARTED).  RMSNORMD_WATCH=0 in the environment at
+ * rn_connect starts no thread: the waits then end at the next call.  The
+ * thread blocks every signal and does not exist in a fork child.
  */
 #ifndef RMSNORM_CLIENT_H
 #define RMSNORM_CLIENT_H

@@ -3,8 +3,9 @@
 # Graph capture on the fast path (PROTOCOL.md 13.8) and a stream per ring,
 # on a GPU host, without and with MPS: test_graph_cuda (two clients, 1000
 # replays each, bitwise against eager), test_fastpath_cuda (the ring, now on
-# streams of its own), and python/tests/test_torch_graph.py where PyTorch is
-# installed.  Build where nvcc is, pack with tests/gpu/pack_build.sh, then
+# streams of its own), test_watch_cuda (the daemon killed under a waiting
+# stream or replay; without MPS only) and python/tests/test_torch_graph.py
+# where PyTorch is installed.  Build where nvcc is, pack with tests/gpu/pack_build.sh, then
 # from the repository root (LD_LIBRARY_PATH with the runtime libraries):
 #   tests/gpu/graph_run.sh PACK OUT
 # Logs go to OUT; the last lines summarise each step.
@@ -29,6 +30,8 @@ pytests() {
 step "test_graph_cuda (no MPS)" graph-nomps.log timeout 300 "$pack/tests/gpu/test_graph_cuda"
 step "test_fastpath_cuda (no MPS)" fast-nomps.log env RN_SKIP_TESTS='test_kill9*' \
     timeout 300 "$pack/tests/gpu/test_fastpath_cuda"
+# The daemon killed under a waiting stream (libclient's watcher); not under MPS.
+step "test_watch_cuda (no MPS)" watch-nomps.log timeout 300 "$pack/tests/gpu/test_watch_cuda"
 pytests nomps
 if mps_start graph; then
     step "test_graph_cuda (MPS)" graph-mps.log env RN_EXPECT_MPS=1 timeout 300 \
