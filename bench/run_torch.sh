@@ -10,8 +10,10 @@
 #      (python/examples/gpu_cycle.py: train_mp.py with the daemon twice and
 #      with torch.nn.RMSNorm twice, compare_runs.py);
 #   2. MPS stopped: the same again (without the classic path).
-# Each step has a time limit (2 x (100 + 105) s: under 7 minutes in all at worst;
-# an H200 should take about 4-5).  Writes at most 8 files to OUT:
+# Each step has a time limit (bench 100 s, training demo 300 s: its four runs
+# start four PyTorch workers each, about 50 s a run under MPS on an H200).
+# The whole takes more than a device command's 10 minutes: RN_TORCH_ONLY=bench
+# or RN_TORCH_ONLY=train runs one part (and RN_NO_MPS=1 / RN_ONLY_MPS=1 one half).  Writes at most 8 files to OUT:
 #   summary.txt   what is printed at the end: step time ratio daemon/torch
 #                 per training run, autograd ratios per shape
 #   results.json  the same numbers, and the bench rows of both runs
@@ -59,8 +61,8 @@ fi
 
 # Step sizes: the bench's iterations and the training run's steps (20 of
 # them are warm-up, left out of the medians).
-iters=150 rounds=3 steps=200
-bench_limit=100 train_limit=105
+iters=150 rounds=3 steps=${RN_TORCH_STEPS:-200}
+bench_limit=100 train_limit=${RN_TORCH_TRAIN_LIMIT:-300}
 bench_extra=() train_extra=()
 if [ "${RN_TORCH_QUICK:-0}" = 1 ]; then
     iters=20 rounds=2 steps=40 bench_limit=60 train_limit=60
@@ -109,15 +111,18 @@ trap 'mps_stop' EXIT
 # One half: bench_torch.py, then the training demo.  $1: mps or nomps.
 half() {
     local tag=$1 state=$2; shift 2
-    say "== $tag: bench_torch.py ($state)"
     local t0=$SECONDS
-    timeout -k 5 "$bench_limit" python3 bench/bench_torch.py "$work/bench_$tag" --iters "$iters" \
-        --rounds "$rounds" --label "MPS $state" ${bench_extra[@]+"${bench_extra[@]}"} "$@" \
-        >>"$log" 2>&1 || {
-        say "   bench_torch.py: exit $? (see run.log)"
-        status=1
-    }
-    say "   $((SECONDS - t0)) s"
+    if [ "${RN_TORCH_ONLY:-}" != train ]; then
+        say "== $tag: bench_torch.py ($state)"
+        timeout -k 5 "$bench_limit" python3 bench/bench_torch.py "$work/bench_$tag" --iters "$iters" \
+            --rounds "$rounds" --label "MPS $state" ${bench_extra[@]+"${bench_extra[@]}"} "$@" \
+            >>"$log" 2>&1 || {
+            say "   bench_torch.py: exit $? (see run.log)"
+            status=1
+        }
+        say "   $((SECONDS - t0)) s"
+    fi
+    [ "${RN_TORCH_ONLY:-}" = bench ] && return 0
     say "== $tag: training demo, 4 workers x $steps steps ($state)"
     t0=$SECONDS
     RN_MPS_STATE=$state timeout -k 5 "$train_limit" python3 python/examples/gpu_cycle.py \
@@ -132,11 +137,13 @@ half() {
 if [ "${RN_NO_MPS:-0}" != 1 ] && mps_start; then
     half mps on --classic
     mps_stop
+elif [ "${RN_NO_MPS:-0}" = 1 ]; then
+    say "== MPS half skipped (RN_NO_MPS=1)"
 else
-    say "== MPS half skipped (RN_NO_MPS=1, or MPS could not start)"
+    say "== MPS half skipped: MPS could not start"
     status=1
 fi
-half nomps off
+[ "${RN_ONLY_MPS:-0}" = 1 ] || half nomps off
 
 python3 bench/torch_summary.py "$work" "$out/results.json" >"$out/summary.txt" 2>>"$log" || status=1
 for t in mps nomps; do
