@@ -155,7 +155,9 @@ endif
 #   tests/<suite>/test_*.c             one test binary each (cmocka)
 #   tests/<suite>/prog_*.c             helper programs the tests run
 #   tests/<suite>/<other>.c            shared code linked into that suite's binaries
-#   bench/*.c                          one benchmark program each
+#   bench/*.c                          one benchmark program each, except
+#                                      BENCH_SHARED: pieces some of them link
+#                                      (a rule below names which)
 cuda_filter = $(if $(HAVE_CUDA),$(1),$(filter-out %_cuda.c,$(1)))
 
 PROTO_SRC := $(wildcard proto/*.c)
@@ -198,7 +200,8 @@ INTEG_BINS := $(call suite_tests,integration) $(call suite_progs,integration)
 GPU_BINS := $(if $(HAVE_CUDA),$(call suite_tests,gpu) $(call suite_progs,gpu))
 # The programs in bench/ measure the GPU; the CPU backend's benchmark is
 # `rmsnormctl bench`.
-BENCH_BINS := $(if $(HAVE_CUDA),$(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c)))
+BENCH_SHARED := bench/kernel_trace.c
+BENCH_BINS := $(if $(HAVE_CUDA),$(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out $(BENCH_SHARED),$(wildcard bench/*.c))))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/replay_%,$(FUZZ_SRC))
 
@@ -376,10 +379,12 @@ $(BUILD)/tests/$(1)/%: $(BUILD)/obj/tests/$(1)/%.o $(call obj,$(call suite_share
 endef
 $(foreach s,$(TEST_SUITES),$(eval $(call suite_rules,$(s))))
 
+# A program's own object, then the shared bench objects it uses.
+$(BUILD)/bench/bench_kernel: $(BUILD)/obj/bench/kernel_trace.o
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBCLIENT_A) $(LIBPROTO) $(LIBKCPU) $(LIBKCUDA)
 	$(call say,LD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) -o $@ $< $(TEST_LIBS)
+	$(Q)$(CC) -o $@ $< $(filter $(BUILD)/obj/bench/%.o,$(filter-out $<,$^)) $(TEST_LIBS)
 
 # Fuzz harnesses: a replay build (normal compiler, a main that feeds files to
 # the harness) that `make test` runs over the corpus and the regressions, and

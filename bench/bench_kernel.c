@@ -19,6 +19,9 @@
  *
  * Usage: bench_kernel [--quick] [--out DIR] [--torch FILE.csv] [--reps N] [--shape M,N,w]
  * Writes DIR/kernel.csv and DIR/kernel.json; prints a table and the targets.
+ * bench_kernel --trace [M,N[,w][+M,N[,w]...]] (repeatable; a build with
+ * -DRNK_TRACE=1 only) instead prints per-block timelines of the production
+ * launch (kernel_trace.c), CSVs in --out DIR when given.
  * bench_kernel --accuracy DIR instead measures dx's accuracy on the inputs
  * kernel_torch.py --accuracy DIR wrote (see accuracy() below).
  */
@@ -31,6 +34,7 @@
 #include <time.h>
 
 #include "gpu/e2e_cuda.h"
+#include "kernel_trace.h"
 #include "rnk_test.h"
 
 #define CU(call) RNE_CK(call)
@@ -100,14 +104,18 @@ static double copy_bandwidth(void)
     return 2.0 * (double)b / (med * 1e-3);
 }
 
-typedef struct set {
-    rnk_bwd_args a;
-} set;
+/* The input sets a shape's launches rotate over: bf16 x, dy and dx, a weight
+ * (fp32 or bf16, with dw of its dtype) and rstd given, enough sets that L2
+ * (60 MB on the H200) cannot serve them. */
+typedef struct sets {
+    int n;
+    rnk_bwd_args *a;
+    void *w, *dw;
+    float *rstd;
+} sets;
 
-static void bench_shape(row *r, int reps, void *ws, size_t wsb)
+static void make_sets(sets *S, int64_t m, int64_t n, bool wf)
 {
-    int64_t m = r->m, n = r->n;
-    bool wf = strcmp(r->w, "f32") == 0;
     rnk_dtype wt = wf ? RNK_F32 : RNK_BF16;
     size_t rowsb = (size_t)(m * n) * 2;
     double setb = 3.0 * (double)rowsb;
@@ -116,23 +124,22 @@ static void bench_shape(row *r, int reps, void *ws, size_t wsb)
         nsets = 2;
     if (nsets > 64)
         nsets = 64;
-    set *sets = calloc((size_t)nsets, sizeof *sets);
-    void *w, *dw;
-    float *rstd;
     char msg[256];
-    CU(cudaMalloc(&w, (size_t)n * 4));
-    CU(cudaMalloc(&dw, (size_t)n * 4));
-    CU(cudaMalloc((void **)&rstd, (size_t)m * 4 * nsets));
-    rnk_cuda_fill(wt, w, 1, n, n, 7, 0.3f, 1.0f, st, msg, sizeof msg);
+    S->n = nsets;
+    S->a = calloc((size_t)nsets, sizeof *S->a);
+    CU(cudaMalloc(&S->w, (size_t)n * 4));
+    CU(cudaMalloc(&S->dw, (size_t)n * 4));
+    CU(cudaMalloc((void **)&S->rstd, (size_t)m * 4 * nsets));
+    rnk_cuda_fill(wt, S->w, 1, n, n, 7, 0.3f, 1.0f, st, msg, sizeof msg);
     for (int s = 0; s < nsets; s++) {
-        rnk_bwd_args *a = &sets[s].a;
+        rnk_bwd_args *a = &S->a[s];
         void *x, *dy, *dx;
         CU(cudaMalloc(&x, rowsb));
         CU(cudaMalloc(&dy, rowsb));
         CU(cudaMalloc(&dx, rowsb));
         rnk_cuda_fill(RNK_BF16, x, m, n, n, 100 + s, 1.0f, 0.1f, st, msg, sizeof msg);
         rnk_cuda_fill(RNK_BF16, dy, m, n, n, 200 + s, 1.0f, 0.0f, st, msg, sizeof msg);
-        rnk_cuda_rstd(RNK_BF16, x, m, n, n, 1e-5f, rstd + (size_t)s * m, st, msg, sizeof msg);
+        rnk_cuda_rstd(RNK_BF16, x, m, n, n, 1e-5f, S->rstd + (size_t)s * m, st, msg, sizeof msg);
         memset(a, 0, sizeof *a);
         a->m = m;
         a->n = n;
@@ -143,13 +150,36 @@ static void bench_shape(row *r, int reps, void *ws, size_t wsb)
         a->dy = dy;
         a->dx = dx;
         a->x_stride = a->dy_stride = a->dx_stride = n;
-        a->w = w;
-        a->dw = dw;
-        a->rstd = rstd + (size_t)s * m;
+        a->w = S->w;
+        a->dw = S->dw;
+        a->rstd = S->rstd + (size_t)s * m;
         a->eps = 1e-5f;
     }
     CU(cudaStreamSynchronize(st));
-    rnk_cuda_describe(dev, &sets[0].a, r->plan, sizeof r->plan);
+}
+
+static void free_sets(sets *S)
+{
+    for (int s = 0; s < S->n; s++) {
+        cudaFree((void *)S->a[s].x);
+        cudaFree((void *)S->a[s].dy);
+        cudaFree(S->a[s].dx);
+    }
+    cudaFree(S->w);
+    cudaFree(S->dw);
+    cudaFree(S->rstd);
+    free(S->a);
+}
+
+static void bench_shape(row *r, int reps, void *ws, size_t wsb)
+{
+    int64_t m = r->m, n = r->n;
+    bool wf = strcmp(r->w, "f32") == 0;
+    char msg[256];
+    sets S;
+    make_sets(&S, m, n, wf);
+    int nsets = S.n;
+    rnk_cuda_describe(dev, &S.a[0], r->plan, sizeof r->plan);
     r->bytes = 6.0 * (double)m * (double)n + 4.0 * (double)m + 2.0 * (double)n * (wf ? 4 : 2);
 
     cudaEvent_t *ev = malloc(sizeof(cudaEvent_t) * (size_t)(reps + 1));
@@ -159,7 +189,7 @@ static void bench_shape(row *r, int reps, void *ws, size_t wsb)
     for (int v = 0; v < NV; v++) {
         /* warm up: module load, occupancy cache, clocks */
         for (int i = 0; i < 3; i++)
-            if (rnk_cuda_bwd_variant(dev, &sets[i % nsets].a, ws, wsb, v, st, msg, sizeof msg)) {
+            if (rnk_cuda_bwd_variant(dev, &S.a[i % nsets], ws, wsb, v, st, msg, sizeof msg)) {
                 fprintf(stderr, "%s %lldx%lld: %s\n", vname[v], (long long)m, (long long)n, msg);
                 exit(1);
             }
@@ -168,7 +198,7 @@ static void bench_shape(row *r, int reps, void *ws, size_t wsb)
         delay(2 + (unsigned)(reps * 0.01));
         CU(cudaEventRecord(ev[0], st));
         for (int i = 0; i < reps; i++) {
-            rnk_cuda_bwd_variant(dev, &sets[i % nsets].a, ws, wsb, v, st, msg, sizeof msg);
+            rnk_cuda_bwd_variant(dev, &S.a[i % nsets], ws, wsb, v, st, msg, sizeof msg);
             CU(cudaEventRecord(ev[i + 1], st));
         }
         CU(cudaStreamSynchronize(st));
@@ -183,16 +213,65 @@ static void bench_shape(row *r, int reps, void *ws, size_t wsb)
         CU(cudaEventDestroy(ev[i]));
     free(ev);
     free(t);
-    for (int s = 0; s < nsets; s++) {
-        cudaFree((void *)sets[s].a.x);
-        cudaFree((void *)sets[s].a.dy);
-        cudaFree(sets[s].a.dx);
-    }
-    cudaFree(w);
-    cudaFree(dw);
-    cudaFree(rstd);
-    free(sets);
+    free_sets(&S);
 }
+
+#if defined(RNK_TRACE) && RNK_TRACE
+/*
+ * --trace: the production launch of one shape exactly as the timed runs make
+ * it (warm-up, the same rotation over input sets, queued behind a delay,
+ * each launch between two events), each of the reps launches recording its
+ * per-block timeline into a buffer of its own (rnk_cuda_set_trace);
+ * kernel_trace.c prints them.
+ */
+static void trace_shape(int64_t m, int64_t n, const char *w, int reps, void *ws, size_t wsb,
+                        const char *out)
+{
+    char msg[256], plan[160];
+    sets S;
+    make_sets(&S, m, n, strcmp(w, "f32") == 0);
+    rnk_cuda_describe(dev, &S.a[0], plan, sizeof plan);
+    size_t tb = (rnk_cuda_trace_bytes(dev, &S.a[0]) + 255) / 256 * 256;
+    unsigned char *tbuf, *host = malloc(tb * (size_t)reps);
+    CU(cudaMalloc((void **)&tbuf, tb * (size_t)reps));
+    CU(cudaMemset(tbuf, 0, tb * (size_t)reps));
+    cudaEvent_t *ev = malloc(sizeof(cudaEvent_t) * (size_t)(reps + 1));
+    for (int i = 0; i <= reps; i++)
+        CU(cudaEventCreate(&ev[i]));
+    rnk_cuda_set_trace(NULL, 0);
+    for (int i = 0; i < 3; i++)
+        if (rnk_cuda_bwd(dev, &S.a[i % S.n], ws, wsb, st, msg, sizeof msg)) {
+            fprintf(stderr, "trace %lldx%lld: %s\n", (long long)m, (long long)n, msg);
+            exit(1);
+        }
+    delay(2 + (unsigned)(reps * 0.01));
+    CU(cudaEventRecord(ev[0], st));
+    for (int i = 0; i < reps; i++) {
+        rnk_cuda_set_trace(tbuf + tb * (size_t)i, tb);
+        rnk_cuda_bwd(dev, &S.a[i % S.n], ws, wsb, st, msg, sizeof msg);
+        CU(cudaEventRecord(ev[i + 1], st));
+    }
+    rnk_cuda_set_trace(NULL, 0);
+    CU(cudaStreamSynchronize(st));
+    CU(cudaMemcpy(host, tbuf, tb * (size_t)reps, cudaMemcpyDeviceToHost));
+    kt_launch *l = calloc((size_t)reps, sizeof *l);
+    for (int i = 0; i < reps; i++) {
+        float ms;
+        CU(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
+        l[i].buf = host + tb * (size_t)i;
+        l[i].bytes = tb;
+        l[i].event_us = ms * 1e3;
+    }
+    kt_report(m, n, w, plan, rnk_cuda_sm_count(dev), l, reps, out);
+    for (int i = 0; i <= reps; i++)
+        CU(cudaEventDestroy(ev[i]));
+    free(ev);
+    free(l);
+    free(host);
+    cudaFree(tbuf);
+    free_sets(&S);
+}
+#endif
 
 /* Read a whole file of `bytes` bytes into host memory, or exit. */
 static void *slurp(const char *path, size_t bytes)
@@ -350,15 +429,20 @@ int main(int argc, char **argv)
 {
     const char *out = getenv("OUT") ? getenv("OUT") : ".";
     const char *torch = NULL, *acc_dir = NULL;
-    bool quick = false;
+    bool quick = false, out_set = false;
     int reps = 60;
     long long only_m = 0, only_n = 0;
     char *only_w = NULL;
+    kt_shape tr[KT_MAX_SHAPES];
+    int ntr = 0;
+    bool trace = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = true;
-        else if (!strcmp(argv[i], "--out") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
             out = argv[++i];
+            out_set = true;
+        }
         else if (!strcmp(argv[i], "--torch") && i + 1 < argc)
             torch = argv[++i];
         else if (!strcmp(argv[i], "--accuracy") && i + 1 < argc)
@@ -371,14 +455,29 @@ int main(int argc, char **argv)
             if (sscanf(argv[++i], "%lld,%lld,%7s", &only_m, &only_n, w) != 3)
                 return 2;
             only_w = strdup(w);
-        }
-        else {
+        } else if (!strcmp(argv[i], "--trace")) {
+            /* --trace [M,N[,w][+M,N[,w]...]]: per-block timelines (RNK_TRACE=1) */
+            trace = true;
+            if (i + 1 < argc && argv[i + 1][0] >= '0' && argv[i + 1][0] <= '9' &&
+                kt_parse(argv[++i], tr, &ntr))
+                return 2;
+        } else {
             fprintf(stderr, "usage: %s [--quick] [--out DIR] [--torch FILE.csv] [--reps N] "
-                            "[--shape M,N,f32|bf16] [--accuracy DIR]\n",
+                            "[--shape M,N,f32|bf16] [--accuracy DIR] [--trace [M,N[,w][+...]]]\n",
                     argv[0]);
             return 2;
         }
     }
+#if !(defined(RNK_TRACE) && RNK_TRACE)
+    (void)out_set;
+    if (trace) {
+        fprintf(stderr, "--trace needs a build with -DRNK_TRACE=1 "
+                        "(bench/build_variants.sh DEST T='-DRNK_TRACE=1')\n");
+        return 2;
+    }
+#endif
+    if (trace && ntr == 0)
+        kt_parse(KT_DEFAULT_SHAPES, tr, &ntr);
     char msg[256];
     int *flags;
     CU(cudaSetDeviceFlags(cudaDeviceMapHost));
@@ -396,6 +495,27 @@ int main(int argc, char **argv)
         accuracy(acc_dir);
         return 0;
     }
+#if defined(RNK_TRACE) && RNK_TRACE
+    if (trace) {
+        size_t twsb = 0;
+        for (int i = 0; i < ntr; i++) {
+            size_t b = rnk_cuda_workspace_size(dev, tr[i].m, tr[i].n);
+            twsb = b > twsb ? b : twsb;
+        }
+        void *tws;
+        CU(cudaMalloc(&tws, twsb));
+        if (rnk_cuda_workspace_init(tws, twsb, st, msg, sizeof msg)) {
+            fprintf(stderr, "%s\n", msg);
+            return 1;
+        }
+        printf("GPU: %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+        for (int i = 0; i < ntr; i++)
+            trace_shape(tr[i].m, tr[i].n, tr[i].w, reps, tws, twsb, out_set ? out : NULL);
+        cudaFree(tws);
+        rnk_cuda_fini(dev);
+        return 0;
+    }
+#endif
 
     static const int64_t ms[] = {4096, 8192, 16384, 32768, 65536};
     static const int64_t ns[] = {256, 512, 1024, 2048, 4096, 8192};

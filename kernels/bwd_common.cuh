@@ -15,6 +15,15 @@
 
 #include "rnk.h"
 
+/* RNK_TRACE = 1: per-block timelines for the benchmark (bwd_kernel.cuh's
+ * knob list; rnk_test.h has the record layout).  0: no code, no field. */
+#ifndef RNK_TRACE
+#define RNK_TRACE 0
+#endif
+#if RNK_TRACE
+#include "rnk_test.h"
+#endif
+
 namespace rnk {
 
 enum Mode {
@@ -58,6 +67,12 @@ struct Params {
     int64_t xstep, ystep, dstep, drstep; /* fast path: bytes between a stripe's rows */
     float inv_n;      /* 1 / n (RNK_LEAN's row means) */
     int64_t rstep;    /* rows between a stripe's rows: G, or G * nchunks (RNK_ILV) */
+#if RNK_TRACE
+    rnk_trace_head *tr_head;  /* NULL: this launch records nothing */
+    rnk_trace_block *tr_blk;  /* [tr_nblk] */
+    rnk_trace_chunk *tr_chk;  /* [tr_nchk] */
+    int tr_nblk, tr_nchk;
+#endif
 };
 
 /* ---- element access ------------------------------------------------------ */
@@ -248,6 +263,91 @@ __device__ __forceinline__ void stripe_sum2(S &a, S &b, bool only_b, int g, int 
     }
 }
 
+/* ---- per-block timelines (RNK_TRACE = 1; empty otherwise) ---------------
+ * Thread 0 of each block stores %globaltimer at the phase boundaries of
+ * rnk_test.h (T0 .. T5) as it passes them (after the block's barrier where
+ * there is one), straight to global memory, so that nothing stays live in
+ * registers across the row loop.  A handful of stores a block, one a chunk. */
+#if RNK_TRACE
+__device__ __forceinline__ uint64_t trace_now()
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+    return t;
+}
+#endif
+
+/* T0, the block's SM and (block 0) the launch's head.  kind: rnk_test.h's. */
+__device__ __forceinline__ void trace_start(const Params &p, unsigned kind)
+{
+#if RNK_TRACE
+    if (p.tr_head != nullptr && threadIdx.x == 0) {
+        const uint64_t t = trace_now();
+        if ((int)blockIdx.x < p.tr_nblk) {
+            unsigned sm;
+            asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+            p.tr_blk[blockIdx.x].t[0] = t;
+            p.tr_blk[blockIdx.x].smid = sm;
+        }
+        if (blockIdx.x == 0) {
+            rnk_trace_head *h = p.tr_head;
+            h->grid = gridDim.x;
+            h->threads = blockDim.x;
+            h->nchunks = (unsigned)p.nchunks;
+            h->nslices = (unsigned)p.nslices;
+            h->G = (unsigned)p.G;
+            h->tpr = (unsigned)p.tpr;
+            h->kind = kind;
+            h->blocks_cap = (unsigned)p.tr_nblk;
+            h->chunks_cap = (unsigned)p.tr_nchk;
+            h->magic = RNK_TRACE_MAGIC;
+        }
+    }
+#else
+    (void)p, (void)kind;
+#endif
+}
+
+/* T[first] .. T[last] = now (one reading). */
+__device__ __forceinline__ void trace_mark(const Params &p, int first, int last)
+{
+#if RNK_TRACE
+    if (p.tr_head != nullptr && threadIdx.x == 0 && (int)blockIdx.x < p.tr_nblk) {
+        const uint64_t t = trace_now();
+        for (int i = first; i <= last; i++)
+            p.tr_blk[blockIdx.x].t[i] = t;
+    }
+#else
+    (void)p, (void)first, (void)last;
+#endif
+}
+
+/* T2, the claim loop's end, with the number of chunks the block did. */
+__device__ __forceinline__ void trace_rows_done(const Params &p, int chunks)
+{
+#if RNK_TRACE
+    if (p.tr_head != nullptr && threadIdx.x == 0 && (int)blockIdx.x < p.tr_nblk) {
+        p.tr_blk[blockIdx.x].t[2] = trace_now();
+        p.tr_blk[blockIdx.x].chunks = (unsigned)chunks;
+    }
+#else
+    (void)p, (void)chunks;
+#endif
+}
+
+/* Chunk k done (published, where there is a publish) by this block. */
+__device__ __forceinline__ void trace_chunk(const Params &p, int k)
+{
+#if RNK_TRACE
+    if (p.tr_head != nullptr && threadIdx.x == 0 && k < p.tr_nchk) {
+        p.tr_chk[k].t = trace_now();
+        p.tr_chk[k].block = blockIdx.x;
+    }
+#else
+    (void)p, (void)k;
+#endif
+}
+
 /* ---- shared phases ----------------------------------------------------- */
 
 /*
@@ -335,10 +435,12 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
             __threadfence();
         }
         __syncthreads();
+        trace_mark(p, 3, 3);
         for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
             finish_slice(p, sl, tile);
     }
     __syncthreads();
+    trace_mark(p, fused && p.dw ? 4 : 3, 4);
     if (threadIdx.x == 0) {
         __threadfence();
         unsigned prev = atomicAdd(&p.ctr[CTR_EXIT], 1u);
@@ -353,6 +455,7 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
             atomicExch(&p.ctr[CTR_EXIT], 0u);
         }
     }
+    trace_mark(p, 5, 5);
 }
 
 /*

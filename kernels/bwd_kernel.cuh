@@ -88,6 +88,13 @@ namespace rnk {
 #ifndef RNK_ILV
 #define RNK_ILV 0
 #endif
+/* RNK_TRACE = 1 (benchmark only; defined in bwd_common.cuh, 0 by default:
+ * no code, no Params field): thread 0 of each block stores %globaltimer at
+ * the phase boundaries (entry, setup done, claim loop done, every chunk
+ * done, finish done, exit; rnk_test.h's rnk_trace_block), its %smid and
+ * chunk count, and each chunk's publish time, into the buffer of
+ * rnk_cuda_set_trace; bench_kernel --trace prints them (bench/RESULTS.md,
+ * "How to trace"). */
 static_assert(!RNK_ILV || RNK_LEAN, "RNK_ILV needs RNK_LEAN");
 /* RNK_DIRECT = D > 0 (experiment): no ring in shared memory; each thread
  * loads its own vectors of the rows D - 1 steps ahead straight into
@@ -444,6 +451,7 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
     const int64_t n = p.n;
     const bool want_dw = p.dw != nullptr;
 
+    trace_start(p, 1u | (unsigned)NV << 4 | (unsigned)MODE << 8);
     if (cancelled(p)) {
         finish_and_exit(p, smem, false);
         return;
@@ -492,6 +500,7 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
     if (threadIdx.x == 0)
         s_claim[0] = (int)nxt;
     __syncthreads();
+    trace_mark(p, 1, 1);
 
     int it = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
@@ -541,6 +550,7 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
             s_claim[(it + 1) & 1] = (int)nxt;
         if (!want_dw) {
             __syncthreads();
+            trace_chunk(p, k);
             continue;
         }
         float *part = p.part + (int64_t)k * p.cs;
@@ -584,7 +594,9 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
             publish_chunk(p);
         else
             __syncthreads();
+        trace_chunk(p, s_claim[it & 1]); /* = k, which need not stay live */
     }
+    trace_rows_done(p, it);
     finish_and_exit(p, work, MODE == MODE_FUSED);
 }
 
@@ -605,6 +617,7 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
     const bool want_dw = p.dw != nullptr;
     const bool has_w = p.w != nullptr;
 
+    trace_start(p, 2u);
     if (cancelled(p)) {
         finish_and_exit(p, smem, false);
         return;
@@ -613,6 +626,7 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
     if (threadIdx.x == 0)
         s_claim[0] = (int)nxt;
     __syncthreads();
+    trace_mark(p, 1, 1);
     int it = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
         nxt = claim_issue(p);
@@ -658,8 +672,10 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
         if (threadIdx.x == 0)
             s_claim[(it + 1) & 1] = (int)nxt;
         __syncthreads();
-        if (!want_dw)
+        if (!want_dw) {
+            trace_chunk(p, k);
             continue;
+        }
         float *part = p.part + (int64_t)k * p.cs;
         for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
             float s = 0.0f;
@@ -668,7 +684,9 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
             part[j] = s;
         }
         publish_chunk(p);
+        trace_chunk(p, k);
     }
+    trace_rows_done(p, it);
     finish_and_exit(p, smem, true);
 }
 

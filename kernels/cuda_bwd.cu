@@ -312,6 +312,55 @@ const void *rnk::production_fn(const Plan &pl)
     }
 }
 
+#if RNK_TRACE
+/* rnk_test.h's timelines: the buffer the next launches record into. */
+static void *g_trace;
+static size_t g_trace_bytes;
+
+static size_t trace_bytes(int64_t grid, int64_t nchunks)
+{
+    return sizeof(rnk_trace_head) + (size_t)grid * sizeof(rnk_trace_block) +
+           (size_t)nchunks * sizeof(rnk_trace_chunk);
+}
+
+extern "C" void rnk_cuda_set_trace(void *buf, size_t bytes)
+{
+    g_trace = bytes >= sizeof(rnk_trace_head) ? buf : nullptr;
+    g_trace_bytes = g_trace ? bytes : 0;
+}
+
+extern "C" size_t rnk_cuda_trace_bytes(rnk_device *dev, const rnk_bwd_args *a)
+{
+    char msg[160];
+    Plan pl;
+    int grid = 0;
+    if (plan(dev, a, (void *)(uintptr_t)256, ws_bytes(a->m, a->n), &pl, msg, sizeof msg) ||
+        a->m == 0 || grid_for(dev, production_fn(pl), pl, msg, sizeof msg, &grid))
+        return sizeof(rnk_trace_head);
+    return trace_bytes(grid, pl.p.nchunks);
+}
+
+/* As many blocks' records as the buffer holds, then as many chunks'. */
+static void trace_attach(Params &p, int grid)
+{
+    static_assert(sizeof(rnk_trace_head) == 64 && sizeof(rnk_trace_block) == 64 &&
+                      sizeof(rnk_trace_chunk) == 16,
+                  "rnk_test.h's trace records");
+    p.tr_head = (rnk_trace_head *)g_trace;
+    p.tr_blk = nullptr;
+    p.tr_chk = nullptr;
+    p.tr_nblk = p.tr_nchk = 0;
+    if (!g_trace)
+        return;
+    size_t room = (g_trace_bytes - sizeof(rnk_trace_head)) / sizeof(rnk_trace_block);
+    p.tr_nblk = (int)(room < (size_t)grid ? room : (size_t)grid);
+    p.tr_blk = (rnk_trace_block *)(p.tr_head + 1);
+    room = (g_trace_bytes - trace_bytes(p.tr_nblk, 0)) / sizeof(rnk_trace_chunk);
+    p.tr_nchk = (int)(room < (size_t)p.nchunks ? room : (size_t)p.nchunks);
+    p.tr_chk = (rnk_trace_chunk *)(p.tr_blk + p.tr_nblk);
+}
+#endif
+
 int rnk::launch(rnk_device *dev, const void *fn, Plan &pl, cudaStream_t st, char *msg,
                 size_t msglen)
 {
@@ -319,6 +368,9 @@ int rnk::launch(rnk_device *dev, const void *fn, Plan &pl, cudaStream_t st, char
     int rc = grid_for(dev, fn, pl, msg, msglen, &grid);
     if (rc)
         return rc;
+#if RNK_TRACE
+    trace_attach(pl.p, grid);
+#endif
     void *args[] = {&pl.p};
     CK(cudaLaunchKernel(fn, dim3(grid), dim3(pl.threads), args, pl.smem, st));
     CK(cudaGetLastError());

@@ -115,6 +115,50 @@ size_t rnk_cuda_variant_workspace_size(const rnk_device *dev, int64_t m, int64_t
 int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t ws_bytes,
                          int variant, void *stream, char *msg, size_t msglen);
 
+/* ---- per-block timelines (benchmark only: -DRNK_TRACE=1) ----------------
+ * With -DRNK_TRACE=1 (bwd_kernel.cuh's knob list; build bench_kernel with
+ * bench/build_variants.sh DEST T='-DRNK_TRACE=1') the fused kernel's thread
+ * 0 of each block stores %globaltimer (ns) at its phase boundaries into a
+ * buffer set with rnk_cuda_set_trace, which every later launch through
+ * rnk_cuda_bwd (or a variant) uses until it is set again (NULL: off).  Not
+ * thread safe: for one benchmark thread.  Layout: a rnk_trace_head, then
+ * head.blocks_cap rnk_trace_block (block b at index b), then
+ * head.chunks_cap rnk_trace_chunk (chunk k at index k); a launch whose grid
+ * or chunk count exceeds what the buffer holds records the first ones only.
+ * Nothing is cleared: zero the buffer before the launch, so that 0 reads as
+ * "not reached" (a cancelled launch's blocks never reach T1 and T2).
+ *   T0 entry; T1 setup done (cancel check, w staged, first claim known);
+ *   T2 claim loop done (its last chunk published); T3 every chunk done (the
+ *   wait on CTR_DONE; = T4 when there is no fused finish); T4 its finish
+ *   slices done; T5 after its exit count (and the last block's reset). */
+#define RNK_TRACE_MAGIC 0x524e4b54u /* "RNKT" */
+typedef struct rnk_trace_head {
+    uint32_t magic;   /* RNK_TRACE_MAGIC once block 0 has started */
+    uint32_t grid, threads, nchunks, nslices, G, tpr;
+    uint32_t kind;    /* 1 fast path, 2 general; | nv << 4 | mode << 8 (0 fused) */
+    uint32_t blocks_cap, chunks_cap;
+    uint32_t pad[6];
+} rnk_trace_head;
+typedef struct rnk_trace_block {
+    uint64_t t[6];    /* %globaltimer at T0 .. T5; 0: not reached */
+    uint32_t chunks;  /* chunks the block processed (written at T2) */
+    uint32_t smid;    /* %smid (written at T0) */
+    uint32_t pad[2];
+} rnk_trace_block;
+typedef struct rnk_trace_chunk {
+    uint64_t t;       /* %globaltimer just after the chunk's publish (or its end) */
+    uint32_t block;   /* the block that processed it */
+    uint32_t pad;
+} rnk_trace_chunk;
+
+#if defined(RNK_TRACE) && RNK_TRACE
+/* Bytes of a buffer that holds a whole launch of rnk_cuda_bwd(dev, a). */
+size_t rnk_cuda_trace_bytes(rnk_device *dev, const rnk_bwd_args *a);
+/* The buffer (device memory, 16-byte aligned) the next launches record
+ * into; NULL or too small for the head: no tracing. */
+void rnk_cuda_set_trace(void *buf, size_t bytes);
+#endif
+
 #ifdef __cplusplus
 }
 #endif
