@@ -5,7 +5,9 @@
  * then asks each item whether it is ready and closes those that are, so one
  * item whose fence is far off holds up none behind it; when a look finds
  * none ready it pauses (poll_min_us, doubling up to poll_max_us; a new item
- * or a stop cuts the pause short) and looks again.
+ * or a stop cuts the pause short) and looks again.  Before each close it
+ * asks the owner's gate (closeq.h): a shut gate ends the look, and the
+ * thread looks again after its pause, as when none was ready.
  */
 #include "closeq.h"
 
@@ -56,8 +58,48 @@ static void note_pending(rnd_closeq *q)
         q->pending_max = p;
 }
 
-/* One look at every item of mine: close the ready ones.  Returns how many
- * were closed, or -1 when an item said never (or the loop halted q). */
+/*
+ * The gate before a close (no lock held): 1 go (gate_leave follows the
+ * close), 0 shut, -1 never.  A time the gate held closes counts once, from
+ * when a look first found it shut until one finds it open; the owner hears
+ * how long it was then.
+ */
+static int gate_enter(rnd_closeq *q)
+{
+    uint64_t held = 0, pending = 0;
+    bool opened = false;
+
+    if (!q->ops->gate_enter)
+        return 1;
+    int g = q->ops->gate_enter(q->ctx);
+    uint64_t now = rnd_now_ns();
+    pthread_mutex_lock(&q->mu);
+    if (g == 0 && !q->shut_since) {
+        q->shut_since = now ? now : 1;
+        q->gated++;
+    } else if (g > 0 && q->shut_since) {
+        held = now > q->shut_since ? now - q->shut_since : 0;
+        if (held > q->gated_max_ns)
+            q->gated_max_ns = held;
+        q->shut_since = 0;
+        pending = (uint64_t)q->nbacklog + q->held;
+        opened = true;
+    }
+    pthread_mutex_unlock(&q->mu);
+    if (opened && q->ops->gate_opened)
+        q->ops->gate_opened(q->ctx, held, pending);
+    return g;
+}
+
+static void gate_leave(rnd_closeq *q)
+{
+    if (q->ops->gate_leave)
+        q->ops->gate_leave(q->ctx);
+}
+
+/* One look at every item of mine: close the ready ones while the gate lets
+ * them.  Returns how many were closed, or -1 when an item or the gate said
+ * never (or the loop halted q). */
 static int pass(rnd_closeq *q, rn_queue *mine)
 {
     rn_queue *e, *next;
@@ -75,12 +117,17 @@ static int pass(rnd_closeq *q, rn_queue *mine)
             return -1;
         if (r == 0)
             continue;
+        if ((r = gate_enter(q)) < 0)
+            return -1;
+        if (r == 0)
+            return n; /* shut: the next look asks again */
         rn_queue_remove(e);
         pthread_mutex_lock(&q->mu);
         q->busy = true;
         pthread_mutex_unlock(&q->mu);
         uint64_t queued = it->queued_ns;
         q->ops->close(q->ctx, it); /* frees it */
+        gate_leave(q);
         rnd_closeq_item done = {.queued_ns = queued};
         pthread_mutex_lock(&q->mu);
         q->busy = false;
@@ -134,8 +181,9 @@ static void *closer_main(void *arg)
             pause = q->poll_min_us;
             continue;
         }
-        /* None ready: a fence is still ahead on the device.  A push or a
-         * stop wakes the thread early; else it looks again after pause. */
+        /* None ready (a fence is still ahead on the device), or the gate
+         * is shut.  A push or a stop wakes the thread early; else it looks
+         * again after pause. */
         pause_us(q, pause);
         pause = pause * 2 > q->poll_max_us ? q->poll_max_us : pause * 2;
     }
@@ -203,9 +251,12 @@ void rnd_closeq_close_here(rnd_closeq *q)
         rnd_closeq_item *it = RN_QUEUE_DATA(e, rnd_closeq_item, link);
         if (q->ops->ready(q->ctx, it) <= 0)
             continue;
+        if (gate_enter(q) <= 0)
+            return; /* shut (or never): the next call asks again */
         rn_queue_remove(e);
         rnd_closeq_item done = {.queued_ns = it->queued_ns};
         q->ops->close(q->ctx, it); /* frees it */
+        gate_leave(q);
         pthread_mutex_lock(&q->mu);
         q->nbacklog--;
         count_closed(q, &done, rnd_now_ns());
@@ -261,5 +312,12 @@ void rnd_closeq_get_stats(rnd_closeq *q, rnd_closeq_stats *out)
     out->closed = q->closed;
     out->pending_max = q->pending_max;
     out->wait_max_ns = q->wait_max_ns;
+    out->gated = q->gated;
+    out->gate_shut = q->shut_since != 0;
+    /* A gate shut now counts with how long it has held so far. */
+    uint64_t now = rnd_now_ns();
+    out->gated_max_ns = q->gated_max_ns;
+    if (q->shut_since && now > q->shut_since && now - q->shut_since > out->gated_max_ns)
+        out->gated_max_ns = now - q->shut_since;
     pthread_mutex_unlock(&q->mu);
 }

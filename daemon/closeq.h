@@ -1,14 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * closeq.h - a thread of its own for closes that may block: the loop hands
- * it what it released (a bounded inbox, so that a thread stuck in one close
- * cannot make the loop hold an unbounded list for it: what does not fit waits
- * in the loop's backlog), and the thread closes each item once the owner
+ * it what it released (a bounded inbox, so that the thread's own list stays
+ * short to walk: what does not fit waits in the loop's backlog, which has no
+ * bound, so that a release never blocks the loop however long the thread is
+ * held up), and the thread closes each item once the owner
  * says it may (ready), in whatever order items become ready, polling with a
  * growing pause while none is.  Nothing here knows CUDA: the cuda backend
  * (daemon/cuda/closer.c) supplies ready (its fence event has completed) and
  * close (cudaIpcCloseMemHandle, the VMM unmaps, cudaHostUnregister), and the
  * unit test supplies fakes (tests/unit/test_daemon_closeq.c).
+ *
+ * The gate: an owner whose closes may wait for work that can be late (the
+ * cuda backend: a close waits for the device, and a stream of the daemon
+ * may wait on a client's producer) supplies gate_enter and gate_leave.  The
+ * thread asks gate_enter before each close; while it says not now, nothing
+ * is closed (items keep coming into the inbox and the backlog, and the
+ * thread looks again after its pause), and each close runs between a
+ * gate_enter that said yes and its gate_leave.
  *
  * Threads: rnd_closeq_push, _flush, _close_here and _halt run on the loop
  * thread (the backlog is the loop's alone); the two callbacks run on the
@@ -39,6 +48,15 @@ typedef struct rnd_closeq_ops {
     void (*close)(void *ctx, rnd_closeq_item *it);
     /* On the closer thread before anything else; NULL is fine. */
     void (*thread_start)(void *ctx);
+    /* Whether a close may run now (NULL: always): 1 yes, and the owner
+     * keeps it so until gate_leave, which follows the close; 0 not now
+     * (asked again at the next look); -1 never (as ready's -1).  On the
+     * thread that closes. */
+    int (*gate_enter)(void *ctx);
+    void (*gate_leave)(void *ctx);
+    /* The gate opened after it held closes for held_ns (pending: items not
+     * closed at that moment); for the owner's log.  NULL is fine. */
+    void (*gate_opened)(void *ctx, uint64_t held_ns, uint64_t pending);
 } rnd_closeq_ops;
 
 typedef struct rnd_closeq_stats {
@@ -46,6 +64,9 @@ typedef struct rnd_closeq_stats {
     uint64_t closed;               /* closed so far */
     uint64_t pending_max;          /* the most pending at once */
     uint64_t wait_max_ns;          /* the longest from release to close */
+    uint64_t gated;                /* times the gate held a close (once per time it was shut) */
+    uint64_t gated_max_ns;         /* the longest the gate held closes */
+    bool gate_shut;                /* the gate holds closes now */
 } rnd_closeq_stats;
 
 typedef struct rnd_closeq {
@@ -60,6 +81,8 @@ typedef struct rnd_closeq {
     rn_queue inbox;                /* handed over, not yet taken by the thread (mu) */
     uint32_t held;                 /* inbox and the thread's own list (mu) */
     uint64_t closed, pending_max, wait_max_ns; /* (mu) */
+    uint64_t gated, gated_max_ns;  /* (mu) */
+    uint64_t shut_since;           /* the gate was found shut (rnd_now_ns); 0: open (mu) */
     bool stop;                     /* the thread ends once it holds nothing (mu) */
     bool halted;                   /* close nothing more (mu) */
     bool running;                  /* the thread was started and not joined */
@@ -80,8 +103,8 @@ void rnd_closeq_push(rnd_closeq *q, rnd_closeq_item *it);
  * each poll). */
 void rnd_closeq_flush(rnd_closeq *q);
 /* Close the backlog on the calling thread, each item whose ready is not 0
- * (an item not ready stays; -1 leaves it too).  Without a thread this is how
- * items get closed at all. */
+ * (an item not ready stays; -1 leaves it too), while the gate lets it.
+ * Without a thread this is how items get closed at all. */
 void rnd_closeq_close_here(rnd_closeq *q);
 /* Close nothing more: the owner's device failed and may still hold what was
  * released.  Items stay where they are, for the process exit. */

@@ -270,7 +270,6 @@ int rnd_op_graph_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_
     g->ngraphs++;
     tab->graphs++;
     pthread_mutex_unlock(&tab->mu);
-    ctx->stats.graphs_opened++;
     rnd_rings_kick(tab); /* from a long sleep to polling */
     rnd_debug("Ring %u of '%s': graph %u at %llu", g->id, s->name, gr->id,
               (unsigned long long)o->offset);

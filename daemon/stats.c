@@ -196,13 +196,8 @@ void rnd_stats_fill(const rnd_stats *s, const rnd_gauges *g, rnp_stats_rep *out)
     rnd_stats_put(out, "fast.ok", s->fast_ok);
     rnd_stats_put(out, "fast.errors", s->fast_errors);
     rnd_stats_put(out, "fast.rings", g->rings_open);
-    /* These two once they mean something (a graph slot was opened, a slot
-     * waited at a limit), as errors appear once seen: rmsnormctl has no
-     * help line for them yet. */
-    if (s->graphs_opened)
-        rnd_stats_put(out, "fast.graphs", g->graphs_open);
-    if (s->fast_deferred)
-        rnd_stats_put(out, "fast.deferred", s->fast_deferred);
+    rnd_stats_put(out, "fast.graphs", g->graphs_open);
+    rnd_stats_put(out, "fast.deferred", s->fast_deferred);
     /* Only the codes seen, so the table stays short; a code appears once
      * its first error was answered and stays from then on. */
     for (int code = 1; code < RND_MAX_CODE; code++) {

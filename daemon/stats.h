@@ -10,11 +10,15 @@
  * The cuda backend's closes of released mappings and ring memory
  * (daemon/cuda/closer.c): "closes.pending" (released, not closed yet),
  * "closes.done", "closes.pending_max", "closes.wait_max_us" (the longest
- * from release to close), "closes.thread" (1: on the closer thread).
+ * from release to close), "closes.thread" (1: on the closer thread),
+ * "closes.gated" (times the gate held closes: a stream waited on a late
+ * client, daemon/cuda/gate.c), "closes.gated_max_us" (the longest it held
+ * them, the current hold included), "closes.streams_pending" (rings' own
+ * streams whose give-back waits for the gate).
  * The fast path (the ring): "fast.slots" (slots answered), "fast.ok",
  * "fast.errors", "fast.rings" (rings open), "fast.graphs" (graph slots
- * open; sent once one was opened), "fast.deferred" (times a slot or replay
- * was left in its ring at a limit, to be taken later; sent once not 0);
+ * open), "fast.deferred" (times a slot or replay was left in its ring at a
+ * limit, to be taken later);
  * errors of both paths count in "errors.<ERR_NAME>".
  * Histograms "queue", "compute", "total" (the nanomsg BWD) and "fast.queue",
  * "fast.compute", "fast.total" (ring slots: from the daemon taking the slot;
@@ -76,7 +80,6 @@ typedef struct rnd_stats {
     rnd_hist queue, compute, total;
     uint64_t fast_ok, fast_errors;       /* ring slots answered */
     uint64_t fast_deferred;              /* slots and replays left at a limit */
-    uint64_t graphs_opened;              /* graph slots opened (GRAPH_OPEN) */
     rnd_hist fast_queue, fast_compute, fast_total;
 } rnd_stats;
 

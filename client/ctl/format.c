@@ -144,14 +144,30 @@ static const struct {
     {"fast.ok", "Fast-path ring slots that ran successfully."},
     {"fast.errors", "Fast-path ring slots answered with an error status."},
     {"fast.rings", "Fast-path rings open now."},
+    {"fast.graphs", "Fast-path graph slots (captured CUDA graphs) open now."},
+    {"fast.deferred",
+     "Times a fast-path slot or graph replay was left in its ring at a limit, to be taken later."},
+    {"closes.pending", "Released GPU mappings and ring memory not closed yet."},
+    {"closes.done", "Released GPU mappings and ring memory closed since the daemon started."},
+    {"closes.pending_max", "The most released mappings waiting to be closed at once."},
+    {"closes.wait_max_us", "The longest from a mapping's release to its close, in microseconds."},
+    {"closes.thread", "1 when released mappings close on the closer thread, 0 on the loop."},
+    {"closes.gated",
+     "Times the closer's gate held closes because a stream waited on a client's late inputs."},
+    {"closes.gated_max_us",
+     "The longest the closer's gate held closes (the current hold included), in microseconds."},
+    {"closes.streams_pending",
+     "Streams of ended sessions whose give-back waits for the closer's gate."},
 };
 
 /* Counters that are gauges: they go down as well as up. */
 static int is_gauge(const char *name)
 {
-    static const char *gauges[] = {"sessions.active", "regions.active", "inflight.current",
-                                   "inflight.max", "uptime.seconds", "sessions.unauthenticated",
-                                   "fast.rings"};
+    static const char *gauges[] = {
+        "sessions.active",     "regions.active",           "inflight.current",   "inflight.max",
+        "uptime.seconds",      "sessions.unauthenticated", "fast.rings",         "fast.graphs",
+        "closes.pending",      "closes.pending_max",       "closes.wait_max_us", "closes.thread",
+        "closes.gated_max_us", "closes.streams_pending"};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++)
         if (strcmp(name, gauges[i]) == 0)
             return 1;

@@ -70,6 +70,7 @@ static void release_all(rnd_cuda *b)
     }
     while ((q = rn_queue_head(&b->sessions)) != NULL)
         sess_free(b, RN_QUEUE_DATA(q, rnd_cuda_sess, link));
+    rnd_cuda_own_streams_giveback(b, true);
     rnd_cuda_close_unmaps(b); /* the device is idle: every fence has completed */
     rnd_cuda_ring_fini(b);
     rnd_cuda_pool_free(&b->fins);
@@ -206,7 +207,11 @@ static int cuda_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *er
     rn_queue_init(&b->acked);
     rn_queue_init(&b->sessions);
     rn_queue_init(&b->hostmaps);
+    rn_queue_init(&b->waits);
     RN_PT_GOTO(pthread_mutex_init(&b->mu, NULL), &f, fail_mutex);
+    RN_PT_GOTO(pthread_mutex_init(&b->gate_mu, NULL), &f, fail_gate_mu);
+    RN_PT_GOTO(pthread_cond_init(&b->gate_cv, NULL), &f, fail_gate_cv);
+    rnd_cuda_gate_init(b);
 
     if ((rc = open_device(b, o, err)) != 0)
         goto fail;
@@ -237,11 +242,17 @@ fail:
     release_streams(b);
     rnk_cuda_fini(b->kdev);
     (void)cudaGetLastError();
+    pthread_cond_destroy(&b->gate_cv);
+    pthread_mutex_destroy(&b->gate_mu);
     pthread_mutex_destroy(&b->mu);
     free(b);
     /* A device that exists but cannot be used is not RN_NO_CUDA, so that
      * --backend auto says why it fell back. */
     return rc == RN_DEVICE_FAILING ? RN_CUDA : rc;
+fail_gate_cv:
+    pthread_mutex_destroy(&b->gate_mu);
+fail_gate_mu:
+    pthread_mutex_destroy(&b->mu);
 fail_mutex:
     rc = rnd_cuda_fault(b, &f, false, err, "backend");
     free(b);
@@ -256,6 +267,8 @@ static void on_handle_closed(uv_handle_t *h)
         return;
     if (b->gone)
         return; /* completion threads may still run: keep b */
+    pthread_cond_destroy(&b->gate_cv);
+    pthread_mutex_destroy(&b->gate_mu);
     pthread_mutex_destroy(&b->mu);
     free(b);
 }

@@ -28,13 +28,27 @@
  * failure path answers jobs whose kernels may still run, and the process
  * exits, which unmaps everything.
  *
+ * The gate (gate.c): a close waits for the device, so one that runs while
+ * a stream of ours waits on a late producer waits for that producer; seen
+ * on the H200 for 4.7 s, while holding something of the driver's that the
+ * loop's next CUDA call then waited for, so every client stopped.  Each
+ * close asks the gate first (closeq's gate_enter): while a stream has
+ * waited on a client for longer than the grace, nothing is closed, the
+ * releases queue (in the thread's inbox, then in the loop's backlog, which
+ * never blocks the loop), and the gate's look is repeated at each poll.  A
+ * hung client that never writes ready holds closes up until it dies (the
+ * daemon then writes its ready: the gate opens), but not the loop or other
+ * clients' calls.
+ *
  * RMSNORMD_DEBUG_CLOSER=0 turns the thread off: the closes then run on the
  * loop once no stream waits, as before (for comparison, and as a fallback
  * should a driver serialise the loop's calls behind a close on another
  * thread).
  *
- * Everything here runs on the loop thread except ready and closer_close,
- * which run on the closer thread and touch only the released object.
+ * Everything here runs on the loop thread except ready, closer_close,
+ * gate_opened and the gate's enter and leave, which run on the closer
+ * thread and touch only the released object and the gate (under its
+ * mutex).
  */
 #include "cuda_int.h"
 
@@ -92,6 +106,17 @@ static void closer_close(void *ctx, rnd_closeq_item *it)
                  took / 1000000);
 }
 
+/* The gate held closes for held_ns: said when that was long (the closer
+ * thread, or the loop with the closer off). */
+static void gate_opened(void *ctx, uint64_t held_ns, uint64_t pending)
+{
+    (void)ctx;
+    if (held_ns > RND_CUDA_GATE_LOG_NS)
+        rnd_info("The gate held closes for %" PRIu64 " ms (a stream waited on a client's "
+                 "inputs); %" PRIu64 " released mapping%s close%s now",
+                 held_ns / 1000000, pending, pending == 1 ? "" : "s", pending == 1 ? "s" : "");
+}
+
 /* On the closer thread, before anything else: its CUDA calls go to the
  * daemon's device (the runtime's current device is per thread). */
 static void thread_start(void *ctx)
@@ -102,9 +127,17 @@ static void thread_start(void *ctx)
         (void)cudaGetLastError(); /* (then the first fence query fails: -1) */
 }
 
-static const rnd_closeq_ops thread_ops = {
-    .ready = fence_ready, .close = closer_close, .thread_start = thread_start};
-static const rnd_closeq_ops inline_ops = {.ready = fence_ready, .close = closer_close};
+static const rnd_closeq_ops thread_ops = {.ready = fence_ready,
+                                          .close = closer_close,
+                                          .thread_start = thread_start,
+                                          .gate_enter = rnd_cuda_gate_enter,
+                                          .gate_leave = rnd_cuda_gate_leave,
+                                          .gate_opened = gate_opened};
+static const rnd_closeq_ops inline_ops = {.ready = fence_ready,
+                                          .close = closer_close,
+                                          .gate_enter = rnd_cuda_gate_enter,
+                                          .gate_leave = rnd_cuda_gate_leave,
+                                          .gate_opened = gate_opened};
 
 int rnd_cuda_closer_start(rnd_cuda *b, rnp_error *err)
 {
@@ -191,10 +224,27 @@ void rnd_cuda_flush_unmaps(rnd_cuda *b)
         rnd_closeq_halt(&b->closer);
         return;
     }
-    if (b->closer_thread)
+    rnd_cuda_own_streams_giveback(b, false);
+    if (b->closer_thread) {
         rnd_closeq_flush(&b->closer);
-    else if (!rn_queue_empty(&b->closer.backlog) && !rnd_cuda_streams_waiting(b))
+        /* More than the thread holds: they stay in the backlog (no bound:
+         * refusing new mappings instead would fail every client's new
+         * allocations for one client's late producer), with the memory
+         * clients freed still mapped until they close.  Said once. */
+        if (b->closer.nbacklog && !b->backlog_warned) {
+            rnd_closeq_stats st;
+            rnd_closeq_get_stats(&b->closer, &st);
+            b->backlog_warned = true;
+            rnd_warn("More than %d released mappings wait to be closed%s; they stay queued "
+                     "(and what clients freed of them stays allocated) until they close",
+                     RND_CUDA_CLOSE_QUEUE,
+                     st.gate_shut ? " (the gate holds them: a stream waits on a client's "
+                                    "late inputs)"
+                                  : "");
+        }
+    } else if (!rn_queue_empty(&b->closer.backlog) && !rnd_cuda_streams_waiting(b)) {
         rnd_closeq_close_here(&b->closer);
+    }
 }
 
 void rnd_cuda_close_unmaps(rnd_cuda *b)
@@ -225,4 +275,7 @@ void rnd_cuda_closer_stats(rnd_backend *be, rnp_stats_rep *out)
     rnd_stats_put(out, "closes.pending_max", st.pending_max);
     rnd_stats_put(out, "closes.wait_max_us", st.wait_max_ns / 1000u);
     rnd_stats_put(out, "closes.thread", b->closer_thread);
+    rnd_stats_put(out, "closes.gated", st.gated);
+    rnd_stats_put(out, "closes.gated_max_us", st.gated_max_ns / 1000u);
+    rnd_stats_put(out, "closes.streams_pending", b->ngiveback);
 }

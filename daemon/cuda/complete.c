@@ -180,6 +180,9 @@ static rnd_job *detach(rnd_cuda *b, rnd_cuda_gjob *g)
 
     if (!job)
         return NULL;
+    /* Off the gate's list before the job's done event may release the
+     * ring its wait reads (gate.c). */
+    rnd_cuda_gate_drop(b, g);
     rn_queue_remove(&g->link);
     rn_queue_remove(&g->alink);
     b->noutstanding--;

@@ -13,6 +13,8 @@
  *   mapcache.c  IPC memory mappings
  *   closer.c    released mappings and ring memory, closed on a thread of
  *               their own once their fence event has completed
+ *   gate.c      the closer's gate: no close while a stream waits, late, on a
+ *               client's producer
  *   vmm.c       clients' VMM ranges (cuMemCreate memory by descriptor)
  *   events.c    event pools and the per-session IPC ready/done rings
  *   submit.c    one request onto its stream
@@ -26,7 +28,8 @@
  * (prefix rnd_cuda_).  Everything here runs on the loop thread, except the
  * completion threads (complete.c), which share with it only what b->mu
  * guards, and the closer thread (closer.c), which gets released objects
- * through b->closer and touches nothing else of b.
+ * through b->closer and otherwise touches only what b->gate_mu guards (the
+ * gate, gate.c).
  */
 #ifndef RND_CUDA_INT_H
 #define RND_CUDA_INT_H
@@ -56,9 +59,14 @@
 /* Cancel words for the fast path's sessions (ring.c); a session past them
  * runs its ring jobs without one. */
 #define RND_CUDA_CANCEL_WORDS 4096
-/* Released objects the closer thread holds at most; more wait on the loop
- * (closer.c). */
+/* Released objects the closer thread holds at most; more wait in the loop's
+ * backlog, which has no bound (closer.c). */
 #define RND_CUDA_CLOSE_QUEUE 256
+/* The gate (gate.c): a stream's wait on a client not satisfied for longer
+ * than this holds closes (RMSNORMD_DEBUG_CLOSE_GATE_MS; 0: any wait). */
+#define RND_CUDA_GATE_GRACE_MS 50
+/* A gate that held closes longer than this is logged when it opens. */
+#define RND_CUDA_GATE_LOG_NS (100 * 1000000ull)
 /* A kernel running longer than this marks the device failing, unless
  * rnd_backend_opts.kernel_deadline_ms says otherwise. */
 #define RND_CUDA_DEADLINE_MS 60000
@@ -114,6 +122,13 @@ typedef struct rnd_cuda_gjob {
     cudaEvent_t t0, t1;            /* sync mode: kernel timing; else NULL */
     cudaEvent_t fin;               /* completion, waited on by the stream's thread */
     cudaError_t err;               /* what the wait returned (under b->mu) */
+    /* Its stream's wait on a client, for the gate (gate.c): a ring slot
+     * (the ring's ready word >= seq) or the client's ready event; both NULL:
+     * none, or it left the gate's list for good.  Set on the loop. */
+    const rnd_ring_job *wait_rj;
+    cudaEvent_t wait_ev;
+    uint64_t wait_ns;              /* when it went on the gate's list */
+    rn_queue wlink;                /* b->waits until the GPU is past the wait (b->gate_mu) */
     rn_queue link;                 /* b->outstanding, oldest first (loop thread) */
     rn_queue alink;                /* b->acked while its acked event waits (loop thread) */
     rn_queue flink;                /* its stream's FIFO, then b->completed (under b->mu) */
@@ -132,6 +147,9 @@ typedef struct rnd_cuda_stream {
     bool live;                     /* st exists (the pool's always; an own one while held) */
     bool own;                      /* a ring's own stream (ownstream.c) */
     bool quit;                     /* its completion thread returns (under b->mu) */
+    bool giveback;                 /* an own one whose session ended: its destruction and
+                                    * its thread's join wait for the gate (ownstream.c) */
+    uint64_t giveback_ns;          /* since when */
 } rnd_cuda_stream;
 
 struct rnd_cuda_sess {
@@ -196,6 +214,14 @@ struct rnd_cuda {
                                     * once no stream waits: RMSNORMD_DEBUG_CLOSER=0) */
     int close_fences;              /* streams a release fences: 3 (all the session's),
                                     * 1 (its pool stream), 0 (RMSNORMD_DEBUG_CLOSE_FENCE) */
+    bool backlog_warned;           /* "more than RND_CUDA_CLOSE_QUEUE wait" said once */
+    /* The gate (gate.c). */
+    pthread_mutex_t gate_mu;
+    pthread_cond_t gate_cv;        /* closing went false */
+    rn_queue waits;                /* gjobs whose stream waits on a client, oldest first */
+    bool closing;                  /* a close the gate let through runs (gate_mu) */
+    uint64_t gate_grace_ns;        /* a wait younger than this holds no close */
+    uint32_t ngiveback;            /* own streams whose give-back waits for the gate */
     uint32_t noutstanding, max_jobs;
     rnd_cuda_evpool fins;          /* completion events (blocking sync) */
     rnd_cuda_evpool starts;        /* start events */
@@ -246,7 +272,9 @@ void rnd_cuda_release_later(rnd_cuda *b, void *bsess, rnd_cuda_release *r);
  * closer off, close it here once no stream waits.  On a failed device:
  * nothing more is closed. */
 void rnd_cuda_flush_unmaps(rnd_cuda *b);
-/* Whether a job on the GPU has not started yet (its stream waits). */
+/* Whether a job on the GPU has not started yet (its stream waits): the
+ * closes on the loop (RMSNORMD_DEBUG_CLOSER=0) wait for none, which is
+ * stricter than the gate. */
 bool rnd_cuda_streams_waiting(rnd_cuda *b);
 /* fini on an idle device: close everything released, end the thread. */
 void rnd_cuda_close_unmaps(rnd_cuda *b);
@@ -255,6 +283,29 @@ void rnd_cuda_close_unmaps(rnd_cuda *b);
 bool rnd_cuda_closer_stop(rnd_cuda *b, int timeout_ms);
 /* The closes' counters for STATS (closes.*). */
 void rnd_cuda_closer_stats(rnd_backend *be, rnp_stats_rep *out);
+
+/* gate.c: the closer's gate.  init reads RMSNORMD_DEBUG_CLOSE_GATE_MS (b's
+ * mutex, condition and list are set up by the caller).  add: g's stream is
+ * about to wait on a client (rj: a ring slot's ready word; else ev, the
+ * client's ready event), before the wait is queued (loop thread; with the
+ * strict gate it waits for a close in progress to return).  drop: g leaves
+ * the GPU or is freed (loop thread; harmless twice). */
+void rnd_cuda_gate_init(rnd_cuda *b);
+void rnd_cuda_gate_add(rnd_cuda *b, rnd_cuda_gjob *g, const rnd_ring_job *rj, cudaEvent_t ev);
+void rnd_cuda_gate_drop(rnd_cuda *b, rnd_cuda_gjob *g);
+/* On the loop: whether no stream has waited on a client for longer than
+ * the grace without the wait being satisfied, as the host sees it (the
+ * ready word, the event's query); a sticky error marks the device failed
+ * (false). */
+bool rnd_cuda_waits_clear(rnd_cuda *b);
+/* closeq's gate (ctx: b): 1 clear, and closing until leave; 0 shut; -1
+ * the device failed. */
+int rnd_cuda_gate_enter(void *ctx);
+void rnd_cuda_gate_leave(void *ctx);
+/* The own streams' give-backs that waited for the gate (ownstream.c): done
+ * now if it is clear, or whatever it says when idle (fini: the device is
+ * idle, the threads joined); the loop's check phase calls it. */
+void rnd_cuda_own_streams_giveback(rnd_cuda *b, bool idle);
 
 /* vmm.c */
 int rnd_cuda_vmm_import(rnd_backend *be, void *bsess, int fd, uint64_t offset, uint64_t size,
@@ -288,6 +339,9 @@ void rnd_cuda_on_idle(uv_idle_t *h);
  * a workspace grown on first use; -1 from new when none can be made (the
  * caller falls back to the pool, and the reason is logged). */
 int rnd_cuda_own_stream_new(rnd_cuda *b, const char *what);
+/* Its session ended: its thread is told to return; the join and the CUDA
+ * calls wait until the gate is clear (never on a failed device:
+ * rnd_cuda_own_streams_giveback, gate.c). */
 void rnd_cuda_own_stream_free(rnd_cuda *b, int i);
 /* A session's stream for ring jobs, and for graph jobs (never one of its
  * ring jobs waits on: a graph job must not queue behind a wait for ready

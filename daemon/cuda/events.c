@@ -70,6 +70,7 @@ fail:
 /* Give g's events back to their pools and free g. */
 void rnd_cuda_gjob_free(rnd_cuda *b, rnd_cuda_gjob *g)
 {
+    rnd_cuda_gate_drop(b, g);
     pool_put(&b->timing, &g->t0);
     pool_put(&b->timing, &g->t1);
     pool_put(&b->starts, &g->started);

@@ -10,7 +10,10 @@
  * the generation word move, so their inputs are ready) and so must not
  * queue behind a wait for ready that the very replay holds up.  They live
  * after the pool in b->streams, each with its completion thread (as the
- * pool's: complete.c), and are destroyed when the session ends.  Where a
+ * pool's: complete.c), and are destroyed when the session ends, or as soon
+ * after as no stream waits, late, on a client (the gate, gate.c: the
+ * give-back's CUDA calls were seen to wait 4.7 s on the loop behind a close
+ * that waited for a late producer).  Where a
  * stream cannot be made (a limit, the device's resources) the ring's slots
  * fall back to the pool, as before; its graph slots are refused instead
  * (GRAPH_OPEN, rnd_cuda_graphs_ok): a replay on a pool stream could queue
@@ -19,8 +22,6 @@
  */
 #include "cuda_int.h"
 
-#include <inttypes.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "log.h"
@@ -78,38 +79,22 @@ void rnd_cuda_own_stream_free(rnd_cuda *b, int i)
     if (i < RND_CUDA_STREAMS || i >= RND_CUDA_MAX_STREAMS || !b->streams[i].live)
         return;
     s = &b->streams[i];
-    const uint64_t t0 = rnd_now_ns();
     /* Every job on it had its done event (the session ends): its FIFO is
      * empty and its thread returns at once. */
     pthread_mutex_lock(&b->mu);
     s->quit = true;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&b->mu);
-    if (b->failed) {
+    s->live = false;
+    if (b->failed)
         /* Its thread may sit in a wait for a kernel that never ends: not
          * joined (the loop must not block), and the slot is not reused
          * (thr_started stays set); the process exit takes the rest. */
-        s->live = false;
         return;
-    }
-    if (s->thr_started) {
-        pthread_join(s->thr, NULL);
-        s->thr_started = false;
-    }
-    s->live = false;
-    /* Stream-ordered, so that no call here waits for the device. */
-    if (s->ws && cudaFreeAsync(s->ws, s->st) != cudaSuccess)
-        (void)cudaGetLastError();
-    s->ws = NULL;
-    s->ws_bytes = 0;
-    if (cudaStreamDestroy(s->st) != cudaSuccess)
-        (void)cudaGetLastError();
-    s->st = NULL;
-    pthread_cond_destroy(&s->cv);
-    const uint64_t took = rnd_now_ns() - t0;
-    if (took > RND_CUDA_SLOW_CALL_NS)
-        rnd_info("Giving back stream %d took %" PRIu64 " ms (a CUDA call waited)", i,
-                 took / 1000000);
+    s->giveback = true;
+    s->giveback_ns = rnd_now_ns();
+    b->ngiveback++;
+    rnd_cuda_own_streams_giveback(b, false);
 }
 
 void rnd_cuda_own_streams_open(rnd_cuda *b, rnd_cuda_sess *cs)

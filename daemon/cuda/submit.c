@@ -133,6 +133,7 @@ static rnd_cuda_gjob *gjob_new(rnd_cuda_sess *cs, int si)
         rn_queue_init(&g->link);
         rn_queue_init(&g->alink);
         rn_queue_init(&g->flink);
+        rn_queue_init(&g->wlink);
         g->cs = cs;
         g->stream = si;
         g->done_slot = -1;
@@ -202,6 +203,8 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     if (run && !graph) {
         rnp_ring_put_result(rj->slot, 0, NULL);
         atomic_thread_fence(memory_order_release);
+        /* The gate sees the wait before the stream has it (gate.c). */
+        rnd_cuda_gate_add(b, g, rj, NULL);
         if ((r = b->wait64(s->st, ready, rj->seq, CU_STREAM_WAIT_VALUE_GEQ)) != CUDA_SUCCESS) {
             rc = drv_fail(b, s, "cuStreamWaitValue64 (ready)", r, err);
             rnd_cuda_gjob_free(b, g);
@@ -277,8 +280,11 @@ int rnd_cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
         goto fail;
     if ((rc = rnd_cuda_gjob_events(b, g, sync, err)) != 0)
         goto fail;
-    if (job->ready_slot >= 0)
+    if (job->ready_slot >= 0) {
+        /* The gate sees the wait before the stream has it (gate.c). */
+        rnd_cuda_gate_add(b, g, NULL, cs->ready[job->ready_slot]);
         RN_CUDA_GOTO(cudaStreamWaitEvent(s->st, cs->ready[job->ready_slot], 0), &f, fail_cuda);
+    }
     /* Complete once the inputs are ready and the stream's earlier work has
      * ended: the watch counts the kernel deadline from then. */
     RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_cuda);

@@ -23,7 +23,9 @@
  *    daemon's stream waiting on its producer (the closer thread,
  *    daemon/cuda/closer.c), where with RMSNORMD_DEBUG_CLOSER=0 they pile up
  *    until it stops; and a client that registers and releases beside a late
- *    producer is served on while a close may wait for the device.
+ *    producer is served on throughout, its closes held by the gate until
+ *    the producer comes (daemon/cuda/gate.c), with the gate's grace and
+ *    without (the strict gate).
  *
  * Without a usable GPU every test reports "skipped: no GPU".
  */
@@ -396,10 +398,12 @@ static const char *const churn_args[] = {"churn", "20", "4", NULL};
 static void print_closes(const rnh_daemon *d, const char *when)
 {
     printf("%s: closes.done %lld, closes.pending %lld (at most %lld), the longest wait %lld us, "
-           "fast.ok %lld\n",
+           "closes.gated %lld (the longest %lld us), closes.streams_pending %lld, fast.ok %lld\n",
            when, (long long)rnh_stat(d, "closes.done"), (long long)rnh_stat(d, "closes.pending"),
            (long long)rnh_stat(d, "closes.pending_max"),
-           (long long)rnh_stat(d, "closes.wait_max_us"), (long long)rnh_stat(d, "fast.ok"));
+           (long long)rnh_stat(d, "closes.wait_max_us"), (long long)rnh_stat(d, "closes.gated"),
+           (long long)rnh_stat(d, "closes.gated_max_us"),
+           (long long)rnh_stat(d, "closes.streams_pending"), (long long)rnh_stat(d, "fast.ok"));
 }
 
 /* A busy client (calls 4 deep, each behind a 2 ms producer) started and
@@ -471,36 +475,63 @@ static void test_closes_pile_up_on_the_loop(void **state)
     RNH_PASS(d);
 }
 
-/* A producer 5 s late keeps a stream waiting; another client registers and
- * releases 100 objects meanwhile.  A close may wait for the device (for the
- * late stream), but on the closer thread: the other client is served on
- * (were the driver to make the loop's calls wait behind that close, this is
- * where it would show). */
-static void test_closes_beside_late_producer(void **state)
+/*
+ * A producer 5 s late keeps a stream waiting; another client registers and
+ * releases 100 objects meanwhile.  A close would wait for the device (for
+ * the late stream), and the loop's next CUDA call behind it (seen on the
+ * H200 before the gate: the churn client took 5.4 s, the whole daemon
+ * stopped for 4.7 s).  With the gate (daemon/cuda/gate.c) the closes and
+ * the churn client's streams' give-backs wait until the late producer
+ * comes, and the churn client is served on meanwhile.  strict: the gate's
+ * grace 0 (RMSNORMD_DEBUG_CLOSE_GATE_MS=0).
+ */
+static void churn_beside_late_producer(rnh_daemon *d, bool strict)
 {
-    rnh_daemon *d = *state;
     const char *late[] = {"stall", "5000", NULL};
     rnh_proc p;
-    int64_t t0, done0;
+    int64_t t0, done0, gated0;
 
     NEED_GPU();
-    assert_int_equal(start(d, true), 0);
+    if (strict)
+        setenv("RMSNORMD_DEBUG_CLOSE_GATE_MS", "0", 1);
+    int rc = start(d, true);
+    unsetenv("RMSNORMD_DEBUG_CLOSE_GATE_MS");
+    assert_int_equal(rc, 0);
     need_fast(d);
     assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", late, &p), 0);
     assert_int_equal(rnh_await_line(&p, "late", "stalling", NULL, 0, 60000), 0);
     t0 = rnh_now_ms();
     done0 = rnh_stat(d, "closes.done");
+    gated0 = rnh_stat(d, "closes.gated");
     assert_int_equal(run_fast(d, churn_args), 0);
     int64_t took = rnh_now_ms() - t0;
     printf("the churn client finished %lld ms into the 5 s stall; %lld of its %d releases "
            "closed by then\n",
            (long long)took, (long long)(rnh_stat(d, "closes.done") - done0), CHURN_RELEASES);
+    print_closes(d, "at the churn client's end");
+    /* The premise: the gate held its closes (were the stall over already,
+     * the test would prove nothing). */
+    int64_t gated = rnh_stat(d, "closes.gated") - gated0;
     assert_int_equal(rnh_finish_echo(&p, "late", CLIENT_TIMEOUT_MS), 0);
     assert_int_equal(rnh_wait_stat_ge(d, "closes.done", done0 + CHURN_RELEASES, 20000), 0);
+    assert_int_equal(rnh_wait_stat(d, "closes.streams_pending", 0, 20000), 0);
     print_closes(d, "after the stall");
     assert_true(took < 4500);
+    assert_true(gated >= 1);
+    assert_true(log_has(d, "The gate held closes for"));
     assert_not_failing(d);
-    RNH_PASS(d);
+}
+
+static void test_closes_beside_late_producer(void **state)
+{
+    churn_beside_late_producer(*state, false);
+    RNH_PASS((rnh_daemon *)*state);
+}
+
+static void test_closes_beside_late_producer_strict(void **state)
+{
+    churn_beside_late_producer(*state, true);
+    RNH_PASS((rnh_daemon *)*state);
 }
 
 int main(void)
@@ -521,6 +552,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_closes_pile_up_on_the_loop, rnh_setup,
                                         rnh_teardown),
         cmocka_unit_test_setup_teardown(test_closes_beside_late_producer, rnh_setup,
+                                        rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_closes_beside_late_producer_strict, rnh_setup,
                                         rnh_teardown),
     };
     /* RN_TESTS=pattern runs only those, RN_SKIP_TESTS=pattern skips those

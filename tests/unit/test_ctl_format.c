@@ -128,11 +128,54 @@ static void test_json_buckets(void **state)
     assert_null(strstr(t, "buckets"));
 }
 
+/* Counters that a CPU daemon never sends (the python test checks the ones
+ * it does): each has its own help line and its type. */
+static void test_prometheus_help_lines(void **state)
+{
+    static const struct {
+        const char *name, *metric, *type;
+    } want[] = {
+        {"fast.graphs", "rmsnormd_fast_graphs", "gauge"},
+        {"fast.deferred", "rmsnormd_fast_deferred_total", "counter"},
+        {"closes.pending", "rmsnormd_closes_pending", "gauge"},
+        {"closes.done", "rmsnormd_closes_done_total", "counter"},
+        {"closes.pending_max", "rmsnormd_closes_pending_max", "gauge"},
+        {"closes.wait_max_us", "rmsnormd_closes_wait_max_us", "gauge"},
+        {"closes.thread", "rmsnormd_closes_thread", "gauge"},
+        {"closes.gated", "rmsnormd_closes_gated_total", "counter"},
+        {"closes.gated_max_us", "rmsnormd_closes_gated_max_us", "gauge"},
+        {"closes.streams_pending", "rmsnormd_closes_streams_pending", "gauge"},
+    };
+    static rn_stats_info s;
+    static rn_hist_buckets b[RN_MAX_HISTS];
+    char line[256];
+
+    (void)state;
+    sample(&s, b, 1);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        snprintf(s.stats[i].name, RN_STAT_NAME_LEN, "%s", want[i].name);
+        s.stats[i].value = i;
+    }
+    s.nstats = sizeof want / sizeof want[0];
+    const char *t = render(RNCTL_PROMETHEUS, &s, b);
+    assert_null(strstr(t, "The daemon's counter"));
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        snprintf(line, sizeof line, "# HELP %s ", want[i].metric);
+        HAS(t, line);
+        snprintf(line, sizeof line, "# TYPE %s %s\n", want[i].metric, want[i].type);
+        HAS(t, line);
+        snprintf(line, sizeof line, "%s{endpoint=\"ipc:///run/x.sock\"} %zu\n", want[i].metric,
+                 i);
+        HAS(t, line);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prometheus_histogram),
         cmocka_unit_test(test_prometheus_older_daemon),
+        cmocka_unit_test(test_prometheus_help_lines),
         cmocka_unit_test(test_json_buckets),
     };
     return cmocka_run_group_tests_name("rmsnormctl format", tests, NULL, NULL);

@@ -8,6 +8,10 @@
  * nobody; the
  * thread holds at most cap items and the rest wait in the backlog; stop
  * drains what the thread holds; halt closes nothing more; the counters.
+ * The gate (the cuda backend's: no close while a stream waits on a late
+ * client): a shut gate closes nothing, however many items are ready, and
+ * holds up no push; each close runs between an enter that said yes and its
+ * leave; a time shut counts once; -1 stops the closes.
  */
 #include "rn_test.h"
 
@@ -53,6 +57,60 @@ static void f_close(void *ctx, rnd_closeq_item *it)
 }
 
 static const rnd_closeq_ops ops = {.ready = f_ready, .close = f_close};
+
+/* The gate's fake: what enter answers, and what the test checks. */
+static atomic_int gate_state;          /* 1 open, 0 shut, -1 never */
+static atomic_int gate_looks;          /* enter calls */
+static atomic_bool gate_inside;        /* between an enter that said yes and its leave */
+static atomic_int gate_outside_closes; /* closes outside of it (must stay 0) */
+static atomic_int gate_opened_calls;
+static atomic_uint_fast64_t gate_held_ns;
+
+static int g_enter(void *ctx)
+{
+    (void)ctx;
+    atomic_fetch_add(&gate_looks, 1);
+    int g = atomic_load(&gate_state);
+    if (g > 0)
+        atomic_store(&gate_inside, true);
+    return g;
+}
+
+static void g_leave(void *ctx)
+{
+    (void)ctx;
+    atomic_store(&gate_inside, false);
+}
+
+static void g_opened(void *ctx, uint64_t held_ns, uint64_t pending)
+{
+    (void)ctx, (void)pending;
+    atomic_fetch_add(&gate_opened_calls, 1);
+    atomic_store(&gate_held_ns, held_ns);
+}
+
+static void g_close(void *ctx, rnd_closeq_item *it)
+{
+    if (!atomic_load(&gate_inside))
+        atomic_fetch_add(&gate_outside_closes, 1);
+    f_close(ctx, it);
+}
+
+static const rnd_closeq_ops gate_ops = {.ready = f_ready,
+                                        .close = g_close,
+                                        .gate_enter = g_enter,
+                                        .gate_leave = g_leave,
+                                        .gate_opened = g_opened};
+
+static void gate_reset(int state)
+{
+    atomic_store(&gate_state, state);
+    atomic_store(&gate_looks, 0);
+    atomic_store(&gate_inside, false);
+    atomic_store(&gate_outside_closes, 0);
+    atomic_store(&gate_opened_calls, 0);
+    atomic_store(&gate_held_ns, 0);
+}
 
 static void fakes(fake *f, int n, int ready)
 {
@@ -309,6 +367,169 @@ static void test_inline(void **state)
     rnd_closeq_destroy(&q);
 }
 
+/* Waits (flushing, as the loop does) until the gate was asked n more
+ * times: the thread's looks are the event waited for. */
+static bool await_looks(rnd_closeq *q, int n)
+{
+    int want = atomic_load(&gate_looks) + n;
+    int64_t end = now_ms() + 5000;
+    while (atomic_load(&gate_looks) < want) {
+        if (now_ms() > end)
+            return false;
+        rnd_closeq_flush(q);
+        usleep(200);
+    }
+    return true;
+}
+
+/* A shut gate: ready items stay, look after look, and the time shut counts
+ * once; open, they all close, each inside enter/leave. */
+static void test_gate_holds_closes(void **state)
+{
+    static rnd_closeq q;
+    fake f[6];
+    rnd_closeq_stats st;
+
+    (void)state;
+    memset(&q, 0, sizeof q);
+    fakes(f, 6, 1);
+    gate_reset(0);
+    q.poll_max_us = 1000; /* looks often: many looks while shut */
+    assert_int_equal(rnd_closeq_start(&q, &gate_ops, NULL, 0), 0);
+    for (int i = 0; i < 6; i++)
+        rnd_closeq_push(&q, &f[i].it);
+    assert_true(await_looks(&q, 10));
+    rnd_closeq_get_stats(&q, &st);
+    assert_int_equal(st.closed, 0);
+    assert_int_equal(st.pending, 6);
+    assert_int_equal(st.gated, 1);
+    assert_true(st.gate_shut);
+    uint64_t held0 = st.gated_max_ns;
+    assert_true(held0 > 0);
+    /* More releases while shut: queued, not closed; the hold grows. */
+    fake more[2];
+    fakes(more, 2, 1);
+    more[0].id = 10, more[1].id = 11;
+    rnd_closeq_push(&q, &more[0].it);
+    rnd_closeq_push(&q, &more[1].it);
+    assert_true(await_looks(&q, 5));
+    rnd_closeq_get_stats(&q, &st);
+    assert_int_equal(st.closed, 0);
+    assert_int_equal(st.gated, 1);
+    assert_true(st.gated_max_ns > held0);
+    assert_int_equal(atomic_load(&gate_opened_calls), 0);
+    atomic_store(&gate_state, 1);
+    assert_true(await_closed(&q, 8));
+    rnd_closeq_get_stats(&q, &st);
+    assert_int_equal(st.pending, 0);
+    assert_int_equal(st.gated, 1);
+    assert_false(st.gate_shut);
+    assert_int_equal(atomic_load(&gate_outside_closes), 0);
+    assert_int_equal(atomic_load(&gate_opened_calls), 1);
+    assert_true(atomic_load(&gate_held_ns) >= held0);
+    assert_true(st.gated_max_ns >= atomic_load(&gate_held_ns));
+    /* Shut again: a second time counted. */
+    atomic_store(&gate_state, 0);
+    fake late[1];
+    fakes(late, 1, 1);
+    rnd_closeq_push(&q, &late[0].it);
+    assert_true(await_looks(&q, 3));
+    rnd_closeq_get_stats(&q, &st);
+    assert_int_equal(st.gated, 2);
+    assert_false(atomic_load(&late[0].closed));
+    atomic_store(&gate_state, 1);
+    assert_true(await_closed(&q, 9));
+    assert_true(rnd_closeq_stop(&q, 5000));
+    rnd_closeq_destroy(&q);
+}
+
+/* The gate shut while releases keep coming, far beyond the cap: each push
+ * returns at once (the loop is never held), the thread holds cap, the
+ * backlog the rest; everything closes once the gate opens. */
+static void test_gate_beyond_cap(void **state)
+{
+    enum { N = 300, CAP = 4 };
+    static rnd_closeq q;
+    static fake f[N];
+    rnd_closeq_stats st;
+
+    (void)state;
+    memset(&q, 0, sizeof q);
+    fakes(f, N, 1);
+    gate_reset(0);
+    assert_int_equal(rnd_closeq_start(&q, &gate_ops, NULL, CAP), 0);
+    int64_t t0 = now_ms();
+    for (int i = 0; i < N; i++) {
+        rnd_closeq_push(&q, &f[i].it);
+        rnd_closeq_flush(&q);
+    }
+    assert_true(now_ms() - t0 < 1000);
+    assert_true(await_looks(&q, 3));
+    rnd_closeq_get_stats(&q, &st);
+    assert_int_equal(st.pending, N);
+    assert_int_equal(st.pending_max, N);
+    assert_int_equal(st.closed, 0);
+    pthread_mutex_lock(&q.mu);
+    assert_int_equal(q.held, CAP);
+    assert_int_equal(q.nbacklog, N - CAP);
+    pthread_mutex_unlock(&q.mu);
+    atomic_store(&gate_state, 1);
+    assert_true(await_closed(&q, N));
+    assert_int_equal(atomic_load(&gate_outside_closes), 0);
+    assert_true(rnd_closeq_stop(&q, 5000));
+    rnd_closeq_destroy(&q);
+}
+
+/* The gate says never (the device failed): nothing is closed, stop returns
+ * at once. */
+static void test_gate_never(void **state)
+{
+    static rnd_closeq q;
+    fake f[2];
+
+    (void)state;
+    memset(&q, 0, sizeof q);
+    fakes(f, 2, 1);
+    gate_reset(-1);
+    assert_int_equal(rnd_closeq_start(&q, &gate_ops, NULL, 0), 0);
+    rnd_closeq_push(&q, &f[0].it);
+    rnd_closeq_push(&q, &f[1].it);
+    assert_true(await_looks(&q, 1));
+    assert_true(rnd_closeq_stop(&q, 5000));
+    assert_false(atomic_load(&f[0].closed));
+    assert_false(atomic_load(&f[1].closed));
+    assert_int_equal(closed_count(&q), 0);
+    rnd_closeq_destroy(&q);
+}
+
+/* Without a thread: close_here asks the gate too. */
+static void test_gate_inline(void **state)
+{
+    static rnd_closeq q;
+    fake f[3];
+    rnd_closeq_stats st;
+
+    (void)state;
+    memset(&q, 0, sizeof q);
+    fakes(f, 3, 1);
+    gate_reset(0);
+    rnd_closeq_init_inline(&q, &gate_ops, NULL);
+    for (int i = 0; i < 3; i++)
+        rnd_closeq_push(&q, &f[i].it);
+    rnd_closeq_close_here(&q);
+    rnd_closeq_close_here(&q);
+    rnd_closeq_get_stats(&q, &st);
+    assert_int_equal(st.closed, 0);
+    assert_int_equal(st.gated, 1);
+    atomic_store(&gate_state, 1);
+    rnd_closeq_close_here(&q);
+    assert_int_equal(closed_count(&q), 3);
+    assert_int_equal(atomic_load(&gate_outside_closes), 0);
+    assert_int_equal(atomic_load(&gate_opened_calls), 1);
+    assert_true(rnd_closeq_stop(&q, 0));
+    rnd_closeq_destroy(&q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -319,6 +540,10 @@ int main(void)
         cmocka_unit_test(test_halt),
         cmocka_unit_test(test_stop_timeout),
         cmocka_unit_test(test_inline),
+        cmocka_unit_test(test_gate_holds_closes),
+        cmocka_unit_test(test_gate_beyond_cap),
+        cmocka_unit_test(test_gate_never),
+        cmocka_unit_test(test_gate_inline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

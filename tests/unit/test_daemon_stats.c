@@ -131,6 +131,9 @@ static void test_fill(void **state)
     assert_int_equal(find(r, "fast.ok")->value, 4);
     assert_int_equal(find(r, "fast.errors")->value, 1);
     assert_int_equal(find(r, "fast.rings")->value, 2);
+    /* Sent always, as the other counters (rmsnormctl has their help lines). */
+    assert_int_equal(find(r, "fast.graphs")->value, 0);
+    assert_int_equal(find(r, "fast.deferred")->value, 0);
 
     assert_int_equal(r->nhists, 6);
     assert_string_equal(r->hists[3].name, "fast.queue");
