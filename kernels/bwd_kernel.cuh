@@ -81,10 +81,8 @@ namespace rnk {
 #ifndef RNK_LEAN
 #define RNK_LEAN 1
 #endif
-/* RNK_ILV = 1 (experiment; needs RNK_LEAN, fast path only, the general
- * path and the CPU twin do not follow): chunk k holds rows k, k + nchunks,
- * k + 2 nchunks, ... instead of a contiguous run, so that the rows in work
- * at any moment form one window of the tensors. */
+/* RNK_ILV = 1 (experiment; fast path only, the twin does not follow): chunk
+ * k holds rows k, k + nchunks, ... (the rows in work form one window). */
 #ifndef RNK_ILV
 #define RNK_ILV 0
 #endif
@@ -96,12 +94,9 @@ namespace rnk {
  * rnk_cuda_set_trace; bench_kernel --trace prints them (bench/RESULTS.md,
  * "How to trace"). */
 static_assert(!RNK_ILV || RNK_LEAN, "RNK_ILV needs RNK_LEAN");
-/* RNK_DIRECT = D > 0 (experiment): no ring in shared memory; each thread
- * loads its own vectors of the rows D - 1 steps ahead straight into
- * registers (a ring of D register buffers, the loop unrolled by D so that
- * every buffer index is a constant).  ncu shows the ring's shared-memory
- * reads and barriers as the main stalls (bench/RESULTS.md, fifth attempt);
- * this asks whether registers do better at the same plan. */
+/* RNK_DIRECT = D > 0 (experiment): no ring in shared memory (ncu's main
+ * stall, bench/RESULTS.md); each thread loads its vectors of the rows D - 1
+ * steps ahead into D register buffers (the loop unrolled by D). */
 #ifndef RNK_DIRECT
 #define RNK_DIRECT 0
 #endif
