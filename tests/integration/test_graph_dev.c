@@ -19,76 +19,20 @@
 
 #include "rn_test.h"
 #include "client_int.h"
+#include "integration/fakedev.h"
 #include "integration/harness.h"
 #include "rmsnormctl_verify.h"
 #include "rn_ring.h"
 
 #define WAIT_MS 20000
 
-typedef struct fake {
-    bool capturing;
-    int writes, waits, graphs;
-    uint64_t slot;                 /* the last graph slot captured */
-    void (*gone)(void *);
-    void *arg;
-} fake;
 
-static int f_attach(rn_client *c, void *base, size_t size, uint64_t *dev)
-{
-    (void)c, (void)size;
-    *dev = (uint64_t)(uintptr_t)base;
-    return 0;
-}
-
-static void f_detach(void *base)
-{
-    (void)base;
-}
-
-static int f_write(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
-{
-    (void)c;
-    ((fake *)stream)->writes++;
-    __atomic_store_n((uint64_t *)(uintptr_t)addr, seq, __ATOMIC_RELEASE);
-    return 0;
-}
-
-static int f_wait(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
-{
-    (void)c, (void)addr, (void)seq;
-    ((fake *)stream)->waits++;
-    return 0;
-}
-
-static int f_captured(rn_client *c, void *stream)
-{
-    (void)c;
-    return ((fake *)stream)->capturing;
-}
-
-static int f_graph(rn_client *c, void *stream, uint64_t addr, void (*gone)(void *), void *arg)
-{
-    fake *s = stream;
-    (void)c;
-    s->graphs++;
-    s->slot = addr;
-    s->gone = gone;
-    s->arg = arg;
-    return 0;
-}
-
-static const rnc_ring_dev fake_dev = {f_attach, f_detach, f_write, f_wait, f_captured, f_graph};
-
-static uint64_t *w64(uint64_t slot, unsigned off)
-{
-    return (uint64_t *)(uintptr_t)(slot + off);
-}
 
 /* One replay of the captured call: the kernel's steps, then the wait. */
 static int replay(uint64_t slot)
 {
     uint32_t *closed = (uint32_t *)(uintptr_t)(slot + RNP_GSLOT_O_CLOSED);
-    uint64_t *done = w64(slot, RNP_GSLOT_O_DONE), *gen = w64(slot, RNP_GSLOT_O_GEN);
+    uint64_t *done = rnt_w64(slot, RNP_GSLOT_O_DONE), *gen = rnt_w64(slot, RNP_GSLOT_O_GEN);
 
     if (__atomic_load_n(closed, __ATOMIC_SEQ_CST)) {
         __atomic_store_n(done, 1, __ATOMIC_RELEASE);
@@ -127,9 +71,9 @@ static void lay_case(rnv_case *k, int i)
     k->eps = 1e-6f;
 }
 
-static int call(rn_client *c, const rn_bwd_args *a, fake *s)
+static int call(rn_client *c, const rn_bwd_args *a, rnt_fake *s)
 {
-    return rnc_bwd_ring_dev(c, a, &rnc_host_mapper, NULL, &fake_dev, s);
+    return rnc_bwd_ring_dev(c, a, &rnc_host_mapper, NULL, &rnt_fake_dev, s);
 }
 
 /* Capture once, replay many times with fresh inputs: bitwise equal to the
@@ -137,7 +81,7 @@ static int call(rn_client *c, const rn_bwd_args *a, fake *s)
 static void test_graph_replays(void **state)
 {
     rnh_daemon *d = *state;
-    fake s = {0};
+    rnt_fake s = {0};
     rnv_case k;
     rn_bwd_args a, a2;
     void *buf;
@@ -184,7 +128,7 @@ static void test_graph_replays(void **state)
 static void test_graph_bad_capture(void **state)
 {
     rnh_daemon *d = *state;
-    fake s = {.capturing = true};
+    rnt_fake s = {.capturing = true};
     rnv_case k;
     rn_bwd_args a;
     void *buf;
@@ -218,7 +162,7 @@ static void test_graph_bad_capture(void **state)
 static void test_graph_gone_and_end(void **state)
 {
     rnh_daemon *d = *state;
-    fake s = {.capturing = true};
+    rnt_fake s = {.capturing = true};
     rnv_case k;
     rn_bwd_args a;
     void *buf;

@@ -26,6 +26,7 @@
 
 #include "rn_test.h"
 #include "client_int.h"
+#include "integration/fakedev.h"
 #include "integration/harness.h"
 #include "rmsnormctl_verify.h"
 #include "rn_ring.h"
@@ -34,71 +35,11 @@
 /* A wait released by the watcher ends within this after the kill. */
 #define RELEASE_MS 2000
 
-/* ---- a fake device side: ready held back on request, graphs by hand ---------------------- */
+/* ---- the fake device side (fakedev.h): ready held back on request, graphs by hand ---- */
 
-typedef struct fake {
-    bool defer; /* ready is never written (a producer that does not end) */
-    bool capturing;
-    uint64_t base; /* the ring, at the last ready */
-    uint64_t slot; /* the last graph slot captured */
-    void (*gone)(void *);
-    void *arg;
-} fake;
-
-static int f_attach(rn_client *c, void *base, size_t size, uint64_t *dev)
+static int call(rn_client *c, const rn_bwd_args *a, rnt_fake *s)
 {
-    (void)c, (void)size;
-    *dev = (uint64_t)(uintptr_t)base;
-    return 0;
-}
-
-static void f_detach(void *base)
-{
-    (void)base;
-}
-
-static int f_write(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
-{
-    fake *s = stream;
-    (void)c;
-    s->base = addr - RNP_RING_O_READY;
-    if (!s->defer)
-        __atomic_store_n((uint64_t *)(uintptr_t)addr, seq, __ATOMIC_RELEASE);
-    return 0;
-}
-
-static int f_wait(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
-{
-    (void)c, (void)stream, (void)addr, (void)seq;
-    return 0;
-}
-
-static int f_captured(rn_client *c, void *stream)
-{
-    (void)c;
-    return ((fake *)stream)->capturing;
-}
-
-static int f_graph(rn_client *c, void *stream, uint64_t addr, void (*gone)(void *), void *arg)
-{
-    fake *s = stream;
-    (void)c;
-    s->slot = addr;
-    s->gone = gone;
-    s->arg = arg;
-    return 0;
-}
-
-static const rnc_ring_dev fake_dev = {f_attach, f_detach, f_write, f_wait, f_captured, f_graph};
-
-static uint64_t *w64(uint64_t at, unsigned off)
-{
-    return (uint64_t *)(uintptr_t)(at + off);
-}
-
-static int call(rn_client *c, const rn_bwd_args *a, fake *s)
-{
-    return rnc_bwd_ring_dev(c, a, &rnc_host_mapper, NULL, &fake_dev, s);
+    return rnc_bwd_ring_dev(c, a, &rnc_host_mapper, NULL, &rnt_fake_dev, s);
 }
 
 /* ---- waits played by threads --------------------------------------------------------------- */
@@ -116,11 +57,11 @@ typedef struct waiter {
 static void *wait_main(void *arg)
 {
     waiter *w = arg;
-    uint64_t *done = w64(w->at, w->replay ? RNP_GSLOT_O_DONE : RNP_RING_O_DONE);
+    uint64_t *done = rnt_w64(w->at, w->replay ? RNP_GSLOT_O_DONE : RNP_RING_O_DONE);
 
     if (w->replay) {
         uint32_t *closed = (uint32_t *)(uintptr_t)(w->at + RNP_GSLOT_O_CLOSED);
-        uint64_t *gen = w64(w->at, RNP_GSLOT_O_GEN);
+        uint64_t *gen = rnt_w64(w->at, RNP_GSLOT_O_GEN);
         if (__atomic_load_n(closed, __ATOMIC_SEQ_CST)) {
             __atomic_store_n(done, 1, __ATOMIC_RELEASE);
         } else {
@@ -211,7 +152,7 @@ static void lay(rn_client *c, int i, laid *l)
 }
 
 /* Run a and check it against the reference (the client and daemon live). */
-static void run_checked(rn_client *c, laid *l, fake *s, const char *what)
+static void run_checked(rn_client *c, laid *l, rnt_fake *s, const char *what)
 {
     rnv_expect e;
     char msg[400];
@@ -254,7 +195,7 @@ static void assert_released(waiter *w, int64_t t_kill, const char *what)
 static void test_stream_wait_released(void **state)
 {
     rnh_daemon *d = *state;
-    fake s = {.defer = true};
+    rnt_fake s = {.defer = true};
     waiter w;
     laid l;
     char msg[RNP_MAX_ERRMSG];
@@ -296,7 +237,7 @@ static void test_stream_wait_released(void **state)
 static void test_next_call_reports(void **state)
 {
     rnh_daemon *d = *state;
-    fake s = {.defer = true};
+    rnt_fake s = {.defer = true};
     waiter w;
     laid l;
 
@@ -328,7 +269,7 @@ static void test_next_call_reports(void **state)
 static void test_replay_wait_released(void **state)
 {
     rnh_daemon *d = *state;
-    fake s = {0};
+    rnt_fake s = {0};
     waiter w;
     laid l;
 
@@ -374,7 +315,7 @@ static void test_replay_wait_released(void **state)
 static void test_drain_answer_kept(void **state)
 {
     rnh_daemon *d = *state;
-    fake s = {.defer = true};
+    rnt_fake s = {.defer = true};
     waiter w;
     laid l;
 
@@ -404,7 +345,7 @@ static void test_drain_answer_kept(void **state)
 static void test_idle_end_quiet(void **state)
 {
     rnh_daemon *d = *state;
-    fake s = {0};
+    rnt_fake s = {0};
     laid l;
 
     rnh_arg(d, "--idle-timeout");
@@ -474,7 +415,7 @@ static void test_host_sync_released(void **state)
 static void test_watch_off(void **state)
 {
     rnh_daemon *d = *state;
-    fake s = {.defer = true};
+    rnt_fake s = {.defer = true};
     laid l;
 
     assert_int_equal(rnh_start(d), 0);
@@ -486,9 +427,9 @@ static void test_watch_off(void **state)
     assert_int_equal(watchers(), 0);
     assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);
     kill9(d);
-    assert_int_equal(__atomic_load_n(w64(s.base, RNP_RING_O_DONE), __ATOMIC_ACQUIRE), 0);
+    assert_int_equal(__atomic_load_n(rnt_w64(s.base, RNP_RING_O_DONE), __ATOMIC_ACQUIRE), 0);
     assert_int_equal(rn_sync(c), RN_RESTARTED);
-    assert_true(__atomic_load_n(w64(s.base, RNP_RING_O_DONE), __ATOMIC_ACQUIRE) >= 1);
+    assert_true(__atomic_load_n(rnt_w64(s.base, RNP_RING_O_DONE), __ATOMIC_ACQUIRE) >= 1);
     rn_close(c);
     RNH_PASS(d);
 }
@@ -499,7 +440,7 @@ static void test_watch_off(void **state)
 static void test_close_after_death(void **state)
 {
     rnh_daemon *d = *state;
-    fake s = {.defer = true};
+    rnt_fake s = {.defer = true};
     laid l;
 
     assert_int_equal(rnh_start(d), 0);
@@ -529,7 +470,7 @@ static void test_close_joins(void **state)
 
     assert_int_equal(rnh_start(d), 0);
     for (int i = 0; i < 20; i++) {
-        fake s = {0};
+        rnt_fake s = {0};
         laid l;
         rn_client *c = fast_client(d);
         lay(c, 7 + i % 3, &l);

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/* fakedev.c - the fake device side of fakedev.h. */
+#include "integration/fakedev.h"
+
+#include "rn_ring.h"
+
+static int f_attach(rn_client *c, void *base, size_t size, uint64_t *dev)
+{
+    (void)c, (void)size;
+    *dev = (uint64_t)(uintptr_t)base;
+    return 0;
+}
+
+static void f_detach(void *base)
+{
+    (void)base;
+}
+
+static int f_write(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
+{
+    rnt_fake *s = stream;
+    (void)c;
+    s->writes++;
+    s->base = addr - RNP_RING_O_READY;
+    if (!s->defer)
+        __atomic_store_n((uint64_t *)(uintptr_t)addr, seq, __ATOMIC_RELEASE);
+    return 0;
+}
+
+static int f_wait(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
+{
+    (void)c, (void)addr, (void)seq;
+    ((rnt_fake *)stream)->waits++;
+    return 0;
+}
+
+static int f_captured(rn_client *c, void *stream)
+{
+    (void)c;
+    return ((rnt_fake *)stream)->capturing;
+}
+
+static int f_graph(rn_client *c, void *stream, uint64_t addr, void (*gone)(void *), void *arg)
+{
+    rnt_fake *s = stream;
+    (void)c;
+    s->graphs++;
+    s->slot = addr;
+    s->gone = gone;
+    s->arg = arg;
+    return 0;
+}
+
+const rnc_ring_dev rnt_fake_dev = {f_attach, f_detach, f_write, f_wait, f_captured, f_graph};
