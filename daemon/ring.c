@@ -102,11 +102,33 @@ static bool doze(struct waitv *w, uint32_t n, bool poll_only, bool graphs)
     return poll_only;
 }
 
+/* RMSNORMD_DEBUG_RING_SPIN_US (0 to 1000000; read once at the thread's
+ * start): the spin above, for measuring what a sleeping thread's wake-up
+ * costs calls that come further apart than SPIN_NS (HACKING.md). */
+static uint64_t spin_ns(void)
+{
+    const char *e = getenv("RMSNORMD_DEBUG_RING_SPIN_US");
+    char *end;
+    unsigned long v;
+
+    if (!e || !*e)
+        return SPIN_NS;
+    errno = 0;
+    v = strtoul(e, &end, 10);
+    if (errno || *end || v > 1000000ul) {
+        rnd_warn("RMSNORMD_DEBUG_RING_SPIN_US=%s: not a number of microseconds up to 1000000; "
+                 "the default %llu us is used", e, SPIN_NS / 1000ull);
+        return SPIN_NS;
+    }
+    return (uint64_t)v * 1000ull;
+}
+
 static void *doorbell_thread(void *arg)
 {
     rnd_rings *tab = arg;
     static struct waitv w[WAITV_MAX];
     uint64_t active = now_ns();
+    const uint64_t spin = spin_ns();
     bool have_waitv = true;
 
     /* Short sleeps (GRAPH_POLL_NS) should be short: the default slack of
@@ -116,7 +138,7 @@ static void *doorbell_thread(void *arg)
     pthread_mutex_lock(&tab->mu);
     while (!tab->stop) {
         bool found = scan(tab);
-        if (!found && now_ns() - active < SPIN_NS) {
+        if (!found && now_ns() - active < spin) {
             pthread_mutex_unlock(&tab->mu);
             sched_yield();
             pthread_mutex_lock(&tab->mu);
