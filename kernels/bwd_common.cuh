@@ -66,7 +66,6 @@ struct Params {
     const unsigned *cancel; /* rnk_bwd_args.cancel: NULL or the word read first */
     int64_t xstep, ystep, dstep, drstep; /* fast path: bytes between a stripe's rows */
     float inv_n;      /* 1 / n (RNK_LEAN's row means) */
-    int64_t rstep;    /* rows between a stripe's rows: G, or G * nchunks (RNK_ILV) */
 #if RNK_TRACE
     rnk_trace_head *tr_head;  /* NULL: this launch records nothing */
     rnk_trace_block *tr_blk;  /* [tr_nblk] */

@@ -81,11 +81,6 @@ namespace rnk {
 #ifndef RNK_LEAN
 #define RNK_LEAN 1
 #endif
-/* RNK_ILV = 1 (experiment; fast path only, the twin does not follow): chunk
- * k holds rows k, k + nchunks, ... (the rows in work form one window). */
-#ifndef RNK_ILV
-#define RNK_ILV 0
-#endif
 /* RNK_TRACE = 1 (benchmark only; defined in bwd_common.cuh, 0 by default:
  * no code, no Params field): thread 0 of each block stores %globaltimer at
  * the phase boundaries (entry, setup done, claim loop done, every chunk
@@ -93,7 +88,6 @@ namespace rnk {
  * chunk count, and each chunk's publish time, into the buffer of
  * rnk_cuda_set_trace; bench_kernel --trace prints them (bench/RESULTS.md,
  * "How to trace"). */
-static_assert(!RNK_ILV || RNK_LEAN, "RNK_ILV needs RNK_LEAN");
 /* RNK_DIRECT = D > 0 (experiment): no ring in shared memory (ncu's main
  * stall, bench/RESULTS.md); each thread loads its vectors of the rows D - 1
  * steps ahead into D register buffers (the loop unrolled by D). */
@@ -307,7 +301,7 @@ __device__ __forceinline__ void stripe_rows_direct(const Params &p, int64_t rg, 
             load_row<NV>(buf[i], xa, ya, coff, nb);
             if (ONLY_B) {
                 rsq[i] = __ldg(ra);
-                ra += p.rstep;
+                ra += p.G;
             }
             xa += xstep;
             ya += ystep;
@@ -324,7 +318,7 @@ __device__ __forceinline__ void stripe_rows_direct(const Params &p, int64_t rg, 
                 load_row<NV>(buf[nx], xa, ya, coff, nb);
                 if (ONLY_B) {
                     rsq[nx] = __ldg(ra);
-                    ra += p.rstep;
+                    ra += p.G;
                 }
                 xa += xstep;
                 ya += ystep;
@@ -374,7 +368,7 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
             stage_row<NV>(i, sring, ub, xa, ya, coff, nb);
             if (ONLY_B) {
                 rsq[i] = __ldg(ra);
-                ra += RNK_LEAN ? p.rstep : G;
+                ra += G;
             }
             xa += xstep;
             ya += ystep;
@@ -387,7 +381,7 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
             stage_row<NV>(0, sring + sa * SLOT * ub, ub, xa, ya, coff, nb);
             if (ONLY_B) {
                 rsq[ST - 1] = __ldg(ra);
-                ra += RNK_LEAN ? p.rstep : G;
+                ra += G;
             }
             xa += xstep;
             ya += ystep;
@@ -511,15 +505,8 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
 
         /* Stripe g takes rows r0 + g, r0 + g + G, ... on its own, no
          * barrier with the other stripes until the chunk's end. */
-#if RNK_ILV
-        const int64_t cnt = (p.m - k + p.nchunks - 1) / p.nchunks; /* rows of chunk k */
-        const int64_t rg = k + (int64_t)g * p.nchunks;
-        const int64_t steps = g < cnt ? (cnt - g + G - 1) / G : 0;
-        (void)r1;
-#else
         const int64_t rg = r0 + g;
         const int64_t steps = rg < r1 ? (r1 - rg + G - 1) / G : 0;
-#endif
 #if RNK_DIRECT
         (void)sring;
         if (p.rstd && !p.dres)

@@ -174,11 +174,10 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
     p.cancel = a->cancel;
     {
         const int64_t es = (int64_t)rnk_dtype_size(a->x_dtype);
-        p.rstep = RNK_ILV ? (int64_t)p.G * p.nchunks : p.G;
-        p.xstep = p.rstep * p.xs * es;
-        p.ystep = p.rstep * p.dys * es;
-        p.dstep = p.rstep * p.dxs * es;
-        p.drstep = p.dres ? p.rstep * p.drs * es : 0; /* (the stride means nothing without dres) */
+        p.xstep = p.G * p.xs * es;
+        p.ystep = p.G * p.dys * es;
+        p.dstep = p.G * p.dxs * es;
+        p.drstep = p.dres ? p.G * p.drs * es : 0; /* (the stride means nothing without dres) */
         p.inv_n = 1.0f / (float)a->n;
     }
 
