@@ -158,6 +158,7 @@ static const struct {
      "The longest the closer's gate held closes (the current hold included), in microseconds."},
     {"closes.streams_pending",
      "Streams of ended sessions whose give-back waits for the closer's gate."},
+    {"closes.streams_spare", "Streams of ended sessions' rings kept idle for the next rings."},
 };
 
 /* Counters that are gauges: they go down as well as up. */
@@ -167,7 +168,7 @@ static int is_gauge(const char *name)
         "sessions.active",     "regions.active",           "inflight.current",   "inflight.max",
         "uptime.seconds",      "sessions.unauthenticated", "fast.rings",         "fast.graphs",
         "closes.pending",      "closes.pending_max",       "closes.wait_max_us", "closes.thread",
-        "closes.gated_max_us", "closes.streams_pending"};
+        "closes.gated_max_us", "closes.streams_pending",   "closes.streams_spare"};
     for (size_t i = 0; i < sizeof gauges / sizeof gauges[0]; i++)
         if (strcmp(name, gauges[i]) == 0)
             return 1;

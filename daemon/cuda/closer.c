@@ -278,4 +278,5 @@ void rnd_cuda_closer_stats(rnd_backend *be, rnp_stats_rep *out)
     rnd_stats_put(out, "closes.gated", st.gated);
     rnd_stats_put(out, "closes.gated_max_us", st.gated_max_ns / 1000u);
     rnd_stats_put(out, "closes.streams_pending", b->ngiveback);
+    rnd_stats_put(out, "closes.streams_spare", b->nspare);
 }

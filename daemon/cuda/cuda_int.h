@@ -56,6 +56,10 @@
  * its graph slots), after the pool in b->streams. */
 #define RND_CUDA_OWN_STREAMS 256
 #define RND_CUDA_MAX_STREAMS (RND_CUDA_STREAMS + RND_CUDA_OWN_STREAMS)
+/* Own streams of ended sessions kept, with their threads and workspaces,
+ * for the next rings (ownstream.c): a new stream's creation was seen to
+ * wait 4.3 s on the loop for a late producer's GPU wait. */
+#define RND_CUDA_SPARE_STREAMS 32
 /* Cancel words for the fast path's sessions (ring.c); a session past them
  * runs its ring jobs without one. */
 #define RND_CUDA_CANCEL_WORDS 4096
@@ -147,6 +151,8 @@ typedef struct rnd_cuda_stream {
     bool live;                     /* st exists (the pool's always; an own one while held) */
     bool own;                      /* a ring's own stream (ownstream.c) */
     bool quit;                     /* its completion thread returns (under b->mu) */
+    bool spare;                    /* an own one whose session ended, kept live for the
+                                    * next ring (ownstream.c) */
     bool giveback;                 /* an own one whose session ended: its destruction and
                                     * its thread's join wait for the gate (ownstream.c) */
     uint64_t giveback_ns;          /* since when */
@@ -222,6 +228,7 @@ struct rnd_cuda {
     bool closing;                  /* a close the gate let through runs (gate_mu) */
     uint64_t gate_grace_ns;        /* a wait younger than this holds no close */
     uint32_t ngiveback;            /* own streams whose give-back waits for the gate */
+    uint32_t nspare;               /* own streams kept for the next rings */
     uint32_t noutstanding, max_jobs;
     rnd_cuda_evpool fins;          /* completion events (blocking sync) */
     rnd_cuda_evpool starts;        /* start events */
@@ -339,9 +346,10 @@ void rnd_cuda_on_idle(uv_idle_t *h);
  * a workspace grown on first use; -1 from new when none can be made (the
  * caller falls back to the pool, and the reason is logged). */
 int rnd_cuda_own_stream_new(rnd_cuda *b, const char *what);
-/* Its session ended: its thread is told to return; the join and the CUDA
- * calls wait until the gate is clear (never on a failed device:
- * rnd_cuda_own_streams_giveback, gate.c). */
+/* Its session ended: it is kept, live and idle, for the next ring while
+ * fewer than RND_CUDA_SPARE_STREAMS are; else its thread is told to return,
+ * and the join and the CUDA calls wait until the gate is clear (never on a
+ * failed device: rnd_cuda_own_streams_giveback, gate.c). */
 void rnd_cuda_own_stream_free(rnd_cuda *b, int i);
 /* A session's stream for ring jobs, and for graph jobs (never one of its
  * ring jobs waits on: a graph job must not queue behind a wait for ready

@@ -10,10 +10,15 @@
  * the generation word move, so their inputs are ready) and so must not
  * queue behind a wait for ready that the very replay holds up.  They live
  * after the pool in b->streams, each with its completion thread (as the
- * pool's: complete.c), and are destroyed when the session ends, or as soon
- * after as no stream waits, late, on a client (the gate, gate.c: the
- * give-back's CUDA calls were seen to wait 4.7 s on the loop behind a close
- * that waited for a late producer).  Where a
+ * pool's: complete.c).  When the session ends they are kept as spares for
+ * the next rings (up to RND_CUDA_SPARE_STREAMS), idle, with their threads
+ * and workspaces: no CUDA call at a session's end, none at the next ring's
+ * setup.  Making a stream can wait for the device (4.3 s on the loop behind
+ * a late producer's GPU wait, on the H200 without MPS), and so can
+ * destroying one.  Past the spares a stream is destroyed as soon as no
+ * stream waits, late, on a client (the gate, gate.c: the give-back's CUDA
+ * calls were seen to wait 4.7 s on the loop behind a close that waited for
+ * a late producer).  Where a
  * stream cannot be made (a limit, the device's resources) the ring's slots
  * fall back to the pool, as before; its graph slots are refused instead
  * (GRAPH_OPEN, rnd_cuda_graphs_ok): a replay on a pool stream could queue
@@ -34,6 +39,14 @@ int rnd_cuda_own_stream_new(rnd_cuda *b, const char *what)
     rn_fault f;
     int i;
 
+    for (i = RND_CUDA_STREAMS; i < b->nstreams; i++)
+        if (b->streams[i].spare) {
+            /* Idle (every job of its last session had its done event), its
+             * thread waiting for work, its workspace kept. */
+            b->streams[i].spare = false;
+            b->nspare--;
+            return i;
+        }
     for (i = RND_CUDA_STREAMS; i < RND_CUDA_MAX_STREAMS; i++)
         if (!b->streams[i].live && !b->streams[i].thr_started) {
             s = &b->streams[i];
@@ -80,7 +93,15 @@ void rnd_cuda_own_stream_free(rnd_cuda *b, int i)
         return;
     s = &b->streams[i];
     /* Every job on it had its done event (the session ends): its FIFO is
-     * empty and its thread returns at once. */
+     * empty, and the stream idle. */
+    if (!b->failed && !s->spare && b->nspare < RND_CUDA_SPARE_STREAMS) {
+        s->spare = true;
+        b->nspare++;
+        return;
+    }
+    if (s->spare)
+        return;
+    /* Its thread returns at once. */
     pthread_mutex_lock(&b->mu);
     s->quit = true;
     pthread_cond_signal(&s->cv);

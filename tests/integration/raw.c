@@ -89,8 +89,18 @@ int rnr_hello_paths(const char *endpoint)
 
     if (sock < 0)
         return -1;
-    if (hello(sock, "paths", &r) == 0)
+    if (hello(sock, "paths", &r) == 0) {
+        static rnp_request q;
         paths = (int)r.u.hello.paths;
+        /* BYE: the session would otherwise count in sessions.active until
+         * the daemon's auth timeout (10 s) ends it. */
+        memset(&q, 0, sizeof q);
+        q.version = RNP_VERSION;
+        q.op = RN_OP_BYE;
+        q.id = 2;
+        q.u.bye = r.u.hello.session;
+        (void)rnr_call(sock, &q, &r);
+    }
     rnr_close(sock);
     return paths;
 }
