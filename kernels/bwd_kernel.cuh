@@ -88,13 +88,6 @@ namespace rnk {
  * chunk count, and each chunk's publish time, into the buffer of
  * rnk_cuda_set_trace; bench_kernel --trace prints them (bench/RESULTS.md,
  * "How to trace"). */
-/* RNK_DIRECT = D > 0 (experiment): no ring in shared memory (ncu's main
- * stall, bench/RESULTS.md); each thread loads its vectors of the rows D - 1
- * steps ahead into D register buffers (the loop unrolled by D). */
-#ifndef RNK_DIRECT
-#define RNK_DIRECT 0
-#endif
-static_assert(!RNK_DIRECT || RNK_LEAN, "RNK_DIRECT needs RNK_LEAN");
 static_assert(RNK_STAGES1 >= 2 && RNK_STAGES2 >= 2 && RNK_STAGES4 >= 2, "RNK_STAGES*: at least 2");
 
 __host__ __device__ constexpr int fast_stages(int nv)
@@ -110,7 +103,7 @@ __host__ __device__ constexpr bool fast_w_regs(int nv)
  * apart and a warp's 16-byte accesses never meet in a bank. */
 __host__ __device__ constexpr int ring_slots(int nv)
 {
-    return RNK_DIRECT ? 0 : 2 * nv * fast_stages(nv) + 1;
+    return 2 * nv * fast_stages(nv) + 1;
 }
 /* Floats of w a stripe lane keeps in shared memory (when not in registers):
  * its NV * VEC columns, padded for the same reason. */
@@ -165,7 +158,7 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, in
                                             rsum_t (*red)[32][2])
 {
     constexpr int VEC = Vec<T>::N;
-    constexpr int HOLD = RNK_DIRECT || (RNK_HOLD == 2 && NV > RNK_HOLD_NV) ? 0 : RNK_HOLD; /* (RNK_DIRECT: sl is in registers) */
+    constexpr int HOLD = RNK_HOLD == 2 && NV > RNK_HOLD_NV ? 0 : RNK_HOLD;
     /* The row's vectors: read from the ring once (HOLD >= 1) or at each pass. */
     uint4 hx[HOLD >= 1 ? NV : 1], hy[HOLD >= 1 ? NV : 1];
     float fx[HOLD == 2 ? NV : 1][VEC], fy[HOLD == 2 ? NV : 1][VEC];
@@ -259,79 +252,6 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, in
  * by STAGES, so that every slot offset is a constant, made the hot loop 3 to
  * 8 rows of code long and 20 % slower: bench/RESULTS.md.)
  */
-/* RNK_DIRECT: one row's vectors of x (buffer [0, NV)) and dy ([NV, 2 NV))
- * loaded into registers; vectors past n read as zeros. */
-template <int NV>
-__device__ __forceinline__ void load_row(uint4 (&b)[2 * NV], const char *xr, const char *yr,
-                                         const unsigned (&coff)[NV], const unsigned (&nb)[NV])
-{
-#pragma unroll
-    for (int v = 0; v < NV; v++) {
-        b[v] = nb[v] ? ld16(xr + coff[v]) : make_uint4(0u, 0u, 0u, 0u);
-        b[NV + v] = nb[v] ? ld16(yr + coff[v]) : make_uint4(0u, 0u, 0u, 0u);
-    }
-}
-
-/* RNK_DIRECT's stripe_rows: rows D - 1 steps ahead in D register buffers. */
-template <class T, int NV, bool ONLY_B, bool DRES>
-__device__ __forceinline__ void stripe_rows_direct(const Params &p, int64_t rg, int64_t steps, int g,
-                                                   const float (*wv)[Vec<T>::N],
-                                                   const unsigned (&coff)[NV],
-                                                   const unsigned (&nb)[NV], const bool (&ok)[NV],
-                                                   float (&acc)[NV][Vec<T>::N],
-                                                   rsum_t (*red)[32][2])
-{
-    constexpr int D = RNK_DIRECT > 0 ? RNK_DIRECT : 1;
-    constexpr int ES = (int)sizeof(T);
-    const int64_t xstep = p.xstep, ystep = p.ystep, dstep = p.dstep;
-    const char *xa = (const char *)p.x + rg * p.xs * ES;
-    const char *ya = (const char *)p.dy + rg * p.dys * ES;
-    const float *ra = ONLY_B ? p.rstd + rg : nullptr;
-    char *dxr = (char *)p.dx + rg * p.dxs * ES;
-    const char *drr = DRES ? (const char *)p.dres + rg * p.drs * ES : nullptr;
-    const int64_t drstep = DRES ? p.drstep : 0;
-    uint4 buf[D][2 * NV];
-    float rsq[D];
-#pragma unroll
-    for (int i = 0; i < D; i++)
-        rsq[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < D - 1; i++) {
-        if (i < steps) {
-            load_row<NV>(buf[i], xa, ya, coff, nb);
-            if (ONLY_B) {
-                rsq[i] = __ldg(ra);
-                ra += p.G;
-            }
-            xa += xstep;
-            ya += ystep;
-        }
-    }
-    for (int64_t t0 = 0; t0 < steps; t0 += D) {
-#pragma unroll
-        for (int s = 0; s < D; s++) {
-            const int64_t t = t0 + s;
-            if (t >= steps)
-                break;
-            const int nx = (s + D - 1) % D; /* the buffer of row t + D - 1 */
-            if (t + D - 1 < steps) {
-                load_row<NV>(buf[nx], xa, ya, coff, nb);
-                if (ONLY_B) {
-                    rsq[nx] = __ldg(ra);
-                    ra += p.G;
-                }
-                xa += xstep;
-                ya += ystep;
-            }
-            process_row<T, NV, ONLY_B, DRES>(p, buf[s], 1, wv, rsq[s], dxr, drr, coff, ok, g,
-                                             (int)(t & 1), acc, red);
-            dxr += dstep;
-            if (DRES)
-                drr += drstep;
-        }
-    }
-}
-
 template <class T, int NV, bool ONLY_B, bool DRES>
 __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t steps, int g,
                                             unsigned sring, const uint4 *ring,
@@ -507,17 +427,6 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
          * barrier with the other stripes until the chunk's end. */
         const int64_t rg = r0 + g;
         const int64_t steps = rg < r1 ? (r1 - rg + G - 1) / G : 0;
-#if RNK_DIRECT
-        (void)sring;
-        if (p.rstd && !p.dres)
-            stripe_rows_direct<T, NV, true, false>(p, rg, steps, g, wv, coff, nb, ok, acc, red);
-        else if (p.rstd)
-            stripe_rows_direct<T, NV, true, true>(p, rg, steps, g, wv, coff, nb, ok, acc, red);
-        else if (!p.dres)
-            stripe_rows_direct<T, NV, false, false>(p, rg, steps, g, wv, coff, nb, ok, acc, red);
-        else
-            stripe_rows_direct<T, NV, false, true>(p, rg, steps, g, wv, coff, nb, ok, acc, red);
-#else
         if (p.rstd && !p.dres)
             stripe_rows<T, NV, true, false>(p, rg, steps, g, sring, ring, wv, coff, nb, ok, acc, red);
         else if (p.rstd)
@@ -526,7 +435,6 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
             stripe_rows<T, NV, false, false>(p, rg, steps, g, sring, ring, wv, coff, nb, ok, acc, red);
         else
             stripe_rows<T, NV, false, true>(p, rg, steps, g, sring, ring, wv, coff, nb, ok, acc, red);
-#endif
 
         if (threadIdx.x == 0)
             s_claim[(it + 1) & 1] = (int)nxt;
