@@ -61,6 +61,9 @@ static const flag_def flags[] = {
     {"max-graphs", "N", "graph slots (calls captured into CUDA graphs on the fast path)\n"
                         "                          open at once in all; the daemon polls each\n"
                         "                          every 20 us (default 4096; 0: none)"},
+    {"ring-spin-us", "US", "after a ring slot the loop polls the rings this long before it\n"
+                           "                          sleeps (default 1000 on hosts with 4 or more\n"
+                           "                          CPUs, else 0: never; a core while calls come)"},
     {"max-m", "N", "largest M (rows) of a request (default 16777216)"},
     {"max-n", "N", "largest N (columns) of a request (default 262144)"},
     {"idle-timeout", "SEC", "end a session idle this long (default 600; 0 = never)"},
@@ -100,6 +103,7 @@ void rnd_config_defaults(rnd_config *cfg)
     cfg->max_connections = 1024;
     cfg->cuda_fast_path = true;
     cfg->spin_us = -1;
+    cfg->ring_spin_us = -1;
     cfg->threads = 0;
     cfg->log_level = RND_LOG_INFO;
     cfg->kernel_deadline_ms = 60000;
@@ -237,6 +241,8 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, rnp_erro
         NUM(max_inflight_total, 1, 1u << 24);
     if (strcmp(f->name, "max-graphs") == 0)
         NUM(max_graphs, 0, 1u << 20);
+    if (strcmp(f->name, "ring-spin-us") == 0)
+        NUM(ring_spin_us, 0, 100000);
     if (strcmp(f->name, "max-m") == 0)
         NUM(max_m, 1, (uint64_t)INT64_MAX);
     if (strcmp(f->name, "max-n") == 0)
@@ -481,6 +487,8 @@ int rnd_config_finish(rnd_config *cfg, rnp_error *err)
         /* Spinning pays where a core is free for it; on a laptop or a small
          * CI machine it takes the CPU from the clients instead. */
         cfg->spin_us = sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? 100 : 0;
+    if (cfg->ring_spin_us < 0)
+        cfg->ring_spin_us = sysconf(_SC_NPROCESSORS_ONLN) >= 4 ? 1000 : 0;
     return 0;
 }
 

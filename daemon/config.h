@@ -47,6 +47,10 @@ typedef struct rnd_config {
     /* Graph slots open at once in all (GRAPH_OPEN, PROTOCOL.md 13.8): the
      * doorbell thread polls every one of them every 20 us.  0: none. */
     uint32_t max_graphs;
+    /* After a ring slot the loop polls the rings itself this long (us)
+     * before it sleeps again (ring.c); -1 until rnd_config_finish picks the
+     * default, 0 never. */
+    int32_t ring_spin_us;
     uint64_t max_m;
     uint32_t max_n;
     uint32_t idle_timeout;             /* seconds; 0 = never */

@@ -210,11 +210,12 @@ static void on_released(void *owner)
 
 /* Take g's published slots, oldest first, until one cannot be taken now.
  * With force (the ring closes) each slot is taken whatever the limits. */
-static void take(rnd_ring *g, bool force)
+static unsigned take(rnd_ring *g, bool force)
 {
     rnd_rings *tab = g->tab;
     rnd_session *s = g->sess;
     uint8_t desc[RNP_RING_DESC];
+    unsigned n = 0;
 
     while (g->sess && !g->stopped) {
         uint64_t prod = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE);
@@ -224,12 +225,12 @@ static void take(rnd_ring *g, bool force)
         int rc;
 
         if (rnp_seq_reached(g->cons, prod))
-            return;
+            return n;
         /* A client may be at most a ring's worth of slots ahead of the
          * answers, so of the slots taken: a producer word further on is
          * garbage, and what it claims is never taken. */
         if (prod - g->cons > g->slots)
-            return;
+            return n;
         uint8_t *slot = g->base + rnp_ring_slot_off(seq, g->slots);
         /* Once: everything below reads the private copy. */
         memcpy(desc, slot, sizeof desc);
@@ -238,31 +239,73 @@ static void take(rnd_ring *g, bool force)
         rc = tab->submit(tab->ctx, s, ok ? &b : NULL, ok ? NULL : &err, &at, rnd_now_ns());
         if (rc == RN_BUSY) { /* taken again once a request frees a limit */
             tab->deferred = true;
-            return;
+            return n;
         }
         if (rc != 0) {
             rnd_warn("Ring %u of '%s': slot %llu not taken (%s); the ring stops", g->id, s->name,
                      (unsigned long long)seq, rnp_err_name(rc));
             g->stopped = true;
             g->stop_status = rc;
-            return;
+            return n;
         }
         g->cons = seq;
         g->jobs++;
+        n++;
         s->last_active_ns = rnd_now_ns();
     }
+    return n;
+}
+
+/*
+ * The loop's own poll (--ring-spin-us): after it took a slot the loop
+ * stays awake for that long, looking at the rings' producer words at every
+ * turn, so that a call coming soon after is taken with no wake-up of the
+ * doorbell thread and then of the loop, which together cost 30-55 us p50
+ * on the H200 host at one call every 0.3-1 ms (bench_wake,
+ * bench/RESULTS.md).  An idle handle keeps libuv's poll from sleeping; it
+ * stops once nothing came for the whole span.  Graph slots are left to the
+ * doorbell thread, and so are slots while one waits at a limit (the
+ * request that frees it wakes the rings).
+ */
+static void on_poll(uv_idle_t *h)
+{
+    rnd_rings *tab = h->data;
+    uint64_t now = rnd_now_ns();
+    unsigned n = 0;
+    rn_queue *q;
+
+    if (!tab->deferred)
+        RN_QUEUE_FOREACH(q, &tab->list)
+            n += take(RN_QUEUE_DATA(q, rnd_ring, link), false);
+    if (n) {
+        tab->ctx->stats.fast_polled += n;
+        tab->poll_until = now + (uint64_t)tab->ctx->cfg.ring_spin_us * 1000u;
+    } else if (now >= tab->poll_until) {
+        uv_idle_stop(&tab->poll);
+    }
+}
+
+static void poll_arm(rnd_rings *tab)
+{
+    if (tab->ctx->cfg.ring_spin_us <= 0 || tab->stop)
+        return;
+    tab->poll_until = rnd_now_ns() + (uint64_t)tab->ctx->cfg.ring_spin_us * 1000u;
+    uv_idle_start(&tab->poll, on_poll);
 }
 
 static void on_async(uv_async_t *h)
 {
     rnd_rings *tab = h->data;
+    unsigned n = 0;
     rn_queue *q;
 
     tab->deferred = false; /* set again by what stays at a limit */
     RN_QUEUE_FOREACH(q, &tab->list) {
-        take(RN_QUEUE_DATA(q, rnd_ring, link), false);
+        n += take(RN_QUEUE_DATA(q, rnd_ring, link), false);
         rnd_graphs_take(RN_QUEUE_DATA(q, rnd_ring, link));
     }
+    if (n)
+        poll_arm(tab);
 }
 
 /* No more slots: off the thread's list, closed; freed now or after its
@@ -410,7 +453,10 @@ int rnd_rings_init(rnd_ctx *ctx, rnd_rings *tab, rnd_ring_submit_fn *submit, rnp
         return rnp_fail(err, RN_SYSTEM, "rings: uv_async_init: %s", uv_strerror(rc));
     }
     tab->async.data = tab;
+    uv_idle_init(ctx->loop, &tab->poll); /* (cannot fail) */
+    tab->poll.data = tab;
     if ((rc = pthread_create(&tab->thread, NULL, doorbell_thread, tab)) != 0) {
+        uv_close((uv_handle_t *)&tab->poll, NULL);
         uv_close((uv_handle_t *)&tab->async, NULL);
         pthread_mutex_destroy(&tab->mu);
         return rnp_fail(err, RN_SYSTEM, "rings: starting the doorbell thread: %s", strerror(rc));
@@ -429,6 +475,8 @@ void rnd_rings_fini(rnd_rings *tab)
     rnd_rings_kick(tab);
     pthread_join(tab->thread, NULL);
     tab->started = false;
+    uv_idle_stop(&tab->poll);
+    uv_close((uv_handle_t *)&tab->poll, NULL);
     uv_close((uv_handle_t *)&tab->async, NULL);
     pthread_mutex_destroy(&tab->mu);
 }

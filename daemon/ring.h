@@ -61,6 +61,9 @@ typedef struct rnd_rings {
     struct rnd_ctx *ctx;
     rnd_ring_submit_fn *submit;
     uv_async_t async;              /* the doorbell thread wakes the loop */
+    uv_idle_t poll;                /* the loop polls the rings itself after a slot
+                                    * (--ring-spin-us, ring.c's on_poll) */
+    uint64_t poll_until;           /* ... until then (loop thread) */
     pthread_t thread;
     bool started;
     pthread_mutex_t mu;            /* list and stop, for the doorbell thread */

@@ -18,7 +18,8 @@
  * The fast path (the ring): "fast.slots" (slots answered), "fast.ok",
  * "fast.errors", "fast.rings" (rings open), "fast.graphs" (graph slots
  * open), "fast.deferred" (times a slot or replay was left in its ring at a
- * limit, to be taken later);
+ * limit, to be taken later), "fast.polled" (slots the loop found itself
+ * while it polled the rings after a slot: --ring-spin-us);
  * errors of both paths count in "errors.<ERR_NAME>".
  * Histograms "queue", "compute", "total" (the nanomsg BWD) and "fast.queue",
  * "fast.compute", "fast.total" (ring slots: from the daemon taking the slot;
@@ -80,6 +81,7 @@ typedef struct rnd_stats {
     rnd_hist queue, compute, total;
     uint64_t fast_ok, fast_errors;       /* ring slots answered */
     uint64_t fast_deferred;              /* slots and replays left at a limit */
+    uint64_t fast_polled;                /* slots the loop's own poll took (--ring-spin-us) */
     rnd_hist fast_queue, fast_compute, fast_total;
 } rnd_stats;
 

@@ -147,6 +147,7 @@ static const struct {
     {"fast.graphs", "Fast-path graph slots (captured CUDA graphs) open now."},
     {"fast.deferred",
      "Times a fast-path slot or graph replay was left in its ring at a limit, to be taken later."},
+    {"fast.polled", "Ring slots the daemon's loop took while polling after a slot (--ring-spin-us)."},
     {"closes.pending", "Released GPU mappings and ring memory not closed yet."},
     {"closes.done", "Released GPU mappings and ring memory closed since the daemon started."},
     {"closes.pending_max", "The most released mappings waiting to be closed at once."},

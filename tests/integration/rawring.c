@@ -159,7 +159,7 @@ uint64_t rnr_ring_publish(rnr_ring *g, const rnp_bwd_req *b, const uint8_t *desc
     __atomic_store_n(rnp_ring_u64(g->mem, RNP_RING_O_PROD), seq, __ATOMIC_RELEASE);
     g->seq = seq;
     atomic_thread_fence(memory_order_seq_cst);
-    if (__atomic_load_n(rnp_ring_u32(g->mem, RNP_RING_O_SLEEPING), __ATOMIC_SEQ_CST)) {
+    if (!g->no_bell && __atomic_load_n(rnp_ring_u32(g->mem, RNP_RING_O_SLEEPING), __ATOMIC_SEQ_CST)) {
         __atomic_add_fetch(rnp_ring_u32(g->mem, RNP_RING_O_DOORBELL), 1, __ATOMIC_SEQ_CST);
         syscall(SYS_futex, rnp_ring_u32(g->mem, RNP_RING_O_DOORBELL), FUTEX_WAKE, 1, NULL, NULL, 0);
     }

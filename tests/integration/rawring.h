@@ -24,6 +24,7 @@ typedef struct rnr_ring {
     size_t data_bytes;
     uint32_t region, ring, slots;
     uint64_t seq;                  /* the last published */
+    bool no_bell;                  /* publish without ringing the doorbell */
 } rnr_ring;
 
 /* HELLO, AUTH, a memfd with a ring of slots slots and data_bytes of data

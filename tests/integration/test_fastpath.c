@@ -306,6 +306,57 @@ static void test_ready_late(void **state)
     RNH_PASS(d);
 }
 
+/* --ring-spin-us: after a slot the loop polls the rings itself, so that a
+ * slot published soon after is taken with no doorbell rung at all (the
+ * doorbell thread, asleep by then, would see it only at its 100 ms
+ * timeout); with 0 the loop never polls. */
+static void test_loop_polls(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+
+    rnh_arg(d, "--ring-spin-us");
+    rnh_arg(d, "100000"); /* 100 ms: room for a slow machine's turns */
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 8, 79);
+    uint64_t seq = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    assert_int_equal(rnr_ring_wait(&r.g, seq, WAIT_MS), 0);
+    r.g.no_bell = true;
+    for (int i = 0; i < 5; i++) {
+        struct timespec gap = {0, 2000000}; /* 2 ms: past the doorbell thread's spin */
+        nanosleep(&gap, NULL);
+        seq = rnr_ring_publish(&r.g, &r.b, NULL, true);
+        /* Within 90 ms: the doorbell thread would see it at 100 ms. */
+        assert_int_equal(rnr_ring_wait(&r.g, seq, 90), 0);
+        assert_int_equal(rnr_ring_status(&r.g, seq, NULL, 0), 0);
+    }
+    int64_t polled = rnh_stat(d, "fast.polled");
+    printf("fast.polled %lld of 5 slots published without a doorbell\n", (long long)polled);
+    assert_true(polled >= 4);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
+static void test_loop_polls_off(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+
+    rnh_arg(d, "--ring-spin-us");
+    rnh_arg(d, "0");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 8, 80);
+    for (int i = 0; i < 3; i++) {
+        uint64_t seq = rnr_ring_publish(&r.g, &r.b, NULL, true);
+        assert_int_equal(rnr_ring_wait(&r.g, seq, WAIT_MS), 0);
+    }
+    assert_int_equal(rnh_stat(d, "fast.polled"), 0);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
 /* Bad slots of every kind, published together between good ones: each gets
  * its status and message, done advances over all of them in order, and
  * the good ones compute. */
@@ -744,6 +795,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pipelined_two_clients, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_errors_surface, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ready_late, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_loop_polls, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_loop_polls_off, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bad_slots, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ring_open_close, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_prod_garbage, rnh_setup, rnh_teardown),
