@@ -171,9 +171,12 @@ class Daemon:
         env.pop("RMSNORMD_ENDPOINT", None)
         try:
             with open(self.log_path, "ab") as log:
+                # RN_TORCH_DAEMON_ARGS: more daemon flags, e.g. "--ring-spin-us 0"
+                # for a run without the loop's poll of the rings.
+                extra = os.environ.get("RN_TORCH_DAEMON_ARGS", "").split()
                 self.proc = subprocess.Popen(
                     [binary, "--backend", self.backend, "--endpoint", self.endpoint, "--config",
-                     conf, "--log-level", "info"],
+                     conf, "--log-level", "info"] + extra,
                     stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env,
                     preexec_fn=_die_with_parent)
             deadline = time.monotonic() + timeout

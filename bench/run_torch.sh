@@ -29,7 +29,8 @@
 #   rmsnormd and librmsnorm_client.so.0 are taken from it.
 # Environment: LD_LIBRARY_PATH for the runtime libraries a bare host lacks
 # (libuv, libnanomsg, libmsgpackc); RN_TORCH_QUICK=1 shortens every step
-# (a smoke run); RN_NO_MPS=1 skips the MPS half; RN_TORCH_CPU=1 runs it all
+# (a smoke run); RN_TORCH_DAEMON_ARGS adds flags to bench_torch.py's daemon (e.g. "--ring-spin-us
+# 0"); RN_NO_MPS=1 skips the MPS half; RN_TORCH_CPU=1 runs it all
 # on the daemon's CPU backend with tiny shapes (the script's own test, on a
 # host without a GPU).
 set -u
