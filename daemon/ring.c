@@ -138,6 +138,22 @@ static void *doorbell_thread(void *arg)
     pthread_mutex_lock(&tab->mu);
     while (!tab->stop) {
         bool found = scan(tab);
+        if (!found && __atomic_load_n(&tab->loop_polls, __ATOMIC_SEQ_CST)) {
+            /* The loop polls the rings itself (ring.c's on_poll): no spin
+             * here, and the sleeping flags stay 0, so clients ring no
+             * doorbell; graph slots are still polled.  The loop kicks when
+             * it stops, and the thread then goes to sleep as usual (a slot
+             * published meanwhile is in the scan before the flags are set,
+             * or rings). */
+            uint32_t k = __atomic_load_n(&tab->kick, __ATOMIC_SEQ_CST);
+            if (__atomic_load_n(&tab->loop_polls, __ATOMIC_SEQ_CST)) {
+                struct timespec ts = {0, (long)(tab->graphs ? GRAPH_POLL_NS : SLEEP_NS)};
+                pthread_mutex_unlock(&tab->mu);
+                syscall(SYS_futex, &tab->kick, FUTEX_WAIT_PRIVATE, k, &ts, NULL, 0);
+                pthread_mutex_lock(&tab->mu);
+            }
+            continue;
+        }
         if (!found && now_ns() - active < spin) {
             pthread_mutex_unlock(&tab->mu);
             sched_yield();
@@ -282,6 +298,10 @@ static void on_poll(uv_idle_t *h)
         tab->poll_until = now + (uint64_t)tab->ctx->cfg.ring_spin_us * 1000u;
     } else if (now >= tab->poll_until) {
         uv_idle_stop(&tab->poll);
+        /* The doorbell thread takes over again (and sets the sleeping
+         * flags before it sleeps). */
+        __atomic_store_n(&tab->loop_polls, 0, __ATOMIC_SEQ_CST);
+        rnd_rings_kick(tab);
     }
 }
 
@@ -290,7 +310,13 @@ static void poll_arm(rnd_rings *tab)
     if (tab->ctx->cfg.ring_spin_us <= 0 || tab->stop)
         return;
     tab->poll_until = rnd_now_ns() + (uint64_t)tab->ctx->cfg.ring_spin_us * 1000u;
+    if (__atomic_load_n(&tab->loop_polls, __ATOMIC_SEQ_CST))
+        return;
+    __atomic_store_n(&tab->loop_polls, 1, __ATOMIC_SEQ_CST);
     uv_idle_start(&tab->poll, on_poll);
+    /* A doorbell thread that went to sleep meanwhile wakes, clears the
+     * sleeping flags and leaves the slots to the loop. */
+    rnd_rings_kick(tab);
 }
 
 static void on_async(uv_async_t *h)
@@ -475,6 +501,7 @@ void rnd_rings_fini(rnd_rings *tab)
     rnd_rings_kick(tab);
     pthread_join(tab->thread, NULL);
     tab->started = false;
+    __atomic_store_n(&tab->loop_polls, 0, __ATOMIC_SEQ_CST);
     uv_idle_stop(&tab->poll);
     uv_close((uv_handle_t *)&tab->poll, NULL);
     uv_close((uv_handle_t *)&tab->async, NULL);

@@ -64,6 +64,8 @@ typedef struct rnd_rings {
     uv_idle_t poll;                /* the loop polls the rings itself after a slot
                                     * (--ring-spin-us, ring.c's on_poll) */
     uint64_t poll_until;           /* ... until then (loop thread) */
+    uint32_t loop_polls;           /* 1 while it does (atomic): the doorbell thread
+                                    * then leaves the rings' slots to the loop */
     pthread_t thread;
     bool started;
     pthread_mutex_t mu;            /* list and stop, for the doorbell thread */

@@ -306,6 +306,19 @@ static void test_ready_late(void **state)
     RNH_PASS(d);
 }
 
+/* The ring's sleeping flag once it reads want, or at timeout_ms. */
+static uint32_t sleeping(const rnr_ring *g, uint32_t want, int timeout_ms)
+{
+    uint32_t v;
+    for (int waited = 0;; waited++) {
+        v = __atomic_load_n(rnp_ring_u32(g->mem, RNP_RING_O_SLEEPING), __ATOMIC_SEQ_CST);
+        if (v == want || waited >= timeout_ms)
+            return v;
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+}
+
 /* --ring-spin-us: after a slot the loop polls the rings itself, so that a
  * slot published soon after is taken with no doorbell rung at all (the
  * doorbell thread, asleep by then, would see it only at its 100 ms
@@ -333,6 +346,10 @@ static void test_loop_polls(void **state)
     int64_t polled = rnh_stat(d, "fast.polled");
     printf("fast.polled %lld of 5 slots published without a doorbell\n", (long long)polled);
     assert_true(polled >= 4);
+    /* While the loop polls, clients are told not to ring (the sleeping
+     * flag stays 0); once it stops, the doorbell thread sleeps again. */
+    assert_int_equal(sleeping(&r.g, 0, 0), 0);
+    assert_int_equal(sleeping(&r.g, 1, 2000), 1);
     rnv_expect_fini(&r.e);
     rnr_ring_close(&r.g);
     RNH_PASS(d);
@@ -352,6 +369,7 @@ static void test_loop_polls_off(void **state)
         assert_int_equal(rnr_ring_wait(&r.g, seq, WAIT_MS), 0);
     }
     assert_int_equal(rnh_stat(d, "fast.polled"), 0);
+    assert_int_equal(sleeping(&r.g, 1, 2000), 1);
     rnv_expect_fini(&r.e);
     rnr_ring_close(&r.g);
     RNH_PASS(d);
