@@ -102,33 +102,11 @@ static bool doze(struct waitv *w, uint32_t n, bool poll_only, bool graphs)
     return poll_only;
 }
 
-/* RMSNORMD_DEBUG_RING_SPIN_US (0 to 1000000; read once at the thread's
- * start): the spin above, for measuring what a sleeping thread's wake-up
- * costs calls that come further apart than SPIN_NS (HACKING.md). */
-static uint64_t spin_ns(void)
-{
-    const char *e = getenv("RMSNORMD_DEBUG_RING_SPIN_US");
-    char *end;
-    unsigned long v;
-
-    if (!e || !*e)
-        return SPIN_NS;
-    errno = 0;
-    v = strtoul(e, &end, 10);
-    if (errno || *end || v > 1000000ul) {
-        rnd_warn("RMSNORMD_DEBUG_RING_SPIN_US=%s: not a number of microseconds up to 1000000; "
-                 "the default %llu us is used", e, SPIN_NS / 1000ull);
-        return SPIN_NS;
-    }
-    return (uint64_t)v * 1000ull;
-}
-
 static void *doorbell_thread(void *arg)
 {
     rnd_rings *tab = arg;
     static struct waitv w[WAITV_MAX];
     uint64_t active = now_ns();
-    const uint64_t spin = spin_ns();
     bool have_waitv = true;
 
     /* Short sleeps (GRAPH_POLL_NS) should be short: the default slack of
@@ -154,7 +132,7 @@ static void *doorbell_thread(void *arg)
             }
             continue;
         }
-        if (!found && now_ns() - active < spin) {
+        if (!found && now_ns() - active < SPIN_NS) {
             pthread_mutex_unlock(&tab->mu);
             sched_yield();
             pthread_mutex_lock(&tab->mu);
@@ -272,6 +250,17 @@ static unsigned take(rnd_ring *g, bool force)
     return n;
 }
 
+/* Every ring's published slots: how many were taken. */
+static unsigned take_all(rnd_rings *tab)
+{
+    unsigned n = 0;
+    rn_queue *q;
+
+    RN_QUEUE_FOREACH(q, &tab->list)
+        n += take(RN_QUEUE_DATA(q, rnd_ring, link), false);
+    return n;
+}
+
 /*
  * The loop's own poll (--ring-spin-us): after it took a slot the loop
  * stays awake for that long, looking at the rings' producer words at every
@@ -288,11 +277,9 @@ static void on_poll(uv_idle_t *h)
     rnd_rings *tab = h->data;
     uint64_t now = rnd_now_ns();
     unsigned n = 0;
-    rn_queue *q;
 
     if (!tab->deferred)
-        RN_QUEUE_FOREACH(q, &tab->list)
-            n += take(RN_QUEUE_DATA(q, rnd_ring, link), false);
+        n = take_all(tab);
     if (n) {
         tab->ctx->stats.fast_polled += n;
         tab->poll_until = now + (uint64_t)tab->ctx->cfg.ring_spin_us * 1000u;
@@ -322,14 +309,12 @@ static void poll_arm(rnd_rings *tab)
 static void on_async(uv_async_t *h)
 {
     rnd_rings *tab = h->data;
-    unsigned n = 0;
     rn_queue *q;
 
     tab->deferred = false; /* set again by what stays at a limit */
-    RN_QUEUE_FOREACH(q, &tab->list) {
-        n += take(RN_QUEUE_DATA(q, rnd_ring, link), false);
+    unsigned n = take_all(tab);
+    RN_QUEUE_FOREACH(q, &tab->list)
         rnd_graphs_take(RN_QUEUE_DATA(q, rnd_ring, link));
-    }
     if (n)
         poll_arm(tab);
 }

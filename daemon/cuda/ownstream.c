@@ -92,15 +92,15 @@ void rnd_cuda_own_stream_free(rnd_cuda *b, int i)
     if (i < RND_CUDA_STREAMS || i >= RND_CUDA_MAX_STREAMS || !b->streams[i].live)
         return;
     s = &b->streams[i];
+    if (s->spare)
+        return;
     /* Every job on it had its done event (the session ends): its FIFO is
      * empty, and the stream idle. */
-    if (!b->failed && !s->spare && b->nspare < RND_CUDA_SPARE_STREAMS) {
+    if (!b->failed && b->nspare < RND_CUDA_SPARE_STREAMS) {
         s->spare = true;
         b->nspare++;
         return;
     }
-    if (s->spare)
-        return;
     /* Its thread returns at once. */
     pthread_mutex_lock(&b->mu);
     s->quit = true;
