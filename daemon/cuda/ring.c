@@ -130,6 +130,8 @@ void rnd_cuda_ring_probe(rnd_cuda *b, bool want)
      * memory per launch costs nothing measurable (bench/RESULTS.md). */
     const char *cw = getenv("RMSNORMD_DEBUG_CANCEL_WORD");
     b->cancel_words = !(cw && !strcmp(cw, "0"));
+    const char *ro = getenv("RMSNORMD_DEBUG_RING_ORDER");
+    b->ring_order = ro ? atoi(ro) : 0;
     if (!b->cancel_words)
         rnd_warn("RMSNORMD_DEBUG_CANCEL_WORD=0: a dead client's pending kernels run on memory "
                  "the daemon still maps instead of being skipped");

@@ -196,7 +196,8 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
         rnd_ring_put(rj, rj->status, rj->msg);
     if (!(g = gjob_new(cs, si)))
         return rnp_fail(err, RN_NOMEM, "bwd: out of memory");
-    if ((rc = rnd_cuda_gjob_events(b, g, run, err)) != 0) {
+    bool timed = run && b->ring_order != 2;
+    if ((rc = rnd_cuda_gjob_events(b, g, timed, err)) != 0) {
         rnd_cuda_gjob_free(b, g);
         return rc;
     }
@@ -216,7 +217,8 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     outstanding(b, cs, g, job);
     RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_queued);
     if (run) {
-        RN_CUDA_GOTO(cudaEventRecord(g->t0, s->st), &f, fail_queued);
+        if (timed)
+            RN_CUDA_GOTO(cudaEventRecord(g->t0, s->st), &f, fail_queued);
         /* Read first by the kernel: set if the client dies before ready. */
         job->args.cancel = b->cancel_words ? rnd_cuda_cancel_word(b, cs) : NULL;
         krc = rnk_cuda_bwd(b->kdev, &job->args, s->ws, s->ws_bytes, s->st, kmsg, sizeof kmsg);
@@ -226,7 +228,8 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
             run = false;
         } else {
             b->nsubmitted++;
-            RN_CUDA_GOTO(cudaEventRecord(g->t1, s->st), &f, fail_queued);
+            if (timed && b->ring_order == 0)
+                RN_CUDA_GOTO(cudaEventRecord(g->t1, s->st), &f, fail_queued);
         }
     }
     if ((r = b->write64(s->st, done, rnd_ring_done_value(rj), CU_STREAM_WRITE_VALUE_DEFAULT)) !=
@@ -235,13 +238,15 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
         rnd_cuda_mark_failed(b, "writing a ring's done word: %.150s", kerr.msg);
         return 0; /* the failure path answers the job from the host */
     }
+    if (run && timed && b->ring_order == 1)
+        RN_CUDA_GOTO(cudaEventRecord(g->t1, s->st), &f, fail_queued);
     RN_CUDA_GOTO(cudaEventRecord(g->fin, s->st), &f, fail_queued);
     rnd_cuda_fifo_push(b, g);
     /* Its answer: set now, kept by complete.c (no acked event). */
     job->status = run ? RN_OK : rj->status;
     snprintf(job->msg, sizeof job->msg, "%s", run ? "" : rj->msg);
     job->done_slot = -1;
-    g->ring_timed = run;
+    g->ring_timed = run && timed;
     return 0;
 
 fail_queued:
