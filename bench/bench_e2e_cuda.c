@@ -28,6 +28,11 @@
  *     and, as the floor of one request/reply over nanomsg, the round trip
  *     of a bare PING (rn_ping) on the same connection, back to back with
  *     the GPU idle (ping_p50_us, ping_p99_us);
+ *     the paced loop's stamps also give the latency of one call into an
+ *     idle GPU (idle_inproc_p50_us, idle_daemon_p50_us / p99: consumer
+ *     stamp minus producer stamp, the same paced loop in-process beside it):
+ *     what a caller that synchronises every call waits, the daemon's wake-up
+ *     and submit included;
  *  3. the GPU-side gap per hop: the consumer's stamp minus the producer's
  *     stamp, through the daemon minus in-process, halved (two hops: producer
  *     -> daemon kernel, daemon kernel -> consumer).  A 300 us spin before each
@@ -60,6 +65,7 @@
  * "path=classic" and its rows are the classic path's again.
  *
  *   bench_e2e_cuda [--daemon PATH] [--label TEXT] [--iters N] [--out FILE] [--fast]
+ *                  [--daemon-arg ARG]...   (ARG added to the daemon's command line)
  */
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -289,12 +295,15 @@ static void spin_event(cudaEvent_t e)
 }
 
 /*
- * iters iterations of stamp -> bwd -> stamp through the daemon, each one
- * issued only once the GPU has finished the previous one (an event recorded
- * after the previous consumer), after 10 such warm-up iterations; host[i] =
- * host time of the call itself.
+ * iters iterations of stamp -> bwd -> stamp (through the daemon, or
+ * in-process with inproc), each one issued only once the GPU has finished
+ * the previous one (an event recorded after the previous consumer), after 10
+ * such warm-up iterations; host[i] = host time of the call itself (NULL: not
+ * taken), idle[i] = consumer stamp - producer stamp: the latency of a call
+ * into an idle GPU, host and daemon turn-around included (what a
+ * synchronised caller waits, the "synced" regime of bench_torch.py).
  */
-static void loop_paced(work *w, int iters, uint64_t *host)
+static void loop_paced(work *w, bool inproc, int iters, uint64_t *host, uint64_t *idle)
 {
     cudaEvent_t done;
 
@@ -305,12 +314,15 @@ static void loop_paced(work *w, int iters, uint64_t *host)
         uint64_t *sp = stamps + 2 * (i < 0 ? 0 : i);
         spin_event(done);
         CK(rne_stamp(&kern, sp, st));
-        one_call(w, false, i < 0 ? NULL : host + i);
+        one_call(w, inproc, i < 0 || !host ? NULL : host + i);
         CK(rne_stamp(&kern, sp + 1, st));
         CK(cudaEventRecord(done, st));
     }
     spin_event(done);
     CK(cudaEventDestroy(done));
+    CK(cudaMemcpy(hstamps, stamps, sizeof *stamps * 2 * (size_t)iters, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < iters; i++)
+        idle[i] = hstamps[2 * i + 1] - hstamps[2 * i];
 }
 
 /* iters back-to-back PINGs on cli after 20 warm-up ones; rtt[i] = host time
@@ -383,8 +395,11 @@ static int client_single(const char *endpoint, int iters)
         double hp50 = pct(host, iters, 0.5) / 1e3, hp99 = pct(host, iters, 0.99) / 1e3;
         /* The call's own cost: paced, the GPU idle at each call; then the
          * floor, a bare request/reply on the same connection. */
-        loop_paced(&w, iters, paced);
+        loop_paced(&w, true, iters, NULL, gaps);
+        loop_paced(&w, false, iters, paced, gaps2);
         double pp50 = pct(paced, iters, 0.5) / 1e3, pp99 = pct(paced, iters, 0.99) / 1e3;
+        double idle_in = pct(gaps, iters, 0.5) / 1e3, idle_d = pct(gaps2, iters, 0.5) / 1e3;
+        double idle_d99 = pct(gaps2, iters, 0.99) / 1e3;
         loop_ping(iters, rtt);
         double rp50 = pct(rtt, iters, 0.5) / 1e3, rp99 = pct(rtt, iters, 0.99) / 1e3;
         /* GPU-side gaps with the host ahead of the GPU. */
@@ -395,11 +410,13 @@ static int client_single(const char *endpoint, int iters)
         printf("shape m=%lld n=%lld inproc_us=%.2f,%.2f daemon_us=%.2f,%.2f ratio=%.3f "
                "host_p50_us=%.1f host_p99_us=%.1f paced_host_p50_us=%.1f paced_host_p99_us=%.1f "
                "ping_p50_us=%.1f ping_p99_us=%.1f span_inproc_p50_us=%.2f span_daemon_p50_us=%.2f "
-               "span_daemon_p99_us=%.2f hop_p50_us=%.2f\n",
+               "span_daemon_p99_us=%.2f hop_p50_us=%.2f idle_inproc_p50_us=%.2f "
+               "idle_daemon_p50_us=%.2f idle_daemon_p99_us=%.2f\n",
                (long long)shapes[s][0], (long long)shapes[s][1], in_it[0], in_it[1], d_it[0],
                d_it[1], (d_it[0] < d_it[1] ? d_it[0] : d_it[1]) /
                             (in_it[0] < in_it[1] ? in_it[0] : in_it[1]),
-               hp50, hp99, pp50, pp99, rp50, rp99, gin, gd, gd99, (gd - gin) / 2);
+               hp50, hp99, pp50, pp99, rp50, rp99, gin, gd, gd99, (gd - gin) / 2, idle_in, idle_d,
+               idle_d99);
         /* The daemon's side: receipt to the recorded done event. */
         rn_stats_info si2;
         if (rn_stats(cli, &si2) == 0) {
@@ -491,6 +508,9 @@ static int finish(child *c)
 }
 
 static pid_t daemon_pid;
+#define MAX_DARGS 8
+static const char *dargs[MAX_DARGS]; /* --daemon-arg */
+static int ndargs;
 
 /* Start rmsnormd and wait for its READY=1 on our own notify socket. */
 static int start_daemon(const char *daemon, const char *dir, char *endpoint, size_t eplen,
@@ -515,12 +535,15 @@ static int start_daemon(const char *daemon, const char *dir, char *endpoint, siz
         dup2(fd, 1);
         dup2(fd, 2);
         setenv("NOTIFY_SOCKET", notify, 1);
+        const char *av[16 + MAX_DARGS] = {daemon, "--backend", "cuda", "--endpoint", endpoint,
+                                          "--config", "/dev/null", "--max-inflight", "64"};
+        int ac = 9;
         if (fast)
-            execl(daemon, daemon, "--backend", "cuda", "--endpoint", endpoint, "--config",
-                  "/dev/null", "--max-inflight", "64", "--cuda-fast-path", (char *)NULL);
-        else
-            execl(daemon, daemon, "--backend", "cuda", "--endpoint", endpoint, "--config",
-                  "/dev/null", "--max-inflight", "64", (char *)NULL);
+            av[ac++] = "--cuda-fast-path";
+        for (int i = 0; i < ndargs; i++)
+            av[ac++] = dargs[i];
+        av[ac] = NULL;
+        execv(daemon, (char *const *)av);
         _exit(127);
     }
     for (;;) {
@@ -561,7 +584,8 @@ static void run_all(const char *label, const char *endpoint, int iters, FILE *ou
     if (out)
         fprintf(out, "<!-- %s: columns: label | shape | in-process us/iter | daemon us/iter | ratio "
                      "| host p50 us | host p99 us | paced host p50 us | paced host p99 us "
-                     "| ping p50 us | ping p99 us | extra span p50 us | gap per hop p50 us -->\n",
+                     "| ping p50 us | ping p99 us | extra span p50 us | gap per hop p50 us "
+                     "| idle-GPU call in-process p50 us | idle-GPU call daemon p50 / p99 us -->\n",
                 label);
     {
         child c;
@@ -570,14 +594,15 @@ static void run_all(const char *label, const char *endpoint, int iters, FILE *ou
             fputs(line, stdout);
             if (out && strncmp(line, "shape", 5) == 0)
                 fprintf(out, "| %s | %.0fx%.0f | %.1f | %.1f | %.3f | %.1f | %.1f | %.1f | %.1f "
-                             "| %.1f | %.1f | %.2f | %.2f |\n",
+                             "| %.1f | %.1f | %.2f | %.2f | %.1f | %.1f / %.1f |\n",
                         label, field(line, "m"), field(line, "n"), field(line, "inproc_us"),
                         field(line, "daemon_us"), field(line, "ratio"), field(line, "host_p50_us"),
                         field(line, "host_p99_us"), field(line, "paced_host_p50_us"),
                         field(line, "paced_host_p99_us"), field(line, "ping_p50_us"),
                         field(line, "ping_p99_us"),
                         field(line, "span_daemon_p50_us") - field(line, "span_inproc_p50_us"),
-                        field(line, "hop_p50_us"));
+                        field(line, "hop_p50_us"), field(line, "idle_inproc_p50_us"),
+                        field(line, "idle_daemon_p50_us"), field(line, "idle_daemon_p99_us"));
             else if (out && (strncmp(line, "info", 4) == 0 || strncmp(line, "path=", 5) == 0 ||
                              strncmp(line, "kernel ", 7) == 0))
                 fprintf(out, "<!-- %s: %s -->\n", label, line);
@@ -637,6 +662,8 @@ int main(int argc, char **argv)
             break;
         if (strcmp(argv[i], "--daemon") == 0)
             daemon = argv[i + 1];
+        else if (strcmp(argv[i], "--daemon-arg") == 0 && ndargs < MAX_DARGS)
+            dargs[ndargs++] = argv[i + 1];
         else if (strcmp(argv[i], "--label") == 0)
             label = argv[i + 1];
         else if (strcmp(argv[i], "--iters") == 0)

@@ -250,7 +250,8 @@ struct rnd_cuda {
     uint8_t *cancel_used;          /* which words a session holds */
     bool cancel_words;             /* kernels get theirs (off: RMSNORMD_DEBUG_CANCEL_WORD=0) */
     int ring_order;                /* being measured (RMSNORMD_DEBUG_RING_ORDER): 0 events
-                                    * t0, kernel, t1, done; 1 done before t1; 2 no t0/t1 */
+                                    * t0, kernel, t1, done; 1 done before t1; 2 no t0/t1;
+                                    * 3 no t0/t1, started after the kernel */
 
     bool failed, fatal_pending;
     char fail_msg[RNP_MAX_ERRMSG]; /* for the fatal hook; HEALTH shows the start */

@@ -196,7 +196,8 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
         rnd_ring_put(rj, rj->status, rj->msg);
     if (!(g = gjob_new(cs, si)))
         return rnp_fail(err, RN_NOMEM, "bwd: out of memory");
-    bool timed = run && b->ring_order != 2;
+    bool timed = run && b->ring_order != 2 && b->ring_order != 3;
+    bool late_start = run && b->ring_order == 3;
     if ((rc = rnd_cuda_gjob_events(b, g, timed, err)) != 0) {
         rnd_cuda_gjob_free(b, g);
         return rc;
@@ -215,7 +216,8 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     /* From here the stream may wait on the ring: the job is outstanding,
      * and done will be written in its turn whatever follows. */
     outstanding(b, cs, g, job);
-    RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_queued);
+    if (!late_start)
+        RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_queued);
     if (run) {
         if (timed)
             RN_CUDA_GOTO(cudaEventRecord(g->t0, s->st), &f, fail_queued);
@@ -232,6 +234,8 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
                 RN_CUDA_GOTO(cudaEventRecord(g->t1, s->st), &f, fail_queued);
         }
     }
+    if (late_start)
+        RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_queued);
     if ((r = b->write64(s->st, done, rnd_ring_done_value(rj), CU_STREAM_WRITE_VALUE_DEFAULT)) !=
         CUDA_SUCCESS) {
         drv_fail(b, s, "cuStreamWriteValue64 (done)", r, &kerr);
