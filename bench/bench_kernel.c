@@ -18,6 +18,10 @@
  * --torch FILE.csv.
  *
  * Usage: bench_kernel [--quick] [--out DIR] [--torch FILE.csv] [--reps N] [--shape M,N,w]
+ *                     [--cancel host|device]
+ * --cancel: every launch carries a cancel word (rnk_bwd_args.cancel, clear),
+ * in pinned mapped host memory (as the daemon's fast path gives it) or in
+ * device memory: what reading it costs the kernel.
  * Writes DIR/kernel.csv and DIR/kernel.json; prints a table and the targets.
  * bench_kernel --trace [M,N[,w][+M,N[,w]...]] (repeatable; a build with
  * -DRNK_TRACE=1 only) instead prints per-block timelines of the production
@@ -66,6 +70,7 @@ static double median(double *v, int n)
 
 static rnk_device *dev;
 static cudaStream_t st;
+static const unsigned *cancel_word; /* --cancel: every launch reads it (clear) */
 static int *hog_flags_d;
 
 /* Hold the stream for ~ms so the launches behind it queue up. */
@@ -179,6 +184,8 @@ static void bench_shape(row *r, int reps, void *ws, size_t wsb)
     sets S;
     make_sets(&S, m, n, wf);
     int nsets = S.n;
+    for (int i = 0; i < nsets; i++)
+        S.a[i].cancel = cancel_word;
     rnk_cuda_describe(dev, &S.a[0], r->plan, sizeof r->plan);
     r->bytes = 6.0 * (double)m * (double)n + 4.0 * (double)m + 2.0 * (double)n * (wf ? 4 : 2);
 
@@ -436,6 +443,7 @@ int main(int argc, char **argv)
     kt_shape tr[KT_MAX_SHAPES];
     int ntr = 0;
     bool trace = false;
+    const char *cancel_at = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = true;
@@ -449,6 +457,8 @@ int main(int argc, char **argv)
             acc_dir = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--cancel") && i + 1 < argc)
+            cancel_at = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
             /* one shape only, e.g. for a profiler run: --shape 65536,4096,bf16 */
             char w[8] = "";
@@ -463,7 +473,7 @@ int main(int argc, char **argv)
                 return 2;
         } else {
             fprintf(stderr, "usage: %s [--quick] [--out DIR] [--torch FILE.csv] [--reps N] "
-                            "[--shape M,N,f32|bf16] [--accuracy DIR] [--trace [M,N[,w][+...]]]\n",
+                            "[--shape M,N,f32|bf16] [--cancel host|device] [--accuracy DIR] [--trace [M,N[,w][+...]]]\n",
                     argv[0]);
             return 2;
         }
@@ -489,6 +499,20 @@ int main(int argc, char **argv)
     CU(cudaHostAlloc((void **)&flags, 2 * sizeof(int), cudaHostAllocMapped));
     flags[0] = flags[1] = 0;
     CU(cudaHostGetDevicePointer((void **)&hog_flags_d, flags, 0));
+    if (cancel_at && !strcmp(cancel_at, "host")) {
+        unsigned *w;
+        CU(cudaHostAlloc((void **)&w, sizeof *w, cudaHostAllocMapped));
+        *w = 0;
+        CU(cudaHostGetDevicePointer((void **)&cancel_word, w, 0));
+    } else if (cancel_at && !strcmp(cancel_at, "device")) {
+        unsigned *w;
+        CU(cudaMalloc((void **)&w, sizeof *w));
+        CU(cudaMemset(w, 0, sizeof *w));
+        cancel_word = w;
+    } else if (cancel_at) {
+        fprintf(stderr, "--cancel: host or device, not \"%s\"\n", cancel_at);
+        return 2;
+    }
     struct cudaDeviceProp prop;
     CU(cudaGetDeviceProperties(&prop, 0));
     if (acc_dir) {

@@ -57,6 +57,7 @@ struct Params {
     float eps, offset;
     int64_t C;        /* rows per chunk */
     int nchunks, G, tpr, nslices;
+    int even_bars;    /* RNK_RACECHECK=1: stripes meet their barriers equally (bwd_kernel.cuh) */
     int64_t pst;      /* floats per stripe slot (n rounded up to 4) */
     int64_t wsp;      /* fast path: floats of w staged in shared memory before the ring */
     int64_t cs;       /* floats per chunk: G * pst */

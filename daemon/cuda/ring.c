@@ -13,10 +13,14 @@
  * A ring job on the session's stream, after the session's earlier work
  * (submit.c, ring_submit):
  *   valid slot    the host writes status 0 into the slot; the stream waits
- *                 for ready >= seq (cuStreamWaitValue64, GEQ), records the
- *                 start and timing events, runs the kernel, writes done =
- *                 seq (cuStreamWriteValue64 with its memory barrier: the
- *                 outputs and the status are visible before done);
+ *                 for ready >= seq (cuStreamWaitValue64, GEQ), runs the
+ *                 kernel (launched right after the wait: an idle GPU waits
+ *                 for the launch), records the start event (so "started"
+ *                 means past the kernel), writes done = seq
+ *                 (cuStreamWriteValue64 with its memory barrier: the
+ *                 outputs and the status are visible before done); one job
+ *                 in RND_CUDA_RING_TIMED also has timing events around its
+ *                 kernel;
  *   invalid slot  the host writes status and message into the slot; the
  *                 stream writes done = seq after the previous job, without
  *                 waiting for ready and without a kernel;
@@ -130,8 +134,6 @@ void rnd_cuda_ring_probe(rnd_cuda *b, bool want)
      * memory per launch costs nothing measurable (bench/RESULTS.md). */
     const char *cw = getenv("RMSNORMD_DEBUG_CANCEL_WORD");
     b->cancel_words = !(cw && !strcmp(cw, "0"));
-    const char *ro = getenv("RMSNORMD_DEBUG_RING_ORDER");
-    b->ring_order = ro ? atoi(ro) : 0;
     if (!b->cancel_words)
         rnd_warn("RMSNORMD_DEBUG_CANCEL_WORD=0: a dead client's pending kernels run on memory "
                  "the daemon still maps instead of being skipped");

@@ -196,8 +196,7 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
         rnd_ring_put(rj, rj->status, rj->msg);
     if (!(g = gjob_new(cs, si)))
         return rnp_fail(err, RN_NOMEM, "bwd: out of memory");
-    bool timed = run && b->ring_order != 2 && b->ring_order != 3;
-    bool late_start = run && b->ring_order == 3;
+    bool timed = run && b->ring_jobs++ % RND_CUDA_RING_TIMED == 0;
     if ((rc = rnd_cuda_gjob_events(b, g, timed, err)) != 0) {
         rnd_cuda_gjob_free(b, g);
         return rc;
@@ -216,7 +215,10 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     /* From here the stream may wait on the ring: the job is outstanding,
      * and done will be written in its turn whatever follows. */
     outstanding(b, cs, g, job);
-    if (!late_start)
+    /* A job that runs records started after its kernel, the launch first
+     * (ring.c's top): the gate, the watch and the closer then see the
+     * wait passed only a kernel later, which errs on their safe side. */
+    if (!run)
         RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_queued);
     if (run) {
         if (timed)
@@ -230,20 +232,17 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
             run = false;
         } else {
             b->nsubmitted++;
-            if (timed && b->ring_order == 0)
+            if (timed)
                 RN_CUDA_GOTO(cudaEventRecord(g->t1, s->st), &f, fail_queued);
         }
-    }
-    if (late_start)
         RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_queued);
+    }
     if ((r = b->write64(s->st, done, rnd_ring_done_value(rj), CU_STREAM_WRITE_VALUE_DEFAULT)) !=
         CUDA_SUCCESS) {
         drv_fail(b, s, "cuStreamWriteValue64 (done)", r, &kerr);
         rnd_cuda_mark_failed(b, "writing a ring's done word: %.150s", kerr.msg);
         return 0; /* the failure path answers the job from the host */
     }
-    if (run && timed && b->ring_order == 1)
-        RN_CUDA_GOTO(cudaEventRecord(g->t1, s->st), &f, fail_queued);
     RN_CUDA_GOTO(cudaEventRecord(g->fin, s->st), &f, fail_queued);
     rnd_cuda_fifo_push(b, g);
     /* Its answer: set now, kept by complete.c (no acked event). */
