@@ -42,8 +42,8 @@
  *  4. throughput with K = 1, 2, 4, 8 client processes at once;
  *  5. the kernel itself per shape (the "kernel" line): in this process,
  *     between two events, and in the daemon, the mean of its fast.compute
- *     histogram (the same events around its kernel, one call in 16) over
- *     the shape's steady-state calls (0 on the classic path, whose kernels the daemon
+ *     histogram (the same events around its kernel) over the shape's
+ *     steady-state calls (0 on the classic path, whose kernels the daemon
  *     does not time), so that a gap per hop larger than the words' cost can
  *     be told from a slower kernel in the daemon.
  *
@@ -230,9 +230,8 @@ static double kernel_alone(work *w, int n)
     return total * 1000.0 / n;
 }
 
-/* The daemon's fast.compute histogram (its fast-path kernels, one in 16
- * timed with events around it): count and sum so far; zeros on the classic
- * path. */
+/* The daemon's fast.compute histogram (its fast-path kernels, timed with
+ * events around each): count and sum so far; zeros on the classic path. */
 static void daemon_compute(uint64_t *count, uint64_t *sum_ns)
 {
     static rn_stats_info si;

@@ -123,7 +123,8 @@ static void result_of(const req *r, rnd_result *res)
     }
 }
 
-/* A ring slot's request ended (its answer is in the ring): statistics only. */
+/* A ring slot's request ended: the backend wrote its answer into the ring;
+ * here only the statistics. */
 static void answer_ring(req *r)
 {
     rnd_stats *st = &r->ctx->stats;
@@ -135,12 +136,10 @@ static void answer_ring(req *r)
             st->errors[job->status]++;
         return;
     }
+    uint64_t start = job->start_ns > r->run.recv_ns ? job->start_ns : r->run.recv_ns;
     st->fast_ok++;
-    if (job->end_ns) { /* timed (the cuda backend times a sample: RND_CUDA_RING_TIMED) */
-        uint64_t start = job->start_ns > r->run.recv_ns ? job->start_ns : r->run.recv_ns;
-        rnd_hist_add(&st->fast_queue, start - r->run.recv_ns);
-        rnd_hist_add(&st->fast_compute, job->end_ns > start ? job->end_ns - start : 0);
-    }
+    rnd_hist_add(&st->fast_queue, start - r->run.recv_ns);
+    rnd_hist_add(&st->fast_compute, job->end_ns > start ? job->end_ns - start : 0);
     rnd_hist_add(&st->fast_total, rnd_now_ns() - r->run.recv_ns);
 }
 

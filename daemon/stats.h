@@ -23,8 +23,7 @@
  * errors of both paths count in "errors.<ERR_NAME>".
  * Histograms "queue", "compute", "total" (the nanomsg BWD) and "fast.queue",
  * "fast.compute", "fast.total" (ring slots: from the daemon taking the slot;
- * sent once a slot was answered; queue and compute of timed slots only: the
- * cuda backend times one in 16) are in nanoseconds.
+ * sent once a slot was answered) are in nanoseconds.
  *
  * Loop-thread only: no locking.
  */

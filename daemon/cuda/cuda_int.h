@@ -62,11 +62,6 @@
 #define RND_CUDA_SPARE_STREAMS 32
 /* Cancel words for the fast path's sessions (ring.c); a session past them
  * runs its ring jobs without one. */
-/* One ring job in this many is timed (events around its kernel, for the
- * fast.queue and fast.compute histograms): two event records between the
- * ready wait and the launch cost an idle GPU 1-13 us of latency a call
- * (bench/RESULTS.md). */
-#define RND_CUDA_RING_TIMED 16
 #define RND_CUDA_CANCEL_WORDS 4096
 /* Released objects the closer thread holds at most; more wait in the loop's
  * backlog, which has no bound (closer.c). */
@@ -254,7 +249,6 @@ struct rnd_cuda {
     CUdeviceptr cancel_dev;        /* ... their device address */
     uint8_t *cancel_used;          /* which words a session holds */
     bool cancel_words;             /* kernels get theirs (off: RMSNORMD_DEBUG_CANCEL_WORD=0) */
-    unsigned ring_jobs;            /* ring jobs launched: one in RND_CUDA_RING_TIMED is timed */
 
     bool failed, fatal_pending;
     char fail_msg[RNP_MAX_ERRMSG]; /* for the fatal hook; HEALTH shows the start */

@@ -13,14 +13,10 @@
  * A ring job on the session's stream, after the session's earlier work
  * (submit.c, ring_submit):
  *   valid slot    the host writes status 0 into the slot; the stream waits
- *                 for ready >= seq (cuStreamWaitValue64, GEQ), runs the
- *                 kernel (launched right after the wait: an idle GPU waits
- *                 for the launch), records the start event (so "started"
- *                 means past the kernel), writes done = seq
- *                 (cuStreamWriteValue64 with its memory barrier: the
- *                 outputs and the status are visible before done); one job
- *                 in RND_CUDA_RING_TIMED also has timing events around its
- *                 kernel;
+ *                 for ready >= seq (cuStreamWaitValue64, GEQ), records the
+ *                 start and timing events, runs the kernel, writes done =
+ *                 seq (cuStreamWriteValue64 with its memory barrier: the
+ *                 outputs and the status are visible before done);
  *   invalid slot  the host writes status and message into the slot; the
  *                 stream writes done = seq after the previous job, without
  *                 waiting for ready and without a kernel;

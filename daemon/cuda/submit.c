@@ -196,8 +196,7 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
         rnd_ring_put(rj, rj->status, rj->msg);
     if (!(g = gjob_new(cs, si)))
         return rnp_fail(err, RN_NOMEM, "bwd: out of memory");
-    bool timed = run && b->ring_jobs++ % RND_CUDA_RING_TIMED == 0;
-    if ((rc = rnd_cuda_gjob_events(b, g, timed, err)) != 0) {
+    if ((rc = rnd_cuda_gjob_events(b, g, run, err)) != 0) {
         rnd_cuda_gjob_free(b, g);
         return rc;
     }
@@ -215,14 +214,9 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     /* From here the stream may wait on the ring: the job is outstanding,
      * and done will be written in its turn whatever follows. */
     outstanding(b, cs, g, job);
-    /* A job that runs records started after its kernel, the launch first
-     * (ring.c's top): the gate, the watch and the closer then see the
-     * wait passed only a kernel later, which errs on their safe side. */
-    if (!run)
-        RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_queued);
+    RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_queued);
     if (run) {
-        if (timed)
-            RN_CUDA_GOTO(cudaEventRecord(g->t0, s->st), &f, fail_queued);
+        RN_CUDA_GOTO(cudaEventRecord(g->t0, s->st), &f, fail_queued);
         /* Read first by the kernel: set if the client dies before ready. */
         job->args.cancel = b->cancel_words ? rnd_cuda_cancel_word(b, cs) : NULL;
         krc = rnk_cuda_bwd(b->kdev, &job->args, s->ws, s->ws_bytes, s->st, kmsg, sizeof kmsg);
@@ -232,10 +226,8 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
             run = false;
         } else {
             b->nsubmitted++;
-            if (timed)
-                RN_CUDA_GOTO(cudaEventRecord(g->t1, s->st), &f, fail_queued);
+            RN_CUDA_GOTO(cudaEventRecord(g->t1, s->st), &f, fail_queued);
         }
-        RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_queued);
     }
     if ((r = b->write64(s->st, done, rnd_ring_done_value(rj), CU_STREAM_WRITE_VALUE_DEFAULT)) !=
         CUDA_SUCCESS) {
@@ -249,7 +241,7 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     job->status = run ? RN_OK : rj->status;
     snprintf(job->msg, sizeof job->msg, "%s", run ? "" : rj->msg);
     job->done_slot = -1;
-    g->ring_timed = run && timed;
+    g->ring_timed = run;
     return 0;
 
 fail_queued:
