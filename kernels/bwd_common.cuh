@@ -480,8 +480,8 @@ __device__ __forceinline__ bool cancelled(const Params &p)
         unsigned st = atomicCAS(&p.ctr[CTR_CANCEL], (unsigned)CANCEL_UNKNOWN,
                                 (unsigned)CANCEL_READING);
         if (st == CANCEL_UNKNOWN) {
+            /* (No fence: the state is the whole message.) */
             st = *(const volatile unsigned *)p.cancel != 0u ? CANCEL_SET : CANCEL_CLEAR;
-            __threadfence();
             atomicExch(&p.ctr[CTR_CANCEL], st);
         } else {
             while ((st = ld_acquire(&p.ctr[CTR_CANCEL])) == CANCEL_READING)

@@ -361,11 +361,14 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
     const bool want_dw = p.dw != nullptr;
 
     trace_start(p, 1u | (unsigned)NV << 4 | (unsigned)MODE << 8);
+    /* The first claim goes out before the cancel word is known (it touches
+     * no tensor, and the last block out resets the counters, whatever a
+     * cancelled launch claimed), so its round trip overlaps the word's. */
+    unsigned nxt = claim_issue(p);
     if (cancelled(p)) {
         finish_and_exit(p, smem, false);
         return;
     }
-    unsigned nxt = claim_issue(p); /* overlaps the weight staging below */
     /* smem: w + weight_offset per lane (p.wsp floats, none when w is held in
      * registers), then the ring, which the stripe combine and the finish's
      * tile reuse. */
@@ -518,11 +521,11 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
     const bool has_w = p.w != nullptr;
 
     trace_start(p, 2u);
+    unsigned nxt = claim_issue(p); /* before the cancel word, as in fast_kernel */
     if (cancelled(p)) {
         finish_and_exit(p, smem, false);
         return;
     }
-    unsigned nxt = claim_issue(p);
     if (threadIdx.x == 0)
         s_claim[0] = (int)nxt;
     __syncthreads();
