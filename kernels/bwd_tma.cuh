@@ -146,39 +146,20 @@ __device__ __forceinline__ void stripe_rows_tma(const Params &p, int64_t rg, int
                 buf[s * sv + v * tpr + lt] = make_uint4(0, 0, 0, 0);
                 buf[s * sv + (NV + v) * tpr + lt] = make_uint4(0, 0, 0, 0);
             }
-    /* The copies overwrite what the comb and finish left: after the
-     * block's barrier that ended the last chunk. */
-    if (issuer)
-        fence_proxy_async();
-    float rsq[L + 1];
+    float rsq[L + 1]; /* rsq[0]: the row being reduced; rsq[L]: the row staged */
 #pragma unroll
     for (int i = 0; i <= L; i++)
         rsq[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < L; i++) {
-        if (i < steps) {
-            const unsigned s = (q + (unsigned)i) % ST;
-            if (issuer) {
-                const unsigned bar = bars + s * 8u;
-                mbar_arrive_tx(bar, 2u * rowb);
-                bulk_copy(sbuf + s * (unsigned)sv * 16u, xa, rowb, bar);
-                bulk_copy(sbuf + (s * (unsigned)sv + (unsigned)(NV * tpr)) * 16u, ya, rowb, bar);
-            }
-            if (ONLY_B) {
-                rsq[i] = __ldg(ra);
-                ra += p.G;
-            }
-            xa += xstep;
-            ya += ystep;
-        }
-    }
-    for (int64_t t = 0; t < steps; t++) {
+    /* Step t stages row t + L and reduces row t (t < 0: filling). */
+    for (int64_t t = -L; t < steps; t++) {
         if (t + L < steps) {
-            const unsigned s = (q + (unsigned)(t + L)) % ST;
+            /* The copies overwrite what the comb, the finish or row t - 1
+             * (t - 2) left, after the barrier that ended those: lane 0
+             * fences the async proxy first. */
+            const unsigned s = (q + (unsigned)(t + L)) % ST, bar = bars + s * 8u;
             if (tpr == 32)
                 __syncwarp();
             if (issuer) {
-                const unsigned bar = bars + s * 8u;
                 fence_proxy_async();
                 mbar_arrive_tx(bar, 2u * rowb);
                 bulk_copy(sbuf + s * (unsigned)sv * 16u, xa, rowb, bar);
@@ -191,13 +172,15 @@ __device__ __forceinline__ void stripe_rows_tma(const Params &p, int64_t rg, int
             xa += xstep;
             ya += ystep;
         }
-        const unsigned qt = q + (unsigned)t, sc = qt % ST;
-        mbar_wait(bars + sc * 8u, (qt / ST) & 1u);
-        process_row<T, NV, ONLY_B, DRES>(p, buf + sc * sv + lt, tpr, wv, rsq[0], dxr, drr, coff, ok,
-                                         g, (int)(t & 1), acc, red);
-        dxr += dstep;
-        if (DRES)
-            drr += drstep;
+        if (t >= 0) {
+            const unsigned qt = q + (unsigned)t, sc = qt % ST;
+            mbar_wait(bars + sc * 8u, (qt / ST) & 1u);
+            process_row<T, NV, ONLY_B, DRES>(p, buf + sc * sv + lt, tpr, wv, rsq[0], dxr, drr, coff,
+                                             ok, g, (int)(t & 1), acc, red);
+            dxr += dstep;
+            if (DRES)
+                drr += drstep;
+        }
 #pragma unroll
         for (int i = 0; i < L; i++)
             rsq[i] = rsq[i + 1];
