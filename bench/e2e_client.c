@@ -1,0 +1,402 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * e2e_client.c - bench_e2e_cuda's client processes (bench_e2e_cuda.c's top
+ * says what they measure): "single" (1. to 3. and 5., one line per shape on
+ * stdout) and "tput" (4., after "ready" and a "go" on stdin).
+ */
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "e2e_client.h"
+#include "gpu/e2e_cuda.h"
+#include "rmsnorm_client.h"
+#include "rnk.h"
+#include "rnk_test.h"
+
+#define CK(call) RNE_CK(call)
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Percentile of n samples (sorts them). */
+static double pct(uint64_t *v, int n, double p)
+{
+    if (n <= 0)
+        return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_u64);
+    int i = (int)(p * (n - 1) + 0.5);
+    return (double)v[i];
+}
+
+typedef struct work {
+    rn_bwd_args a;
+    rnk_bwd_args k;
+    char *arena;
+    void *ws;
+    size_t wsb;
+} work;
+
+static cudaStream_t st;
+static rne_kernels kern;
+static rnk_device *kdev;
+static rn_client *cli;
+static uint64_t *stamps;     /* device: [2 * iters] */
+static uint64_t *hstamps;
+
+static void setup_work(work *w, int64_t m, int64_t n)
+{
+    size_t mn = (size_t)(m * n), off = 0;
+    char msg[200];
+    memset(w, 0, sizeof *w);
+    size_t bytes = 3 * mn * 2 + (size_t)n * 2 + (size_t)n * 4 + (size_t)m * 4 + 6 * 256;
+    CK(cudaMalloc((void **)&w->arena, bytes));
+#define TAKE(b) (off += ((b) + 255) / 256 * 256, (void *)(w->arena + off - ((b) + 255) / 256 * 256))
+    rn_bwd_args *a = &w->a;
+    a->m = m;
+    a->n = n;
+    a->x_dtype = a->dy_dtype = a->dx_dtype = a->w_dtype = RN_DTYPE_BF16;
+    a->dw_dtype = RN_DTYPE_F32;
+    a->eps = 1e-6f;
+    a->x_stride = a->dy_stride = a->dx_stride = n;
+    a->x = TAKE(mn * 2);
+    a->dy = TAKE(mn * 2);
+    a->dx = TAKE(mn * 2);
+    a->w = TAKE((size_t)n * 2);
+    a->dw = TAKE((size_t)n * 4);
+    a->rstd = TAKE((size_t)m * 4);
+#undef TAKE
+    if (rnk_cuda_fill(RNK_BF16, (void *)a->x, m, n, n, 1, 1.0f, 0.1f, st, msg, sizeof msg) ||
+        rnk_cuda_fill(RNK_BF16, (void *)a->dy, m, n, n, 2, 1.0f, 0.0f, st, msg, sizeof msg) ||
+        rnk_cuda_fill(RNK_BF16, (void *)a->w, 1, n, n, 3, 0.5f, 1.0f, st, msg, sizeof msg) ||
+        rnk_cuda_rstd(RNK_BF16, a->x, m, n, n, a->eps, (float *)a->rstd, st, msg, sizeof msg)) {
+        fprintf(stderr, "fill: %s\n", msg);
+        exit(1);
+    }
+    rnk_bwd_args *k = &w->k;
+    k->m = m;
+    k->n = n;
+    k->x_dtype = k->dy_dtype = k->dx_dtype = k->w_dtype = RNK_BF16;
+    k->dw_dtype = RNK_F32;
+    k->x = a->x;
+    k->dy = a->dy;
+    k->dx = a->dx;
+    k->w = a->w;
+    k->dw = a->dw;
+    k->rstd = a->rstd;
+    k->x_stride = k->dy_stride = k->dx_stride = n;
+    k->eps = a->eps;
+    w->wsb = rnk_cuda_workspace_size(kdev, m, n);
+    CK(cudaMalloc(&w->ws, w->wsb));
+    if (rnk_cuda_workspace_init(w->ws, w->wsb, st, msg, sizeof msg)) {
+        fprintf(stderr, "workspace: %s\n", msg);
+        exit(1);
+    }
+    CK(cudaStreamSynchronize(st));
+}
+
+static void free_work(work *w)
+{
+    CK(cudaFree(w->arena));
+    CK(cudaFree(w->ws));
+}
+
+static void one_call(work *w, bool inproc, uint64_t *host_ns)
+{
+    if (inproc) {
+        char msg[200];
+        if (rnk_cuda_bwd(kdev, &w->k, w->ws, w->wsb, st, msg, sizeof msg)) {
+            fprintf(stderr, "rnk_cuda_bwd: %s\n", msg);
+            exit(1);
+        }
+        return;
+    }
+    uint64_t t0 = now_ns();
+    int rc = rn_rmsnorm_bwd(cli, &w->a, st);
+    if (host_ns)
+        *host_ns = now_ns() - t0;
+    if (rc) {
+        fprintf(stderr, "rn_rmsnorm_bwd: %s: %s\n", rn_err_name(rc), rn_last_error(cli));
+        exit(1);
+    }
+}
+
+/* The in-process kernel alone: mean us per launch over n launches, each
+ * between two events (as the daemon times its fast-path kernels). */
+static double kernel_alone(work *w, int n)
+{
+    cudaEvent_t e0, e1;
+    double total = 0;
+
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int i = 0; i < n; i++) {
+        float ms = 0;
+        CK(cudaEventRecord(e0, st));
+        one_call(w, true, NULL);
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        total += ms;
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return total * 1000.0 / n;
+}
+
+/* The daemon's fast.compute histogram (its fast-path kernels, timed with
+ * events around each): count and sum so far; zeros on the classic path. */
+static void daemon_compute(uint64_t *count, uint64_t *sum_ns)
+{
+    static rn_stats_info si;
+    static rn_hist_buckets b[RN_MAX_HISTS];
+
+    *count = *sum_ns = 0;
+    for (unsigned i = 0; i < RN_MAX_HISTS; i++)
+        b[i].struct_size = sizeof b[i];
+    si.struct_size = sizeof si;
+    if (rn_stats_hist_buckets(cli, &si, b, RN_MAX_HISTS) != 0)
+        return;
+    for (unsigned i = 0; i < si.nhists; i++)
+        if (strcmp(b[i].name, "fast.compute") == 0 && b[i].present) {
+            *count = b[i].count;
+            *sum_ns = b[i].sum_ns;
+        }
+}
+
+/* span[i] = iteration i's consumer stamp - its producer stamp (the stream
+ * is synchronised). */
+static void stamp_spans(int iters, uint64_t *span)
+{
+    CK(cudaMemcpy(hstamps, stamps, sizeof *stamps * 2 * (size_t)iters, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < iters; i++)
+        span[i] = hstamps[2 * i + 1] - hstamps[2 * i];
+}
+
+/*
+ * iters iterations of [spin?] stamp -> bwd -> stamp.  Returns GPU time per
+ * iteration (events), fills gaps[i] = consumer stamp - producer stamp, and
+ * host[i] = host time of the call (daemon only).
+ */
+static double loop(work *w, bool inproc, int iters, uint64_t spin_ns, uint64_t *gaps,
+                   uint64_t *host)
+{
+    cudaEvent_t e0, e1;
+    float ms = 0;
+
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int i = 0; i < 10; i++)   /* warm-up */
+        one_call(w, inproc, NULL);
+    CK(cudaStreamSynchronize(st));
+    CK(cudaEventRecord(e0, st));
+    for (int i = 0; i < iters; i++) {
+        if (spin_ns)
+            CK(rne_spin(&kern, spin_ns, st));
+        CK(rne_stamp(&kern, stamps + 2 * i, st));
+        one_call(w, inproc, host ? host + i : NULL);
+        CK(rne_stamp(&kern, stamps + 2 * i + 1, st));
+    }
+    CK(cudaEventRecord(e1, st));
+    CK(cudaStreamSynchronize(st));
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    stamp_spans(iters, gaps);
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return (double)ms * 1000.0 / iters;
+}
+
+/* Spin until e has fired: cudaEventQuery, so no blocking-sync wake-up. */
+static void spin_event(cudaEvent_t e)
+{
+    cudaError_t r;
+    while ((r = cudaEventQuery(e)) == cudaErrorNotReady)
+        ;
+    CK(r);
+}
+
+/*
+ * iters iterations of stamp -> bwd -> stamp (through the daemon, or
+ * in-process with inproc), each one issued only once the GPU has finished
+ * the previous one (an event recorded after the previous consumer), after 10
+ * such warm-up iterations; host[i] = host time of the call itself (NULL: not
+ * taken), idle[i] = consumer stamp - producer stamp: the latency of a call
+ * into an idle GPU, host and daemon turn-around included (what a
+ * synchronised caller waits, the "synced" regime of bench_torch.py).
+ */
+static void loop_paced(work *w, bool inproc, int iters, uint64_t *host, uint64_t *idle)
+{
+    cudaEvent_t done;
+
+    CK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    CK(cudaStreamSynchronize(st));
+    CK(cudaEventRecord(done, st));
+    for (int i = -10; i < iters; i++) {
+        uint64_t *sp = stamps + 2 * (i < 0 ? 0 : i);
+        spin_event(done);
+        CK(rne_stamp(&kern, sp, st));
+        one_call(w, inproc, i < 0 || !host ? NULL : host + i);
+        CK(rne_stamp(&kern, sp + 1, st));
+        CK(cudaEventRecord(done, st));
+    }
+    spin_event(done);
+    CK(cudaEventDestroy(done));
+    stamp_spans(iters, idle);
+}
+
+/* iters back-to-back PINGs on cli after 20 warm-up ones; rtt[i] = host time
+ * of one rn_ping (the whole call). */
+static void loop_ping(int iters, uint64_t *rtt)
+{
+    for (int i = -20; i < iters; i++) {
+        uint64_t t0 = now_ns();
+        int rc = rn_ping(cli, NULL);
+        uint64_t dt = now_ns() - t0;
+        if (rc) {
+            fprintf(stderr, "rn_ping: %s: %s\n", rn_err_name(rc), rn_last_error(cli));
+            exit(1);
+        }
+        if (i >= 0)
+            rtt[i] = dt;
+    }
+}
+
+static void client_init(const char *endpoint, int iters)
+{
+    rn_connect_opts o = {.endpoint = endpoint, .timeout_ms = 60000, .client_name = "bench"};
+    char msg[200];
+
+    CK(cudaSetDevice(0));
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CK(rne_load(&kern));
+    if (rnk_cuda_init(0, &kdev, msg, sizeof msg)) {
+        fprintf(stderr, "rnk_cuda_init: %s\n", msg);
+        exit(1);
+    }
+    CK(cudaMalloc((void **)&stamps, sizeof *stamps * 2 * (size_t)iters));
+    hstamps = malloc(sizeof *hstamps * 2 * (size_t)iters);
+    if (rn_connect(&o, &cli) != 0) {
+        fprintf(stderr, "connect: %s\n", rn_last_error(NULL));
+        exit(1);
+    }
+}
+
+int client_single(const char *endpoint, int iters)
+{
+    static const int64_t shapes[][2] = {{4096, 256}, {16384, 1024}, {32768, 4096}};
+    uint64_t *gaps = calloc((size_t)iters, sizeof *gaps), *host = calloc((size_t)iters, sizeof *host);
+    uint64_t *gaps2 = calloc((size_t)iters, sizeof *gaps2);
+    uint64_t *paced = calloc((size_t)iters, sizeof *paced), *rtt = calloc((size_t)iters, sizeof *rtt);
+    struct rn_server_info si;
+
+    client_init(endpoint, iters);
+    if (rn_server_info(cli, &si) == 0)
+        printf("info device=\"%s\" mps=%d sms=%u\n", si.device_name, si.mps, si.sm_count);
+    for (size_t s = 0; s < 3; s++) {
+        work w;
+        double in_it[2], d_it[2];
+        setup_work(&w, shapes[s][0], shapes[s][1]);
+        /* The kernel itself, in this process and (fast path: its
+         * fast.compute, over this shape's steady-state calls) in the daemon. */
+        double k_in = kernel_alone(&w, 50);
+        uint64_t c0, s0, c1, s1;
+        daemon_compute(&c0, &s0);
+        /* Steady state, alternating, twice each: the spread shows the noise. */
+        for (int r = 0; r < 2; r++) {
+            in_it[r] = loop(&w, true, iters, 0, gaps, NULL);
+            d_it[r] = loop(&w, false, iters, 0, gaps2, host);
+        }
+        daemon_compute(&c1, &s1);
+        double k_d = c1 > c0 ? (double)(s1 - s0) / (double)(c1 - c0) / 1e3 : 0;
+        printf("kernel m=%lld n=%lld inproc_kernel_us=%.2f daemon_kernel_us=%.2f daemon_kernels=%llu\n",
+               (long long)shapes[s][0], (long long)shapes[s][1], k_in, k_d,
+               (unsigned long long)(c1 - c0));
+        double hp50 = pct(host, iters, 0.5) / 1e3, hp99 = pct(host, iters, 0.99) / 1e3;
+        /* The call's own cost: paced, the GPU idle at each call; then the
+         * floor, a bare request/reply on the same connection. */
+        loop_paced(&w, true, iters, NULL, gaps);
+        loop_paced(&w, false, iters, paced, gaps2);
+        double pp50 = pct(paced, iters, 0.5) / 1e3, pp99 = pct(paced, iters, 0.99) / 1e3;
+        double idle_in = pct(gaps, iters, 0.5) / 1e3, idle_d = pct(gaps2, iters, 0.5) / 1e3;
+        double idle_d99 = pct(gaps2, iters, 0.99) / 1e3;
+        loop_ping(iters, rtt);
+        double rp50 = pct(rtt, iters, 0.5) / 1e3, rp99 = pct(rtt, iters, 0.99) / 1e3;
+        /* GPU-side gaps with the host ahead of the GPU. */
+        loop(&w, true, iters, 300000, gaps, NULL);
+        loop(&w, false, iters, 300000, gaps2, NULL);
+        double gin = pct(gaps, iters, 0.5) / 1e3, gd = pct(gaps2, iters, 0.5) / 1e3;
+        double gd99 = pct(gaps2, iters, 0.99) / 1e3;
+        printf("shape m=%lld n=%lld inproc_us=%.2f,%.2f daemon_us=%.2f,%.2f ratio=%.3f "
+               "host_p50_us=%.1f host_p99_us=%.1f paced_host_p50_us=%.1f paced_host_p99_us=%.1f "
+               "ping_p50_us=%.1f ping_p99_us=%.1f span_inproc_p50_us=%.2f span_daemon_p50_us=%.2f "
+               "span_daemon_p99_us=%.2f hop_p50_us=%.2f idle_inproc_p50_us=%.2f "
+               "idle_daemon_p50_us=%.2f idle_daemon_p99_us=%.2f\n",
+               (long long)shapes[s][0], (long long)shapes[s][1], in_it[0], in_it[1], d_it[0],
+               d_it[1], (d_it[0] < d_it[1] ? d_it[0] : d_it[1]) /
+                            (in_it[0] < in_it[1] ? in_it[0] : in_it[1]),
+               hp50, hp99, pp50, pp99, rp50, rp99, gin, gd, gd99, (gd - gin) / 2, idle_in, idle_d,
+               idle_d99);
+        /* The daemon's side: receipt to the recorded done event. */
+        rn_stats_info si2;
+        if (rn_stats(cli, &si2) == 0) {
+            uint64_t fast_ok = 0;
+            for (unsigned k = 0; k < si2.nstats; k++)
+                if (strcmp(si2.stats[k].name, "fast.ok") == 0)
+                    fast_ok = si2.stats[k].value;
+            printf("path=%s\n", fast_ok ? "fast" : "classic");
+            for (unsigned h = 0; h < si2.nhists; h++)
+                printf("daemon %s (cumulative) p50_us=%.1f p99_us=%.1f n=%llu\n",
+                       si2.hists[h].name, si2.hists[h].p50 / 1e3, si2.hists[h].p99 / 1e3,
+                       (unsigned long long)si2.hists[h].count);
+        }
+        fflush(stdout);
+        free_work(&w);
+    }
+    rn_close(cli);
+    return 0;
+}
+
+int client_tput(const char *endpoint, int iters)
+{
+    uint64_t *host = calloc((size_t)iters, sizeof *host);
+    char line[32];
+    work w;
+
+    client_init(endpoint, iters);
+    setup_work(&w, 8192, 1024);
+    for (int i = 0; i < 20; i++)
+        one_call(&w, false, NULL);
+    CK(cudaStreamSynchronize(st));
+    printf("ready\n");
+    fflush(stdout);
+    if (!fgets(line, sizeof line, stdin))
+        return 1;
+    uint64_t t0 = now_ns();
+    for (int i = 0; i < iters; i++) {
+        CK(rne_stamp(&kern, stamps + 2 * i, st));
+        one_call(&w, false, host + i);
+        CK(rne_stamp(&kern, stamps + 2 * i + 1, st));
+    }
+    CK(cudaStreamSynchronize(st));
+    uint64_t wall = now_ns() - t0;
+    printf("tput calls=%d wall_us=%.1f host_p50_us=%.1f\n", iters, wall / 1e3,
+           pct(host, iters, 0.5) / 1e3);
+    fflush(stdout);
+    free_work(&w);
+    rn_close(cli);
+    return 0;
+}

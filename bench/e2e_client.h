@@ -1,0 +1,15 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * e2e_client.h - the client processes of bench_e2e_cuda (e2e_client.c),
+ * which runs itself as `bench_e2e_cuda --client single|tput ENDPOINT ITERS`.
+ */
+#ifndef E2E_CLIENT_H
+#define E2E_CLIENT_H
+
+/* 1. to 3. and 5. of bench_e2e_cuda.c's top: one "kernel" and one "shape"
+ * line per shape on stdout.  Returns the exit status. */
+int client_single(const char *endpoint, int iters);
+/* 4.: "ready", then after a line on stdin, iters calls; one line of results. */
+int client_tput(const char *endpoint, int iters);
+
+#endif
