@@ -64,8 +64,14 @@
  * (HELLO: the device has no 64-bit stream memory operations) says
  * "path=classic" and its rows are the classic path's again.
  *
+ * --split: the clients put x, dy and dx each in an allocation of its own
+ * (the small tensors in a fourth), as PyTorch's caching allocator gives
+ * large tensors their own segments; without it one cudaMalloc holds a
+ * shape's tensors, and the daemon's kernel runs 3 % slower on that one
+ * allocation at 32768x4096 (768 MiB; bench_ipcmem).
+ *
  *   bench_e2e_cuda [--daemon PATH] [--label TEXT] [--iters N] [--out FILE] [--fast]
- *                  [--daemon-arg ARG]...   (ARG added to the daemon's command line)
+ *                  [--split] [--daemon-arg ARG]...   (ARG added to the daemon's command line)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -271,6 +277,10 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--fast") == 0) {
             fast = true;
+            continue;
+        }
+        if (strcmp(argv[i], "--split") == 0) {
+            setenv("RN_E2E_SPLIT", "1", 1); /* read by the clients (e2e_client.c) */
             continue;
         }
         if (i + 1 >= argc)

@@ -5,33 +5,48 @@
  * and at 32768x4096 it takes 6 % longer than the same launch in the client
  * (bench_e2e_cuda's "kernel" line).  This program times the same launch
  * (rnk_cuda_bwd, bf16 x/dy/dx/w, fp32 dw, rstd given, as bench_e2e_cuda)
- * four ways, in one process, interleaved in rounds:
+ * on five memories, in one process, interleaved in rounds:
  *
- *   local        on tensors this process allocated (cudaMalloc);
- *   imported     on the same layout allocated by a forked child process and
- *                opened here by its CUDA IPC memory handle (as the daemon);
- *   local+nb     local, each launch right after the child ran a one-thread
- *                kernel of its own and synchronised (as the daemon's kernel
- *                follows the client's producer; under MPS the two are
- *                different clients, without MPS a context switch);
- *   imported+nb  imported, the same.
+ *   local       tensors this process allocated (cudaMalloc);
+ *   ipc         the same layout allocated (cudaMalloc) by a forked child
+ *               process and opened here by its CUDA IPC memory handle, as
+ *               the daemon opens a client's tensors;
+ *   vmm         this process's own cuMemCreate allocation, mapped at an
+ *               address aligned to the allocation granularity;
+ *   vmm-imp     the child's cuMemCreate allocation, its descriptor passed
+ *               over a socket (SCM_RIGHTS) and mapped here at an address
+ *               aligned to the granularity, as the daemon maps a client's
+ *               expandable segments (REGISTER_FD);
+ *   vmm-imp-1g  the same, mapped at an address aligned to 1 GiB.
+ *
+ * --split: x, dy and dx each in an allocation of its own, the small tensors
+ * in a fourth (as PyTorch's caching allocator gives large tensors their own
+ * segments); without it one allocation holds them all.
+ *
+ * --neighbour: before each launch the child runs a one-thread kernel of its
+ * own and synchronises (as the daemon's kernel follows the client's
+ * producer; under MPS two clients, without MPS a context switch).
  *
  * Each launch is timed alone (CUDA events around it, then synchronised), so
- * the times are the kernel's and not the host's.  Both sets of tensors hold
- * the same random data (the same seeds); after timing, dx and dw are poisoned,
- * computed once more from each set, and compared bit for bit (they must be
- * equal: same data, same alignment, same plan).
+ * the times are the kernel's and not the host's.  Every set of tensors holds
+ * the same random data (the same seeds); after timing, dx and dw are
+ * poisoned, computed once more from each set, and compared bit for bit with
+ * local's (they must be equal: same data, same alignment, same plan).
  *
- *   bench_ipcmem [--iters N] [--rounds R] [--shape M,N]... [--label TEXT] [--out FILE]
- * Prints one line per shape (median us of each way and the ratios to local)
- * and appends them to FILE as a markdown table.  Run with and without MPS.
+ *   bench_ipcmem [--iters N] [--rounds R] [--shape M,N]... [--split] [--neighbour]
+ *                [--label TEXT] [--out FILE]
+ * Prints one line per shape (median us on each memory, the ratios to local,
+ * and each set's base address modulo 2 MiB, in KiB) and appends them to FILE
+ * as a markdown table.  Run with and without MPS.
  */
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,37 +55,187 @@
 #include "rnk_test.h"
 
 #define CK(call) RNE_CK(call)
+#define CU(call)                                                                                   \
+    do {                                                                                           \
+        CUresult r_ = (call);                                                                      \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            fprintf(stderr, "%s:%d: %s: CUresult %d\n", __FILE__, __LINE__, #call, (int)r_);       \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
 
-enum { W_LOCAL, W_IMPORTED, W_LOCAL_NB, W_IMPORTED_NB, W_COUNT };
-static const char *way_name[W_COUNT] = {"local", "imported", "local+nb", "imported+nb"};
+enum { W_LOCAL, W_IPC, W_VMM, W_VMM_IMP, W_VMM_IMP_1G, W_COUNT };
+static const char *way_name[W_COUNT] = {"local", "ipc", "vmm", "vmm-imp", "vmm-imp-1g"};
+
+/* ---- the driver's virtual memory calls ---------------------------------- */
+
+static struct {
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                       unsigned long long);
+    CUresult (*gran)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*free_va)(CUdeviceptr, size_t);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+    CUresult (*access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+    CUresult (*unmap)(CUdeviceptr, size_t);
+    CUresult (*release)(CUmemGenericAllocationHandle);
+    CUresult (*export_fd)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
+                          unsigned long long);
+    CUresult (*import_fd)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
+} drv;
+
+static void load(const char *name, void **fn)
+{
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion(name, fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !*fn) {
+        fprintf(stderr, "bench_ipcmem: the driver has no %s\n", name);
+        exit(1);
+    }
+}
+
+static void drv_load(void)
+{
+    load("cuMemCreate", (void **)&drv.create);
+    load("cuMemGetAllocationGranularity", (void **)&drv.gran);
+    load("cuMemAddressReserve", (void **)&drv.reserve);
+    load("cuMemAddressFree", (void **)&drv.free_va);
+    load("cuMemMap", (void **)&drv.map);
+    load("cuMemSetAccess", (void **)&drv.access);
+    load("cuMemUnmap", (void **)&drv.unmap);
+    load("cuMemRelease", (void **)&drv.release);
+    load("cuMemExportToShareableHandle", (void **)&drv.export_fd);
+    load("cuMemImportFromShareableHandle", (void **)&drv.import_fd);
+}
+
+static CUmemAllocationProp vmm_prop(void)
+{
+    CUmemAllocationProp p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = 0;
+    p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    return p;
+}
+
+static size_t vmm_size(size_t bytes)
+{
+    size_t g;
+    CUmemAllocationProp p = vmm_prop();
+    CU(drv.gran(&g, &p, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+    return (bytes + g - 1) / g * g;
+}
+
+/* Map allocation h of size bytes at an address aligned to align (0: the
+ * granularity), readable and writable by this device. */
+static char *vmm_map(CUmemGenericAllocationHandle h, size_t size, size_t align)
+{
+    CUdeviceptr va;
+    CUmemAccessDesc a;
+    memset(&a, 0, sizeof a);
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.location.id = 0;
+    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CU(drv.reserve(&va, size, align, 0, 0));
+    CU(drv.map(va, size, 0, h, 0));
+    CU(drv.access(va, size, &a, 1));
+    return (char *)(uintptr_t)va;
+}
+
+static void vmm_unmap(char *p, size_t size)
+{
+    CU(drv.unmap((CUdeviceptr)(uintptr_t)p, size));
+    CU(drv.free_va((CUdeviceptr)(uintptr_t)p, size));
+}
+
+/* ---- the socket to the child ---------------------------------------------- */
 
 static void xio(int fd, void *p, size_t n, int wr)
 {
     size_t done = 0;
     while (done < n) {
-        ssize_t r = wr ? write(fd, (char *)p + done, n - done) : read(fd, (char *)p + done, n - done);
+        ssize_t r =
+            wr ? write(fd, (char *)p + done, n - done) : read(fd, (char *)p + done, n - done);
         if (r <= 0) {
             if (r < 0 && errno == EINTR)
                 continue;
-            fprintf(stderr, "bench_ipcmem: pipe: %s\n", r ? strerror(errno) : "closed");
+            fprintf(stderr, "bench_ipcmem: socket: %s\n", r ? strerror(errno) : "closed");
             exit(1);
         }
         done += (size_t)r;
     }
 }
 
-static size_t arena_bytes(int64_t m, int64_t n)
+static void send_fd(int sock, int fd)
 {
-    return 3 * (size_t)(m * n) * 2 + (size_t)n * 8 + (size_t)m * 4 + 8 * 256;
+    char c = 'D', ctl[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {.iov_base = &c, .iov_len = 1};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+    memset(ctl, 0, sizeof ctl);
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    if (sendmsg(sock, &mh, 0) != 1) {
+        perror("bench_ipcmem: sendmsg");
+        exit(1);
+    }
 }
 
-/* Lay out x, dy, dx, w, dw, rstd in an arena; fill x, dy, w (fixed seeds) and
- * rstd when fill is set. */
-static void layout(rnk_bwd_args *k, char *arena, int64_t m, int64_t n, int fill, cudaStream_t st)
+static int recv_fd(int sock)
+{
+    char c, ctl[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {.iov_base = &c, .iov_len = 1};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl, .msg_controllen = sizeof ctl};
+    int fd = -1;
+    if (recvmsg(sock, &mh, 0) != 1) {
+        perror("bench_ipcmem: recvmsg");
+        exit(1);
+    }
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+            memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+    if (fd < 0) {
+        fprintf(stderr, "bench_ipcmem: no descriptor from the child\n");
+        exit(1);
+    }
+    return fd;
+}
+
+/* ---- tensors ---------------------------------------------------------------- */
+
+#define PARTS 4
+static int split; /* --split */
+
+/* The allocations of one set: one, or x / dy / dx / the rest with --split. */
+static int parts(int64_t m, int64_t n, size_t bytes[PARTS])
+{
+    size_t big = (size_t)(m * n) * 2, rest = (size_t)n * 8 + (size_t)m * 4 + 8 * 256;
+    if (!split) {
+        bytes[0] = 3 * big + rest + 3 * 256;
+        return 1;
+    }
+    bytes[0] = bytes[1] = bytes[2] = big;
+    bytes[3] = rest;
+    return PARTS;
+}
+
+/* Lay out x, dy, dx, w, dw, rstd in a set's allocations; fill x, dy, w
+ * (fixed seeds) and rstd when fill is set. */
+static void layout(rnk_bwd_args *k, char *const base[PARTS], int64_t m, int64_t n, int fill,
+                   cudaStream_t st)
 {
     size_t off = 0, mn = (size_t)(m * n);
+    int part = 0;
+    char *arena = base[0];
     char msg[200];
-#define TAKE(b) (off += ((b) + 255) / 256 * 256, (void *)(arena + off - ((b) + 255) / 256 * 256))
+#define TAKE(b)                                                                                    \
+    (split && part < PARTS ? (arena = base[part++], off = 0) : 0, off += ((b) + 255) / 256 * 256,  \
+     (void *)(arena + off - ((b) + 255) / 256 * 256))
     memset(k, 0, sizeof *k);
     k->m = m;
     k->n = n;
@@ -85,47 +250,72 @@ static void layout(rnk_bwd_args *k, char *arena, int64_t m, int64_t n, int fill,
     k->dw = TAKE((size_t)n * 4);
     k->rstd = TAKE((size_t)m * 4);
 #undef TAKE
-    if (fill && (rnk_cuda_fill(RNK_BF16, (void *)k->x, m, n, n, 11, 1.0f, 0.1f, st, msg, sizeof msg) ||
-                 rnk_cuda_fill(RNK_BF16, (void *)k->dy, m, n, n, 12, 1.0f, 0.0f, st, msg, sizeof msg) ||
-                 rnk_cuda_fill(RNK_BF16, (void *)k->w, 1, n, n, 13, 0.5f, 1.0f, st, msg, sizeof msg) ||
-                 rnk_cuda_rstd(RNK_BF16, k->x, m, n, n, k->eps, (float *)k->rstd, st, msg,
-                               sizeof msg))) {
+    if (fill &&
+        (rnk_cuda_fill(RNK_BF16, (void *)k->x, m, n, n, 11, 1.0f, 0.1f, st, msg, sizeof msg) ||
+         rnk_cuda_fill(RNK_BF16, (void *)k->dy, m, n, n, 12, 1.0f, 0.0f, st, msg, sizeof msg) ||
+         rnk_cuda_fill(RNK_BF16, (void *)k->w, 1, n, n, 13, 0.5f, 1.0f, st, msg, sizeof msg) ||
+         rnk_cuda_rstd(RNK_BF16, k->x, m, n, n, k->eps, (float *)k->rstd, st, msg, sizeof msg))) {
         fprintf(stderr, "bench_ipcmem: fill: %s\n", msg);
         exit(1);
     }
 }
 
-/* The child: allocates and fills on 'A', runs a one-thread kernel on 'K',
- * frees on 'F', leaves on 'Q'.  Every command is answered. */
-static void child(int in, int out)
+/* The child: on 'A' allocates a cudaMalloc arena and a cuMemCreate one,
+ * fills both, sends the IPC handle and then the allocation's descriptor; on
+ * 'K' runs a one-thread kernel; on 'F' frees; on 'Q' leaves.  Every command
+ * is answered. */
+static void child(int sock)
 {
     rne_kernels kern;
     cudaStream_t st;
-    char *arena = NULL;
+    char *arena[PARTS], *varena[PARTS];
+    size_t bytes[PARTS], vsize[PARTS];
+    CUmemGenericAllocationHandle vh[PARTS];
+    int np = 0;
     CK(cudaSetDevice(0));
+    CK(cudaFree(NULL));
+    drv_load();
     CK(rne_load(&kern));
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     for (;;) {
         char c;
-        xio(in, &c, 1, 0);
+        xio(sock, &c, 1, 0);
         if (c == 'A') {
             int64_t mn[2];
             rnk_bwd_args k;
-            cudaIpcMemHandle_t h;
-            xio(in, mn, sizeof mn, 0);
-            CK(cudaMalloc((void **)&arena, arena_bytes(mn[0], mn[1])));
+            CUmemAllocationProp p = vmm_prop();
+            xio(sock, mn, sizeof mn, 0);
+            np = parts(mn[0], mn[1], bytes);
+            for (int i = 0; i < np; i++) {
+                CK(cudaMalloc((void **)&arena[i], bytes[i]));
+                vsize[i] = vmm_size(bytes[i]);
+                CU(drv.create(&vh[i], vsize[i], &p, 0));
+                varena[i] = vmm_map(vh[i], vsize[i], 0);
+            }
             layout(&k, arena, mn[0], mn[1], 1, st);
+            layout(&k, varena, mn[0], mn[1], 1, st);
             CK(cudaStreamSynchronize(st));
-            CK(cudaIpcGetMemHandle(&h, arena));
-            xio(out, &h, sizeof h, 1);
+            for (int i = 0; i < np; i++) {
+                cudaIpcMemHandle_t h;
+                int fd = -1;
+                CK(cudaIpcGetMemHandle(&h, arena[i]));
+                CU(drv.export_fd(&fd, vh[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+                xio(sock, &h, sizeof h, 1);
+                send_fd(sock, fd);
+                close(fd);
+            }
         } else if (c == 'K') {
             CK(rne_spin(&kern, 1000, st));
             CK(cudaStreamSynchronize(st));
-            xio(out, &c, 1, 1);
+            xio(sock, &c, 1, 1);
         } else if (c == 'F') {
-            CK(cudaFree(arena));
-            arena = NULL;
-            xio(out, &c, 1, 1);
+            for (int i = 0; i < np; i++) {
+                CK(cudaFree(arena[i]));
+                vmm_unmap(varena[i], vsize[i]);
+                CU(drv.release(vh[i]));
+            }
+            np = 0;
+            xio(sock, &c, 1, 1);
         } else {
             exit(0);
         }
@@ -155,68 +345,84 @@ static void outputs(rnk_device *dev, rnk_bwd_args *k, void *ws, size_t wsb, cuda
     CK(cudaStreamSynchronize(st));
 }
 
-int main(int argc, char **argv)
-{
-    int iters = 60, rounds = 5, nshapes = 0;
+typedef struct opts {
+    int iters, rounds, nshapes, neighbour;
     int64_t shapes[16][2];
-    const char *label = "", *out = NULL;
+    const char *label, *out;
+} opts;
+
+static int parse(int argc, char **argv, opts *o)
+{
+    static const int64_t def[][2] = {{16384, 1024}, {32768, 4096}, {49152, 4096}, {65536, 4096}};
+    *o = (opts){.iters = 40, .rounds = 4, .label = ""};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--iters") && i + 1 < argc)
-            iters = atoi(argv[++i]);
+            o->iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
-            rounds = atoi(argv[++i]);
+            o->rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--label") && i + 1 < argc)
-            label = argv[++i];
+            o->label = argv[++i];
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
-            out = argv[++i];
-        else if (!strcmp(argv[i], "--shape") && i + 1 < argc && nshapes < 16) {
+            o->out = argv[++i];
+        else if (!strcmp(argv[i], "--neighbour"))
+            o->neighbour = 1;
+        else if (!strcmp(argv[i], "--split"))
+            split = 1;
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc && o->nshapes < 16) {
             long long m, n;
             if (sscanf(argv[++i], "%lld,%lld", &m, &n) != 2 || m < 1 || n < 1) {
                 fprintf(stderr, "bench_ipcmem: --shape wants M,N\n");
                 return 2;
             }
-            shapes[nshapes][0] = m;
-            shapes[nshapes++][1] = n;
+            o->shapes[o->nshapes][0] = m;
+            o->shapes[o->nshapes++][1] = n;
         } else {
             fprintf(stderr, "usage: bench_ipcmem [--iters N] [--rounds R] [--shape M,N]... "
-                            "[--label TEXT] [--out FILE]\n");
+                            "[--split] [--neighbour] [--label TEXT] [--out FILE]\n");
             return 2;
         }
     }
-    if (iters < 1 || rounds < 1) {
+    if (o->iters < 1 || o->rounds < 1) {
         fprintf(stderr, "bench_ipcmem: --iters and --rounds must be positive\n");
         return 2;
     }
-    if (!nshapes) {
-        static const int64_t def[][2] = {{4096, 256}, {16384, 1024}, {32768, 4096}, {65536, 4096}};
-        nshapes = 4;
-        memcpy(shapes, def, sizeof def);
+    if (!o->nshapes) {
+        o->nshapes = 4;
+        memcpy(o->shapes, def, sizeof def);
     }
-    int p2c[2], c2p[2];
-    if (pipe(p2c) || pipe(c2p)) {
-        perror("pipe");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    int rc = parse(argc, argv, &o), sv[2];
+    if (rc)
+        return rc;
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) {
+        perror("socketpair");
         return 1;
     }
     fflush(NULL);
-    pid_t pid = fork();   /* before this process touches CUDA */
+    pid_t pid = fork(); /* before this process touches CUDA */
     if (pid < 0) {
         perror("fork");
         return 1;
     }
     if (pid == 0) {
-        close(p2c[1]);
-        close(c2p[0]);
-        child(p2c[0], c2p[1]);
+        close(sv[0]);
+        child(sv[1]);
     }
-    close(p2c[0]);
-    close(c2p[1]);
-    int to = p2c[1], from = c2p[0];
+    close(sv[1]);
+    int sock = sv[0];
 
     char msg[200];
     rnk_device *dev;
     cudaStream_t st;
     cudaEvent_t e0, e1;
     CK(cudaSetDevice(0));
+    CK(cudaFree(NULL));
+    drv_load();
     if (rnk_cuda_init(0, &dev, msg, sizeof msg)) {
         fprintf(stderr, "bench_ipcmem: %s\n", msg);
         return 1;
@@ -224,32 +430,58 @@ int main(int argc, char **argv)
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    FILE *f = out ? fopen(out, "a") : NULL;
-    if (out && !f) {
-        perror(out);
+    FILE *f = o.out ? fopen(o.out, "a") : NULL;
+    if (o.out && !f) {
+        perror(o.out);
         return 1;
     }
-    if (f)
-        fprintf(f, "\n| label | shape | local us | imported us | local+nb us | imported+nb us | "
-                   "imported / local | local+nb / local | imported+nb / local | bits equal |\n"
-                   "|---|---|---|---|---|---|---|---|---|---|\n");
-    printf("%-8s %13s %9s %9s %9s %11s %8s %8s %8s %s\n", "label", "shape", way_name[0],
-           way_name[1], way_name[2], way_name[3], "imp/loc", "nb/loc", "inb/loc", "bits");
-    float *t = malloc(sizeof *t * (size_t)iters * (size_t)rounds * W_COUNT);
+    char nb[40];
+    snprintf(nb, sizeof nb, "%s%s", split ? " (split)" : "", o.neighbour ? " (neighbour)" : "");
+    if (f) {
+        fprintf(f, "\n| label | shape |");
+        for (int w = 0; w < W_COUNT; w++)
+            fprintf(f, " %s us |", way_name[w]);
+        for (int w = 1; w < W_COUNT; w++)
+            fprintf(f, " %s / local |", way_name[w]);
+        fprintf(f, " base mod 2 MiB, KiB | bits equal |\n|---|---|");
+        for (int w = 1; w < 2 * W_COUNT; w++)
+            fprintf(f, "---|");
+        fprintf(f, "---|---|\n");
+    }
+    printf("%-10s %11s", "label", "shape");
+    for (int w = 0; w < W_COUNT; w++)
+        printf(" %10s", way_name[w]);
+    printf("   ratios to local; base mod 2 MiB (KiB); bits\n");
+    float *t = malloc(sizeof *t * (size_t)o.iters * (size_t)o.rounds * W_COUNT);
     if (!t)
         return 1;
-    for (int s = 0; s < nshapes; s++) {
-        int64_t m = shapes[s][0], n = shapes[s][1];
-        cudaIpcMemHandle_t h;
-        char *local, *imported, c = 'A';
-        rnk_bwd_args k[2];
-        xio(to, &c, 1, 1);
-        xio(to, shapes[s], sizeof shapes[s], 1);
-        xio(from, &h, sizeof h, 0);
-        CK(cudaIpcOpenMemHandle((void **)&imported, h, cudaIpcMemLazyEnablePeerAccess));
-        CK(cudaMalloc((void **)&local, arena_bytes(m, n)));
-        layout(&k[0], local, m, n, 1, st);
-        layout(&k[1], imported, m, n, 0, st);
+    for (int s = 0; s < o.nshapes; s++) {
+        int64_t m = o.shapes[s][0], n = o.shapes[s][1];
+        size_t bytes[PARTS], vsize[PARTS];
+        CUmemGenericAllocationHandle vh[PARTS], ih[PARTS];
+        char *base[W_COUNT][PARTS], c = 'A';
+        rnk_bwd_args k[W_COUNT];
+        int np = parts(m, n, bytes);
+        CUmemAllocationProp p = vmm_prop();
+        xio(sock, &c, 1, 1);
+        xio(sock, o.shapes[s], sizeof o.shapes[s], 1);
+        for (int i = 0; i < np; i++) {
+            cudaIpcMemHandle_t h;
+            xio(sock, &h, sizeof h, 0);
+            int fd = recv_fd(sock);
+            CU(drv.import_fd(&ih[i], (void *)(uintptr_t)fd,
+                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+            close(fd);
+            vsize[i] = vmm_size(bytes[i]);
+            CK(cudaMalloc((void **)&base[W_LOCAL][i], bytes[i]));
+            CK(cudaIpcOpenMemHandle((void **)&base[W_IPC][i], h, cudaIpcMemLazyEnablePeerAccess));
+            CU(drv.create(&vh[i], vsize[i], &p, 0));
+            base[W_VMM][i] = vmm_map(vh[i], vsize[i], 0);
+            base[W_VMM_IMP][i] = vmm_map(ih[i], vsize[i], 0);
+            base[W_VMM_IMP_1G][i] = vmm_map(ih[i], vsize[i], (size_t)1 << 30);
+        }
+        for (int w = 0; w < W_COUNT; w++) /* local and vmm filled here, the others by the child */
+            layout(&k[w], base[w], m, n, w == W_LOCAL || w == W_VMM, st);
         size_t wsb = rnk_cuda_workspace_size(dev, m, n);
         void *ws;
         CK(cudaMalloc(&ws, wsb));
@@ -258,17 +490,17 @@ int main(int argc, char **argv)
             return 1;
         }
         int cnt[W_COUNT] = {0};
-        for (int r = -1; r < rounds; r++)          /* round -1 warms up, untimed */
+        for (int r = -1; r < o.rounds; r++) /* round -1 warms up, untimed */
             for (int wi = 0; wi < W_COUNT; wi++) {
-                int w = (wi + (r < 0 ? 0 : r)) % W_COUNT;   /* each round starts elsewhere */
-                for (int i = 0; i < iters; i++) {
-                    if (w >= W_LOCAL_NB) {
+                int w = (wi + (r < 0 ? 0 : r)) % W_COUNT; /* each round starts elsewhere */
+                for (int i = 0; i < o.iters; i++) {
+                    if (o.neighbour) {
                         c = 'K';
-                        xio(to, &c, 1, 1);
-                        xio(from, &c, 1, 0);
+                        xio(sock, &c, 1, 1);
+                        xio(sock, &c, 1, 0);
                     }
                     CK(cudaEventRecord(e0, st));
-                    if (rnk_cuda_bwd(dev, &k[w & 1], ws, wsb, st, msg, sizeof msg)) {
+                    if (rnk_cuda_bwd(dev, &k[w], ws, wsb, st, msg, sizeof msg)) {
                         fprintf(stderr, "bench_ipcmem: %s\n", msg);
                         return 1;
                     }
@@ -277,12 +509,12 @@ int main(int argc, char **argv)
                     float ms;
                     CK(cudaEventElapsedTime(&ms, e0, e1));
                     if (r >= 0)
-                        t[(size_t)w * iters * rounds + cnt[w]++] = ms * 1000.0f;
+                        t[(size_t)w * o.iters * o.rounds + cnt[w]++] = ms * 1000.0f;
                 }
             }
         double med[W_COUNT];
         for (int w = 0; w < W_COUNT; w++) {
-            float *v = t + (size_t)w * iters * rounds;
+            float *v = t + (size_t)w * o.iters * o.rounds;
             qsort(v, (size_t)cnt[w], sizeof *v, cmp_f);
             med[w] = v[cnt[w] / 2];
         }
@@ -291,36 +523,57 @@ int main(int argc, char **argv)
         float *dw0 = malloc((size_t)n * 4), *dw1 = malloc((size_t)n * 4);
         if (!dx0 || !dx1 || !dw0 || !dw1)
             return 1;
-        outputs(dev, &k[0], ws, wsb, st, dx0, dw0);
-        outputs(dev, &k[1], ws, wsb, st, dx1, dw1);
-        int eq = !memcmp(dx0, dx1, mn * 2) && !memcmp(dw0, dw1, (size_t)n * 4);
+        int eq = 1;
+        outputs(dev, &k[W_LOCAL], ws, wsb, st, dx0, dw0);
+        for (int w = 1; w < W_COUNT; w++) {
+            outputs(dev, &k[w], ws, wsb, st, dx1, dw1);
+            eq &= !memcmp(dx0, dx1, mn * 2) && !memcmp(dw0, dw1, (size_t)n * 4);
+        }
         free(dx0);
         free(dx1);
         free(dw0);
         free(dw1);
-        char sh[32];
+        char sh[32], al[96] = "";
         snprintf(sh, sizeof sh, "%lldx%lld", (long long)m, (long long)n);
-        printf("%-8s %13s %9.2f %9.2f %9.2f %11.2f %8.3f %8.3f %8.3f %s\n", label, sh, med[0],
-               med[1], med[2], med[3], med[1] / med[0], med[2] / med[0], med[3] / med[0],
-               eq ? "equal" : "DIFFER");
-        if (f)
-            fprintf(f, "| %s | %s | %.2f | %.2f | %.2f | %.2f | %.3f | %.3f | %.3f | %s |\n", label,
-                    sh, med[0], med[1], med[2], med[3], med[1] / med[0], med[2] / med[0],
-                    med[3] / med[0], eq ? "yes" : "NO");
+        for (int w = 0; w < W_COUNT; w++)
+            snprintf(al + strlen(al), sizeof al - strlen(al), "%s%llu", w ? "/" : "",
+                     (unsigned long long)((uintptr_t)base[w][0] % (2u << 20) / 1024));
+        printf("%-10s %11s", o.label, sh);
+        for (int w = 0; w < W_COUNT; w++)
+            printf(" %10.2f", med[w]);
+        printf("  ");
+        for (int w = 1; w < W_COUNT; w++)
+            printf(" %.3f", med[w] / med[0]);
+        printf("; %s; %s%s\n", al, eq ? "equal" : "DIFFER", nb);
+        if (f) {
+            fprintf(f, "| %s%s | %s |", o.label, nb, sh);
+            for (int w = 0; w < W_COUNT; w++)
+                fprintf(f, " %.2f |", med[w]);
+            for (int w = 1; w < W_COUNT; w++)
+                fprintf(f, " %.3f |", med[w] / med[0]);
+            fprintf(f, " %s | %s |\n", al, eq ? "yes" : "NO");
+        }
         fflush(stdout);
-        CK(cudaIpcCloseMemHandle(imported));
-        CK(cudaFree(local));
+        for (int i = 0; i < np; i++) {
+            CK(cudaIpcCloseMemHandle(base[W_IPC][i]));
+            CK(cudaFree(base[W_LOCAL][i]));
+            vmm_unmap(base[W_VMM][i], vsize[i]);
+            vmm_unmap(base[W_VMM_IMP][i], vsize[i]);
+            vmm_unmap(base[W_VMM_IMP_1G][i], vsize[i]);
+            CU(drv.release(vh[i]));
+            CU(drv.release(ih[i]));
+        }
         CK(cudaFree(ws));
         c = 'F';
-        xio(to, &c, 1, 1);
-        xio(from, &c, 1, 0);
+        xio(sock, &c, 1, 1);
+        xio(sock, &c, 1, 0);
         if (!eq) {
-            fprintf(stderr, "bench_ipcmem: %s: dx/dw differ between the two sets\n", sh);
+            fprintf(stderr, "bench_ipcmem: %s: dx/dw differ between the sets\n", sh);
             return 1;
         }
     }
     char q = 'Q';
-    xio(to, &q, 1, 1);
+    xio(sock, &q, 1, 1);
     waitpid(pid, NULL, 0);
     if (f)
         fclose(f);

@@ -46,7 +46,7 @@ static double pct(uint64_t *v, int n, double p)
 typedef struct work {
     rn_bwd_args a;
     rnk_bwd_args k;
-    char *arena;
+    char *arena[4]; /* one allocation, or x / dy / dx / the rest (--split) */
     void *ws;
     size_t wsb;
 } work;
@@ -63,9 +63,18 @@ static void setup_work(work *w, int64_t m, int64_t n)
     size_t mn = (size_t)(m * n), off = 0;
     char msg[200];
     memset(w, 0, sizeof *w);
-    size_t bytes = 3 * mn * 2 + (size_t)n * 2 + (size_t)n * 4 + (size_t)m * 4 + 6 * 256;
-    CK(cudaMalloc((void **)&w->arena, bytes));
-#define TAKE(b) (off += ((b) + 255) / 256 * 256, (void *)(w->arena + off - ((b) + 255) / 256 * 256))
+    size_t rest = (size_t)n * 2 + (size_t)n * 4 + (size_t)m * 4 + 3 * 256;
+    const char *sp = getenv("RN_E2E_SPLIT");
+    int split = sp && strcmp(sp, "1") == 0, part = 0;
+    for (int i = 0; i < (split ? 4 : 1); i++) {
+        size_t b = !split ? 3 * mn * 2 + rest + 3 * 256 : i < 3 ? mn * 2 : rest;
+        CK(cudaMalloc((void **)&w->arena[i], b));
+    }
+    char *base = w->arena[0];
+    /* With --split the first four tensors start the four allocations. */
+#define TAKE(b)                                                                                   \
+    (split && part < 4 ? (base = w->arena[part++], off = 0) : 0,                                  \
+     off += ((b) + 255) / 256 * 256, (void *)(base + off - ((b) + 255) / 256 * 256))
     rn_bwd_args *a = &w->a;
     a->m = m;
     a->n = n;
@@ -111,7 +120,9 @@ static void setup_work(work *w, int64_t m, int64_t n)
 
 static void free_work(work *w)
 {
-    CK(cudaFree(w->arena));
+    for (int i = 0; i < 4; i++)
+        if (w->arena[i])
+            CK(cudaFree(w->arena[i]));
     CK(cudaFree(w->ws));
 }
 
