@@ -14,7 +14,9 @@
  * "closes.gated" (times the gate held closes: a stream waited on a late
  * client, daemon/cuda/gate.c), "closes.gated_max_us" (the longest it held
  * them, the current hold included), "closes.streams_pending" (rings' own
- * streams whose give-back waits for the gate).
+ * streams whose give-back waits for the gate); "regions.ipc_large" (CUDA
+ * IPC allocations over 512 MiB mapped, daemon/cuda/mapcache.c: the kernel
+ * runs slower on tensors inside one).
  * The fast path (the ring): "fast.slots" (slots answered), "fast.ok",
  * "fast.errors", "fast.rings" (rings open), "fast.graphs" (graph slots
  * open), "fast.deferred" (times a slot or replay was left in its ring at a

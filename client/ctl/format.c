@@ -160,6 +160,8 @@ static const struct {
     {"closes.streams_pending",
      "Streams of ended sessions whose give-back waits for the closer's gate."},
     {"closes.streams_spare", "Streams of ended sessions' rings kept idle for the next rings."},
+    {"regions.ipc_large",
+     "CUDA IPC allocations over 512 MiB mapped; the kernel can run slower on tensors inside them."},
 };
 
 /* Counters that are gauges: they go down as well as up. */

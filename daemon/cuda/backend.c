@@ -419,5 +419,5 @@ const rnd_backend_ops rnd_backend_cuda_ops = {
     .submit = rnd_cuda_submit,
     .graphs_ok = rnd_cuda_graphs_ok,
     .health = cuda_health,
-    .stats = rnd_cuda_closer_stats,
+    .stats = rnd_cuda_stats,
 };

@@ -216,6 +216,7 @@ struct rnd_cuda {
     rn_queue acked;                /* gjobs whose acked event waits */
     rn_queue sessions;
     rnd_closeq closer;             /* released mappings and ring memory (closer.c) */
+    uint64_t ipc_large;            /* IPC allocations over RND_CUDA_IPC_LARGE mapped (loop) */
     bool closer_thread;            /* they close on the closer thread (else on the loop,
                                     * once no stream waits: RMSNORMD_DEBUG_CLOSER=0) */
     int close_fences;              /* streams a release fences: 3 (all the session's),
@@ -266,6 +267,14 @@ int rnd_cuda_same_device(const rnd_cuda *b, const uint8_t uuid[RNP_UUID_BYTES],
 int rnd_cuda_pick_device(rnd_cuda *b, const char *spec, rnp_error *err);
 
 /* mapcache.c */
+/* A CUDA IPC allocation larger than this is counted ("regions.ipc_large")
+ * and the first one noted in the log: the driver's mapping of one such
+ * allocation made the kernel 3 % slower on it at 768 MiB and up to 2.1x at
+ * 3 GiB (bench_ipcmem, bench/RESULTS.md), where VMM memory and tensors in
+ * allocations of their own ran at full speed. */
+#define RND_CUDA_IPC_LARGE ((size_t)512 << 20)
+/* The backend's counters: the closer's (closer.c) and "regions.ipc_large". */
+void rnd_cuda_stats(rnd_backend *be, rnp_stats_rep *out);
 int rnd_cuda_region_open(rnd_backend *be, void *bsess, const rnp_register_req *req,
                          rnd_mapping *out, rnp_error *err);
 void rnd_cuda_region_close(rnd_backend *be, void *bsess, rnd_mapping *m);

@@ -9,10 +9,12 @@
  */
 #include "cuda_int.h"
 
-
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "log.h"
+#include "stats.h"
 
 int rnd_cuda_region_open(rnd_backend *be, void *bsess, const rnp_register_req *req,
                          rnd_mapping *out, rnp_error *err)
@@ -61,6 +63,12 @@ int rnd_cuda_region_open(rnd_backend *be, void *bsess, const rnp_register_req *r
                       req->size, size);
         goto fail_close;
     }
+    if (size > RND_CUDA_IPC_LARGE && b->ipc_large++ == 0)
+        rnd_notice("register: a CUDA IPC allocation of %zu MiB; the kernel can run up to 2x slower "
+                   "on tensors inside one IPC allocation this large (counted in "
+                   "regions.ipc_large): give large tensors allocations of their own or use VMM "
+                   "memory (PyTorch: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)",
+                   size >> 20);
     m->dptr = p;
     out->base = p;
     out->size = req->size;
@@ -76,6 +84,12 @@ fail_close:
     (void)cudaGetLastError();
     free(m);
     return rc;
+}
+
+void rnd_cuda_stats(rnd_backend *be, rnp_stats_rep *out)
+{
+    rnd_cuda_closer_stats(be, out);
+    rnd_stats_put(out, "regions.ipc_large", ((rnd_cuda *)be)->ipc_large);
 }
 
 /* On the closer thread (or the loop's, at fini): nothing uses the mapping. */

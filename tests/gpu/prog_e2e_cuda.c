@@ -22,6 +22,11 @@
  *                                            "stall: NAME after T ms" after it);
  *                                            EXPECT: the outcomes allowed, error
  *                                            names joined by ',' (default OK)
+ *   prog_e2e_cuda ENDPOINT large             a 1024 x 1024 call whose tensors lie
+ *                                            at the end of one 640 MiB cudaMalloc
+ *                                            (the daemon counts it in
+ *                                            regions.ipc_large), then one in an
+ *                                            allocation of its own
  *   prog_e2e_cuda ENDPOINT slow M N          one sync call of M x N bf16 that
  *                                            must be answered DEVICE_FAILING
  *                                            (a daemon with a short kernel
@@ -637,6 +642,45 @@ static int run_slow(int64_t m, int64_t n)
     return 0;
 }
 
+/* One checked call on tensors at byte `at` of arena. */
+static bool large_call(char *arena, size_t at, const char *what)
+{
+    rn_bwd_args a;
+
+    bf16_args(&a, 1024, 1024);
+    layout(&a, arena + at, true);
+    fill_inputs(&a, 31);
+    poison_outputs(&a);
+    int rc = rn_rmsnorm_bwd(cli, &a, st);
+    if (rc) {
+        printf("FAIL %s: %s: %s\n", what, rn_err_name(rc), rn_last_error(cli));
+        return false;
+    }
+    if (!verify(&a, what))
+        return false;
+    printf("ok %s\n", what);
+    return true;
+}
+
+static int run_large(void)
+{
+    rn_bwd_args a;
+    char *big, *small;
+    size_t big_bytes = (size_t)640 << 20;
+
+    bf16_args(&a, 1024, 1024);
+    size_t need = layout(&a, NULL, true);
+    CK(cudaMalloc((void **)&big, big_bytes));
+    CK(cudaMalloc((void **)&small, need));
+    bool ok = large_call(big, (big_bytes - need) / 256 * 256,
+                         "large: tensors in a 640 MiB allocation");
+    ok = large_call(small, 0, "large: tensors in an allocation of their own") && ok;
+    CK(cudaStreamSynchronize(st));
+    CK(cudaFree(big));
+    CK(cudaFree(small));
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     int rc;
@@ -644,7 +688,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) {
         fprintf(stderr, "usage: %s ENDPOINT [wait] grid|order N SEED|flood|realloc|errors|"
-                "stall MS [sync|async [EXPECT]]|slow M N\n", argv[0]);
+                "stall MS [sync|async [EXPECT]]|large|slow M N\n", argv[0]);
         return 2;
     }
     endpoint = argv[1];
@@ -677,6 +721,8 @@ int main(int argc, char **argv)
     else if (strcmp(argv[2], "stall") == 0 && argc >= 4)
         rc = run_stall((unsigned)atoi(argv[3]), argc >= 5 && strcmp(argv[4], "async") == 0,
                        argc >= 6 ? argv[5] : "OK");
+    else if (strcmp(argv[2], "large") == 0)
+        rc = run_large();
     else if (strcmp(argv[2], "slow") == 0 && argc >= 5)
         rc = run_slow(strtoll(argv[3], NULL, 10), strtoll(argv[4], NULL, 10));
     else {
