@@ -323,13 +323,6 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
     cp_async_wait<0>();
 }
 
-#ifndef RNK_TMA
-#define RNK_TMA 0 /* 1 (being measured): rows staged by bulk copies (bwd_tma.cuh) */
-#endif
-#if RNK_TMA
-#include "bwd_tma.cuh"
-#endif
-
 /*
  * Block shapes (cuda_bwd.cu's plan): a stripe of tpr threads holds NV
  * vectors of 16 bytes of a row per thread, NV = 1, 2 or 4: about four below
@@ -418,15 +411,6 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
     }
     if (threadIdx.x == 0)
         s_claim[0] = (int)nxt;
-#if RNK_TMA
-    __shared__ alignas(8) unsigned long long tma_bars[TMA_MAX_BARS];
-    constexpr int TST = fast_stages(NV);
-    const unsigned sbars = (unsigned)__cvta_generic_to_shared(tma_bars) + (unsigned)(g * TST) * 8u;
-    uint4 *tbuf = reinterpret_cast<uint4 *>(work) + (size_t)g * TST * 2 * NV * tpr;
-    const unsigned stbuf = (unsigned)__cvta_generic_to_shared(tbuf);
-    unsigned tq = 0; /* the stripe's rows staged so far */
-    tma_init((unsigned)__cvta_generic_to_shared(tma_bars), G * TST);
-#endif
     __syncthreads();
     trace_mark(p, 1, 1);
 
@@ -446,21 +430,6 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
          * barrier with the other stripes until the chunk's end. */
         const int64_t rg = r0 + g;
         const int64_t steps = rg < r1 ? (r1 - rg + G - 1) / G : 0;
-#if RNK_TMA
-        if (p.rstd && !p.dres)
-            stripe_rows_tma<T, NV, true, false>(p, rg, steps, g, tbuf, stbuf, sbars, tq, wv, coff, ok,
-                                                acc, red);
-        else if (p.rstd)
-            stripe_rows_tma<T, NV, true, true>(p, rg, steps, g, tbuf, stbuf, sbars, tq, wv, coff, ok,
-                                               acc, red);
-        else if (!p.dres)
-            stripe_rows_tma<T, NV, false, false>(p, rg, steps, g, tbuf, stbuf, sbars, tq, wv, coff,
-                                                 ok, acc, red);
-        else
-            stripe_rows_tma<T, NV, false, true>(p, rg, steps, g, tbuf, stbuf, sbars, tq, wv, coff, ok,
-                                                acc, red);
-        (void)sring, (void)ring, (void)nb;
-#else
         if (p.rstd && !p.dres)
             stripe_rows<T, NV, true, false>(p, rg, steps, g, sring, ring, wv, coff, nb, ok, acc, red);
         else if (p.rstd)
@@ -469,7 +438,6 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
             stripe_rows<T, NV, false, false>(p, rg, steps, g, sring, ring, wv, coff, nb, ok, acc, red);
         else
             stripe_rows<T, NV, false, true>(p, rg, steps, g, sring, ring, wv, coff, nb, ok, acc, red);
-#endif
         /* compute-sanitizer racecheck orders two threads' accesses across a
          * block barrier only when the writer has met no more barriers,
          * whatever their ids, than the reader: a stripe with one row fewer
