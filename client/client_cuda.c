@@ -9,7 +9,8 @@
  * mistaken for the old one.  A new allocation is registered once with its
  * CUDA IPC handle (cudaIpcGetMemHandle on the base) and the UUID of its
  * device, and cached; a cached entry is dropped (UNREGISTER) when the buffer
- * id at its base changes or a new allocation overlaps it.
+ * id at its base changes or a new allocation overlaps it, and before any
+ * new registration every cached entry whose memory was freed is.
  *
  * Ordering without host synchronisation: at the first call the library
  * creates a small ring of interprocess "ready" events and swaps them for the
@@ -249,10 +250,19 @@ static int register_alloc(rn_client *c, rnc_cuda *s, const char *field, uintptr_
     rn_fault f;
     int rv;
 
-    /* An allocation that overlaps a cached one means the old one was freed:
-     * release the daemon's mapping of it. */
+    /* A cached allocation that was freed (it overlaps this one, or its base
+     * holds no allocation or another one now): release the daemon's mapping
+     * of it first.  All of them, not only the overlapping ones: the driver
+     * packs small allocations into shared blocks, and the daemon cannot open
+     * a handle into a block while it still maps a freed allocation of it.
+     * One attribute query per cached entry, at a registration only. */
     for (size_t i = 0; i < s->nents;) {
-        if (s->ents[i].base < base + size && base < s->ents[i].base + s->ents[i].size)
+        CUpointer_attribute at = CU_POINTER_ATTRIBUTE_BUFFER_ID;
+        unsigned long long bid = 0;
+        void *data = &bid;
+        if ((s->ents[i].base < base + size && base < s->ents[i].base + s->ents[i].size) ||
+            drv_attrs(1, &at, &data, (CUdeviceptr)s->ents[i].base) != CUDA_SUCCESS ||
+            bid != s->ents[i].buffer_id)
             drop_entry(c, s, i);
         else
             i++;

@@ -16,7 +16,8 @@
  * them, the current hold included), "closes.streams_pending" (rings' own
  * streams whose give-back waits for the gate); "regions.ipc_large" (CUDA
  * IPC allocations over 512 MiB mapped, daemon/cuda/mapcache.c: the kernel
- * runs slower on tensors inside one).
+ * runs slower on tensors inside one), "regions.remap_waits" (REGISTERs that
+ * waited for released mappings of the same memory to close).
  * The fast path (the ring): "fast.slots" (slots answered), "fast.ok",
  * "fast.errors", "fast.rings" (rings open), "fast.graphs" (graph slots
  * open), "fast.deferred" (times a slot or replay was left in its ring at a

@@ -162,6 +162,8 @@ static const struct {
     {"closes.streams_spare", "Streams of ended sessions' rings kept idle for the next rings."},
     {"regions.ipc_large",
      "CUDA IPC allocations over 512 MiB mapped; the kernel can run slower on tensors inside them."},
+    {"regions.remap_waits",
+     "Registrations that waited for released mappings of the same memory to close."},
 };
 
 /* Counters that are gauges: they go down as well as up. */

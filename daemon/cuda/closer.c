@@ -55,6 +55,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "stats.h"
@@ -244,6 +245,22 @@ void rnd_cuda_flush_unmaps(rnd_cuda *b)
         }
     } else if (!rn_queue_empty(&b->closer.backlog) && !rnd_cuda_streams_waiting(b)) {
         rnd_closeq_close_here(&b->closer);
+    }
+}
+
+bool rnd_cuda_closer_drain(rnd_cuda *b, int timeout_ms)
+{
+    uint64_t end = rnd_now_ns() + (uint64_t)timeout_ms * 1000000u;
+
+    for (;;) {
+        rnd_closeq_stats st;
+        rnd_cuda_flush_unmaps(b);
+        rnd_closeq_get_stats(&b->closer, &st);
+        if (st.pending == 0)
+            return true;
+        if (b->failed || rnd_now_ns() >= end)
+            return false;
+        usleep(200);
     }
 }
 

@@ -217,6 +217,7 @@ struct rnd_cuda {
     rn_queue sessions;
     rnd_closeq closer;             /* released mappings and ring memory (closer.c) */
     uint64_t ipc_large;            /* IPC allocations over RND_CUDA_IPC_LARGE mapped (loop) */
+    uint64_t remap_waits;          /* opens that waited for released mappings (loop) */
     bool closer_thread;            /* they close on the closer thread (else on the loop,
                                     * once no stream waits: RMSNORMD_DEBUG_CLOSER=0) */
     int close_fences;              /* streams a release fences: 3 (all the session's),
@@ -273,7 +274,11 @@ int rnd_cuda_pick_device(rnd_cuda *b, const char *spec, rnp_error *err);
  * 3 GiB (bench_ipcmem, bench/RESULTS.md), where VMM memory and tensors in
  * allocations of their own ran at full speed. */
 #define RND_CUDA_IPC_LARGE ((size_t)512 << 20)
-/* The backend's counters: the closer's (closer.c) and "regions.ipc_large". */
+/* How long a REGISTER may wait on the loop for released mappings of the
+ * same memory to close (mapcache.c). */
+#define RND_CUDA_REMAP_WAIT_MS 250
+/* The backend's counters: the closer's (closer.c), "regions.ipc_large" and
+ * "regions.remap_waits". */
 void rnd_cuda_stats(rnd_backend *be, rnp_stats_rep *out);
 int rnd_cuda_region_open(rnd_backend *be, void *bsess, const rnp_register_req *req,
                          rnd_mapping *out, rnp_error *err);
@@ -292,6 +297,10 @@ void rnd_cuda_flush_unmaps(rnd_cuda *b);
  * closes on the loop (RMSNORMD_DEBUG_CLOSER=0) wait for none, which is
  * stricter than the gate. */
 bool rnd_cuda_streams_waiting(rnd_cuda *b);
+/* Wait on the loop, at most timeout_ms, until nothing released waits to be
+ * closed; returns whether that was reached.  For a REGISTER whose handle
+ * names memory that a released mapping still holds (mapcache.c). */
+bool rnd_cuda_closer_drain(rnd_cuda *b, int timeout_ms);
 /* fini on an idle device: close everything released, end the thread. */
 void rnd_cuda_close_unmaps(rnd_cuda *b);
 /* fini otherwise: end the thread within timeout_ms; false: it was left

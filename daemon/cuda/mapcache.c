@@ -16,6 +16,28 @@
 #include "log.h"
 #include "stats.h"
 
+/*
+ * Open h.  The driver packs small cudaMalloc allocations into shared blocks,
+ * and a handle cannot be opened while this process still maps, from the same
+ * client, an allocation of that block that was freed since
+ * (cudaErrorAlreadyMapped): the client unregisters what it freed before it
+ * registers anything new (client_cuda.c), but the closes of those mappings
+ * run on the closer thread.  So on that error: let the released mappings
+ * close, at most RND_CUDA_REMAP_WAIT_MS on the loop, and try once more.
+ */
+static cudaError_t open_handle(rnd_cuda *b, void **p, cudaIpcMemHandle_t h)
+{
+    cudaError_t e = cudaIpcOpenMemHandle(p, h, cudaIpcMemLazyEnablePeerAccess);
+
+    if (e == cudaErrorAlreadyMapped) {
+        (void)cudaGetLastError();
+        b->remap_waits++;
+        if (rnd_cuda_closer_drain(b, RND_CUDA_REMAP_WAIT_MS))
+            e = cudaIpcOpenMemHandle(p, h, cudaIpcMemLazyEnablePeerAccess);
+    }
+    return e;
+}
+
 int rnd_cuda_region_open(rnd_backend *be, void *bsess, const rnp_register_req *req,
                          rnd_mapping *out, rnp_error *err)
 {
@@ -48,7 +70,7 @@ int rnd_cuda_region_open(rnd_backend *be, void *bsess, const rnp_register_req *r
     memcpy(&h, req->ipc_handle, sizeof h);
     /* Opening a handle this process has open already only counts it again
      * (same address); each region closes its own count. */
-    RN_CUDA_GOTO(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), &f, fail_open);
+    RN_CUDA_GOTO(open_handle(b, &p, h), &f, fail_open);
     r = b->get_range(&base, &size, (CUdeviceptr)(uintptr_t)p);
     if (r != CUDA_SUCCESS) {
         rc = rnp_fail(err, RN_CUDA,
@@ -90,6 +112,7 @@ void rnd_cuda_stats(rnd_backend *be, rnp_stats_rep *out)
 {
     rnd_cuda_closer_stats(be, out);
     rnd_stats_put(out, "regions.ipc_large", ((rnd_cuda *)be)->ipc_large);
+    rnd_stats_put(out, "regions.remap_waits", ((rnd_cuda *)be)->remap_waits);
 }
 
 /* On the closer thread (or the loop's, at fini): nothing uses the mapping. */

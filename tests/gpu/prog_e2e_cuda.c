@@ -22,6 +22,11 @@
  *                                            "stall: NAME after T ms" after it);
  *                                            EXPECT: the outcomes allowed, error
  *                                            names joined by ',' (default OK)
+ *   prog_e2e_cuda ENDPOINT small             every tensor in a small cudaMalloc of
+ *                                            its own (the driver packs such
+ *                                            allocations into shared blocks),
+ *                                            three rounds of freeing some and
+ *                                            allocating them again
  *   prog_e2e_cuda ENDPOINT large             a 1024 x 1024 call whose tensors lie
  *                                            at the end of one 640 MiB cudaMalloc
  *                                            (the daemon counts it in
@@ -642,6 +647,57 @@ static int run_slow(int64_t m, int64_t n)
     return 0;
 }
 
+/* Each tensor in a cudaMalloc of its own, small enough that the driver packs
+ * several into one block: round 0 allocates them all; round 1 frees w, dw
+ * and rstd and allocates them again after a 4 KiB allocation (so at other
+ * addresses of the blocks the daemon has mapped); round 2 frees everything
+ * and allocates in the reverse order. */
+static int run_small(void)
+{
+    rn_bwd_args a;
+    void **slot[6];
+    size_t bytes[6];
+    void *pad = NULL;
+
+    bf16_args(&a, 256, 512);
+    slot[0] = (void **)&a.x, slot[1] = (void **)&a.dy, slot[2] = &a.dx;
+    slot[3] = (void **)&a.w, slot[4] = &a.dw, slot[5] = (void **)&a.rstd;
+    bytes[0] = bytes[1] = bytes[2] = (size_t)(a.m * a.n) * 2;
+    bytes[3] = (size_t)a.n * 2, bytes[4] = (size_t)a.n * 4, bytes[5] = (size_t)a.m * 4;
+    for (int round = 0; round < 3; round++) {
+        char what[64];
+        if (round == 1) {
+            for (int i = 3; i < 6; i++)
+                CK(cudaFree(*slot[i]));
+            CK(cudaMalloc(&pad, 4096));
+            for (int i = 3; i < 6; i++)
+                CK(cudaMalloc(slot[i], bytes[i]));
+        } else {
+            for (int i = 0; round == 2 && i < 6; i++)
+                CK(cudaFree(*slot[i]));
+            for (int j = 0; j < 6; j++) {
+                int i = round == 2 ? 5 - j : j;
+                CK(cudaMalloc(slot[i], bytes[i]));
+            }
+        }
+        fill_inputs(&a, 500 + (uint64_t)round);
+        poison_outputs(&a);
+        snprintf(what, sizeof what, "small allocations, round %d", round);
+        int rc = rn_rmsnorm_bwd(cli, &a, st);
+        if (rc != 0) {
+            printf("FAIL %s: %s: %s\n", what, rn_err_name(rc), rn_last_error(cli));
+            return 1;
+        }
+        if (verify(&a, what))
+            printf("ok %s\n", what);
+        CK(cudaStreamSynchronize(st));
+    }
+    for (int i = 0; i < 6; i++)
+        CK(cudaFree(*slot[i]));
+    CK(cudaFree(pad));
+    return failures ? 1 : 0;
+}
+
 /* One checked call on tensors at byte `at` of arena. */
 static bool large_call(char *arena, size_t at, const char *what)
 {
@@ -688,7 +744,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) {
         fprintf(stderr, "usage: %s ENDPOINT [wait] grid|order N SEED|flood|realloc|errors|"
-                "stall MS [sync|async [EXPECT]]|large|slow M N\n", argv[0]);
+                "stall MS [sync|async [EXPECT]]|small|large|slow M N\n", argv[0]);
         return 2;
     }
     endpoint = argv[1];
@@ -721,6 +777,8 @@ int main(int argc, char **argv)
     else if (strcmp(argv[2], "stall") == 0 && argc >= 4)
         rc = run_stall((unsigned)atoi(argv[3]), argc >= 5 && strcmp(argv[4], "async") == 0,
                        argc >= 6 ? argv[5] : "OK");
+    else if (strcmp(argv[2], "small") == 0)
+        rc = run_small();
     else if (strcmp(argv[2], "large") == 0)
         rc = run_large();
     else if (strcmp(argv[2], "slow") == 0 && argc >= 5)

@@ -148,6 +148,7 @@ static void test_prometheus_help_lines(void **state)
         {"closes.streams_pending", "rmsnormd_closes_streams_pending", "gauge"},
         {"closes.streams_spare", "rmsnormd_closes_streams_spare", "gauge"},
         {"regions.ipc_large", "rmsnormd_regions_ipc_large_total", "counter"},
+        {"regions.remap_waits", "rmsnormd_regions_remap_waits_total", "counter"},
     };
     static rn_stats_info s;
     static rn_hist_buckets b[RN_MAX_HISTS];
