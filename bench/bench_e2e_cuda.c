@@ -234,7 +234,7 @@ static void run_all(const char *label, const char *endpoint, int iters, FILE *ou
     printf("== %s: throughput, 8192x1024 bf16, %d calls per client ==\n", label, iters);
     for (int k = 1; k <= 8; k *= 2) {
         child cs[8];
-        double calls = 0, wall = 0, hp = 0;
+        double calls = 0, wall = 0, hp = 0, busy = 0;
         for (int i = 0; i < k; i++)
             spawn(&cs[i], "tput", endpoint, iters);
         for (int i = 0; i < k; i++)
@@ -250,14 +250,15 @@ static void run_all(const char *label, const char *endpoint, int iters, FILE *ou
                 double w = field(line, "wall_us");
                 wall = w > wall ? w : wall;
                 hp += field(line, "host_p50_us") / k;
+                busy += field(line, "busy");
             }
             finish(&cs[i]);
         }
-        printf("K=%d calls=%.0f wall_ms=%.1f calls_per_s=%.0f host_p50_us=%.1f\n", k, calls,
-               wall / 1e3, calls / (wall / 1e6), hp);
+        printf("K=%d calls=%.0f wall_ms=%.1f calls_per_s=%.0f host_p50_us=%.1f busy=%.0f\n", k,
+               calls, wall / 1e3, calls / (wall / 1e6), hp, busy);
         if (out)
-            fprintf(out, "| %s | K=%d | %.0f calls/s | host p50 %.1f us |\n", label, k,
-                    calls / (wall / 1e6), hp);
+            fprintf(out, "| %s | K=%d | %.0f calls/s | host p50 %.1f us | %.0f BUSY waits |\n",
+                    label, k, calls / (wall / 1e6), hp, busy);
     }
 }
 
