@@ -39,7 +39,8 @@
  *     producer keeps the host ahead of the GPU, so the stamps measure GPU
  *     waits, not the host's round trip.  The daemon's kernel is not stamped
  *     itself: its time is taken to be the in-process kernel's;
- *  4. throughput with K = 1, 2, 4, 8 client processes at once;
+ *  4. throughput with K = 1, 2, 4, 8 client processes at once (and when the
+ *     first client finished, against the last: whether they share evenly);
  *  5. the kernel itself per shape (the "kernel" line): in this process,
  *     between two events, and in the daemon, the mean of its fast.compute
  *     histogram (the same events around its kernel) over the shape's
@@ -234,7 +235,7 @@ static void run_all(const char *label, const char *endpoint, int iters, FILE *ou
     printf("== %s: throughput, 8192x1024 bf16, %d calls per client ==\n", label, iters);
     for (int k = 1; k <= 8; k *= 2) {
         child cs[8];
-        double calls = 0, wall = 0, hp = 0, busy = 0;
+        double calls = 0, wall = 0, wall_min = 0, hp = 0, busy = 0;
         for (int i = 0; i < k; i++)
             spawn(&cs[i], "tput", endpoint, iters);
         for (int i = 0; i < k; i++)
@@ -249,13 +250,17 @@ static void run_all(const char *label, const char *endpoint, int iters, FILE *ou
                 calls += field(line, "calls");
                 double w = field(line, "wall_us");
                 wall = w > wall ? w : wall;
+                wall_min = wall_min == 0 || w < wall_min ? w : wall_min;
                 hp += field(line, "host_p50_us") / k;
                 busy += field(line, "busy");
             }
             finish(&cs[i]);
         }
-        printf("K=%d calls=%.0f wall_ms=%.1f calls_per_s=%.0f host_p50_us=%.1f busy=%.0f\n", k,
-               calls, wall / 1e3, calls / (wall / 1e6), hp, busy);
+        /* The first client done against the last: whether the clients share
+         * the GPU evenly or one of them waits for the others. */
+        printf("K=%d calls=%.0f wall_ms=%.1f first_done_ms=%.1f calls_per_s=%.0f host_p50_us=%.1f "
+               "busy=%.0f\n",
+               k, calls, wall / 1e3, wall_min / 1e3, calls / (wall / 1e6), hp, busy);
         if (out)
             fprintf(out, "| %s | K=%d | %.0f calls/s | host p50 %.1f us | %.0f BUSY waits |\n",
                     label, k, calls / (wall / 1e6), hp, busy);
