@@ -50,6 +50,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_problem.h"
 #include "gpu/e2e_cuda.h"
 #include "rnk.h"
 #include "rnk_test.h"
@@ -208,53 +209,16 @@ static int recv_fd(int sock)
 
 /* ---- tensors ---------------------------------------------------------------- */
 
-#define PARTS 4
 static int split; /* --split */
 
-/* The allocations of one set: one, or x / dy / dx / the rest with --split. */
-static int parts(int64_t m, int64_t n, size_t bytes[PARTS])
-{
-    size_t big = (size_t)(m * n) * 2, rest = (size_t)n * 8 + (size_t)m * 4 + 8 * 256;
-    if (!split) {
-        bytes[0] = 3 * big + rest + 3 * 256;
-        return 1;
-    }
-    bytes[0] = bytes[1] = bytes[2] = big;
-    bytes[3] = rest;
-    return PARTS;
-}
-
-/* Lay out x, dy, dx, w, dw, rstd in a set's allocations; fill x, dy, w
- * (fixed seeds) and rstd when fill is set. */
-static void layout(rnk_bwd_args *k, char *const base[PARTS], int64_t m, int64_t n, int fill,
+/* Lay out a set in its allocations (bench_problem.h); fill x, dy, w (fixed
+ * seeds) and rstd when fill is set. */
+static void layout(rnk_bwd_args *k, char *const base[BP_PARTS], int64_t m, int64_t n, int fill,
                    cudaStream_t st)
 {
-    size_t off = 0, mn = (size_t)(m * n);
-    int part = 0;
-    char *arena = base[0];
     char msg[200];
-#define TAKE(b)                                                                                    \
-    (split && part < PARTS ? (arena = base[part++], off = 0) : 0, off += ((b) + 255) / 256 * 256,  \
-     (void *)(arena + off - ((b) + 255) / 256 * 256))
-    memset(k, 0, sizeof *k);
-    k->m = m;
-    k->n = n;
-    k->x_dtype = k->dy_dtype = k->dx_dtype = k->w_dtype = RNK_BF16;
-    k->dw_dtype = RNK_F32;
-    k->x_stride = k->dy_stride = k->dx_stride = n;
-    k->eps = 1e-6f;
-    k->x = TAKE(mn * 2);
-    k->dy = TAKE(mn * 2);
-    k->dx = TAKE(mn * 2);
-    k->w = TAKE((size_t)n * 2);
-    k->dw = TAKE((size_t)n * 4);
-    k->rstd = TAKE((size_t)m * 4);
-#undef TAKE
-    if (fill &&
-        (rnk_cuda_fill(RNK_BF16, (void *)k->x, m, n, n, 11, 1.0f, 0.1f, st, msg, sizeof msg) ||
-         rnk_cuda_fill(RNK_BF16, (void *)k->dy, m, n, n, 12, 1.0f, 0.0f, st, msg, sizeof msg) ||
-         rnk_cuda_fill(RNK_BF16, (void *)k->w, 1, n, n, 13, 0.5f, 1.0f, st, msg, sizeof msg) ||
-         rnk_cuda_rstd(RNK_BF16, k->x, m, n, n, k->eps, (float *)k->rstd, st, msg, sizeof msg))) {
+    bp_place(k, base, m, n, split);
+    if (fill && bp_fill(k, 11, st, msg, sizeof msg)) {
         fprintf(stderr, "bench_ipcmem: fill: %s\n", msg);
         exit(1);
     }
@@ -268,9 +232,9 @@ static void child(int sock)
 {
     rne_kernels kern;
     cudaStream_t st;
-    char *arena[PARTS], *varena[PARTS];
-    size_t bytes[PARTS], vsize[PARTS];
-    CUmemGenericAllocationHandle vh[PARTS];
+    char *arena[BP_PARTS], *varena[BP_PARTS];
+    size_t bytes[BP_PARTS], vsize[BP_PARTS];
+    CUmemGenericAllocationHandle vh[BP_PARTS];
     int np = 0;
     CK(cudaSetDevice(0));
     CK(cudaFree(NULL));
@@ -285,7 +249,7 @@ static void child(int sock)
             rnk_bwd_args k;
             CUmemAllocationProp p = vmm_prop();
             xio(sock, mn, sizeof mn, 0);
-            np = parts(mn[0], mn[1], bytes);
+            np = bp_parts(mn[0], mn[1], split, bytes);
             for (int i = 0; i < np; i++) {
                 CK(cudaMalloc((void **)&arena[i], bytes[i]));
                 vsize[i] = vmm_size(bytes[i]);
@@ -457,11 +421,11 @@ int main(int argc, char **argv)
         return 1;
     for (int s = 0; s < o.nshapes; s++) {
         int64_t m = o.shapes[s][0], n = o.shapes[s][1];
-        size_t bytes[PARTS], vsize[PARTS];
-        CUmemGenericAllocationHandle vh[PARTS], ih[PARTS];
-        char *base[W_COUNT][PARTS], c = 'A';
+        size_t bytes[BP_PARTS], vsize[BP_PARTS];
+        CUmemGenericAllocationHandle vh[BP_PARTS], ih[BP_PARTS];
+        char *base[W_COUNT][BP_PARTS], c = 'A';
         rnk_bwd_args k[W_COUNT];
-        int np = parts(m, n, bytes);
+        int np = bp_parts(m, n, split, bytes);
         CUmemAllocationProp p = vmm_prop();
         xio(sock, &c, 1, 1);
         xio(sock, o.shapes[s], sizeof o.shapes[s], 1);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_problem.h"
 #include "e2e_client.h"
 #include "gpu/e2e_cuda.h"
 #include "rmsnorm_client.h"
@@ -46,7 +47,7 @@ static double pct(uint64_t *v, int n, double p)
 typedef struct work {
     rn_bwd_args a;
     rnk_bwd_args k;
-    char *arena[4]; /* one allocation, or x / dy / dx / the rest (--split) */
+    char *arena[BP_PARTS]; /* one allocation, or x / dy / dx / the rest (--split) */
     void *ws;
     size_t wsb;
 } work;
@@ -60,55 +61,32 @@ static uint64_t *hstamps;
 
 static void setup_work(work *w, int64_t m, int64_t n)
 {
-    size_t mn = (size_t)(m * n), off = 0;
     char msg[200];
-    memset(w, 0, sizeof *w);
-    size_t rest = (size_t)n * 2 + (size_t)n * 4 + (size_t)m * 4 + 3 * 256;
+    size_t bytes[BP_PARTS];
     const char *sp = getenv("RN_E2E_SPLIT");
-    int split = sp && strcmp(sp, "1") == 0, part = 0;
-    for (int i = 0; i < (split ? 4 : 1); i++) {
-        size_t b = !split ? 3 * mn * 2 + rest + 3 * 256 : i < 3 ? mn * 2 : rest;
-        CK(cudaMalloc((void **)&w->arena[i], b));
+    int split = sp && strcmp(sp, "1") == 0;
+    memset(w, 0, sizeof *w);
+    for (int i = 0, np = bp_parts(m, n, split, bytes); i < np; i++)
+        CK(cudaMalloc((void **)&w->arena[i], bytes[i]));
+    rnk_bwd_args *k = &w->k;
+    bp_place(k, w->arena, m, n, split);
+    if (bp_fill(k, 1, st, msg, sizeof msg)) {
+        fprintf(stderr, "fill: %s\n", msg);
+        exit(1);
     }
-    char *base = w->arena[0];
-    /* With --split the first four tensors start the four allocations. */
-#define TAKE(b)                                                                                   \
-    (split && part < 4 ? (base = w->arena[part++], off = 0) : 0,                                  \
-     off += ((b) + 255) / 256 * 256, (void *)(base + off - ((b) + 255) / 256 * 256))
     rn_bwd_args *a = &w->a;
     a->m = m;
     a->n = n;
     a->x_dtype = a->dy_dtype = a->dx_dtype = a->w_dtype = RN_DTYPE_BF16;
     a->dw_dtype = RN_DTYPE_F32;
-    a->eps = 1e-6f;
+    a->eps = k->eps;
     a->x_stride = a->dy_stride = a->dx_stride = n;
-    a->x = TAKE(mn * 2);
-    a->dy = TAKE(mn * 2);
-    a->dx = TAKE(mn * 2);
-    a->w = TAKE((size_t)n * 2);
-    a->dw = TAKE((size_t)n * 4);
-    a->rstd = TAKE((size_t)m * 4);
-#undef TAKE
-    if (rnk_cuda_fill(RNK_BF16, (void *)a->x, m, n, n, 1, 1.0f, 0.1f, st, msg, sizeof msg) ||
-        rnk_cuda_fill(RNK_BF16, (void *)a->dy, m, n, n, 2, 1.0f, 0.0f, st, msg, sizeof msg) ||
-        rnk_cuda_fill(RNK_BF16, (void *)a->w, 1, n, n, 3, 0.5f, 1.0f, st, msg, sizeof msg) ||
-        rnk_cuda_rstd(RNK_BF16, a->x, m, n, n, a->eps, (float *)a->rstd, st, msg, sizeof msg)) {
-        fprintf(stderr, "fill: %s\n", msg);
-        exit(1);
-    }
-    rnk_bwd_args *k = &w->k;
-    k->m = m;
-    k->n = n;
-    k->x_dtype = k->dy_dtype = k->dx_dtype = k->w_dtype = RNK_BF16;
-    k->dw_dtype = RNK_F32;
-    k->x = a->x;
-    k->dy = a->dy;
-    k->dx = a->dx;
-    k->w = a->w;
-    k->dw = a->dw;
-    k->rstd = a->rstd;
-    k->x_stride = k->dy_stride = k->dx_stride = n;
-    k->eps = a->eps;
+    a->x = k->x;
+    a->dy = k->dy;
+    a->dx = k->dx;
+    a->w = k->w;
+    a->dw = k->dw;
+    a->rstd = k->rstd;
     w->wsb = rnk_cuda_workspace_size(kdev, m, n);
     CK(cudaMalloc(&w->ws, w->wsb));
     if (rnk_cuda_workspace_init(w->ws, w->wsb, st, msg, sizeof msg)) {
@@ -120,7 +98,7 @@ static void setup_work(work *w, int64_t m, int64_t n)
 
 static void free_work(work *w)
 {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < BP_PARTS; i++)
         if (w->arena[i])
             CK(cudaFree(w->arena[i]));
     CK(cudaFree(w->ws));
