@@ -120,6 +120,9 @@ typedef struct rnd_ring_job {
                                         * result and fails) then done = 1 in the graph
                                         * slot.  It does not wait behind the ring's
                                         * slots (a replay may hold up their ready). */
+    bool ready_seen;                   /* the ring's ready word had reached seq before the
+                                        * job was taken (--ring-ready=host): its input is
+                                        * ready, no stream waits for it */
     atomic_int abandon;                /* nonzero: the status to answer, without
                                         * waiting, if the input is not ready yet
                                         * (RN_DRAINING, RN_UNKNOWN_SESSION) */

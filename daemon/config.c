@@ -64,6 +64,11 @@ static const flag_def flags[] = {
     {"ring-spin-us", "US", "after a ring slot the loop polls the rings this long before it\n"
                            "                          sleeps (default 1000 on hosts with 4 or more\n"
                            "                          CPUs, else 0: never; a core while calls come)"},
+    {"ring-ready", "auto|gpu|host", "fast path: who waits for a slot's inputs (its ready\n"
+                                    "                          word): gpu (the daemon's stream waits on it),\n"
+                                    "                          host (the ring thread polls it and submits only\n"
+                                    "                          ready slots: no stream waits on a client), auto\n"
+                                    "                          (host on cuda, gpu on cpu) (default auto)"},
     {"max-m", "N", "largest M (rows) of a request (default 16777216)"},
     {"max-n", "N", "largest N (columns) of a request (default 262144)"},
     {"idle-timeout", "SEC", "end a session idle this long (default 600; 0 = never)"},
@@ -243,6 +248,18 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, rnp_erro
         NUM(max_graphs, 0, 1u << 20);
     if (strcmp(f->name, "ring-spin-us") == 0)
         NUM(ring_spin_us, 0, 100000);
+    if (strcmp(f->name, "ring-ready") == 0) {
+        if (strcmp(value, "auto") == 0)
+            cfg->ring_ready = RND_RING_READY_AUTO;
+        else if (strcmp(value, "gpu") == 0)
+            cfg->ring_ready = RND_RING_READY_GPU;
+        else if (strcmp(value, "host") == 0)
+            cfg->ring_ready = RND_RING_READY_HOST;
+        else
+            return rnp_fail(err, RN_INVALID_ARGUMENT,
+                            "ring-ready: expected auto, gpu or host, got '%s'", value);
+        return 0;
+    }
     if (strcmp(f->name, "max-m") == 0)
         NUM(max_m, 1, (uint64_t)INT64_MAX);
     if (strcmp(f->name, "max-n") == 0)

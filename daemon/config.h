@@ -21,6 +21,9 @@
 
 enum rnd_backend_choice { RND_BACKEND_AUTO = 0, RND_BACKEND_CUDA, RND_BACKEND_CPU };
 
+/* --ring-ready (rnd_config.ring_ready). */
+enum { RND_RING_READY_AUTO = 0, RND_RING_READY_GPU = 1, RND_RING_READY_HOST = 2 };
+
 typedef struct rnd_config {
     char endpoint[RND_ENDPOINT_MAX];   /* "" until rnd_config_finish picks the default */
     int backend;                       /* rnd_backend_choice */
@@ -51,6 +54,12 @@ typedef struct rnd_config {
      * before it sleeps again (ring.c); -1 until rnd_config_finish picks the
      * default, 0 never. */
     int32_t ring_spin_us;
+    /* --ring-ready: whether a ring's slots are taken only once their ready
+     * word reached their seq (ring.c's take), so that no stream of the
+     * daemon waits on a client (host), or at once (gpu); auto, the default:
+     * host on the cuda backend, gpu on the cpu backend (whose workers wait
+     * for ready on the host themselves). */
+    int ring_ready;
     uint64_t max_m;
     uint32_t max_n;
     uint32_t idle_timeout;             /* seconds; 0 = never */

@@ -526,6 +526,7 @@ int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const r
     r->rj.slot = at->slot;
     r->rj.seq = at->seq;
     r->rj.graph = at->graph;
+    r->rj.ready_seen = at->ready;
     rn_queue_init(&r->dups);
     rn_queue_init(&r->run.link);
 
@@ -534,11 +535,11 @@ int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const r
     if (bad)
         err = *bad;
     else if (ctx->draining)
-        rnp_fail(&err, RN_DRAINING, "bwd: the daemon is shutting down");
+        rnp_fail(&err, RN_DRAINING, "bwd: the daemon is shutting down; the call was not run");
     else if (ctx->failing)
         rnp_fail(&err, RN_DEVICE_FAILING, "bwd: %s", ctx->fail_msg);
     else if (s->ending)
-        rnp_fail(&err, RN_UNKNOWN_SESSION, "bwd: the session ended");
+        rnp_fail(&err, RN_UNKNOWN_SESSION, "bwd: the session ended; the call was not run");
     else
         pin(r, b, &plan, &err);
     if (err.code) {

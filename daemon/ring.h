@@ -45,6 +45,8 @@ typedef struct rnd_ring_slot {
     void (*released)(void *owner); /* the request was released (loop thread) */
     void *owner;
     bool graph;                    /* slot is a graph slot, seq its generation (13.8) */
+    bool ready;                    /* its ready word had reached seq when it was taken
+                                    * (--ring-ready=host): nothing waits for it */
 } rnd_ring_slot;
 
 /*
@@ -77,6 +79,8 @@ typedef struct rnd_rings {
                                     * polls their generation words (under mu; at most
                                     * --max-graphs) */
     uint32_t next_id;
+    int ready_mode;                /* --ring-ready, auto resolved for the backend
+                                    * (RND_RING_READY_*, ring.c's take) */
     bool deferred;                 /* a slot or replay was left at a limit (RN_BUSY):
                                     * the next request that frees one wakes the rings
                                     * (rnd_rings_limit_freed; loop thread) */

@@ -55,6 +55,10 @@ typedef struct rnd_ring {
     bool stopped;                  /* the backend refused a slot for good */
     int stop_status;               /* stopped: what it refused with */
     uint64_t seen;                 /* the doorbell thread: the last producer word seen */
+    uint64_t wait_seq;             /* --ring-ready=host: the slot the loop left because its
+                                    * ready word had not reached it, 0 if none (atomic:
+                                    * the loop sets it, the doorbell thread clears it when
+                                    * ready gets there) */
     rn_queue link;                 /* on tab->list while open (under mu) */
     rn_queue graphs;               /* its open graph slots (under mu) */
     uint32_t ngraphs, next_graph;

@@ -85,6 +85,8 @@ typedef struct rnd_stats {
     uint64_t fast_ok, fast_errors;       /* ring slots answered */
     uint64_t fast_deferred;              /* slots and replays left at a limit */
     uint64_t fast_polled;                /* slots the loop's own poll took (--ring-spin-us) */
+    uint64_t fast_ready_waits;           /* slots left in the ring until their ready word
+                                          * came (--ring-ready=host) */
     rnd_hist fast_queue, fast_compute, fast_total;
 } rnd_stats;
 

@@ -203,6 +203,12 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     if (run && !graph) {
         rnp_ring_put_result(rj->slot, 0, NULL);
         atomic_thread_fence(memory_order_release);
+    }
+    /* A slot taken once its ready word had reached it (--ring-ready=host)
+     * waits for nothing: the client's stream wrote ready after its
+     * producer's work, with the write's memory barrier, so the inputs are
+     * visible to whatever the daemon launches after it saw the word. */
+    if (run && !graph && !rj->ready_seen) {
         /* The gate sees the wait before the stream has it (gate.c). */
         rnd_cuda_gate_add(b, g, rj, NULL);
         if ((r = b->wait64(s->st, ready, rj->seq, CU_STREAM_WAIT_VALUE_GEQ)) != CUDA_SUCCESS) {

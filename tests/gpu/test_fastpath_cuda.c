@@ -66,6 +66,18 @@ static bool have_gpu(void)
             RN_SKIP("skipped: no GPU");                                                       \
     } while (0)
 
+/* For the tests whose premise is a stream of the daemon waiting on a late
+ * client: every slot's wait on the GPU (--ring-ready=gpu; with auto a second
+ * ring would move the waits to the host).  Skipped when RN_DAEMON_ARGS sets
+ * another --ring-ready for the whole suite. */
+#define NEED_GPU_WAITS(d)                                                                     \
+    do {                                                                                      \
+        const char *more_ = getenv("RN_DAEMON_ARGS");                                         \
+        if (more_ && strstr(more_, "--ring-ready"))                                           \
+            RN_SKIP("skipped: RN_DAEMON_ARGS sets --ring-ready; this test needs gpu waits");  \
+        rnh_arg((d), "--ring-ready=gpu");                                                     \
+    } while (0)
+
 /* --backend cuda, and --cuda-fast-path=no unless fast. */
 static int start(rnh_daemon *d, bool fast)
 {
@@ -218,6 +230,72 @@ static void test_late_producer_others_proceed(void **state)
     /* Well before the late producer's 3 s (its context start-up included). */
     assert_true(rnh_now_ms() - t0 < 2500);
     assert_int_equal(rnh_finish_echo(&p, "late", CLIENT_TIMEOUT_MS), 0);
+    RNH_PASS(d);
+}
+
+/*
+ * The same with twelve other clients at once (issue 14: MPS and the driver
+ * alias streams onto a few hardware queues).  The daemon's streams outnumber
+ * its 8 queues here; were a ring's stream to wait on the GPU for the late
+ * client's ready word (--ring-ready=gpu), the rings whose streams share its
+ * queue would stop for the whole stall, and so would the new rings' setup
+ * (making a stream waits for the device).  With the default (host) no
+ * stream of the daemon waits on a client.  Timed from each client's own
+ * first call ("ok quick N in MS"), not from its start (twelve contexts
+ * take seconds to make).
+ */
+/* OTHERS quick clients at once (50 checked calls each): how long the
+ * slowest one's calls took ("ok quick N in MS": from its first call, not
+ * counting its context's start-up). */
+static int quick_clients(rnh_daemon *d, int others)
+{
+    const char *quick[] = {"quick", "50", NULL};
+    rnh_proc q[16];
+    int slowest = 0;
+
+    assert_true(others <= 16);
+    for (int i = 0; i < others; i++)
+        assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", quick, &q[i]), 0);
+    for (int i = 0; i < others; i++) {
+        char line[256];
+        int ms = -1, n = 0;
+        assert_int_equal(rnh_await_line(&q[i], "quick", "ok quick", line, sizeof line,
+                                        CLIENT_TIMEOUT_MS), 0);
+        assert_int_equal(sscanf(line, "ok quick %d in %d ms", &n, &ms), 2);
+        slowest = ms > slowest ? ms : slowest;
+        assert_int_equal(rnh_finish_echo(&q[i], "quick", CLIENT_TIMEOUT_MS), 0);
+    }
+    return slowest;
+}
+
+static void test_late_producer_many_others(void **state)
+{
+    rnh_daemon *d = *state;
+    const char *late[] = {"stall", "5000", NULL};
+    enum { OTHERS = 12 };
+    rnh_proc p;
+
+    NEED_GPU();
+    assert_int_equal(start(d, true), 0);
+    need_fast(d);
+    /* Twelve at once cost each other time (their contexts' start-up among
+     * it): that, without a late client, is the yardstick. */
+    int alone = quick_clients(d, OTHERS);
+    assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", late, &p), 0);
+    assert_int_equal(rnh_await_line(&p, "late", "stalling", NULL, 0, 60000), 0);
+    int64_t t0 = rnh_now_ms();
+    int beside = quick_clients(d, OTHERS);
+    int64_t took = rnh_now_ms() - t0;
+    printf("%d clients' calls: the slowest took %d ms, %d ms beside a producer 5 s late (all "
+           "done %lld ms into the stall; fast.ready_waits %lld)\n",
+           OTHERS, alone, beside, (long long)took, (long long)rnh_stat(d, "fast.ready_waits"));
+    /* Held up by the stall they would take most of its 5 s (under MPS with
+     * --ring-ready=gpu: 5.7 s beside against 2.1 s alone; without MPS the
+     * late client's spin takes its time slices of the GPU from all of them
+     * in either mode). */
+    assert_true(beside < 2 * alone + 500);
+    assert_int_equal(rnh_finish_echo(&p, "late", CLIENT_TIMEOUT_MS), 0);
+    assert_not_failing(d);
     RNH_PASS(d);
 }
 
@@ -458,6 +536,7 @@ static void test_closes_pile_up_on_the_loop(void **state)
     int64_t done0;
 
     NEED_GPU();
+    NEED_GPU_WAITS(d);
     setenv("RMSNORMD_DEBUG_CLOSER", "0", 1);
     int rc = start(d, true);
     unsetenv("RMSNORMD_DEBUG_CLOSER");
@@ -492,6 +571,7 @@ static void churn_beside_late_producer(rnh_daemon *d, bool strict)
     int64_t t0, done0, gated0;
 
     NEED_GPU();
+    NEED_GPU_WAITS(d);
     if (strict)
         setenv("RMSNORMD_DEBUG_CLOSE_GATE_MS", "0", 1);
     int rc = start(d, true);
@@ -542,6 +622,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_grid_two_clients, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_order, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_late_producer_others_proceed, rnh_setup,
+                                        rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_late_producer_many_others, rnh_setup,
                                         rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bad_calls, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bad_slots, rnh_setup, rnh_teardown),

@@ -291,6 +291,14 @@ int rnh_start(rnh_daemon *d)
     argv[n++] = "debug";
     for (int i = 0; i < d->nextra; i++)
         argv[n++] = d->extra[i];
+    /* RN_DAEMON_ARGS: flags for every daemon a test starts, to run a suite
+     * under another setting (tests/gpu/device_run.sh: --ring-ready=host). */
+    static char more[256];
+    const char *env_args = getenv("RN_DAEMON_ARGS");
+    snprintf(more, sizeof more, "%s", env_args ? env_args : "");
+    for (char *save = NULL, *a = strtok_r(more, " \t", &save); a && n < 46;
+         a = strtok_r(NULL, " \t", &save))
+        argv[n++] = a;
     argv[n] = NULL;
 
     logfd = open(d->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

@@ -121,6 +121,33 @@ static void test_cuda_fast_path(void **state)
     assert_non_null(strstr(err, "cuda-fast-path"));
 }
 
+/* --ring-ready: auto by default (the backend picks), gpu or host; anything
+ * else is refused with the setting named. */
+static void test_ring_ready(void **state)
+{
+    rnd_config c;
+    char err[RNP_MAX_ERRMSG] = "";
+    int action;
+    char host[128];
+
+    snprintf(host, sizeof host, "%s", write_file("host.conf", "ring_ready = host\n"));
+    (void)state;
+    assert_int_equal(load(&c, &action, err, NULL, NULL), 0);
+    assert_int_equal(c.ring_ready, RND_RING_READY_AUTO);
+    assert_int_equal(load(&c, &action, err, NULL, "--ring-ready=gpu", NULL), 0);
+    assert_int_equal(c.ring_ready, RND_RING_READY_GPU);
+    assert_int_equal(load(&c, &action, err, NULL, "--ring-ready", "host", NULL), 0);
+    assert_int_equal(c.ring_ready, RND_RING_READY_HOST);
+    assert_int_equal(load(&c, &action, err, NULL, "--config", host, NULL), 0);
+    assert_int_equal(c.ring_ready, RND_RING_READY_HOST);
+    assert_int_equal(load(&c, &action, err, NULL, "--config", host, "--ring-ready=auto", NULL),
+                     0);
+    assert_int_equal(c.ring_ready, RND_RING_READY_AUTO);   /* the flag wins */
+    assert_int_equal(load(&c, &action, err, NULL, "--ring-ready=device", NULL), -1);
+    assert_non_null(strstr(err, "ring-ready"));
+    assert_non_null(strstr(err, "device"));
+}
+
 static void test_file_then_flags(void **state)
 {
     rnd_config c;
@@ -347,6 +374,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_defaults, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_then_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cuda_fast_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ring_ready, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors_name_the_setting, setup, teardown),
         cmocka_unit_test_setup_teardown(test_help_and_version, setup, teardown),
         cmocka_unit_test_setup_teardown(test_endpoint_defaults, setup, teardown),
