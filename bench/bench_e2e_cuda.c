@@ -63,7 +63,11 @@
  * two stream memory operations, no round trip) and the GPU time added (the
  * span and hop columns).  A client that finds the fast path not offered
  * (HELLO: the device has no 64-bit stream memory operations) says
- * "path=classic" and its rows are the classic path's again.
+ * "path=classic" and its rows are the classic path's again.  --fast-only:
+ * the fast path's rows only; --tput-only: 4. only (the K rows); --ks MASK:
+ * only the K rows in MASK (1, 2, 4, 8 summed); --tput-inproc: the K rows
+ * with the kernel linked into each client instead of the daemon (what the
+ * GPU itself does with K processes).
  *
  * --split: the clients put x, dy and dx each in an allocation of its own
  * (the small tensors in a fourth), as PyTorch's caching allocator gives
@@ -197,10 +201,15 @@ static double field(const char *line, const char *key)
 
 /* 1. to 3. in one client process, then 4. with K of them; rows labelled
  * label.  Clients take the path RMSNORMD_PATH says (the caller sets it). */
-static void run_all(const char *label, const char *endpoint, int iters, FILE *out)
+static int tput_ks = 15; /* --ks: the K rows to run, a mask of 1, 2, 4 and 8 */
+
+static void run_all(const char *label, const char *endpoint, int iters, bool tput_only,
+                    FILE *out)
 {
     char line[1024];
 
+    if (tput_only)
+        goto tput;
     printf("== %s: steady state, host time per call (free-running, paced), PING round trip, "
            "GPU gaps (%d iterations) ==\n", label, iters);
     if (out)
@@ -232,8 +241,11 @@ static void run_all(const char *label, const char *endpoint, int iters, FILE *ou
         if (finish(&c) != 0)
             fprintf(stderr, "single client failed\n");
     }
+tput:
     printf("== %s: throughput, 8192x1024 bf16, %d calls per client ==\n", label, iters);
     for (int k = 1; k <= 8; k *= 2) {
+        if (!(tput_ks & k))
+            continue;
         child cs[8];
         double calls = 0, wall = 0, wall_min = 0, hp = 0, busy = 0;
         for (int i = 0; i < k; i++)
@@ -247,6 +259,7 @@ static void run_all(const char *label, const char *endpoint, int iters, FILE *ou
         }
         for (int i = 0; i < k; i++) {
             if (fgets(line, sizeof line, cs[i].out)) {
+                printf("  client %d: %s", i, line);
                 calls += field(line, "calls");
                 double w = field(line, "wall_us");
                 wall = w > wall ? w : wall;
@@ -272,7 +285,7 @@ int main(int argc, char **argv)
     const char *daemon = NULL, *label = "", *outp = NULL;
     char dir[] = "/tmp/rn-bench.XXXXXX", endpoint[256], dpath[4096];
     int iters = 1000;
-    bool fast = false;
+    bool fast = false, fast_only = false, tput_only = false;
     FILE *out = NULL;
 
     if (argc >= 5 && strcmp(argv[1], "--client") == 0) {
@@ -281,8 +294,20 @@ int main(int argc, char **argv)
         return client_tput(argv[3], atoi(argv[4]));
     }
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--fast") == 0) {
+        if (strcmp(argv[i], "--fast") == 0 || strcmp(argv[i], "--fast-only") == 0) {
             fast = true;
+            fast_only = fast_only || strcmp(argv[i], "--fast-only") == 0;
+            continue;
+        }
+        if (strcmp(argv[i], "--tput-only") == 0) {
+            tput_only = true;
+            continue;
+        }
+        if (strcmp(argv[i], "--tput-inproc") == 0) {
+            /* The K rows with the kernel linked into each client: the GPU's
+             * own calls per second with K processes (e2e_client.c). */
+            setenv("RN_E2E_TPUT_INPROC", "1", 1);
+            tput_only = true;
             continue;
         }
         if (strcmp(argv[i], "--split") == 0) {
@@ -301,6 +326,8 @@ int main(int argc, char **argv)
             iters = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--out") == 0)
             outp = argv[i + 1];
+        else if (strcmp(argv[i], "--ks") == 0) /* which K rows: a mask of 1, 2, 4, 8 */
+            tput_ks = atoi(argv[i + 1]);
         i++;
     }
     /* A client that dies must not take the driver with it. */
@@ -327,12 +354,13 @@ int main(int argc, char **argv)
         perror(outp);
     /* The classic rows on the classic path (the daemon offers both). */
     setenv("RMSNORMD_PATH", "classic", 1);
-    run_all(label, endpoint, iters, out);
+    if (!fast_only)
+        run_all(label, endpoint, iters, tput_only, out);
     if (fast) {
         char flabel[256];
         snprintf(flabel, sizeof flabel, "%s fast", label);
         setenv("RMSNORMD_PATH", "fast", 1);
-        run_all(flabel, endpoint, iters, out);
+        run_all(flabel, endpoint, iters, tput_only, out);
     }
     if (out)
         fclose(out);
