@@ -17,6 +17,15 @@ for spec in "$@"; do
     name=${spec%%=*}
     flags=${spec#*=}
     b=build/var-$name
+    # make does not see a change of flags: a directory built with other
+    # flags under the same NAME (or with unknown ones) is built again from
+    # scratch.
+    if [ -d "$b" ] && { [ ! -f "$b/.variant-flags" ] ||
+        [ "$(cat "$b/.variant-flags")" != "$flags" ]; }; then
+        rm -rf "$b"
+    fi
+    mkdir -p "$b"
+    printf '%s' "$flags" >"$b/.variant-flags"
     make -s -j2 BUILD="$b" CFLAGS="$flags" NVCCFLAGS="-DRNK_BENCH_VARIANTS=1 $flags" \
         NVCC_GENCODE="$gencode" "$b/bench/bench_kernel"
     cp "$b/bench/bench_kernel" "$dest/bench_kernel.$name"

@@ -48,6 +48,29 @@ enum { FIN_COLS = 32 };
 enum { FIN_BATCH = RNK_FIN_BATCH };
 static constexpr size_t WS_HEADER = CTR_WORDS * 4;
 
+/*
+ * Issue 15, ninth attempt (bench/RESULTS.md), both on by default (=0 puts
+ * back the full fences, for comparison):
+ *   RNK_LEAN_SYNC        release / acquire instead of full fences: the chunk
+ *                        publish is one red.release, no fence after the
+ *                        acquiring wait, the exit count one atom.acq_rel, and
+ *                        the last block resets the counters with plain
+ *                        stores (the launch's end orders them before the next
+ *                        launch): about 1 us a launch;
+ *   RNK_EARLY_EXIT       a block counts itself out (CTR_EXIT) as soon as it
+ *                        has seen every chunk done, its last use of the
+ *                        counters, so that the count's round trip overlaps
+ *                        its dw slices instead of following them.
+ * (Adding each group of chunk partials in registers at the finish, and a
+ * static first chunk per block, were measured too and not kept.)
+ */
+#ifndef RNK_LEAN_SYNC
+#define RNK_LEAN_SYNC 1
+#endif
+#ifndef RNK_EARLY_EXIT
+#define RNK_EARLY_EXIT 1
+#endif
+
 struct Params {
     const void *x, *dy, *w, *dres;
     void *dx, *dw;
@@ -176,6 +199,24 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned *p)
     unsigned v;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
+}
+
+__device__ __forceinline__ void red_release_add(unsigned *p, unsigned v)
+{
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned atom_acq_rel_add(unsigned *p, unsigned v)
+{
+    unsigned old;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;"
+                 : "=r"(old)
+                 : "l"(p), "r"(v)
+                 : "memory");
+    return old;
+}
+__device__ __forceinline__ void st_relaxed(unsigned *p, unsigned v)
+{
+    asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 /* Asynchronous 16-byte copies, global to shared (sm_80 and later). */
@@ -359,8 +400,14 @@ __device__ __forceinline__ void publish_chunk(const Params &p)
 {
     __syncthreads();
     if (threadIdx.x == 0) {
+#if RNK_LEAN_SYNC
+        /* Release at gpu scope is cumulative: it covers the block's writes
+         * that the barrier ordered before it. */
+        red_release_add(&p.ctr[CTR_DONE], 1u);
+#else
         __threadfence();
         atomicAdd(&p.ctr[CTR_DONE], 1u);
+#endif
     }
 }
 
@@ -423,17 +470,49 @@ __device__ __forceinline__ void finish_slice(const Params &p, int sl, float *til
         st_any(p.dw_dt, p.dw, col, d);
 }
 
+/* A counter's reset by the launch's last block (RNK_LEAN_SYNC: a plain store). */
+__device__ __forceinline__ void reset_word(unsigned *w, unsigned v)
+{
+#if RNK_LEAN_SYNC
+    st_relaxed(w, v);
+#else
+    atomicExch(w, v);
+#endif
+}
+
+/* Thread 0: count the block out; the value before (grid - 1: the last). */
+__device__ __forceinline__ unsigned exit_count(const Params &p)
+{
+#if RNK_LEAN_SYNC
+    /* acq_rel: every block's reads of the counters come before the last
+     * block's resets. */
+    return atom_acq_rel_add(&p.ctr[CTR_EXIT], 1u);
+#else
+    __threadfence();
+    return atomicAdd(&p.ctr[CTR_EXIT], 1u);
+#endif
+}
+
 /* Steps 2-4 of the fused launch.  Slices are dealt to blocks statically:
  * once every chunk is done nothing waits any more, so a block that starts
  * late still finishes its slices. */
 __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bool fused)
 {
+    unsigned prev = 0;
     if (fused && p.dw) {
         if (threadIdx.x == 0) {
             while (ld_acquire(&p.ctr[CTR_DONE]) < (unsigned)p.nchunks)
                 __nanosleep(64);
+#if !RNK_LEAN_SYNC /* (the acquiring load alone orders the reads that follow) */
             __threadfence();
+#endif
         }
+#if RNK_EARLY_EXIT
+        /* Nothing below reads a counter: the last block's resets may come
+         * while the others still add their slices. */
+        if (threadIdx.x == 0)
+            prev = exit_count(p);
+#endif
         __syncthreads();
         trace_mark(p, 3, 3);
         for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
@@ -442,17 +521,20 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
     __syncthreads();
     trace_mark(p, fused && p.dw ? 4 : 3, 4);
     if (threadIdx.x == 0) {
-        __threadfence();
-        unsigned prev = atomicAdd(&p.ctr[CTR_EXIT], 1u);
+        if (!(RNK_EARLY_EXIT && fused && p.dw))
+            prev = exit_count(p);
         if (prev == gridDim.x - 1) {
             /* Everyone else has exited its claim loops: nothing reads the
-             * counters any more in this launch. */
-            atomicExch(&p.ctr[CTR_CLAIM], 0u);
-            atomicExch(&p.ctr[CTR_DONE], 0u);
-            atomicExch(&p.ctr[CTR_SLICE], 0u);
-            atomicExch(&p.ctr[CTR_CANCEL], (unsigned)CANCEL_UNKNOWN);
+             * counters any more in this launch (RNK_LEAN_SYNC: and the
+             * launch's end makes plain stores visible to the next launch). */
+            reset_word(&p.ctr[CTR_CLAIM], 0u);
+            reset_word(&p.ctr[CTR_DONE], 0u);
+            reset_word(&p.ctr[CTR_SLICE], 0u);
+            reset_word(&p.ctr[CTR_CANCEL], (unsigned)CANCEL_UNKNOWN);
+#if !RNK_LEAN_SYNC
             __threadfence();
-            atomicExch(&p.ctr[CTR_EXIT], 0u);
+#endif
+            reset_word(&p.ctr[CTR_EXIT], 0u);
         }
     }
     trace_mark(p, 5, 5);
