@@ -7,7 +7,8 @@
  * Threads: one doorbell thread per daemon watches the producer words of all
  * open rings: it spins a little after activity, then sleeps on the rings'
  * doorbell words (futex_waitv) with a timeout, and wakes the loop
- * (uv_async_send) when a ring has new slots.  Everything else runs on the
+ * (uv_async_send) when a ring has new slots, or (--ring-ready=host) when the
+ * ready word of a slot the loop left has come.  Everything else runs on the
  * loop thread: the loop copies each new slot out once, decodes it, and hands
  * it to the request path (the submit hook, request.c's rnd_request_ring),
  * which validates, pins and submits it like a nanomsg BWD; the backend
