@@ -396,11 +396,27 @@ int client_tput(const char *endpoint, int iters)
     uint64_t wall = now_ns() - t0;
     for (int i = 0; i < iters; i++)
         in_calls += host[i];
+    /* Where a slow client's GPU time goes: span = a call's stamps (its
+     * stream's write of ready, the daemon's take and kernel, done, the
+     * stream's wait); gap = the stream's time from one call's end to the
+     * next's start; the last 64 calls' span alone (a straggler's tail). */
+    uint64_t *span = calloc((size_t)iters, sizeof *span);
+    uint64_t *gap = calloc((size_t)iters, sizeof *gap);
+    stamp_spans(iters, span);
+    for (int i = 1; i < iters; i++)
+        gap[i - 1] = hstamps[2 * i] - hstamps[2 * i - 1];
+    int tail = iters > 64 ? 64 : iters;
+    double tail_p50 = pct(span + iters - tail, tail, 0.5);
     /* (issue_us: the loop's host time; calls_us: of it, inside the calls) */
     printf("tput calls=%d wall_us=%.1f host_p50_us=%.1f busy=%ld issue_us=%.1f calls_us=%.1f "
-           "host_max_us=%.1f\n",
+           "host_max_us=%.1f span_p50_us=%.1f span_p99_us=%.1f span_max_us=%.1f "
+           "tail_span_p50_us=%.1f gap_p50_us=%.1f gap_max_us=%.1f\n",
            iters, wall / 1e3, pct(host, iters, 0.5) / 1e3, busy_waits, t_issued / 1e3,
-           in_calls / 1e3, pct(host, iters, 1.0) / 1e3);
+           in_calls / 1e3, pct(host, iters, 1.0) / 1e3, pct(span, iters, 0.5) / 1e3,
+           pct(span, iters, 0.99) / 1e3, pct(span, iters, 1.0) / 1e3, tail_p50 / 1e3,
+           pct(gap, iters - 1, 0.5) / 1e3, pct(gap, iters - 1, 1.0) / 1e3);
+    free(span);
+    free(gap);
     fflush(stdout);
     free_work(&w);
     rn_close(cli);
