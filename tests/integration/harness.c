@@ -702,6 +702,21 @@ int rnh_wait_stat_ge(const rnh_daemon *d, const char *name, int64_t min, int tim
     return wait_stat(d, name, min, true, timeout_ms);
 }
 
+int rnh_wait_slot_pending(const rnh_daemon *d, int64_t taken, int64_t waits, int timeout_ms)
+{
+    const char *env = getenv("RN_DAEMON_ARGS");
+    bool host = env && strstr(env, "--ring-ready=host") != NULL;
+
+    for (int i = 0; i < d->nextra; i++)
+        if (strcmp(d->extra[i], "--ring-ready=host") == 0)
+            host = true;
+    if (!host)
+        return rnh_wait_stat(d, "inflight.current", taken, timeout_ms);
+    if (rnh_wait_stat(d, "fast.ready_waits", waits, timeout_ms) != 0)
+        return -1;
+    return rnh_stat(d, "inflight.current") == 0 ? 0 : -1;
+}
+
 long rnh_vmrss_kb(pid_t pid)
 {
     char path[64], line[256];

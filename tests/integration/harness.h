@@ -152,6 +152,13 @@ int rnh_wait_stat(const rnh_daemon *d, const char *name, int64_t want, int timeo
 /* The same, until the counter is at least `min`. */
 int rnh_wait_stat_ge(const rnh_daemon *d, const char *name, int64_t min, int timeout_ms);
 
+/* A ring slot published without its ready word is with the daemon: taken
+ * (inflight.current reaches `taken`; a daemon that takes slots at once) or,
+ * under --ring-ready=host (the test's flag or RN_DAEMON_ARGS), left in the
+ * ring and counted in fast.ready_waits (`waits` of them) with nothing in
+ * flight.  Returns 0, or -1 as rnh_wait_stat. */
+int rnh_wait_slot_pending(const rnh_daemon *d, int64_t taken, int64_t waits, int timeout_ms);
+
 /* VmRSS of pid in KiB, -1 on error. */
 long rnh_vmrss_kb(pid_t pid);
 

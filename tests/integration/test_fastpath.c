@@ -271,30 +271,6 @@ static void raw_open(rnh_daemon *d, raw_case *r, uint32_t slots, uint64_t seed)
         fail_msg("expectation: %s", msg);
 }
 
-/* Whether the daemon takes slots only once their ready word came
- * (--ring-ready=host, as the test's flag or in RN_DAEMON_ARGS). */
-static bool ready_on_host(const rnh_daemon *d)
-{
-    const char *env = getenv("RN_DAEMON_ARGS");
-    for (int i = 0; i < d->nextra; i++)
-        if (strcmp(d->extra[i], "--ring-ready=host") == 0)
-            return true;
-    return env && strstr(env, "--ring-ready=host") != NULL;
-}
-
-/* A slot published without its ready word is with the daemon: taken and
- * waiting (the gpu way), or left in the ring and counted in
- * fast.ready_waits (host). */
-static void wait_pending(rnh_daemon *d)
-{
-    if (ready_on_host(d)) {
-        assert_int_equal(rnh_wait_stat(d, "fast.ready_waits", 1, WAIT_MS), 0);
-        assert_int_equal(rnh_stat(d, "inflight.current"), 0);
-    } else {
-        assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);
-    }
-}
-
 /* The "GPU side" writes ready late: the daemon takes the slot, waits, and
  * reads the inputs only after ready.  The inputs are garbage until then. */
 static void test_ready_late(void **state)
@@ -310,7 +286,7 @@ static void test_ready_late(void **state)
     memcpy(saved, r.g.data, n);
     memset(r.g.data, 0x7f, n);                     /* NaNs in every dtype */
     uint64_t seq = rnr_ring_publish(&r.g, &r.b, NULL, false);
-    wait_pending(d);
+    assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
     assert_int_equal(rnr_ring_done(&r.g), 0);
     assert_int_equal(rnh_stat(d, "fast.slots"), 0);
     memcpy(r.g.data, saved, n);
@@ -598,7 +574,7 @@ static void test_bye_pending(void **state)
     assert_int_equal(rnh_start(d), 0);
     raw_open(d, &r, 4, 15);
     uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
-    wait_pending(d);
+    assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
     memset(&q, 0, sizeof q);
     q.op = RN_OP_BYE;
     q.u.bye = r.g.session;
@@ -731,7 +707,7 @@ static void test_sigterm(void **state)
     uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, true);
     assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
     uint64_t s2 = rnr_ring_publish(&r.g, &r.b, NULL, false);
-    wait_pending(d);
+    assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
     assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
     assert_true(rnp_seq_reached(rnr_ring_done(&r.g), s2));
     assert_int_equal(rnr_ring_status(&r.g, s1, msg, sizeof msg), 0);

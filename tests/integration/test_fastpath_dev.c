@@ -194,7 +194,7 @@ static void test_stream_ready_late(void **state)
     c = fast_client(d);
     lay(c, 3, &l);
     assert_int_equal(call(c, &l.a, &s), 0);
-    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);   /* taken */
+    assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);   /* with the daemon */
     usleep(200000);
     assert_int_equal(word(s.base, RNP_RING_O_DONE), 0);   /* not run before ready */
     assert_int_equal(rn_check(c), 0);
@@ -255,7 +255,7 @@ static void test_stream_session_lost(void **state)
     c = fast_client(d);
     lay(c, 1, &l);
     assert_int_equal(call(c, &l.a, &s), 0);
-    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
     uint64_t old = s.base;
     assert_int_equal(kill(d->pid, SIGKILL), 0);
     assert_int_equal(rnh_wait_exit(d, WAIT_MS), 128 + SIGKILL);
