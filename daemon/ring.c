@@ -267,7 +267,7 @@ static unsigned take(rnd_ring *g, bool force)
          * outnumber its 8: other rings' kernels, bench/RESULTS.md: 8
          * clients, 8 000-17 000 calls a second against 33 000) and the
          * CUDA calls that wait for the device (a new ring's streams: 12
-         * clients arriving during one client's 4 s stall waited it out). */
+         * clients arriving during one client's 5 s stall waited it out). */
         bool ready = false;
         if (!force && tab->ready_mode == RND_RING_READY_HOST) {
             uint64_t rd = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_READY),
