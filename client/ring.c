@@ -601,11 +601,13 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
     /* A full ring: wait for the oldest call.  RMSNORMD_DEBUG_RING_AHEAD=N
      * (1..64, for measurements) lets the caller be at most N calls ahead of
      * the answers instead of a ring's worth. */
-    static uint32_t ahead;
+    static uint32_t ahead_env;
+    uint32_t ahead = __atomic_load_n(&ahead_env, __ATOMIC_RELAXED);
     if (!ahead) {
         const char *e = getenv("RMSNORMD_DEBUG_RING_AHEAD");
         long v = e ? strtol(e, NULL, 10) : 0;
         ahead = v >= 1 && v <= (long)RING_SLOTS ? (uint32_t)v : RING_SLOTS;
+        __atomic_store_n(&ahead_env, ahead, __ATOMIC_RELAXED);
     }
     if (!rnp_ring_can_publish(seq, load_done(g), ahead) &&
         (rv = wait_done(c, g, seq - ahead)) != 0)

@@ -45,7 +45,7 @@
 #define GRAPH_POLL_NS 20000ull
 /* --ring-ready=host: while a slot waits for its ready word the thread
  * spins this long after anything came, then polls at GRAPH_POLL_NS, and
- * after READY_SLOW_NS at POLL_NS (ready_poll_ns). */
+ * after READY_SLOW_NS at POLL_NS (short_sleep_ns). */
 #define READY_SPIN_NS 1000000ull
 #define READY_SLOW_NS 20000000ull
 
@@ -123,13 +123,16 @@ static bool doze(struct waitv *w, uint32_t n, bool poll_only, uint64_t short_ns)
     return poll_only;
 }
 
-/* --ring-ready=host: how long the doorbell thread sleeps between looks at
- * the ready words that slots wait for, idle_ns after anything last came:
- * after READY_SPIN_NS of spinning GRAPH_POLL_NS, and from READY_SLOW_NS
- * on (producers that are late, or clients that stopped) POLL_NS. */
-static uint64_t ready_poll_ns(uint64_t idle_ns)
+/* The doorbell thread's longest sleep while words a GPU writes are polled
+ * (0: none are): graph slots' generation words every GRAPH_POLL_NS; the
+ * ready words slots wait for (--ring-ready=host), idle_ns after anything
+ * last came, every GRAPH_POLL_NS too, and from READY_SLOW_NS on (producers
+ * that are late, or clients that stopped) every POLL_NS. */
+static uint64_t short_sleep_ns(const rnd_rings *tab, bool waiting, uint64_t idle_ns)
 {
-    return idle_ns < READY_SLOW_NS ? GRAPH_POLL_NS : POLL_NS;
+    if (tab->graphs || (waiting && idle_ns < READY_SLOW_NS))
+        return GRAPH_POLL_NS;
+    return waiting ? POLL_NS : 0;
 }
 
 static void *doorbell_thread(void *arg)
@@ -146,9 +149,7 @@ static void *doorbell_thread(void *arg)
     pthread_mutex_lock(&tab->mu);
     while (!tab->stop) {
         bool found = scan(tab, &waiting);
-        uint64_t now = now_ns(), short_ns = tab->graphs ? GRAPH_POLL_NS : 0;
-        if (waiting)
-            short_ns = ready_poll_ns(now - active);
+        uint64_t now = now_ns(), short_ns = short_sleep_ns(tab, waiting, now - active);
         if (!found && __atomic_load_n(&tab->loop_polls, __ATOMIC_SEQ_CST)) {
             /* The loop polls the rings itself (ring.c's on_poll): no spin
              * here, and the sleeping flags stay 0, so clients ring no
@@ -190,6 +191,10 @@ static void *doorbell_thread(void *arg)
              * did not ring. */
             found = scan(tab, &waiting);
             if (!found && !tab->stop) {
+                /* From this scan: a slot the loop left since the first one
+                 * came with a kick that w[0] may have counted already, so
+                 * only this scan's view of the waits bounds the sleep. */
+                short_ns = short_sleep_ns(tab, waiting, now_ns() - active);
                 pthread_mutex_unlock(&tab->mu);
                 if (!doze(w, n, poll_only, short_ns))
                     have_waitv = false;
@@ -395,6 +400,16 @@ static void ring_close(rnd_ring *g)
     g->region->ring = false;
     if (g->jobs == 0)
         ring_free(g);
+}
+
+bool rnd_ring_pending(const rnd_session *s)
+{
+    const rnd_ring *g = s->ring;
+
+    if (!g || g->closed || g->stopped)
+        return false;
+    uint64_t prod = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE);
+    return !rnp_seq_reached(g->cons, prod) && prod - g->cons <= g->slots;
 }
 
 void rnd_ring_session_end(rnd_session *s)

@@ -106,6 +106,9 @@ int rnd_op_graph_close(struct rnd_ctx *ctx, rnd_session *s, const rnp_request *r
 
 /* The session table's ring hook: s ends; close its ring (ring.h above). */
 void rnd_ring_session_end(rnd_session *s);
+/* Whether s's ring holds published slots not yet taken (--ring-ready=host:
+ * a call whose inputs are late): the session is not idle. */
+bool rnd_ring_pending(const rnd_session *s);
 
 /* The request path: a request was answered or released, so an in-flight
  * limit or the backend's queue may have room.  When a slot or a replay was

@@ -242,6 +242,7 @@ int rnd_server_start(rnd_server *srv, uv_loop_t *loop, const rnd_config *cfg, rn
     rnd_sessions_init(&ctx->sessions, loop, be, &ctx->cfg, &ctx->stats,
                       rnd_request_cancel_session);
     ctx->sessions.ring_end = ring_end;
+    ctx->sessions.ring_pending = rnd_ring_pending;
     if ((rc = rnd_rings_init(ctx, &ctx->rings, rnd_request_ring, err)) != 0)
         return rc;
 

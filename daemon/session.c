@@ -506,6 +506,10 @@ void rnd_sessions_expire(rnd_sessions *tab, uint64_t now_ns)
         rnd_session *s = SESSION_OF(q);
         if (s->ending || !rn_queue_empty(&s->running) || now_ns - s->last_active_ns < limit)
             continue;
+        /* A call left in its ring for its inputs (--ring-ready=host) keeps
+         * the session, as a request on the GPU does. */
+        if (tab->ring_pending && tab->ring_pending(s))
+            continue;
         tab->stats->sessions_expired++;
         snprintf(why, sizeof why, "idle for %u s", tab->cfg->idle_timeout);
         rnd_session_end(s, why);

@@ -105,6 +105,9 @@ struct rnd_sessions {
     /* s ends: close its ring (s->ring, maybe NULL) and settle its ring
      * jobs.  Set by the rings' owner. */
     void (*ring_end)(rnd_session *s);
+    /* Whether s's ring holds calls not yet taken (their inputs are late):
+     * s is not idle.  Set by the rings' owner; NULL: none. */
+    bool (*ring_pending)(const rnd_session *s);
 };
 
 /* The mapping budget comes from cfg->max_mappings, or vm.max_map_count

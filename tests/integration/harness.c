@@ -702,14 +702,37 @@ int rnh_wait_stat_ge(const rnh_daemon *d, const char *name, int64_t min, int tim
     return wait_stat(d, name, min, true, timeout_ms);
 }
 
+/* Whether the daemon's flags ask for --ring-ready=host ("--ring-ready=host"
+ * or "--ring-ready host"; the last one given wins). */
+static bool flags_ready_host(const char *const *argv, int argc, bool host)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *v = NULL;
+        if (strncmp(argv[i], "--ring-ready=", 13) == 0)
+            v = argv[i] + 13;
+        else if (strcmp(argv[i], "--ring-ready") == 0 && i + 1 < argc)
+            v = argv[++i];
+        if (v)
+            host = strcmp(v, "host") == 0;
+    }
+    return host;
+}
+
 int rnh_wait_slot_pending(const rnh_daemon *d, int64_t taken, int64_t waits, int timeout_ms)
 {
-    const char *env = getenv("RN_DAEMON_ARGS");
-    bool host = env && strstr(env, "--ring-ready=host") != NULL;
+    const char *extra[16], *more[16];
+    char buf[256];
+    int n = 0;
 
-    for (int i = 0; i < d->nextra; i++)
-        if (strcmp(d->extra[i], "--ring-ready=host") == 0)
-            host = true;
+    for (int i = 0; i < d->nextra && i < 16; i++)
+        extra[i] = d->extra[i];
+    bool host = flags_ready_host(extra, d->nextra < 16 ? d->nextra : 16, false);
+    /* RN_DAEMON_ARGS comes after the test's own flags (rnh_start). */
+    snprintf(buf, sizeof buf, "%s", getenv("RN_DAEMON_ARGS") ? getenv("RN_DAEMON_ARGS") : "");
+    for (char *save = NULL, *a = strtok_r(buf, " \t", &save); a && n < 16;
+         a = strtok_r(NULL, " \t", &save))
+        more[n++] = a;
+    host = flags_ready_host(more, n, host);
     if (!host)
         return rnh_wait_stat(d, "inflight.current", taken, timeout_ms);
     if (rnh_wait_stat(d, "fast.ready_waits", waits, timeout_ms) != 0)

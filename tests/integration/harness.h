@@ -154,9 +154,11 @@ int rnh_wait_stat_ge(const rnh_daemon *d, const char *name, int64_t min, int tim
 
 /* A ring slot published without its ready word is with the daemon: taken
  * (inflight.current reaches `taken`; a daemon that takes slots at once) or,
- * under --ring-ready=host (the test's flag or RN_DAEMON_ARGS), left in the
+ * under --ring-ready=host (the test's flags or RN_DAEMON_ARGS), left in the
  * ring and counted in fast.ready_waits (`waits` of them) with nothing in
- * flight.  Returns 0, or -1 as rnh_wait_stat. */
+ * flight.  For the cpu backend's suites: it reads the flags, not the
+ * backend's default (auto is host on cuda).  Returns 0, or -1 as
+ * rnh_wait_stat. */
 int rnh_wait_slot_pending(const rnh_daemon *d, int64_t taken, int64_t waits, int timeout_ms);
 
 /* VmRSS of pid in KiB, -1 on error. */

@@ -721,6 +721,35 @@ static void test_sigterm(void **state)
 /* The same three with --ring-ready=host: the slot stays in the ring until
  * its ready word comes, and the end of the session or the daemon still
  * answers it. */
+/* A call left in its ring for its inputs keeps its session, as a request
+ * on the GPU does: not ended for being idle (--idle-timeout 1, waited 2.5
+ * s), and answered once ready comes. */
+static void test_waiting_slot_keeps_session(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+    char msg[400];
+
+    rnh_arg(d, "--ring-ready=host");
+    rnh_arg(d, "--idle-timeout");
+    rnh_arg(d, "1");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 4, 31);
+    uint64_t seq = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
+    usleep(2500000);
+    assert_int_equal(rnh_stat(d, "sessions.expired"), 0);
+    assert_int_equal(rnh_stat(d, "sessions.active"), 1);
+    rnr_ring_ready(&r.g, seq);
+    assert_int_equal(rnr_ring_wait(&r.g, seq, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, seq, NULL, 0), 0);
+    if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
+        fail_msg("after the wait: %s", msg);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
 static void test_ready_late_host(void **state)
 {
     rnh_arg(*state, "--ring-ready=host");
@@ -844,6 +873,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ring_shrunk, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_waiting_slot_keeps_session, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ready_late_host, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bye_pending_host, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_host, rnh_setup, rnh_teardown),

@@ -206,7 +206,7 @@ static void test_stream_wait_released(void **state)
     assert_int_equal(watchers(), 0);
     assert_int_equal(call(c, &l.a, &s), 0);
     assert_int_equal(watchers(), 1);
-    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0); /* taken */
+    assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0); /* with the daemon */
     uint64_t ring = s.base;
     wait_start(&w, ring, 1, false);
     int64_t t_kill = rnh_now_ms();
@@ -245,7 +245,7 @@ static void test_next_call_reports(void **state)
     rn_client *c = fast_client(d);
     lay(c, 1, &l);
     assert_int_equal(call(c, &l.a, &s), 0);
-    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
     wait_start(&w, s.base, 1, false);
     int64_t t_kill = rnh_now_ms();
     kill9(d);
@@ -323,7 +323,7 @@ static void test_drain_answer_kept(void **state)
     rn_client *c = fast_client(d);
     lay(c, 3, &l);
     assert_int_equal(call(c, &l.a, &s), 0);
-    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
     wait_start(&w, s.base, 1, false);
     int64_t t0 = rnh_now_ms();
     assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
@@ -425,7 +425,7 @@ static void test_watch_off(void **state)
     lay(c, 6, &l);
     assert_int_equal(call(c, &l.a, &s), 0);
     assert_int_equal(watchers(), 0);
-    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
     kill9(d);
     assert_int_equal(__atomic_load_n(rnt_w64(s.base, RNP_RING_O_DONE), __ATOMIC_ACQUIRE), 0);
     assert_int_equal(rn_sync(c), RN_RESTARTED);
