@@ -271,7 +271,7 @@ static int quick_clients(rnh_daemon *d, int others)
 static void test_late_producer_many_others(void **state)
 {
     rnh_daemon *d = *state;
-    const char *late[] = {"stall", "5000", NULL};
+    const char *late[] = {"stall", "8000", NULL};
     enum { OTHERS = 12 };
     rnh_proc p;
 
@@ -286,14 +286,20 @@ static void test_late_producer_many_others(void **state)
     int64_t t0 = rnh_now_ms();
     int beside = quick_clients(d, OTHERS);
     int64_t took = rnh_now_ms() - t0;
-    printf("%d clients' calls: the slowest took %d ms, %d ms beside a producer 5 s late (all "
+    int64_t waits = rnh_stat(d, "fast.ready_waits");
+    printf("%d clients' calls: the slowest took %d ms, %d ms beside a producer 8 s late (all "
            "done %lld ms into the stall; fast.ready_waits %lld)\n",
-           OTHERS, alone, beside, (long long)took, (long long)rnh_stat(d, "fast.ready_waits"));
-    /* Held up by the stall they would take most of its 5 s (under MPS with
-     * --ring-ready=gpu: 5.7 s beside against 2.1 s alone; without MPS the
-     * late client's spin takes its time slices of the GPU from all of them
-     * in either mode). */
-    assert_true(beside < 2 * alone + 500);
+           OTHERS, alone, beside, (long long)took, (long long)waits);
+    /* The premise: room below the stall to tell a held-up client. */
+    assert_true(alone * 3 / 2 + 500 < 8000);
+    /* Held up by the stall they would take most of it (under MPS with
+     * --ring-ready=gpu and a 5 s stall: 5.7 s beside against 2.1 s alone;
+     * with host 1.9-2.0 s both; without MPS the late client's spin takes
+     * its time slices of the GPU from all of them in either mode, 1.2x and
+     * 1.5x). */
+    assert_true(beside < alone * 3 / 2 + 500);
+    /* And the slots did wait on the host (the default, auto = host). */
+    assert_true(waits >= 1);
     assert_int_equal(rnh_finish_echo(&p, "late", CLIENT_TIMEOUT_MS), 0);
     assert_not_failing(d);
     RNH_PASS(d);
@@ -566,7 +572,7 @@ static void test_closes_pile_up_on_the_loop(void **state)
  */
 static void churn_beside_late_producer(rnh_daemon *d, bool strict)
 {
-    const char *late[] = {"stall", "5000", NULL};
+    const char *late[] = {"stall", "8000", NULL};
     rnh_proc p;
     int64_t t0, done0, gated0;
 
