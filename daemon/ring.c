@@ -240,6 +240,15 @@ static void on_released(void *owner)
     uv_async_send(&g->tab->async);
 }
 
+/* Whether prod (g's producer word) publishes a slot after the last one
+ * taken that may be taken.  A client may be at most a ring's worth of slots
+ * ahead of the answers, so of the slots taken: a producer word further on
+ * is garbage, and what it claims is never taken. */
+static bool takeable(const rnd_ring *g, uint64_t prod)
+{
+    return !rnp_seq_reached(g->cons, prod) && prod - g->cons <= g->slots;
+}
+
 /* Take g's published slots, oldest first, until one cannot be taken now.
  * With force (the ring closes) each slot is taken whatever the limits. */
 static unsigned take(rnd_ring *g, bool force)
@@ -256,12 +265,7 @@ static unsigned take(rnd_ring *g, bool force)
         rnp_bwd_req b;
         int rc;
 
-        if (rnp_seq_reached(g->cons, prod))
-            return n;
-        /* A client may be at most a ring's worth of slots ahead of the
-         * answers, so of the slots taken: a producer word further on is
-         * garbage, and what it claims is never taken. */
-        if (prod - g->cons > g->slots)
+        if (!takeable(g, prod))
             return n;
         /* --ring-ready=host (the cuda backend's default): the slot waits
          * in the ring until its ready word reaches it (the doorbell thread
@@ -408,8 +412,7 @@ bool rnd_ring_pending(const rnd_session *s)
 
     if (!g || g->closed || g->stopped)
         return false;
-    uint64_t prod = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE);
-    return !rnp_seq_reached(g->cons, prod) && prod - g->cons <= g->slots;
+    return takeable(g, __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE));
 }
 
 void rnd_ring_session_end(rnd_session *s)

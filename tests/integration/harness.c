@@ -242,6 +242,20 @@ static char **child_env(const char *notify)
     return env;
 }
 
+/* RN_DAEMON_ARGS split at blanks into buf (which the returned pointers
+ * point into), at most max of them; returns how many. */
+static int env_daemon_args(char *buf, size_t len, const char **out, int max)
+{
+    const char *env = getenv("RN_DAEMON_ARGS");
+    int n = 0;
+
+    snprintf(buf, len, "%s", env ? env : "");
+    for (char *save = NULL, *a = strtok_r(buf, " \t", &save); a && n < max;
+         a = strtok_r(NULL, " \t", &save))
+        out[n++] = a;
+    return n;
+}
+
 int rnh_start(rnh_daemon *d)
 {
     const char *argv[48];
@@ -292,13 +306,9 @@ int rnh_start(rnh_daemon *d)
     for (int i = 0; i < d->nextra; i++)
         argv[n++] = d->extra[i];
     /* RN_DAEMON_ARGS: flags for every daemon a test starts, to run a suite
-     * under another setting (tests/gpu/device_run.sh: --ring-ready=host). */
+     * under another setting (e.g. --ring-ready=gpu). */
     static char more[256];
-    const char *env_args = getenv("RN_DAEMON_ARGS");
-    snprintf(more, sizeof more, "%s", env_args ? env_args : "");
-    for (char *save = NULL, *a = strtok_r(more, " \t", &save); a && n < 46;
-         a = strtok_r(NULL, " \t", &save))
-        argv[n++] = a;
+    n += env_daemon_args(more, sizeof more, argv + n, 47 - n);
     argv[n] = NULL;
 
     logfd = open(d->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -722,17 +732,12 @@ int rnh_wait_slot_pending(const rnh_daemon *d, int64_t taken, int64_t waits, int
 {
     const char *extra[16], *more[16];
     char buf[256];
-    int n = 0;
 
     for (int i = 0; i < d->nextra && i < 16; i++)
         extra[i] = d->extra[i];
     bool host = flags_ready_host(extra, d->nextra < 16 ? d->nextra : 16, false);
     /* RN_DAEMON_ARGS comes after the test's own flags (rnh_start). */
-    snprintf(buf, sizeof buf, "%s", getenv("RN_DAEMON_ARGS") ? getenv("RN_DAEMON_ARGS") : "");
-    for (char *save = NULL, *a = strtok_r(buf, " \t", &save); a && n < 16;
-         a = strtok_r(NULL, " \t", &save))
-        more[n++] = a;
-    host = flags_ready_host(more, n, host);
+    host = flags_ready_host(more, env_daemon_args(buf, sizeof buf, more, 16), host);
     if (!host)
         return rnh_wait_stat(d, "inflight.current", taken, timeout_ms);
     if (rnh_wait_stat(d, "fast.ready_waits", waits, timeout_ms) != 0)
