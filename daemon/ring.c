@@ -48,6 +48,8 @@
  * after READY_SLOW_NS at POLL_NS (short_sleep_ns). */
 #define READY_SPIN_NS 1000000ull
 #define READY_SLOW_NS 20000000ull
+/* A slot the loop left this long before taking it is logged (debug). */
+#define SLOW_TAKE_NS 5000000ull
 
 struct waitv {
     uint64_t val, uaddr;
@@ -195,11 +197,17 @@ static void *doorbell_thread(void *arg)
                  * came with a kick that w[0] may have counted already, so
                  * only this scan's view of the waits bounds the sleep. */
                 short_ns = short_sleep_ns(tab, waiting, now_ns() - active);
+                uint64_t t_doze = now_ns();
                 pthread_mutex_unlock(&tab->mu);
                 if (!doze(w, n, poll_only, short_ns))
                     have_waitv = false;
                 pthread_mutex_lock(&tab->mu);
                 found = scan(tab, &waiting);
+                if (found && !short_ns && !poll_only && now_ns() - t_doze >= SLEEP_NS - 1000000)
+                    /* Nothing woke it: a client that published without
+                     * ringing (a GPU's write, or a lost wake-up). */
+                    rnd_debug("Doorbell thread: a slot was found only when a %llu ms sleep "
+                              "ended", (unsigned long long)(now_ns() - t_doze) / 1000000);
             }
             set_sleeping(tab, 0);
         }
@@ -249,6 +257,15 @@ static bool takeable(const rnd_ring *g, uint64_t prod)
     return !rnp_seq_reached(g->cons, prod) && prod - g->cons <= g->slots;
 }
 
+/* A slot stays in g for now (its ready word, a limit): since when. */
+static void left(rnd_ring *g, const char *why)
+{
+    if (!g->left_ns) {
+        g->left_ns = rnd_now_ns();
+        g->left_why = why;
+    }
+}
+
 /* Take g's published slots, oldest first, until one cannot be taken now.
  * With force (the ring closes) each slot is taken whatever the limits. */
 static unsigned take(rnd_ring *g, bool force)
@@ -282,6 +299,7 @@ static unsigned take(rnd_ring *g, bool force)
             uint64_t rd = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_READY),
                                           __ATOMIC_ACQUIRE);
             if (!rnp_seq_reached(rd, seq)) {
+                left(g, "its ready word");
                 if (__atomic_exchange_n(&g->wait_seq, seq, __ATOMIC_SEQ_CST) != seq) {
                     tab->ctx->stats.fast_ready_waits++;
                     /* (from a long sleep, or the kick word's, when the loop polls) */
@@ -299,6 +317,7 @@ static unsigned take(rnd_ring *g, bool force)
         bool ok = rnp_ring_decode(desc, seq, &b, &err) == 0;
         rc = tab->submit(tab->ctx, s, ok ? &b : NULL, ok ? NULL : &err, &at, rnd_now_ns());
         if (rc == RN_BUSY) { /* taken again once a request frees a limit */
+            left(g, "a limit");
             tab->deferred = true;
             return n;
         }
@@ -313,6 +332,11 @@ static unsigned take(rnd_ring *g, bool force)
         g->jobs++;
         n++;
         s->last_active_ns = rnd_now_ns();
+        if (g->left_ns && s->last_active_ns - g->left_ns > SLOW_TAKE_NS)
+            rnd_debug("Ring %u of '%s': slot %llu taken %llu us after the loop first left it "
+                      "for %s", g->id, s->name, (unsigned long long)seq,
+                      (unsigned long long)(s->last_active_ns - g->left_ns) / 1000, g->left_why);
+        g->left_ns = 0;
     }
     return n;
 }

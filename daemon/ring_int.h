@@ -59,6 +59,9 @@ typedef struct rnd_ring {
                                     * ready word had not reached it, 0 if none (atomic:
                                     * the loop sets it, the doorbell thread clears it when
                                     * ready gets there) */
+    uint64_t left_ns;              /* when the loop first left a slot it could not take
+                                    * yet (ready not there, a limit), 0 if none */
+    const char *left_why;          /* which of them, first */
     rn_queue link;                 /* on tab->list while open (under mu) */
     rn_queue graphs;               /* its open graph slots (under mu) */
     uint32_t ngraphs, next_graph;

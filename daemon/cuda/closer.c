@@ -97,14 +97,16 @@ static void closer_close(void *ctx, rnd_closeq_item *it)
             (void)cudaGetLastError();
         r->fence[i] = NULL;
     }
+    const char *what = r->what ? r->what : "a mapping";
+    const uint64_t bytes = r->bytes;
     const uint64_t t0 = rnd_now_ns();
-    r->close(r);
+    r->close(r); /* (r is freed) */
     const uint64_t took = rnd_now_ns() - t0;
     /* A close that waited for the device (HACKING.md: what the late-producer
      * test shows): said, so that a log tells which call waited. */
     if (took > RND_CUDA_SLOW_CALL_NS)
-        rnd_info("A release's close took %" PRIu64 " ms (it waited for the device)",
-                 took / 1000000);
+        rnd_info("A release's close took %" PRIu64 " ms (it waited for the device): %s of %"
+                 PRIu64 " bytes", took / 1000000, what, bytes);
 }
 
 /* The gate held closes for held_ns: said when that was long (the closer

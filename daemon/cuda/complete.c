@@ -247,6 +247,10 @@ static void complete(rnd_cuda *b, rnd_cuda_gjob *g)
         fail_job(job, acked, cudaGetErrorString(g->err));
     } else if (job->ring) {
         /* (status set at submit; done is in the ring, written by the stream) */
+        if (rnd_now_ns() - g->submit_ns > RND_CUDA_SLOW_RING_NS)
+            rnd_debug("cuda session #%u (stream %d): ring call %" PRIu64 " completed %" PRIu64
+                      " us after its submission", sess_id, g->stream, job->ring->seq,
+                      (rnd_now_ns() - g->submit_ns) / 1000);
         if (g->ring_timed)
             sync_times(g, job);
         else

@@ -83,6 +83,8 @@
 #define RND_CUDA_WS_N 8192
 /* A submission slower than this is logged with where the time went. */
 #define RND_CUDA_SLOW_SUBMIT_NS 2000000u
+/* A ring call this long from submission to completion is logged (debug). */
+#define RND_CUDA_SLOW_RING_NS 5000000u
 /* fini after a failure: how long the completion threads get to return
  * before they are left to the process exit. */
 #define RND_CUDA_JOIN_MS 2000
@@ -100,6 +102,8 @@ typedef struct rnd_cuda_release {
                                     * (the closer off, or no session) */
     /* Close and free the object that holds this (any thread; no b). */
     void (*close)(struct rnd_cuda_release *r);
+    const char *what;              /* for the log: what close closes */
+    uint64_t bytes;                /* and its size */
 } rnd_cuda_release;
 
 /* A mapped CUDA IPC allocation, or a client's VMM range (vmm.c) (rnd_mapping.handle). */

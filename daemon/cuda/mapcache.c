@@ -137,5 +137,7 @@ void rnd_cuda_region_close(rnd_backend *be, void *bsess, rnd_mapping *mp)
         return;
     mp->handle = NULL;
     m->rel.close = map_close;
+    m->rel.what = m->vmm ? "a VMM range" : "an IPC mapping";
+    m->rel.bytes = mp->size;
     rnd_cuda_release_later(b, bsess, &m->rel);
 }

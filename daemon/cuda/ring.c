@@ -255,6 +255,8 @@ void rnd_cuda_region_close_any(rnd_backend *be, void *bsess, rnd_mapping *m)
         rn_queue_remove(&h->link);
         m->handle = NULL;
         h->rel.close = hostmap_close;
+        h->rel.what = "a ring's host memory";
+        h->rel.bytes = h->len;
         rnd_cuda_release_later(b, bsess, &h->rel);
     } else {
         rnd_cuda_region_close(be, bsess, m);

@@ -271,9 +271,15 @@ int rnd_cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
 
     /* Ring jobs (the fast path) come only to a backend that reports rings
      * (rnd_device_info.rings): with --cuda-fast-path (ring.c). */
-    if (job->ring)
-        return b->rings ? ring_submit(b, job, err)
-                        : rnp_fail(err, RN_UNSUPPORTED, "bwd: the fast path is off");
+    if (job->ring) {
+        if (!b->rings)
+            return rnp_fail(err, RN_UNSUPPORTED, "bwd: the fast path is off");
+        rc = ring_submit(b, job, err);
+        /* (the loop takes every ring's slots: a slow one holds them all) */
+        if (rnd_now_ns() - t_in > RND_CUDA_SLOW_SUBMIT_NS)
+            rnd_warn("A ring submission took %" PRIu64 " us", (rnd_now_ns() - t_in) / 1000);
+        return rc;
+    }
     if ((rc = admit(b, job, err)) != 0)
         return rc;
     /* A ring's host memory is no tensor (only with the fast path on). */
