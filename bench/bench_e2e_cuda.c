@@ -191,6 +191,18 @@ static int start_daemon(const char *daemon, const char *dir, char *endpoint, siz
 }
 
 /* Value of key=... in line as a double (first of a comma list). */
+/* The median of v[0..n) (sorted in place; n <= 8). */
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 static double field(const char *line, const char *key)
 {
     char k[64];
@@ -247,7 +259,7 @@ tput:
         if (!(tput_ks & k))
             continue;
         child cs[8];
-        double calls = 0, wall = 0, wall_min = 0, hp = 0, busy = 0;
+        double calls = 0, wall = 0, wall_min = 0, hp = 0, busy = 0, rate[8] = {0};
         for (int i = 0; i < k; i++)
             spawn(&cs[i], "tput", endpoint, iters);
         for (int i = 0; i < k; i++)
@@ -262,6 +274,7 @@ tput:
                 printf("  client %d: %s", i, line);
                 calls += field(line, "calls");
                 double w = field(line, "wall_us");
+                rate[i] = w > 0 ? field(line, "calls") / (w / 1e6) : 0;
                 wall = w > wall ? w : wall;
                 wall_min = wall_min == 0 || w < wall_min ? w : wall_min;
                 hp += field(line, "host_p50_us") / k;
@@ -270,13 +283,26 @@ tput:
             finish(&cs[i]);
         }
         /* The first client done against the last: whether the clients share
-         * the GPU evenly or one of them waits for the others. */
-        printf("K=%d calls=%.0f wall_ms=%.1f first_done_ms=%.1f calls_per_s=%.0f host_p50_us=%.1f "
-               "busy=%.0f\n",
-               k, calls, wall / 1e3, wall_min / 1e3, calls / (wall / 1e6), hp, busy);
+         * the GPU evenly or one of them waits for the others.  calls_per_s
+         * counts until the last client is done; together_per_s is K times
+         * the median client's own rate (the rate while they all run, which
+         * one client held up at the end does not change), and stragglers
+         * the clients that took over 1.5 times the median's wall time (the
+         * per-client lines above say which call of theirs waited, and when:
+         * worst, worst_issued_ms). */
+        double med = median(rate, k);
+        int stragglers = 0;
+        for (int i = 0; i < k; i++) /* (a client's wall > 1.5 x the median's: its rate below) */
+            stragglers += rate[i] > 0 && rate[i] * 1.5 < med;
+        printf("K=%d calls=%.0f wall_ms=%.1f first_done_ms=%.1f calls_per_s=%.0f "
+               "together_per_s=%.0f stragglers=%d host_p50_us=%.1f busy=%.0f\n",
+               k, calls, wall / 1e3, wall_min / 1e3, calls / (wall / 1e6), med * k, stragglers, hp,
+               busy);
         if (out)
-            fprintf(out, "| %s | K=%d | %.0f calls/s | host p50 %.1f us | %.0f BUSY waits |\n",
-                    label, k, calls / (wall / 1e6), hp, busy);
+            fprintf(out, "| %s | K=%d | %.0f calls/s | together %.0f calls/s | %d straggler%s "
+                         "| host p50 %.1f us | %.0f BUSY waits |\n",
+                    label, k, calls / (wall / 1e6), med * k, stragglers,
+                    stragglers == 1 ? "" : "s", hp, busy);
     }
 }
 
