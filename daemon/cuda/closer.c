@@ -40,6 +40,12 @@
  * daemon then writes its ready: the gate opens), but not the loop or other
  * clients' calls.
  *
+ * Even with no late producer a close takes 10-70 ms on the H200, and the
+ * loop's next submission waits for it: when clients left while another
+ * made calls, that one's calls waited 100-170 ms.  So the gate also waits
+ * for a quiet moment (nothing of ours on the GPU, no submission for 1 ms),
+ * at most RND_CUDA_BUSY_DEFER_MS at a time (gate.c's room_for_close).
+ *
  * RMSNORMD_DEBUG_CLOSER=0 turns the thread off: the closes then run on the
  * loop once no stream waits, as before (for comparison, and as a fallback
  * should a driver serialise the loop's calls behind a close on another
@@ -116,7 +122,8 @@ static void gate_opened(void *ctx, uint64_t held_ns, uint64_t pending)
     (void)ctx;
     if (held_ns > RND_CUDA_GATE_LOG_NS)
         rnd_info("The gate held closes for %" PRIu64 " ms (a stream waited on a client's "
-                 "inputs); %" PRIu64 " released mapping%s close%s now",
+                 "inputs, or our work kept the GPU busy); %" PRIu64 " released mapping%s close%s "
+                 "now",
                  held_ns / 1000000, pending, pending == 1 ? "" : "s", pending == 1 ? "s" : "");
 }
 
@@ -253,23 +260,34 @@ void rnd_cuda_flush_unmaps(rnd_cuda *b)
 bool rnd_cuda_closer_drain(rnd_cuda *b, int timeout_ms)
 {
     uint64_t end = rnd_now_ns() + (uint64_t)timeout_ms * 1000000u;
+    bool drained;
 
+    /* The loop waits here: its work on the GPU is not what holds closes
+     * up now (the gate's room_for_close). */
+    atomic_store(&b->close_now, true);
     for (;;) {
         rnd_closeq_stats st;
         rnd_cuda_flush_unmaps(b);
         rnd_closeq_get_stats(&b->closer, &st);
-        if (st.pending == 0)
-            return true;
-        if (b->failed || rnd_now_ns() >= end)
-            return false;
+        if (st.pending == 0) {
+            drained = true;
+            break;
+        }
+        if (b->failed || rnd_now_ns() >= end) {
+            drained = false;
+            break;
+        }
         usleep(200);
     }
+    atomic_store(&b->close_now, false);
+    return drained;
 }
 
 void rnd_cuda_close_unmaps(rnd_cuda *b)
 {
     /* The device is idle (fini): every fence has completed, so the thread
      * ends once it closed what it holds, and the backlog closes here. */
+    atomic_store(&b->close_now, true);
     (void)rnd_closeq_stop(&b->closer, -1);
     b->closer_thread = false;
     rnd_closeq_close_here(&b->closer);
@@ -296,6 +314,10 @@ void rnd_cuda_closer_stats(rnd_backend *be, rnp_stats_rep *out)
     rnd_stats_put(out, "closes.thread", b->closer_thread);
     rnd_stats_put(out, "closes.gated", st.gated);
     rnd_stats_put(out, "closes.gated_max_us", st.gated_max_ns / 1000u);
+    pthread_mutex_lock(&b->gate_mu);
+    uint64_t held = b->busy_held;
+    pthread_mutex_unlock(&b->gate_mu);
+    rnd_stats_put(out, "closes.busy_held", held);
     rnd_stats_put(out, "closes.streams_pending", b->ngiveback);
     rnd_stats_put(out, "closes.streams_spare", b->nspare);
 }

@@ -186,6 +186,7 @@ static rnd_job *detach(rnd_cuda *b, rnd_cuda_gjob *g)
     rn_queue_remove(&g->link);
     rn_queue_remove(&g->alink);
     b->noutstanding--;
+    atomic_fetch_sub(&b->busy_jobs, 1);
     g->cs->njobs--;
     g->job = NULL;
     g->cs = NULL;

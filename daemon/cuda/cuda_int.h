@@ -69,6 +69,12 @@
 /* The gate (gate.c): a stream's wait on a client not satisfied for longer
  * than this holds closes (RMSNORMD_DEBUG_CLOSE_GATE_MS; 0: any wait). */
 #define RND_CUDA_GATE_GRACE_MS 50
+/* Closes wait for a quiet moment (gate.c): nothing of ours on the GPU and
+ * no submission for RND_CUDA_QUIET_NS; while the work goes on, at most
+ * RND_CUDA_BUSY_DEFER_MS (RMSNORMD_DEBUG_CLOSE_DEFER_MS; 0: no wait), and
+ * then for as long again whatever the work. */
+#define RND_CUDA_QUIET_NS 1000000ull
+#define RND_CUDA_BUSY_DEFER_MS 500
 /* A gate that held closes longer than this is logged when it opens. */
 #define RND_CUDA_GATE_LOG_NS (100 * 1000000ull)
 /* A kernel running longer than this marks the device failing, unless
@@ -233,6 +239,12 @@ struct rnd_cuda {
     rn_queue waits;                /* gjobs whose stream waits on a client, oldest first */
     bool closing;                  /* a close the gate let through runs (gate_mu) */
     uint64_t gate_grace_ns;        /* a wait younger than this holds no close */
+    atomic_uint busy_jobs;         /* jobs outstanding: the loop's mirror for the gate */
+    atomic_uint_least64_t busy_last_ns; /* the loop's last submission */
+    atomic_bool close_now;         /* a drain waits (or fini): no wait for quiet */
+    uint64_t busy_defer_ns;        /* at most this long a close waits for quiet, 0: never */
+    uint64_t busy_since;           /* the gate first held a close for busy work (gate_mu) */
+    uint64_t busy_held;            /* looks that did (gate_mu): closes.busy_held */
     uint32_t ngiveback;            /* own streams whose give-back waits for the gate */
     uint32_t nspare;               /* own streams kept for the next rings */
     uint32_t noutstanding, max_jobs;

@@ -57,26 +57,36 @@
 #include "ring_io.h"
 #include "stats.h"
 
+/* A debugging knob of milliseconds (up to 600000), def when unset or not one. */
+static uint64_t env_ms(const char *name, uint64_t def)
+{
+    const char *env = getenv(name);
+
+    if (!env || !*env)
+        return def;
+    char *end;
+    unsigned long long v = strtoull(env, &end, 10);
+    if (*end == '\0' && v <= 600000)
+        return v;
+    rnd_warn("%s=%s is not a number of ms up to 600000; using %" PRIu64, name, env, def);
+    return def;
+}
+
 void rnd_cuda_gate_init(rnd_cuda *b)
 {
-    const char *env = getenv("RMSNORMD_DEBUG_CLOSE_GATE_MS");
-    uint64_t ms = RND_CUDA_GATE_GRACE_MS;
+    uint64_t ms = env_ms("RMSNORMD_DEBUG_CLOSE_GATE_MS", RND_CUDA_GATE_GRACE_MS);
+    uint64_t defer = env_ms("RMSNORMD_DEBUG_CLOSE_DEFER_MS", RND_CUDA_BUSY_DEFER_MS);
 
-    if (env && *env) {
-        char *end;
-        unsigned long long v = strtoull(env, &end, 10);
-        if (*end == '\0' && v <= 600000)
-            ms = v;
-        else
-            rnd_warn("RMSNORMD_DEBUG_CLOSE_GATE_MS=%s is not a number of ms up to 600000; "
-                     "using %" PRIu64,
-                     env, ms);
-    }
     b->gate_grace_ns = ms * 1000000u;
     if (ms != RND_CUDA_GATE_GRACE_MS)
         rnd_warn("RMSNORMD_DEBUG_CLOSE_GATE_MS=%" PRIu64 ": closes wait while a stream has "
                  "waited on a client for more than %" PRIu64 " ms%s",
                  ms, ms, ms ? "" : " (any wait: the strict gate)");
+    b->busy_defer_ns = defer * 1000000u;
+    if (defer != RND_CUDA_BUSY_DEFER_MS)
+        rnd_warn("RMSNORMD_DEBUG_CLOSE_DEFER_MS=%" PRIu64 ": a close waits at most that long "
+                 "for a moment with nothing of ours on the GPU",
+                 defer);
 }
 
 void rnd_cuda_gate_add(rnd_cuda *b, rnd_cuda_gjob *g, const rnd_ring_job *rj, cudaEvent_t ev)
@@ -177,6 +187,34 @@ bool rnd_cuda_waits_clear(rnd_cuda *b)
     return r > 0;
 }
 
+/*
+ * Under gate_mu: whether the loop's work leaves room for a close.  A close
+ * waits for the device (10-70 ms each on the H200, even idle), and the
+ * loop's CUDA calls wait behind it: when clients left while another
+ * made calls, that client's next calls waited 100-170 ms for the closes
+ * of the others' mappings (bench/RESULTS.md).  So a close waits for a
+ * moment with nothing of ours on the GPU and no submission for
+ * RND_CUDA_QUIET_NS; while the work goes on, for at most busy_defer_ns,
+ * and then closes go for as long again before they wait once more, so
+ * that a client that never pauses delays them, but never stops them.
+ */
+static bool room_for_close(rnd_cuda *b, uint64_t now)
+{
+    if (!b->busy_defer_ns || atomic_load(&b->close_now))
+        return true;
+    uint64_t last = atomic_load(&b->busy_last_ns);
+    if (atomic_load(&b->busy_jobs) == 0 && (now < last || now - last >= RND_CUDA_QUIET_NS)) {
+        b->busy_since = 0;
+        return true;
+    }
+    if (!b->busy_since || now - b->busy_since >= 2 * b->busy_defer_ns)
+        b->busy_since = now;
+    if (now - b->busy_since >= b->busy_defer_ns)
+        return true;
+    b->busy_held++;
+    return false;
+}
+
 int rnd_cuda_gate_enter(void *ctx)
 {
     rnd_cuda *b = ctx;
@@ -185,6 +223,8 @@ int rnd_cuda_gate_enter(void *ctx)
 
     pthread_mutex_lock(&b->gate_mu);
     int r = check_locked(b, now, &err);
+    if (r > 0 && !room_for_close(b, now))
+        r = 0;
     if (r > 0)
         b->closing = true;
     pthread_mutex_unlock(&b->gate_mu);

@@ -120,6 +120,8 @@ static void outstanding(rnd_cuda *b, rnd_cuda_sess *cs, rnd_cuda_gjob *g, rnd_jo
     g->submit_ns = rnd_now_ns();
     rn_queue_push_back(&b->outstanding, &g->link);
     b->noutstanding++;
+    atomic_fetch_add(&b->busy_jobs, 1);
+    atomic_store(&b->busy_last_ns, g->submit_ns);
     cs->njobs++;
 }
 

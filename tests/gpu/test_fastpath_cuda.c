@@ -530,7 +530,41 @@ static void test_closes_while_busy(void **state)
     RNH_PASS(d);
 }
 
-/* The premise of the test above, and the old behaviour: with the closes on
+/*
+ * A client that never pauses (calls back to back, 4 deep, no producer) and
+ * the churn client's 100 releases beside it.  A close holds up the loop's
+ * CUDA calls for as long as it takes (10-70 ms on the H200), so closes wait
+ * for a moment with nothing of ours on the GPU, but only so long
+ * (RND_CUDA_BUSY_DEFER_MS): the gate held them (closes.busy_held), and
+ * still every release closed while the client ran.
+ */
+static void test_closes_wait_for_quiet(void **state)
+{
+    static const char *const nonstop[] = {"busy", "0", NULL};
+    rnh_daemon *d = *state;
+    rnh_proc busy;
+
+    NEED_GPU();
+    assert_int_equal(start(d, true), 0);
+    need_fast(d);
+    assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", nonstop, &busy), 0);
+    assert_int_equal(rnh_await_line(&busy, "busy", "busy", NULL, 0, 60000), 0);
+    int64_t done0 = rnh_stat(d, "closes.done"), held0 = rnh_stat(d, "closes.busy_held");
+    assert_int_equal(run_fast(d, churn_args), 0);
+    int rc = rnh_wait_stat_ge(d, "closes.done", done0 + CHURN_RELEASES, 20000);
+    int64_t held = rnh_stat(d, "closes.busy_held") - held0;
+    print_closes(d, "beside a client that never pauses");
+    printf("closes.busy_held %lld\n", (long long)held);
+    assert_int_equal(rc, 0);
+    assert_true(held > 0);
+    stop_busy(&busy);
+    assert_int_equal(rnh_wait_stat(d, "closes.pending", 0, 10000), 0);
+    assert_not_failing(d);
+    assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    RNH_PASS(d);
+}
+
+/* The premise of test_closes_while_busy, and the old behaviour: with the closes on
  * the loop (RMSNORMD_DEBUG_CLOSER=0) they wait until no stream waits, which
  * the busy client never allows, so they pile up until it stops.  Were they
  * not to pile up here, the busy client would not be keeping the stream
@@ -637,6 +671,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kill9_memops, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9_pending, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_closes_while_busy, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_closes_wait_for_quiet, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_closes_pile_up_on_the_loop, rnh_setup,
                                         rnh_teardown),
         cmocka_unit_test_setup_teardown(test_closes_beside_late_producer, rnh_setup,
