@@ -13,7 +13,9 @@
  * from release to close), "closes.thread" (1: on the closer thread),
  * "closes.gated" (times the gate held closes: a stream waited on a late
  * client, daemon/cuda/gate.c), "closes.gated_max_us" (the longest it held
- * them, the current hold included), "closes.streams_pending" (rings' own
+ * them, the current hold included), "closes.busy_held" (looks of the gate
+ * that held a close for a quiet moment of our own GPU work),
+ * "closes.streams_pending" (rings' own
  * streams whose give-back waits for the gate); "regions.ipc_large" (CUDA
  * IPC allocations over 512 MiB mapped, daemon/cuda/mapcache.c: the kernel
  * runs slower on tensors inside one), "regions.remap_waits" (REGISTERs that

@@ -157,6 +157,8 @@ static const struct {
     {"closes.thread", "1 when released mappings close on the closer thread, 0 on the loop."},
     {"closes.gated",
      "Times the closer's gate held closes because a stream waited on a client's late inputs."},
+    {"closes.busy_held",
+     "Looks of the closer's gate that held a close for a quiet moment of the daemon's GPU work."},
     {"closes.gated_max_us",
      "The longest the closer's gate held closes (the current hold included), in microseconds."},
     {"closes.streams_pending",

@@ -146,6 +146,7 @@ static void test_prometheus_help_lines(void **state)
         {"closes.thread", "rmsnormd_closes_thread", "gauge"},
         {"closes.gated", "rmsnormd_closes_gated_total", "counter"},
         {"closes.gated_max_us", "rmsnormd_closes_gated_max_us", "gauge"},
+        {"closes.busy_held", "rmsnormd_closes_busy_held_total", "counter"},
         {"closes.streams_pending", "rmsnormd_closes_streams_pending", "gauge"},
         {"closes.streams_spare", "rmsnormd_closes_streams_spare", "gauge"},
         {"regions.ipc_large", "rmsnormd_regions_ipc_large_total", "counter"},
