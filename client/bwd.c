@@ -289,7 +289,21 @@ static int ring_step(rn_client *c, void *arg)
     if ((rv = map_tensors(c, k, &b)) != 0)
         return rv;
     fill_bwd(c, k->a, RNP_MODE_SYNC, -1, &b);
-    if ((rv = rnc_ring_publish(c, &b, k->dev, k->stream, &seq)) != 0 || k->async)
+    /* A ring about to open gets a done word in device memory where the
+     * device side has one (registered like a tensor). */
+    rnc_done_word dw, *done = NULL;
+    void *p = NULL;
+    if (k->dev && k->dev->done_word && rnc_ring_opening(c)) {
+        if ((rv = k->dev->done_word(c, &p)) != 0)
+            return rv;
+        if (p) {
+            if ((rv = k->m->map(c, k->ctx, "ring.done_word", p, &dw.t)) != 0)
+                return rv;
+            dw.addr = (uint64_t)(uintptr_t)p;
+            done = &dw;
+        }
+    }
+    if ((rv = rnc_ring_publish(c, &b, k->dev, k->stream, done, &seq)) != 0 || k->async)
         return rv;
     rv = rnc_ring_wait(c, seq);
     /* As in bwd_step: a call that overwrites its own inputs is not run

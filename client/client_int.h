@@ -94,6 +94,9 @@ struct rn_client {
     bool ring_setup_failed; /* the last ring call failed setting up the ring (ring.c) */
     bool ring_off;      /* RN_PATH_AUTO: the ring could not be set up here; classic */
     rnc_ring *ring;
+    void *done_buf;     /* device memory of the rings' done words (ring_cuda.c), or NULL */
+    uint32_t done_next; /* its next word never handed out */
+    void (*done_free)(rn_client *c); /* frees done_buf (rnc_ring_release) */
 
     rnc_watch *watch;
     bool watch_off;     /* RMSNORMD_WATCH=0: no watcher thread */
@@ -252,6 +255,10 @@ typedef struct rnc_ring_dev {
      * runs once the graph and every instantiation of it are destroyed
      * (never if this fails). */
     int (*graph)(rn_client *c, void *stream, uint64_t addr, void (*gone)(void *), void *arg);
+    /* A fresh done word in device memory for the next RING_OPEN (zero, never
+     * handed out before in this process) in *p, or *p NULL for none (the
+     * ring's word serves): 0 or an rn_status.  May be NULL. */
+    int (*done_word)(rn_client *c, void **p);
 } rnc_ring_dev;
 
 /*
@@ -263,10 +270,18 @@ typedef struct rnc_ring_dev {
  * dev NULL: the calling thread is producer and consumer (ready is written
  * here).  Else the call is stream-ordered: dev writes ready = seq on
  * stream before the slot is published, and makes stream wait for done >=
- * seq after; nothing waits on the host.
+ * seq after; nothing waits on the host.  done: where the ring opens now,
+ * a done word in device memory the session registered, which the
+ * stream then waits on instead of the ring's (NULL: the ring's).
  */
+typedef struct rnc_done_word {
+    rnp_tensor t;                  /* its region and offset */
+    uint64_t addr;                 /* its device address here */
+} rnc_done_word;
 int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev, void *stream,
-                     uint64_t *seq);
+                     const rnc_done_word *done, uint64_t *seq);
+/* Whether c's next fast-path call opens its ring (a new session). */
+bool rnc_ring_opening(const rn_client *c);
 /* (A call on a stream being captured takes a graph slot instead of a seq:
  * *seq is 0, and nothing waits for it on the host.) */
 /* Wait until the call seq finished; then the first error not yet

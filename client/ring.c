@@ -77,6 +77,8 @@ struct rnc_ring {
     char msg[RN_ERRMSG_LEN];
     const rnc_ring_dev *dev;       /* registered with a device (dev_base) */
     uint64_t dev_base;
+    uint64_t done_addr;            /* the done word streams wait on in device memory (RING_OPEN's
+                                    * done_region), 0: the ring's own */
     bool retire;                   /* streams may wait on it: a new session gets new memory */
     struct rnc_ring *retired;      /* older memory of this client, kept until rn_close */
     uint64_t token;                /* names this memory to graph destructors */
@@ -214,6 +216,8 @@ void rnc_ring_release(rn_client *c)
         free(g);
     }
     c->ring = NULL;
+    if (c->done_free)
+        c->done_free(c);
 }
 
 /* Record the first error of the calls up to done that is not yet known. */
@@ -314,8 +318,14 @@ static int renew(rn_client *c)
     return 0;
 }
 
-/* Make sure c's ring is open in the current session. */
-static int ensure_open(rn_client *c)
+bool rnc_ring_opening(const rn_client *c)
+{
+    const rnc_ring *g = c->ring;
+    return !g || !g->open || memcmp(&g->of, &c->session, sizeof g->of) != 0;
+}
+
+/* Make sure c's ring is open in the current session (with done's word). */
+static int ensure_open(rn_client *c, const rnc_done_word *done)
 {
     rnc_ring *g = c->ring;
     int rv;
@@ -343,13 +353,25 @@ static int ensure_open(rn_client *c)
     g->seq = g->checked = 0;
     if ((rv = rnc_chan_register(c, g->fd, g->size, &g->region)) != 0)
         return rv;
-    rnp_request *q = rnc_request(c, RN_OP_RING_OPEN);
-    q->u.ring_open.session = c->session;
-    q->u.ring_open.region.id = g->region;
-    q->u.ring_open.offset = 0;
-    q->u.ring_open.slots = RING_SLOTS;
-    if ((rv = rnc_transact(c, c->timeout_ms)) != 0)
+    g->done_addr = 0;
+    for (;;) {
+        rnp_request *q = rnc_request(c, RN_OP_RING_OPEN);
+        q->u.ring_open.session = c->session;
+        q->u.ring_open.region.id = g->region;
+        q->u.ring_open.offset = 0;
+        q->u.ring_open.slots = RING_SLOTS;
+        if (done) {
+            q->u.ring_open.done_region.id = done->t.region.id;
+            q->u.ring_open.done_offset = done->t.offset;
+        }
+        rv = rnc_transact(c, c->timeout_ms);
+        if (rv != RN_UNKNOWN_FIELD || !done)
+            break;
+        done = NULL; /* a daemon older than done_region: the ring's word */
+    }
+    if (rv != 0)
         return rv;
+    g->done_addr = done ? done->addr : 0;
     g->id = c->rep.u.ring_open.ring;
     g->of = c->session;
     g->open = true;
@@ -555,13 +577,13 @@ static int graph_publish(rn_client *c, rnc_ring *g, const rnp_bwd_req *b,
 }
 
 int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev, void *stream,
-                     uint64_t *seqp)
+                     const rnc_done_word *done, uint64_t *seqp)
 {
     rnc_ring *g;
     int rv;
 
     c->ring_setup_failed = false;
-    if ((rv = ensure_open(c)) != 0) {
+    if ((rv = ensure_open(c, done)) != 0) {
         c->ring_setup_failed = true;
         return rv;
     }
@@ -644,7 +666,8 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
     *seqp = seq;
     /* Later work on the stream sees the outputs.  Published already: a
      * failure here leaves the call to run, unwaited for. */
-    if (dev && (rv = dev->wait(c, stream, g->dev_base + RNP_RING_O_DONE, seq)) != 0)
+    uint64_t done_at = g->done_addr ? g->done_addr : g->dev_base + RNP_RING_O_DONE;
+    if (dev && (rv = dev->wait(c, stream, done_at, seq)) != 0)
         return rv;
     return 0;
 }

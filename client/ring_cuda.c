@@ -118,6 +118,58 @@ static void detach(void *base)
         (void)cudaGetLastError();
 }
 
+/*
+ * RMSNORMD_DEBUG_DONE_WORD=device (being measured, off by default): each
+ * ring opens with a done word of its own in device memory (RING_OPEN's
+ * done_region), which the daemon's stream writes before the ring's, and the
+ * caller's stream waits on it instead.  Eight processes under MPS saw a
+ * stream's wait on a word in host memory late by 8-61 ms now and then, and
+ * never on device memory (bench/RESULTS.md).  Not yet raised by the
+ * watcher or on a lost session: a daemon that dies leaves such streams
+ * waiting, which is why it is not the default yet.
+ */
+#define DONE_BUF_BYTES (2u << 20) /* its own allocation block: 262 144 opens */
+
+static void done_free(rn_client *c)
+{
+    if (c->done_buf && cudaFree(c->done_buf) != cudaSuccess)
+        (void)cudaGetLastError();
+    c->done_buf = NULL;
+    c->done_next = 0;
+    c->done_free = NULL;
+}
+
+static int done_word(rn_client *c, void **p)
+{
+    const char *e = getenv("RMSNORMD_DEBUG_DONE_WORD");
+    rn_fault f;
+
+    *p = NULL;
+    if (!e || strcmp(e, "device") != 0)
+        return 0;
+    if (!c->done_buf) {
+        void *buf = NULL;
+        RN_CUDA_GOTO(cudaMalloc(&buf, DONE_BUF_BYTES), &f, fail);
+        /* Zero before any stream can wait on it (the legacy stream's
+         * memset, then the host waits for it). */
+        if (cudaMemset(buf, 0, DONE_BUF_BYTES) != cudaSuccess ||
+            cudaStreamSynchronize(cudaStreamLegacy) != cudaSuccess) {
+            (void)cudaGetLastError();
+            (void)cudaFree(buf);
+            return rnc_fail(c, RN_CUDA, "ring: zeroing the done words failed");
+        }
+        c->done_buf = buf;
+        c->done_next = 0;
+        c->done_free = done_free;
+    }
+    if (c->done_next >= DONE_BUF_BYTES / 8)
+        return 0; /* (all used: the ring's word) */
+    *p = (uint8_t *)c->done_buf + 8u * c->done_next++;
+    return 0;
+fail:
+    return rnc_fail(c, RN_CUDA, "ring: device memory for done words: %s", f.why);
+}
+
 static int write_ready(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
 {
     CUresult r;
@@ -234,6 +286,7 @@ const rnc_ring_dev rnc_cuda_ring_dev = {
     .detach = detach,
     .write = write_ready,
     .wait = wait_done,
+    .done_word = done_word,
     .captured = captured,
     .graph = graph,
 };

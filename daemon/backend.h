@@ -55,6 +55,8 @@ typedef struct rnd_device_info {
     uint32_t event_slots;              /* ready/done ring size; 0 = no events */
     bool rings;                        /* runs ring jobs (the fast path, rnd_ring_job);
                                         * false: the daemon refuses RING_OPEN */
+    bool done_words;                   /* writes a ring's done to a word in a device
+                                        * region as well (rnd_ring_job.done_dev) */
 } rnd_device_info;
 
 typedef struct rnd_backend_opts {
@@ -120,6 +122,9 @@ typedef struct rnd_ring_job {
                                         * result and fails) then done = 1 in the graph
                                         * slot.  It does not wait behind the ring's
                                         * slots (a replay may hold up their ready). */
+    void *done_dev;                    /* NULL, or the ring's done word in device memory
+                                        * (the client's region, the daemon's mapping): done
+                                        * is written there too, first */
     bool ready_seen;                   /* the ring's ready word had reached seq before the
                                         * job was taken (--ring-ready=host): its input is
                                         * ready, no stream waits for it */
@@ -199,6 +204,12 @@ typedef struct rnd_backend_ops {
                            rnp_error *err);
     /* No job that uses m is between submit and done. */
     void (*region_close)(rnd_backend *be, void *bsess, rnd_mapping *m);
+    /* A ring's done word at off in m (RING_OPEN's done_region, aligned and
+     * in bounds): its address for rnd_ring_job.done_dev, or an rn_status
+     * naming ring_open.done_region (not device memory).  NULL: the
+     * backend has no done words (info's done_words false). */
+    int (*device_word)(rnd_backend *be, const rnd_mapping *m, uint64_t off, void **out,
+                       rnp_error *err);
     int (*events)(rnd_backend *be, void *bsess, const rnp_events_req *req,
                   rnp_events_rep *out, rnp_error *err);
     /* 0: the job's events will run as described above, later (never from

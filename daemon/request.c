@@ -527,6 +527,7 @@ int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const r
     r->rj.seq = at->seq;
     r->rj.graph = at->graph;
     r->rj.ready_seen = at->ready;
+    r->rj.done_dev = at->graph ? NULL : at->done_dev;
     rn_queue_init(&r->dups);
     rn_queue_init(&r->run.link);
 

@@ -232,6 +232,8 @@ static void ring_free(rnd_ring *g)
         __atomic_store_n(rnp_ring_u32(g->base, RNP_RING_O_STATE), RNP_RING_CLOSED,
                          __ATOMIC_RELEASE);
     rnd_region_unref(g->region);
+    if (g->done_region)
+        rnd_region_unref(g->done_region);
     free(g);
 }
 
@@ -313,7 +315,7 @@ static unsigned take(rnd_ring *g, bool force)
         uint8_t *slot = g->base + rnp_ring_slot_off(seq, g->slots);
         /* Once: everything below reads the private copy. */
         memcpy(desc, slot, sizeof desc);
-        rnd_ring_slot at = { g->base, slot, seq, force, on_released, g, false, ready };
+        rnd_ring_slot at = { g->base, slot, seq, force, on_released, g, false, ready, g->done_dev };
         bool ok = rnp_ring_decode(desc, seq, &b, &err) == 0;
         rc = tab->submit(tab->ctx, s, ok ? &b : NULL, ok ? NULL : &err, &at, rnd_now_ns());
         if (rc == RN_BUSY) { /* taken again once a request frees a limit */
@@ -457,6 +459,40 @@ void rnd_ring_session_end(rnd_session *s)
 
 /* ---- RING_OPEN, RING_CLOSE ---------------------------------------------------------------- */
 
+/* RING_OPEN's done word (PROTOCOL.md 13.3): a u64 in a device region of the
+ * session, which the backend writes done to as well. */
+static int done_word(rnd_ctx *ctx, rnd_session *s, const rnp_ring_open_req *o, rnd_region **dr,
+                     void **out, rnp_error *err)
+{
+    rnd_region *r = rnd_region_find(s, o->done_region.id);
+
+    if (!r)
+        return rnp_fail(err, RN_UNKNOWN_REGION,
+                        "ring_open.done_region: no region %u in this session",
+                        (unsigned)o->done_region.id);
+    if (o->done_offset % 8)
+        return rnp_fail(err, RN_MISALIGNED,
+                        "ring_open.done_offset: %llu is not a multiple of 8",
+                        (unsigned long long)o->done_offset);
+    if (o->done_offset > r->map.size || r->map.size - o->done_offset < 8)
+        return rnp_fail(err, RN_OUT_OF_BOUNDS,
+                        "ring_open.done_offset: %llu is past the end of region %u (%llu bytes)",
+                        (unsigned long long)o->done_offset, (unsigned)r->id,
+                        (unsigned long long)r->map.size);
+    if (r->ring || r->id == o->region.id)
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "ring_open.done_region: region %u holds a ring, not device memory",
+                        (unsigned)r->id);
+    if (!ctx->dev.done_words || !ctx->be->ops->device_word)
+        return rnp_fail(err, RN_UNSUPPORTED,
+                        "ring_open.done_region: the %s backend writes done to the ring only",
+                        ctx->dev.backend);
+    int rc = ctx->be->ops->device_word(ctx->be, &r->map, o->done_offset, out, err);
+    if (rc == 0)
+        *dr = r;
+    return rc;
+}
+
 int rnd_op_ring_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_reply *rep,
                      rnp_error *err)
 {
@@ -494,6 +530,10 @@ int rnd_op_ring_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_r
     if (__atomic_load_n(rnp_ring_u64(base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE) != 0)
         return rnp_fail(err, RN_INVALID_ARGUMENT,
                         "ring_open.prod: a new ring has published nothing (the word is 0)");
+    rnd_region *dr = NULL;
+    void *done_dev = NULL;
+    if (o->done_region.id && (rc = done_word(ctx, s, o, &dr, &done_dev, err)) != 0)
+        return rc;
     if (!(g = calloc(1, sizeof *g)))
         return rnp_fail(err, RN_NOMEM, "ring_open: out of memory");
     g->id = ++tab->next_id ? tab->next_id : ++tab->next_id;
@@ -504,6 +544,10 @@ int rnd_op_ring_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_r
     g->slots = o->slots;
     g->region_off = o->offset;
     g->released = on_released;
+    g->done_region = dr;
+    g->done_dev = done_dev;
+    if (dr)
+        dr->refs++;
     rn_queue_init(&g->graphs);
     r->refs++;
     r->ring = true;

@@ -48,6 +48,7 @@ typedef struct rnd_ring_slot {
     bool graph;                    /* slot is a graph slot, seq its generation (13.8) */
     bool ready;                    /* its ready word had reached seq when it was taken
                                     * (--ring-ready=host): nothing waits for it */
+    void *done_dev;                /* the ring's done word in device memory, or NULL */
 } rnd_ring_slot;
 
 /*

@@ -59,6 +59,8 @@ typedef struct rnd_ring {
                                     * ready word had not reached it, 0 if none (atomic:
                                     * the loop sets it, the doorbell thread clears it when
                                     * ready gets there) */
+    rnd_region *done_region;       /* the done word's device region (referenced), or NULL */
+    void *done_dev;                /* the word in the daemon's mapping of it */
     uint64_t left_ns;              /* when the loop first left a slot it could not take
                                     * yet (ready not there, a limit), 0 if none */
     const char *left_why;          /* which of them, first */

@@ -199,7 +199,9 @@ static int ring_open_field(rnp_dctx *d, void *obj, int idx, const char *path)
     case 0: return rnp_dec_session(d, path, &o->session);
     case 1: return rnp_dec_u32(d, path, &o->region.id);
     case 2: return rnp_dec_u64(d, path, &o->offset);
-    default: return rnp_dec_u32(d, path, &o->slots);
+    case 3: return rnp_dec_u32(d, path, &o->slots);
+    case 4: return rnp_dec_u32(d, path, &o->done_region.id);
+    default: return rnp_dec_u64(d, path, &o->done_offset);
     }
 }
 
@@ -241,7 +243,8 @@ static int dec_body(rnp_dctx *d, void *msg)
     static const char *const session[] = { "session" };
     static const char *const unreg[] = { "session", "region" };
     static const char *const events[] = { "session", "ready", "device_uuid" };
-    static const char *const ring_open[] = { "session", "region", "offset", "slots" };
+    static const char *const ring_open[] = { "session", "region", "offset", "slots",
+                                             "done_region", "done_offset" };
     static const char *const ring_close[] = { "session", "ring" };
     static const char *const graph_open[] = { "session", "ring", "offset" };
     static const char *const graph_close[] = { "session", "ring", "graph" };
@@ -255,7 +258,7 @@ static int dec_body(rnp_dctx *d, void *msg)
     case RN_OP_BWD: return dec_bwd_req(d, &q->u.bwd);
     case RN_OP_BYE: return rnp_dec_map(d, "bye", session, 1, 0x1, session_field, &q->u.bye, NULL);
     case RN_OP_RING_OPEN:
-        return rnp_dec_map(d, "ring_open", ring_open, 4, 0xfu, ring_open_field, &q->u.ring_open,
+        return rnp_dec_map(d, "ring_open", ring_open, 6, 0xfu, ring_open_field, &q->u.ring_open,
                            NULL);
     case RN_OP_RING_CLOSE:
         return rnp_dec_map(d, "ring_close", ring_close, 2, 0x3u, ring_close_field,

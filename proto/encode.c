@@ -229,13 +229,19 @@ static void enc_request_body(enc *e, const rnp_request *q)
         msgpack_pack_map(&e->pk, 1);
         kv_bin(e, "session", q->u.bye.b, RNP_SESSION_BYTES);
         break;
-    case RN_OP_RING_OPEN:
-        msgpack_pack_map(&e->pk, 4);
+    case RN_OP_RING_OPEN: {
+        bool dw = q->u.ring_open.done_region.id != 0;
+        msgpack_pack_map(&e->pk, 4 + 2 * dw);
         kv_bin(e, "session", q->u.ring_open.session.b, RNP_SESSION_BYTES);
         kv_uint(e, "region", q->u.ring_open.region.id);
         kv_uint(e, "offset", q->u.ring_open.offset);
         kv_uint(e, "slots", q->u.ring_open.slots);
+        if (dw) {
+            kv_uint(e, "done_region", q->u.ring_open.done_region.id);
+            kv_uint(e, "done_offset", q->u.ring_open.done_offset);
+        }
         break;
+    }
     case RN_OP_RING_CLOSE:
         msgpack_pack_map(&e->pk, 2);
         kv_bin(e, "session", q->u.ring_close.session.b, RNP_SESSION_BYTES);

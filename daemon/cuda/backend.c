@@ -321,6 +321,7 @@ static void cuda_info(rnd_backend *be, rnd_device_info *out)
     out->mps = b->mps;
     out->event_slots = RNP_MAX_EVENTS;
     out->rings = b->rings;
+    out->done_words = b->done_words;
 }
 
 static int cuda_health(rnd_backend *be, char (*reasons)[RNP_REASON_LEN], uint32_t max, uint32_t *n)
@@ -412,6 +413,7 @@ const rnd_backend_ops rnd_backend_cuda_ops = {
      * the session channel (VMM_CHUNK, vmm.c). */
     .region_open_fd = cuda_region_open_fd,
     .region_close = rnd_cuda_region_close_any,
+    .device_word = rnd_cuda_device_word,
     .vmm_import = rnd_cuda_vmm_import,
     .vmm_drop = rnd_cuda_vmm_drop,
     .region_open_vmm = rnd_cuda_region_open_vmm,

@@ -260,6 +260,7 @@ struct rnd_cuda {
     /* The fast path (ring.c): offered only with --cuda-fast-path on a device
      * with 64-bit stream memory operations. */
     bool rings;
+    bool done_words;               /* rings may name a done word in device memory */
     rnd_cuda_wait64_fn wait64;
     rnd_cuda_write64_fn write64;
     rn_queue hostmaps;             /* rings' memory registered with CUDA (released: closer) */
@@ -424,6 +425,8 @@ void rnd_cuda_ring_probe(rnd_cuda *b, bool want);
 int rnd_cuda_region_open_fd(rnd_backend *be, void *bsess, int fd, uint64_t size,
                             rnd_mapping *out, rnp_error *err);
 void rnd_cuda_region_close_any(rnd_backend *be, void *bsess, rnd_mapping *m);
+int rnd_cuda_device_word(rnd_backend *be, const rnd_mapping *m, uint64_t off, void **out,
+                         rnp_error *err);
 void rnd_cuda_ring_fini(rnd_cuda *b);
 /* The rings' memory the server released goes to the closer with the IPC
  * mappings (one backlog): the same as rnd_cuda_flush_unmaps, kept for its

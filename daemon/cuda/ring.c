@@ -135,6 +135,7 @@ void rnd_cuda_ring_probe(rnd_cuda *b, bool want)
                  "the daemon still maps instead of being skipped");
     b->cancel_dev = (CUdeviceptr)(uintptr_t)dev;
     b->rings = true;
+    b->done_words = true;
     rnd_info("The cuda backend offers the fast path (PROTOCOL.md section 13; "
              "--cuda-fast-path=no turns it off)");
 }
@@ -240,6 +241,23 @@ static void hostmap_free(rnd_cuda *b, rnd_cuda_hostmap *h)
     /* A failed device may still hold it: left to the process exit. */
     if (!b->failed)
         hostmap_close(&h->rel);
+}
+
+int rnd_cuda_device_word(rnd_backend *be, const rnd_mapping *m, uint64_t off, void **out,
+                         rnp_error *err)
+{
+    rnd_cuda *b = (rnd_cuda *)be;
+
+    if (!b->done_words)
+        return rnp_fail(err, RN_UNSUPPORTED, "ring_open.done_region: the fast path is off");
+    /* A stream write to host memory not registered with CUDA would fail
+     * the device: only a client's device memory (REGISTER, CUDA IPC or VMM). */
+    if (hostmap_of(b, m->handle))
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "ring_open.done_region: its region is host memory; the done word must "
+                        "be in device memory (REGISTER of a CUDA IPC handle)");
+    *out = (uint8_t *)m->base + off;
+    return 0;
 }
 
 void rnd_cuda_region_close_any(rnd_backend *be, void *bsess, rnd_mapping *m)

@@ -237,6 +237,15 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
             RN_CUDA_GOTO(cudaEventRecord(g->t1, s->st), &f, fail_queued);
         }
     }
+    /* The done word in the client's device memory first (RING_OPEN's
+     * done_region: what the client's stream waits on), then the ring's. */
+    if (rj->done_dev &&
+        (r = b->write64(s->st, (CUdeviceptr)(uintptr_t)rj->done_dev, rnd_ring_done_value(rj),
+                        CU_STREAM_WRITE_VALUE_DEFAULT)) != CUDA_SUCCESS) {
+        drv_fail(b, s, "cuStreamWriteValue64 (device done)", r, &kerr);
+        rnd_cuda_mark_failed(b, "writing a ring's done word: %.150s", kerr.msg);
+        return 0; /* the failure path answers the job from the host */
+    }
     if ((r = b->write64(s->st, done, rnd_ring_done_value(rj), CU_STREAM_WRITE_VALUE_DEFAULT)) !=
         CUDA_SUCCESS) {
         drv_fail(b, s, "cuStreamWriteValue64 (done)", r, &kerr);

@@ -12,12 +12,14 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "rn_test.h"
 #include "integration/harness.h"
 #include "integration/raw.h"
+#include "integration/rawchan.h"
 #include "integration/rawring.h"
 #include "rmsnormctl_verify.h"
 
@@ -453,8 +455,10 @@ static void test_bad_slots(void **state)
     RNH_PASS(d);
 }
 
-/* RING_OPEN's and RING_CLOSE's checks, the ring's region held, HELLO's paths. */
-static int ring_open(rnr_ring *g, uint32_t region, uint64_t offset, uint32_t slots, char *err)
+/* RING_OPEN's and RING_CLOSE's checks, the ring's region held, HELLO's paths.
+ * With a done word (done_region nonzero) when dregion is. */
+static int ring_open_dw(rnr_ring *g, uint32_t region, uint64_t offset, uint32_t slots,
+                        uint32_t dregion, uint64_t doffset, char *err)
 {
     static rnp_request q;
     static rnp_reply rep;
@@ -464,11 +468,18 @@ static int ring_open(rnr_ring *g, uint32_t region, uint64_t offset, uint32_t slo
     q.u.ring_open.region.id = region;
     q.u.ring_open.offset = offset;
     q.u.ring_open.slots = slots;
+    q.u.ring_open.done_region.id = dregion;
+    q.u.ring_open.done_offset = doffset;
     int st = rnr_ring_call(g, &q, &rep);
     snprintf(err, 200, "%s", rep.error);
     if (st == 0)
         g->ring = rep.u.ring_open.ring;
     return st;
+}
+
+static int ring_open(rnr_ring *g, uint32_t region, uint64_t offset, uint32_t slots, char *err)
+{
+    return ring_open_dw(g, region, offset, slots, 0, 0, err);
 }
 
 static int simple(rnr_ring *g, uint32_t op, uint32_t arg)
@@ -524,6 +535,26 @@ static void test_ring_open_close(void **state)
     rnp_le64_put(g.mem + RNP_RING_O_PROD, 3);
     assert_int_equal(ring_open(&g, g.region, 0, 8, err), RN_INVALID_ARGUMENT);
     assert_non_null(strstr(err, "ring_open.prod"));
+    /* The done word: its region, alignment and bounds, never a ring's
+     * memory, and the cpu backend writes done to the ring only. */
+    rnp_ring_init(g.mem, 8);
+    assert_int_equal(ring_open_dw(&g, g.region, 0, 8, 77, 0, err), RN_UNKNOWN_REGION);
+    assert_non_null(strstr(err, "ring_open.done_region"));
+    assert_int_equal(ring_open_dw(&g, g.region, 0, 8, g.region, 4, err), RN_MISALIGNED);
+    assert_non_null(strstr(err, "ring_open.done_offset"));
+    assert_int_equal(ring_open_dw(&g, g.region, 0, 8, g.region, g.size, err), RN_OUT_OF_BOUNDS);
+    assert_int_equal(ring_open_dw(&g, g.region, 0, 8, g.region, 8, err), RN_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "ring_open.done_region"));
+    int fd2 = (int)syscall(SYS_memfd_create, "done", 1u);
+    uint32_t region2 = 0;
+    char msg[200];
+    assert_true(fd2 >= 0 && ftruncate(fd2, 4096) == 0);
+    assert_int_equal(rnr_chan_register(g.chan, fd2, 4096, &region2, msg, sizeof msg), 0);
+    assert_int_equal(ring_open_dw(&g, g.region, 0, 8, region2, 8, err), RN_UNSUPPORTED);
+    assert_non_null(strstr(err, "ring_open.done_region"));
+    assert_int_equal(simple(&g, RN_OP_UNREGISTER, region2), 0);
+    close(fd2);
+    assert_int_equal(rnh_stat(d, "fast.rings"), 0);
     /* A ring at an offset into the region works like one at 0. */
     rnp_ring_init(g.mem + 64, 4);
     assert_int_equal(ring_open(&g, g.region, 64, 4, err), 0);

@@ -98,7 +98,7 @@ static void flush(fake_stream *s)
     s->npending = 0;
 }
 
-static const rnc_ring_dev fake_dev = {f_attach, f_detach, f_write, f_wait, NULL, NULL};
+static const rnc_ring_dev fake_dev = {f_attach, f_detach, f_write, f_wait, NULL, NULL, NULL};
 
 static rn_client *fast_client(const rnh_daemon *d)
 {

@@ -300,6 +300,40 @@ static void test_result(void **state)
     assert_int_equal(m[0], '?');
 }
 
+/* RING_OPEN's optional done word: both keys or neither on the wire, and a
+ * request without them (what an older client sends) decodes to region 0. */
+static void test_ring_open_done_word(void **state)
+{
+    uint8_t buf[256];
+    size_t len, len_without;
+    rnp_request rq, dq;
+
+    (void)state;
+    memset(&rq, 0, sizeof rq);
+    rq.version = RNP_VERSION;
+    rq.op = RN_OP_RING_OPEN;
+    rq.id = 5;
+    rq.u.ring_open.session.b[0] = 9;
+    rq.u.ring_open.region.id = 3;
+    rq.u.ring_open.offset = 4096;
+    rq.u.ring_open.slots = 64;
+    assert_int_equal(rnp_encode_request(&rq, buf, sizeof buf, &len_without, NULL), 0);
+    memset(&dq, 0xa5, sizeof dq);
+    assert_int_equal(rnp_decode_request(buf, len_without, &dq, NULL), 0);
+    assert_int_equal(dq.u.ring_open.done_region.id, 0);
+    assert_int_equal(dq.u.ring_open.done_offset, 0);
+    assert_null(memmem(buf, len_without, "done_region", 11));
+    rq.u.ring_open.done_region.id = 4;
+    rq.u.ring_open.done_offset = 1ull << 33;
+    assert_int_equal(rnp_encode_request(&rq, buf, sizeof buf, &len, NULL), 0);
+    assert_true(len > len_without);
+    assert_int_equal(rnp_decode_request(buf, len, &dq, NULL), 0);
+    assert_int_equal(dq.u.ring_open.done_region.id, 4);
+    assert_int_equal(dq.u.ring_open.done_offset, 1ull << 33);
+    assert_int_equal(dq.u.ring_open.region.id, 3);
+    assert_int_equal(dq.u.ring_open.slots, 64);
+}
+
 static void test_sequence(void **state)
 {
     (void)state;
@@ -340,6 +374,7 @@ int main(void)
         cmocka_unit_test(test_validated_like_bwd),
         cmocka_unit_test(test_header),
         cmocka_unit_test(test_result),
+        cmocka_unit_test(test_ring_open_done_word),
         cmocka_unit_test(test_sequence),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
