@@ -77,8 +77,7 @@ struct rnc_ring {
     char msg[RN_ERRMSG_LEN];
     const rnc_ring_dev *dev;       /* registered with a device (dev_base) */
     uint64_t dev_base;
-    uint64_t done_addr;            /* the done word streams wait on in device memory (RING_OPEN's
-                                    * done_region), 0: the ring's own */
+    uint64_t done_addr;            /* the device done word streams wait on; 0: the ring's */
     bool retire;                   /* streams may wait on it: a new session gets new memory */
     struct rnc_ring *retired;      /* older memory of this client, kept until rn_close */
     uint64_t token;                /* names this memory to graph destructors */
@@ -320,8 +319,7 @@ static int renew(rn_client *c)
 
 bool rnc_ring_opening(const rn_client *c)
 {
-    const rnc_ring *g = c->ring;
-    return !g || !g->open || memcmp(&g->of, &c->session, sizeof g->of) != 0;
+    return !c->ring || !c->ring->open || memcmp(&c->ring->of, &c->session, sizeof c->session);
 }
 
 /* Make sure c's ring is open in the current session (with done's word). */
@@ -354,25 +352,9 @@ static int ensure_open(rn_client *c, const rnc_done_word *done)
     if ((rv = rnc_chan_register(c, g->fd, g->size, &g->region)) != 0)
         return rv;
     g->done_addr = 0;
-    for (;;) {
-        rnp_request *q = rnc_request(c, RN_OP_RING_OPEN);
-        q->u.ring_open.session = c->session;
-        q->u.ring_open.region.id = g->region;
-        q->u.ring_open.offset = 0;
-        q->u.ring_open.slots = RING_SLOTS;
-        if (done) {
-            q->u.ring_open.done_region.id = done->t.region.id;
-            q->u.ring_open.done_offset = done->t.offset;
-        }
-        rv = rnc_transact(c, c->timeout_ms);
-        if (rv != RN_UNKNOWN_FIELD || !done)
-            break;
-        done = NULL; /* a daemon older than done_region: the ring's word */
-    }
-    if (rv != 0)
+    if ((rv = rnc_ring_open_call(c, g->region, RING_SLOTS, &done, &g->id)) != 0)
         return rv;
     g->done_addr = done ? done->addr : 0;
-    g->id = c->rep.u.ring_open.ring;
     g->of = c->session;
     g->open = true;
     rnc_watch_arm(c, g->base, RING_SLOTS, gslot_off(0), GRAPH_SLOTS);

@@ -76,6 +76,33 @@ int rnc_ensure_session(rn_client *c)
     return 0;
 }
 
+/* ---- rings ------------------------------------------------------------------------- */
+
+int rnc_ring_open_call(rn_client *c, uint32_t region, uint32_t slots, const rnc_done_word **done,
+                       uint32_t *ring)
+{
+    int rv;
+
+    for (;;) {
+        rnp_request *q = rnc_request(c, RN_OP_RING_OPEN);
+        q->u.ring_open.session = c->session;
+        q->u.ring_open.region.id = region;
+        q->u.ring_open.offset = 0;
+        q->u.ring_open.slots = slots;
+        if (*done) {
+            q->u.ring_open.done_region.id = (*done)->t.region.id;
+            q->u.ring_open.done_offset = (*done)->t.offset;
+        }
+        rv = rnc_transact(c, c->timeout_ms);
+        if (rv != RN_UNKNOWN_FIELD || !*done)
+            break;
+        *done = NULL; /* a daemon older than done_region: the ring's word */
+    }
+    if (rv == 0)
+        *ring = c->rep.u.ring_open.ring;
+    return rv;
+}
+
 /* ---- regions ------------------------------------------------------------------------ */
 
 int rnc_register(rn_client *c, const rnp_register_req *r, uint32_t *region)

@@ -522,12 +522,8 @@ int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const r
     r->run.recv_ns = recv_ns;
     r->run.ring = true;
     r->at = *at;
-    r->rj.ring = at->ring;
-    r->rj.slot = at->slot;
-    r->rj.seq = at->seq;
-    r->rj.graph = at->graph;
-    r->rj.ready_seen = at->ready;
-    r->rj.done_dev = at->graph ? NULL : at->done_dev;
+    r->rj = (rnd_ring_job){.ring = at->ring, .slot = at->slot, .seq = at->seq, .graph = at->graph,
+                           .ready_seen = at->ready, .done_dev = at->done_dev};
     rn_queue_init(&r->dups);
     rn_queue_init(&r->run.link);
 
