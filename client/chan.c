@@ -185,6 +185,12 @@ static int connect_by(rn_client *c, const struct sockaddr_un *sa, uint64_t deadl
     return rnc_fail(c, RN_UNREACHABLE, "session channel %s: %s", sa->sun_path, strerror(errno));
 }
 
+bool rnc_chan_closed(rn_client *c)
+{
+    struct pollfd p = { c->chan, POLLIN, 0 };
+    return !c->have_chan || (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR | POLLIN)));
+}
+
 int rnc_chan_open(rn_client *c)
 {
     uint64_t deadline = deadline_of(c);

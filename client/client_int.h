@@ -97,6 +97,11 @@ struct rn_client {
     void *done_buf;     /* device memory of the rings' done words (ring_cuda.c), or NULL */
     uint32_t done_next; /* its next word never handed out */
     void (*done_free)(rn_client *c); /* frees done_buf (rnc_ring_release) */
+    /* Raise the done word at addr to seq from any thread (the watcher's
+     * too), on a stream of its own (ring_cuda.c); NULL with no done_buf. */
+    void (*done_raise)(rn_client *c, uint64_t addr, uint64_t seq);
+    void *done_stream;  /* that stream, on done_device */
+    int done_device;
 
     rnc_watch *watch;
     bool watch_off;     /* RMSNORMD_WATCH=0: no watcher thread */
@@ -160,6 +165,9 @@ int rnc_transact(rn_client *c, int timeout_ms);
  * and c's last error says why.
  */
 int rnc_chan_open(rn_client *c);
+/* Whether the daemon closed the session channel (it died, or the session
+ * ended). */
+bool rnc_chan_closed(rn_client *c);
 
 /*
  * REGISTER_FD: share size bytes of fd (stays c's) with the daemon in the
@@ -323,9 +331,10 @@ enum {
 
 /* Watch the session of c's channel for the ring at base (slots slots,
  * then graph graph slots of RNP_GRAPH_SLOT bytes from graph_off on), just
- * opened.  Clears c->watch_fired. */
+ * opened, whose streams wait on the device word at done_dev (0: on the
+ * ring's own).  Clears c->watch_fired. */
 void rnc_watch_arm(rn_client *c, uint8_t *base, uint32_t slots, uint64_t graph_off,
-                   uint32_t graphs);
+                   uint32_t graphs, uint64_t done_dev);
 /* Stop watching: once it returns the watcher touches the ring no more (the
  * memory may be reused).  Fine when nothing is watched. */
 void rnc_watch_disarm(rn_client *c);

@@ -78,6 +78,7 @@ struct rnc_ring {
     const rnc_ring_dev *dev;       /* registered with a device (dev_base) */
     uint64_t dev_base;
     uint64_t done_addr;            /* the device done word streams wait on; 0: the ring's */
+    rn_client *c;                  /* whose ring */
     bool retire;                   /* streams may wait on it: a new session gets new memory */
     struct rnc_ring *retired;      /* older memory of this client, kept until rn_close */
     uint64_t token;                /* names this memory to graph destructors */
@@ -127,6 +128,7 @@ static int create(rn_client *c, rnc_ring **out)
     if (!g)
         return rnc_fail(c, RN_NOMEM, "ring: out of memory");
     g->size = (size_t)gslot_off(GRAPH_SLOTS);
+    g->c = c;
     /* Sealed against shrinking: the daemon reads the ring from its own
      * mapping, and a cut file would fault it (the cuda backend refuses an
      * unsealed one). */
@@ -295,6 +297,8 @@ static void lost(rnc_ring *g, int code, const char *why)
         /* Streams wait for done on calls that will not be answered: let
          * them go, and keep this memory away from the next session. */
         rnc_watch_raise(rnp_ring_u64(g->base, RNP_RING_O_DONE), g->seq);
+        if (g->done_addr && g->c->done_raise)
+            g->c->done_raise(g->c, g->done_addr, g->seq);
         g->retire = true;
     }
     g->open = false;
@@ -357,7 +361,7 @@ static int ensure_open(rn_client *c, const rnc_done_word *done)
     g->done_addr = done ? done->addr : 0;
     g->of = c->session;
     g->open = true;
-    rnc_watch_arm(c, g->base, RING_SLOTS, gslot_off(0), GRAPH_SLOTS);
+    rnc_watch_arm(c, g->base, RING_SLOTS, gslot_off(0), GRAPH_SLOTS, g->done_addr);
     return 0;
 }
 
@@ -365,14 +369,6 @@ static void futex_wait(uint32_t *w, uint32_t val, uint64_t ns)
 {
     struct timespec ts = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) };
     syscall(SYS_futex, w, FUTEX_WAIT, val, &ts, NULL, 0);
-}
-
-/* Whether the daemon closed the session channel (it died, or the session
- * ended). */
-static bool chan_closed(rn_client *c)
-{
-    struct pollfd p = { c->chan, POLLIN, 0 };
-    return !c->have_chan || (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR | POLLIN)));
 }
 
 /*
@@ -408,7 +404,7 @@ static int wait_done(rn_client *c, rnc_ring *g, uint64_t seq)
         if (!rnp_seq_reached(d, seq))
             futex_wait(rnp_ring_u32(g->base, RNP_RING_O_DONE), (uint32_t)d, NAP_NS);
         __atomic_sub_fetch(waiters, 1, __ATOMIC_SEQ_CST);
-        if (!rnp_seq_reached(load_done(g), seq) && chan_closed(c)) {
+        if (!rnp_seq_reached(load_done(g), seq) && rnc_chan_closed(c)) {
             lost(g, RN_RESTARTED, "the daemon ended the session (or exited)");
             c->have_session = false;
             return rnc_fail(c, RN_UNKNOWN_SESSION, "ring: the daemon ended the session");
@@ -688,7 +684,7 @@ int rnc_ring_sync(rn_client *c, bool wait)
      * outstanding: said now, so that graphs whose replays compute nothing
      * any more are not silent (lost() reports them). */
     if (g->open) {
-        bool gone = fired || chan_closed(c);
+        bool gone = fired || rnc_chan_closed(c);
         if (gone || __atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_STATE), __ATOMIC_ACQUIRE) !=
                         RNP_RING_OPEN)
             lost(g, RN_RESTARTED,

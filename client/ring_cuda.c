@@ -124,19 +124,35 @@ static void detach(void *base)
  * done_region), which the daemon's stream writes before the ring's, and the
  * caller's stream waits on it instead.  Eight processes under MPS saw a
  * stream's wait on a word in host memory late by 8-61 ms now and then, and
- * never on device memory (bench/RESULTS.md).  Not yet raised by the
- * watcher or on a lost session: a daemon that dies leaves such streams
- * waiting, which is why it is not the default yet.
+ * never on device memory (bench/RESULTS.md).  When the session is lost
+ * (the watcher, ring.c's lost()) the word is raised on a stream of the
+ * client's own (done_raise); not yet run on a GPU with a daemon that dies,
+ * which is why it is not the default yet.
  */
 #define DONE_BUF_BYTES (2u << 20) /* its own allocation block: 262 144 opens */
 
 static void done_free(rn_client *c)
 {
+    if (c->done_stream && cudaStreamDestroy((cudaStream_t)c->done_stream) != cudaSuccess)
+        (void)cudaGetLastError();
     if (c->done_buf && cudaFree(c->done_buf) != cudaSuccess)
         (void)cudaGetLastError();
-    c->done_buf = NULL;
+    c->done_buf = c->done_stream = NULL;
     c->done_next = 0;
     c->done_free = NULL;
+    c->done_raise = NULL;
+}
+
+/* Any thread (the watcher's): *addr = seq on the client's own stream, which
+ * waits on nothing, so that a stream waiting on the word moves on.  A plain
+ * store, not the host word's maximum: a daemon that wrote after this (one
+ * silent past the watcher's linger that came back) could lower it again. */
+static void done_raise(rn_client *c, uint64_t addr, uint64_t seq)
+{
+    if (cudaSetDevice(c->done_device) != cudaSuccess ||
+        write64((CUstream)c->done_stream, (CUdeviceptr)addr, seq, CU_STREAM_WRITE_VALUE_DEFAULT) !=
+            CUDA_SUCCESS)
+        (void)cudaGetLastError(); /* (a failed device: the streams fail with it) */
 }
 
 static int done_word(rn_client *c, void **p)
@@ -149,18 +165,28 @@ static int done_word(rn_client *c, void **p)
         return 0;
     if (!c->done_buf) {
         void *buf = NULL;
-        RN_CUDA_GOTO(cudaMalloc(&buf, DONE_BUF_BYTES), &f, fail);
+        cudaStream_t st = NULL;
+        RN_CUDA_GOTO(cudaGetDevice(&c->done_device), &f, fail);
+        RN_CUDA_GOTO(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), &f, fail);
+        if (cudaMalloc(&buf, DONE_BUF_BYTES) != cudaSuccess) {
+            (void)cudaGetLastError();
+            (void)cudaStreamDestroy(st);
+            return rnc_fail(c, RN_CUDA, "ring: no device memory for done words");
+        }
         /* Zero before any stream can wait on it (the legacy stream's
          * memset, then the host waits for it). */
         if (cudaMemset(buf, 0, DONE_BUF_BYTES) != cudaSuccess ||
             cudaStreamSynchronize(cudaStreamLegacy) != cudaSuccess) {
             (void)cudaGetLastError();
             (void)cudaFree(buf);
+            (void)cudaStreamDestroy(st);
             return rnc_fail(c, RN_CUDA, "ring: zeroing the done words failed");
         }
         c->done_buf = buf;
+        c->done_stream = st;
         c->done_next = 0;
         c->done_free = done_free;
+        c->done_raise = done_raise;
     }
     if (c->done_next >= DONE_BUF_BYTES / 8)
         return 0; /* (all used: the ring's word) */

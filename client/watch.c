@@ -105,6 +105,7 @@ struct rnc_watch {
     uint8_t *base;           /* the ring; graph slots at graph_off, RNP_GRAPH_SLOT apart */
     uint32_t slots, graphs;
     uint64_t graph_off;
+    uint64_t done_dev;       /* the device done word the streams wait on, 0: the ring's */
     uint64_t held[RNP_GRAPH_MAX / 64]; /* graph slots a live graph holds */
 };
 
@@ -186,9 +187,10 @@ static void let_go(rnc_watch *w, uint32_t i)
     __atomic_store_n(rnp_ring_u64(s, RNP_GSLOT_O_DONE), 1u, __ATOMIC_SEQ_CST);
 }
 
-/* The slots published and not answered: their status, then done past them.
- * The slots up to prod were written before prod (release), and a call reads
- * a result only after done reached it. */
+/* The slots published and not answered: their status, then done past them,
+ * then the device done word (if the streams wait on one) to prod.  The
+ * slots up to prod were written before prod (release), and a call reads a
+ * result only after done reached it. */
 static void release_ring(rnc_watch *w)
 {
     uint8_t *b = w->base;
@@ -197,21 +199,26 @@ static void release_ring(rnc_watch *w)
     uint64_t done = __atomic_load_n(rnp_ring_u64(b, RNP_RING_O_DONE), __ATOMIC_ACQUIRE);
     char msg[RNP_MAX_ERRMSG];
 
-    if (rnp_seq_reached(done, prod))
-        return;
-    if (prod - done > w->slots) /* cannot happen: a client is at most a ring ahead */
-        done = prod - w->slots;
-    snprintf(msg, sizeof msg, "%s before the call was answered; its outputs are undefined",
-             rnc_watch_why(fired));
-    for (uint64_t s = done + 1;; s++) {
-        rnp_ring_put_result(b + rnp_ring_slot_off(s, w->slots), RN_RESTARTED, msg);
-        if (s == prod)
-            break;
+    if (!rnp_seq_reached(done, prod)) {
+        if (prod - done > w->slots) /* cannot happen: a client is at most a ring ahead */
+            done = prod - w->slots;
+        snprintf(msg, sizeof msg, "%s before the call was answered; its outputs are undefined",
+                 rnc_watch_why(fired));
+        for (uint64_t s = done + 1;; s++) {
+            rnp_ring_put_result(b + rnp_ring_slot_off(s, w->slots), RN_RESTARTED, msg);
+            if (s == prod)
+                break;
+        }
+        rnc_watch_raise(rnp_ring_u64(b, RNP_RING_O_DONE), prod);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (__atomic_load_n(rnp_ring_u32(b, RNP_RING_O_WAITERS), __ATOMIC_SEQ_CST))
+            syscall(SYS_futex, rnp_ring_u32(b, RNP_RING_O_DONE), FUTEX_WAKE, INT32_MAX, NULL,
+                    NULL, 0);
     }
-    rnc_watch_raise(rnp_ring_u64(b, RNP_RING_O_DONE), prod);
-    atomic_thread_fence(memory_order_seq_cst);
-    if (__atomic_load_n(rnp_ring_u32(b, RNP_RING_O_WAITERS), __ATOMIC_SEQ_CST))
-        syscall(SYS_futex, rnp_ring_u32(b, RNP_RING_O_DONE), FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+    /* The device word too, even where the ring's reached prod: a daemon
+     * that failed answers from the host, into the ring's word alone. */
+    if (w->done_dev && w->c->done_raise)
+        w->c->done_raise(w->c, w->done_dev, prod);
 }
 
 static void fire(rnc_watch *w, uint32_t why)
@@ -350,7 +357,8 @@ no_efd:
     return NULL;
 }
 
-void rnc_watch_arm(rn_client *c, uint8_t *base, uint32_t slots, uint64_t graph_off, uint32_t graphs)
+void rnc_watch_arm(rn_client *c, uint8_t *base, uint32_t slots, uint64_t graph_off, uint32_t graphs,
+                   uint64_t done_dev)
 {
     rnc_watch *w;
     int chan;
@@ -375,6 +383,7 @@ void rnc_watch_arm(rn_client *c, uint8_t *base, uint32_t slots, uint64_t graph_o
     w->base = base;
     w->slots = slots;
     w->graph_off = graph_off;
+    w->done_dev = done_dev;
     w->graphs = graphs <= RNP_GRAPH_MAX ? graphs : RNP_GRAPH_MAX;
     memset(w->held, 0, sizeof w->held);
     __atomic_store_n(&c->watch_answered, 0, __ATOMIC_SEQ_CST);
