@@ -190,7 +190,6 @@ static int start_daemon(const char *daemon, const char *dir, char *endpoint, siz
     return 0;
 }
 
-/* Value of key=... in line as a double (first of a comma list). */
 /* The median of v[0..n) (sorted in place; n <= 8). */
 static double median(double *v, int n)
 {
@@ -203,6 +202,7 @@ static double median(double *v, int n)
     return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* Value of key=... in line as a double (first of a comma list). */
 static double field(const char *line, const char *key)
 {
     char k[64];
@@ -290,7 +290,12 @@ tput:
          * the clients that took over 1.5 times the median's wall time (the
          * per-client lines above say which call of theirs waited, and when:
          * worst, worst_issued_ms). */
-        double med = median(rate, k);
+        double ok[8];
+        int nok = 0;
+        for (int i = 0; i < k; i++) /* (a client that failed has no rate) */
+            if (rate[i] > 0)
+                ok[nok++] = rate[i];
+        double med = median(ok, nok);
         int stragglers = 0;
         for (int i = 0; i < k; i++) /* (a client's wall > 1.5 x the median's: its rate below) */
             stragglers += rate[i] > 0 && rate[i] * 1.5 < med;

@@ -390,6 +390,8 @@ int client_tput(const char *endpoint, int iters)
     /* RN_E2E_TPUT_INPROC: the kernel linked in, no daemon (the ceiling). */
     bool inproc = getenv("RN_E2E_TPUT_INPROC") != NULL;
     uint64_t *issued = calloc((size_t)iters, sizeof *issued);
+    if (!issued)
+        return 1;
     struct timespec rt0;
     clock_gettime(CLOCK_REALTIME, &rt0);
     uint64_t t0 = now_ns();

@@ -291,8 +291,8 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
 /* Whether c's next fast-path call opens its ring (a new session). */
 bool rnc_ring_opening(const rn_client *c);
 /* RING_OPEN of the ring at offset 0 of region, with *done's word if any;
- * *done becomes NULL where the daemon is older than done words.  Sets
- * *ring. */
+ * where the daemon refuses it (older than done words, or none for this
+ * memory) *done becomes NULL and the ring opens without.  Sets *ring. */
 int rnc_ring_open_call(rn_client *c, uint32_t region, uint32_t slots, const rnc_done_word **done,
                        uint32_t *ring);
 /* (A call on a stream being captured takes a graph slot instead of a seq:

@@ -149,10 +149,15 @@ static void done_free(rn_client *c)
  * silent past the watcher's linger that came back) could lower it again. */
 static void done_raise(rn_client *c, uint64_t addr, uint64_t seq)
 {
-    if (cudaSetDevice(c->done_device) != cudaSuccess ||
+    int was = -1;
+
+    /* (the caller's current device is put back: this may run on its thread) */
+    if (cudaGetDevice(&was) != cudaSuccess || cudaSetDevice(c->done_device) != cudaSuccess ||
         write64((CUstream)c->done_stream, (CUdeviceptr)addr, seq, CU_STREAM_WRITE_VALUE_DEFAULT) !=
             CUDA_SUCCESS)
         (void)cudaGetLastError(); /* (a failed device: the streams fail with it) */
+    if (was >= 0 && was != c->done_device && cudaSetDevice(was) != cudaSuccess)
+        (void)cudaGetLastError();
 }
 
 static int done_word(rn_client *c, void **p)
@@ -173,10 +178,10 @@ static int done_word(rn_client *c, void **p)
             (void)cudaStreamDestroy(st);
             return rnc_fail(c, RN_CUDA, "ring: no device memory for done words");
         }
-        /* Zero before any stream can wait on it (the legacy stream's
-         * memset, then the host waits for it). */
-        if (cudaMemset(buf, 0, DONE_BUF_BYTES) != cudaSuccess ||
-            cudaStreamSynchronize(cudaStreamLegacy) != cudaSuccess) {
+        /* Zero before any stream can wait on it (on the word's own stream,
+         * which no capture involves). */
+        if (cudaMemsetAsync(buf, 0, DONE_BUF_BYTES, st) != cudaSuccess ||
+            cudaStreamSynchronize(st) != cudaSuccess) {
             (void)cudaGetLastError();
             (void)cudaFree(buf);
             (void)cudaStreamDestroy(st);

@@ -94,9 +94,11 @@ int rnc_ring_open_call(rn_client *c, uint32_t region, uint32_t slots, const rnc_
             q->u.ring_open.done_offset = (*done)->t.offset;
         }
         rv = rnc_transact(c, c->timeout_ms);
-        if (rv != RN_UNKNOWN_FIELD || !*done)
+        if (rv == 0 || !*done)
             break;
-        *done = NULL; /* a daemon older than done_region: the ring's word */
+        /* Refused with the word (a daemon older than done_region, or one
+         * that has no such word for it): the ring's word. */
+        *done = NULL;
     }
     if (rv == 0)
         *ring = c->rep.u.ring_open.ring;

@@ -459,7 +459,7 @@ void rnd_ring_session_end(rnd_session *s)
 
 /* ---- RING_OPEN, RING_CLOSE ---------------------------------------------------------------- */
 
-/* RING_OPEN's done word (PROTOCOL.md 13.3): a u64 in a device region of the
+/* RING_OPEN's done word (PROTOCOL.md 13.2): a u64 in a device region of the
  * session, which the backend writes done to as well. */
 static int done_word(rnd_ctx *ctx, rnd_session *s, const rnp_ring_open_req *o, rnd_region **dr,
                      void **out, rnp_error *err)
@@ -532,6 +532,9 @@ int rnd_op_ring_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_r
                         "ring_open.prod: a new ring has published nothing (the word is 0)");
     rnd_region *dr = NULL;
     void *done_dev = NULL;
+    if (!o->done_region.id && o->done_offset)
+        return rnp_fail(err, RN_MISSING_FIELD,
+                        "ring_open.done_region: done_offset is given without it");
     if (o->done_region.id && (rc = done_word(ctx, s, o, &dr, &done_dev, err)) != 0)
         return rc;
     if (!(g = calloc(1, sizeof *g)))

@@ -46,7 +46,7 @@ typedef struct rnd_pidwatch rnd_pidwatch;
 
 typedef struct rnd_region {
     uint32_t id;
-    uint32_t refs;                 /* requests between validation and release */
+    uint32_t refs;                 /* requests between validation and release, rings */
     bool unlinked;
     bool ring;                     /* holds the session's open ring (ring.c) */
     rnd_mapping map;

@@ -12,7 +12,7 @@
  * "closes.done", "closes.pending_max", "closes.wait_max_us" (the longest
  * from release to close), "closes.thread" (1: on the closer thread),
  * "closes.gated" (times the gate held closes: a stream waited on a late
- * client, daemon/cuda/gate.c), "closes.gated_max_us" (the longest it held
+ * client, or our own GPU work left no quiet moment, daemon/cuda/gate.c), "closes.gated_max_us" (the longest it held
  * them, the current hold included), "closes.busy_held" (looks of the gate
  * that held a close for a quiet moment of our own GPU work),
  * "closes.streams_pending" (rings' own

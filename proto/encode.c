@@ -230,16 +230,18 @@ static void enc_request_body(enc *e, const rnp_request *q)
         kv_bin(e, "session", q->u.bye.b, RNP_SESSION_BYTES);
         break;
     case RN_OP_RING_OPEN: {
-        bool dw = q->u.ring_open.done_region.id != 0;
-        msgpack_pack_map(&e->pk, 4 + 2 * dw);
+        /* (the done word's fields only where set: an older daemon knows
+         * neither) */
+        bool dr = q->u.ring_open.done_region.id != 0, doff = q->u.ring_open.done_offset != 0;
+        msgpack_pack_map(&e->pk, 4 + dr + doff);
         kv_bin(e, "session", q->u.ring_open.session.b, RNP_SESSION_BYTES);
         kv_uint(e, "region", q->u.ring_open.region.id);
         kv_uint(e, "offset", q->u.ring_open.offset);
         kv_uint(e, "slots", q->u.ring_open.slots);
-        if (dw) {
+        if (dr)
             kv_uint(e, "done_region", q->u.ring_open.done_region.id);
+        if (doff)
             kv_uint(e, "done_offset", q->u.ring_open.done_offset);
-        }
         break;
     }
     case RN_OP_RING_CLOSE:

@@ -151,7 +151,7 @@ typedef struct rnp_ring_open_req {
     uint32_t slots;                /* a power of two, 1 .. RNP_RING_MAX_SLOTS */
     /* Optional (region 0: none): a u64 at done_offset in a device region
      * of the session that the daemon writes done to as well, for the
-     * client's streams to wait on (PROTOCOL.md 13.3). */
+     * client's streams to wait on (PROTOCOL.md 13.2). */
     rnp_region_id done_region;
     uint64_t done_offset;
 } rnp_ring_open_req;

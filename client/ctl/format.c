@@ -156,7 +156,8 @@ static const struct {
     {"closes.wait_max_us", "The longest from a mapping's release to its close, in microseconds."},
     {"closes.thread", "1 when released mappings close on the closer thread, 0 on the loop."},
     {"closes.gated",
-     "Times the closer's gate held closes because a stream waited on a client's late inputs."},
+     "Times the closer's gate held closes: a stream waited on a client's late inputs, or the "
+     "daemon's own GPU work allowed no quiet moment."},
     {"closes.busy_held",
      "Looks of the closer's gate that held a close for a quiet moment of the daemon's GPU work."},
     {"closes.gated_max_us",

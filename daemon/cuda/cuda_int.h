@@ -244,6 +244,7 @@ struct rnd_cuda {
     atomic_bool close_now;         /* a drain waits (or fini): no wait for quiet */
     uint64_t busy_defer_ns;        /* at most this long a close waits for quiet, 0: never */
     uint64_t busy_since;           /* the gate first held a close for busy work (gate_mu) */
+    uint64_t busy_go_until;        /* then lets closes go until this (gate_mu), 0: not */
     uint64_t busy_held;            /* looks that did (gate_mu): closes.busy_held */
     uint32_t ngiveback;            /* own streams whose give-back waits for the gate */
     uint32_t nspare;               /* own streams kept for the next rings */
@@ -255,6 +256,9 @@ struct rnd_cuda {
     uint64_t deadline_ns;          /* a kernel's, from its start */
     uint64_t watch_ms;
     uint64_t nsubmitted;           /* jobs launched so far */
+    uint64_t slow_ring_submits;    /* ring submissions over RND_CUDA_SLOW_SUBMIT_NS not
+                                    * said since the last line, at most one a second (loop) */
+    uint64_t slow_ring_said_ns;
     uint32_t fail_after;           /* rnd_backend_opts.debug_fail_after */
 
     /* The fast path (ring.c): offered only with --cuda-fast-path on a device

@@ -204,13 +204,21 @@ static bool room_for_close(rnd_cuda *b, uint64_t now)
         return true;
     uint64_t last = atomic_load(&b->busy_last_ns);
     if (atomic_load(&b->busy_jobs) == 0 && (now < last || now - last >= RND_CUDA_QUIET_NS)) {
-        b->busy_since = 0;
+        b->busy_since = b->busy_go_until = 0;
         return true;
     }
-    if (!b->busy_since || now - b->busy_since >= 2 * b->busy_defer_ns)
+    if (b->busy_go_until) {
+        if (now < b->busy_go_until)
+            return true;
+        b->busy_go_until = 0; /* held long enough, let go as long: hold again */
+    }
+    if (!b->busy_since)
         b->busy_since = now;
-    if (now - b->busy_since >= b->busy_defer_ns)
+    if (now - b->busy_since >= b->busy_defer_ns) {
+        b->busy_since = 0;
+        b->busy_go_until = now + b->busy_defer_ns;
         return true;
+    }
     b->busy_held++;
     return false;
 }

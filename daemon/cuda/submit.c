@@ -237,17 +237,14 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
             RN_CUDA_GOTO(cudaEventRecord(g->t1, s->st), &f, fail_queued);
         }
     }
-    /* The done word in the client's device memory first (RING_OPEN's
-     * done_region: what the client's stream waits on), then the ring's. */
-    if (rj->done_dev &&
-        (r = b->write64(s->st, (CUdeviceptr)(uintptr_t)rj->done_dev, rnd_ring_done_value(rj),
-                        CU_STREAM_WRITE_VALUE_DEFAULT)) != CUDA_SUCCESS) {
-        drv_fail(b, s, "cuStreamWriteValue64 (device done)", r, &kerr);
-        rnd_cuda_mark_failed(b, "writing a ring's done word: %.150s", kerr.msg);
-        return 0; /* the failure path answers the job from the host */
-    }
+    /* The ring's done, then the done word in the client's device memory
+     * (RING_OPEN's done_region), which the client's stream waits on: a
+     * stream past its wait finds the ring's word there too (rn_check). */
     if ((r = b->write64(s->st, done, rnd_ring_done_value(rj), CU_STREAM_WRITE_VALUE_DEFAULT)) !=
-        CUDA_SUCCESS) {
+            CUDA_SUCCESS ||
+        (rj->done_dev && (r = b->write64(s->st, (CUdeviceptr)(uintptr_t)rj->done_dev,
+                                         rnd_ring_done_value(rj),
+                                         CU_STREAM_WRITE_VALUE_DEFAULT)) != CUDA_SUCCESS)) {
         drv_fail(b, s, "cuStreamWriteValue64 (done)", r, &kerr);
         rnd_cuda_mark_failed(b, "writing a ring's done word: %.150s", kerr.msg);
         return 0; /* the failure path answers the job from the host */
@@ -286,9 +283,20 @@ int rnd_cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
         if (!b->rings)
             return rnp_fail(err, RN_UNSUPPORTED, "bwd: the fast path is off");
         rc = ring_submit(b, job, err);
-        /* (the loop takes every ring's slots: a slow one holds them all) */
-        if (rnd_now_ns() - t_in > RND_CUDA_SLOW_SUBMIT_NS)
-            rnd_warn("A ring submission took %" PRIu64 " us", (rnd_now_ns() - t_in) / 1000);
+        /* (the loop takes every ring's slots: a slow one holds them all; at
+         * most one line a second, with how many since) */
+        uint64_t now = rnd_now_ns();
+        if (now - t_in <= RND_CUDA_SLOW_SUBMIT_NS)
+            return rc;
+        if (b->slow_ring_said_ns && now - b->slow_ring_said_ns < 1000000000u) {
+            b->slow_ring_submits++;
+            return rc;
+        }
+        rnd_warn("A ring submission took %" PRIu64 " us (%" PRIu64 " more over %u ms since the "
+                 "last such line)", (now - t_in) / 1000, b->slow_ring_submits,
+                 RND_CUDA_SLOW_SUBMIT_NS / 1000000u);
+        b->slow_ring_said_ns = now;
+        b->slow_ring_submits = 0;
         return rc;
     }
     if ((rc = admit(b, job, err)) != 0)

@@ -609,8 +609,12 @@ static void churn_beside_late_producer(rnh_daemon *d, bool strict)
     NEED_GPU_WAITS(d);
     if (strict)
         setenv("RMSNORMD_DEBUG_CLOSE_GATE_MS", "0", 1);
+    /* (closes.gated and the log line then speak of the late producer alone,
+     * not of the wait for a quiet moment) */
+    setenv("RMSNORMD_DEBUG_CLOSE_DEFER_MS", "0", 1);
     int rc = start(d, true);
     unsetenv("RMSNORMD_DEBUG_CLOSE_GATE_MS");
+    unsetenv("RMSNORMD_DEBUG_CLOSE_DEFER_MS");
     assert_int_equal(rc, 0);
     need_fast(d);
     assert_int_equal(rnh_spawn_for(d, "gpu/prog_fastpath_cuda", late, &p), 0);

@@ -538,6 +538,8 @@ static void test_ring_open_close(void **state)
     /* The done word: its region, alignment and bounds, never a ring's
      * memory, and the cpu backend writes done to the ring only. */
     rnp_ring_init(g.mem, 8);
+    assert_int_equal(ring_open_dw(&g, g.region, 0, 8, 0, 8, err), RN_MISSING_FIELD);
+    assert_non_null(strstr(err, "ring_open.done_region"));
     assert_int_equal(ring_open_dw(&g, g.region, 0, 8, 77, 0, err), RN_UNKNOWN_REGION);
     assert_non_null(strstr(err, "ring_open.done_region"));
     assert_int_equal(ring_open_dw(&g, g.region, 0, 8, g.region, 4, err), RN_MISALIGNED);
