@@ -121,7 +121,7 @@ static void detach(void *base)
 /*
  * RMSNORMD_DEBUG_DONE_WORD=device (being measured, off by default): each
  * ring opens with a done word of its own in device memory (RING_OPEN's
- * done_region), which the daemon's stream writes before the ring's, and the
+ * done_region), which the daemon's stream writes after the ring's, and the
  * caller's stream waits on it instead.  Eight processes under MPS saw a
  * stream's wait on a word in host memory late by 8-61 ms now and then, and
  * never on device memory (bench/RESULTS.md).  When the session is lost
