@@ -55,8 +55,9 @@ typedef struct rnd_device_info {
     uint32_t event_slots;              /* ready/done ring size; 0 = no events */
     bool rings;                        /* runs ring jobs (the fast path, rnd_ring_job);
                                         * false: the daemon refuses RING_OPEN */
-    bool done_words;                   /* writes a ring's done to a word in a device
-                                        * region as well (rnd_ring_job.done_dev) */
+    bool done_words;                   /* writes a ring's done to a word in another
+                                        * region as well (rnd_ring_job.done_dev: device
+                                        * memory on the cuda backend) */
 } rnd_device_info;
 
 typedef struct rnd_backend_opts {
@@ -206,8 +207,9 @@ typedef struct rnd_backend_ops {
     void (*region_close)(rnd_backend *be, void *bsess, rnd_mapping *m);
     /* A ring's done word at off in m (RING_OPEN's done_region, aligned and
      * in bounds): its address for rnd_ring_job.done_dev, or an rn_status
-     * naming ring_open.done_region (not device memory).  NULL: the
-     * backend has no done words (info's done_words false). */
+     * naming ring_open.done_region (on the cuda backend: not device
+     * memory).  NULL: the backend has no done words (info's done_words
+     * false). */
     int (*device_word)(rnd_backend *be, const rnd_mapping *m, uint64_t off, void **out,
                        rnp_error *err);
     int (*events)(rnd_backend *be, void *bsess, const rnp_events_req *req,

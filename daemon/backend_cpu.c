@@ -490,6 +490,7 @@ static void cpu_info(rnd_backend *be, rnd_device_info *out)
     snprintf(out->device_name, sizeof out->device_name, "%s", b->cpu_name);
     out->sm_count = b->nthreads;
     out->rings = true;
+    out->done_words = true;
 }
 
 static int cpu_session_open(rnd_backend *be, void **bsess, rnp_error *err)
@@ -609,6 +610,17 @@ static void cpu_region_close(rnd_backend *be, void *bsess, rnd_mapping *m)
     }
 }
 
+/* RING_OPEN's done word: every region here is memory the client maps too;
+ * rnd_ring_answer writes the word after the ring's done. */
+static int cpu_device_word(rnd_backend *be, const rnd_mapping *m, uint64_t off, void **out,
+                           rnp_error *err)
+{
+    (void)be;
+    (void)err;
+    *out = (uint8_t *)m->base + off;
+    return 0;
+}
+
 static int cpu_events(rnd_backend *be, void *bsess, const rnp_events_req *req,
                       rnp_events_rep *out, rnp_error *err)
 {
@@ -681,6 +693,7 @@ const rnd_backend_ops rnd_backend_cpu_ops = {
     .region_open = cpu_region_open,
     .region_open_fd = cpu_region_open_fd,
     .region_close = cpu_region_close,
+    .device_word = cpu_device_word,
     .events = cpu_events,
     .submit = cpu_submit,
     .health = cpu_health,

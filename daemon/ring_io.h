@@ -73,6 +73,8 @@ static inline void rnd_ring_answer(rnd_job *job)
         return;
     rnd_ring_put(rj, job->status, job->msg);
     __atomic_store_n(rnd_ring_done_word(rj), rnd_ring_done_value(rj), __ATOMIC_RELEASE);
+    if (rj->done_dev) /* (RING_OPEN's done word; host memory on this path) */
+        __atomic_store_n((uint64_t *)rj->done_dev, rnd_ring_done_value(rj), __ATOMIC_RELEASE);
     if (rj->graph)
         return; /* a stream waits on it, no thread */
     /* Pairs with the client's increment of waiters before it reads done:

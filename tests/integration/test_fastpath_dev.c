@@ -38,6 +38,7 @@ typedef struct fake_stream {
     uint64_t base;                 /* the ring's address at attach */
     uint64_t last_wait_addr, last_wait_seq;
     bool order_ok;                 /* ready before prod, wait after prod */
+    uint64_t done_word;            /* the done word handed out (f_done_word), 0: none */
 } fake_stream;
 
 static fake_stream *cur;
@@ -86,8 +87,29 @@ static int f_wait(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
     s->waits++;
     s->last_wait_addr = addr;
     s->last_wait_seq = seq;
-    if (addr != s->base + RNP_RING_O_DONE || word(s->base, RNP_RING_O_PROD) != seq)
+    uint64_t at = s->done_word ? s->done_word : s->base + RNP_RING_O_DONE;
+    if (addr != at || word(s->base, RNP_RING_O_PROD) != seq)
         s->order_ok = false;
+    return 0;
+}
+
+/* RING_OPEN's done word (RMSNORMD_DEBUG_DONE_WORD=device on the CUDA side):
+ * words of a buffer the test allocated (a region of the session), raised
+ * like the ring's word. */
+static uint8_t *dw_buf;
+static uint32_t dw_next;
+
+static void f_raise(rn_client *c, uint64_t addr, uint64_t seq)
+{
+    (void)c;
+    rnc_watch_raise((uint64_t *)(uintptr_t)addr, seq);
+}
+
+static int f_done_word(rn_client *c, void **p)
+{
+    *p = dw_buf + 8u * dw_next++;
+    cur->done_word = (uint64_t)(uintptr_t)*p;
+    c->done_raise = f_raise;
     return 0;
 }
 
@@ -99,6 +121,8 @@ static void flush(fake_stream *s)
 }
 
 static const rnc_ring_dev fake_dev = {f_attach, f_detach, f_write, f_wait, NULL, NULL, NULL};
+static const rnc_ring_dev fake_dev_dw = {f_attach, f_detach, f_write, f_wait, NULL, NULL,
+                                         f_done_word};
 
 static rn_client *fast_client(const rnh_daemon *d)
 {
@@ -281,6 +305,55 @@ static void test_stream_session_lost(void **state)
     RNH_PASS(d);
 }
 
+/* The done word: the stream waits on it, the daemon writes it after the
+ * ring's, and when the daemon dies with a call left the client raises it
+ * (a stream waiting there would go on); the next session gets a fresh one. */
+static void test_stream_done_word(void **state)
+{
+    rnh_daemon *d = *state;
+    fake_stream s = {.order_ok = true};
+    laid l;
+    rn_client *c;
+
+    cur = &s;
+    assert_int_equal(rnh_start(d), 0);
+    c = fast_client(d);
+    assert_int_equal(rn_buffer_alloc(c, 4096, (void **)&dw_buf), 0);
+    memset(dw_buf, 0, 4096);
+    dw_next = 0;
+    lay(c, 2, &l);
+    assert_int_equal(rnc_bwd_ring_dev(c, &l.a, &rnc_host_mapper, NULL, &fake_dev_dw, &s), 0);
+    assert_int_equal(rn_sync(c), 0);
+    uint64_t first = s.done_word;
+    assert_true(first != 0);
+    assert_int_equal(s.last_wait_addr, first);
+    assert_int_equal(word(first, 0), 1);
+    assert_true(s.order_ok);
+    /* A call left waiting for its producer, and the daemon killed. */
+    s.defer = true;
+    assert_int_equal(rnc_bwd_ring_dev(c, &l.a, &rnc_host_mapper, NULL, &fake_dev_dw, &s), 0);
+    assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
+    assert_int_equal(kill(d->pid, SIGKILL), 0);
+    assert_int_equal(rnh_wait_exit(d, WAIT_MS), 128 + SIGKILL);
+    assert_int_equal(rn_sync(c) != 0, 1);
+    assert_true(word(first, 0) >= 2);   /* the stream's wait on it is released */
+    s.npending = 0;
+    s.defer = false;
+    assert_int_equal(rnh_start(d), 0);
+    int rv = rnc_bwd_ring_dev(c, &l.a, &rnc_host_mapper, NULL, &fake_dev_dw, &s);
+    if (rv == RN_RESTARTED || rv == RN_UNKNOWN_SESSION)
+        rv = rnc_bwd_ring_dev(c, &l.a, &rnc_host_mapper, NULL, &fake_dev_dw, &s);
+    if (rv != 0)
+        fail_msg("call after the restart: %s", rn_last_error(c));
+    assert_int_equal(rn_sync(c), 0);
+    assert_true(s.done_word != first);
+    assert_int_equal(word(s.done_word, 0), 1);
+    check_free(c, &l, "with a done word");
+    rn_close(c);
+    dw_buf = NULL;
+    cur = NULL;
+    RNH_PASS(d);
+}
 
 static void test_cpu_option_inert(void **state)
 {
@@ -313,6 +386,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stream_ready_late, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_bad_call, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_session_lost, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_stream_done_word, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_cpu_option_inert, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
