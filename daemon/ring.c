@@ -459,8 +459,9 @@ void rnd_ring_session_end(rnd_session *s)
 
 /* ---- RING_OPEN, RING_CLOSE ---------------------------------------------------------------- */
 
-/* RING_OPEN's done word (PROTOCOL.md 13.2): a u64 in a device region of the
- * session, which the backend writes done to as well. */
+/* RING_OPEN's done word (PROTOCOL.md 13.2): a u64 in another region of the
+ * session (device memory on the cuda backend), which the backend writes
+ * done to as well. */
 static int done_word(rnd_ctx *ctx, rnd_session *s, const rnp_ring_open_req *o, rnd_region **dr,
                      void **out, rnp_error *err)
 {

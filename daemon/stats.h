@@ -12,10 +12,10 @@
  * "closes.done", "closes.pending_max", "closes.wait_max_us" (the longest
  * from release to close), "closes.thread" (1: on the closer thread),
  * "closes.gated" (times the gate held closes: a stream waited on a late
- * client, or our own GPU work left no quiet moment, daemon/cuda/gate.c), "closes.gated_max_us" (the longest it held
- * them, the current hold included), "closes.busy_held" (looks of the gate
- * that held a close for a quiet moment of our own GPU work),
- * "closes.streams_pending" (rings' own
+ * client, or our own GPU work left no quiet moment, daemon/cuda/gate.c),
+ * "closes.gated_max_us" (the longest it held them, the current hold
+ * included), "closes.busy_held" (looks of the gate that held a close for a
+ * quiet moment of our own GPU work), "closes.streams_pending" (rings' own
  * streams whose give-back waits for the gate); "regions.ipc_large" (CUDA
  * IPC allocations over 512 MiB mapped, daemon/cuda/mapcache.c: the kernel
  * runs slower on tensors inside one), "regions.remap_waits" (REGISTERs that
