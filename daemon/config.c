@@ -155,6 +155,19 @@ static int parse_u64(const char *v, uint64_t lo, uint64_t hi, int base, uint64_t
     return 0;
 }
 
+/* One of three words (a, b or c, in their enum's order) into *out. */
+static int choice3(const char *key, const char *value, const char *const w[3], int *out,
+                   rnp_error *err)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(value, w[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    return rnp_fail(err, RN_INVALID_ARGUMENT, "%s: expected %s, %s or %s, got '%s'", key, w[0],
+                    w[1], w[2], value);
+}
+
 int rnd_config_set(rnd_config *cfg, const char *key, const char *value, rnp_error *err)
 {
     const flag_def *f = find_flag(key, strlen(key));
@@ -194,17 +207,9 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, rnp_erro
         snprintf(cfg->endpoint, sizeof cfg->endpoint, "%s", value);
         return 0;
     }
-    if (strcmp(f->name, "backend") == 0) {
-        if (strcmp(value, "auto") == 0)
-            cfg->backend = RND_BACKEND_AUTO;
-        else if (strcmp(value, "cuda") == 0)
-            cfg->backend = RND_BACKEND_CUDA;
-        else if (strcmp(value, "cpu") == 0)
-            cfg->backend = RND_BACKEND_CPU;
-        else
-            return rnp_fail(err, RN_INVALID_ARGUMENT, "backend: expected auto, cuda or cpu, got '%s'", value);
-        return 0;
-    }
+    if (strcmp(f->name, "backend") == 0) /* (rnd_backend_choice's order) */
+        return choice3("backend", value, (const char *const[3]){"auto", "cuda", "cpu"},
+                       &cfg->backend, err);
     if (strcmp(f->name, "device") == 0) {
         if (!*value || strlen(value) >= sizeof cfg->device)
             return rnp_fail(err, RN_INVALID_ARGUMENT, "device: expected an index or a UUID, got '%s'", value);
@@ -248,18 +253,9 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, rnp_erro
         NUM(max_graphs, 0, 1u << 20);
     if (strcmp(f->name, "ring-spin-us") == 0)
         NUM(ring_spin_us, 0, 100000);
-    if (strcmp(f->name, "ring-ready") == 0) {
-        if (strcmp(value, "auto") == 0)
-            cfg->ring_ready = RND_RING_READY_AUTO;
-        else if (strcmp(value, "gpu") == 0)
-            cfg->ring_ready = RND_RING_READY_GPU;
-        else if (strcmp(value, "host") == 0)
-            cfg->ring_ready = RND_RING_READY_HOST;
-        else
-            return rnp_fail(err, RN_INVALID_ARGUMENT,
-                            "ring-ready: expected auto, gpu or host, got '%s'", value);
-        return 0;
-    }
+    if (strcmp(f->name, "ring-ready") == 0) /* (RND_RING_READY_*'s order) */
+        return choice3("ring-ready", value, (const char *const[3]){"auto", "gpu", "host"},
+                       &cfg->ring_ready, err);
     if (strcmp(f->name, "max-m") == 0)
         NUM(max_m, 1, (uint64_t)INT64_MAX);
     if (strcmp(f->name, "max-n") == 0)
