@@ -132,6 +132,14 @@ static rn_client *fast_client(const rnh_daemon *d)
     return c;
 }
 
+/* The daemon started, s the fake stream, a client on the fast path. */
+static rn_client *start_fast(rnh_daemon *d, fake_stream *s)
+{
+    cur = s;
+    assert_int_equal(rnh_start(d), 0);
+    return fast_client(d);
+}
+
 typedef struct laid {
     void *buf;
     rn_bwd_args a;
@@ -180,9 +188,7 @@ static void test_stream_results(void **state)
     laid l[8];
     rn_client *c;
 
-    cur = &s;
-    assert_int_equal(rnh_start(d), 0);
-    c = fast_client(d);
+    c = start_fast(d, &s);
     for (int i = 0; i < 8; i++) {
         lay(c, i, &l[i]);
         if (call(c, &l[i].a, &s) != 0)
@@ -213,9 +219,7 @@ static void test_stream_ready_late(void **state)
     laid l;
     rn_client *c;
 
-    cur = &s;
-    assert_int_equal(rnh_start(d), 0);
-    c = fast_client(d);
+    c = start_fast(d, &s);
     lay(c, 3, &l);
     assert_int_equal(call(c, &l.a, &s), 0);
     assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);   /* with the daemon */
@@ -241,9 +245,7 @@ static void test_stream_bad_call(void **state)
     laid l;
     rn_client *c;
 
-    cur = &s;
-    assert_int_equal(rnh_start(d), 0);
-    c = fast_client(d);
+    c = start_fast(d, &s);
     lay(c, 2, &l);
     rn_bwd_args bad = l.a;
     bad.m = l.a.m + 100;   /* past the end of the buffer: only the daemon knows */
@@ -274,9 +276,7 @@ static void test_stream_session_lost(void **state)
     laid l;
     rn_client *c;
 
-    cur = &s;
-    assert_int_equal(rnh_start(d), 0);
-    c = fast_client(d);
+    c = start_fast(d, &s);
     lay(c, 1, &l);
     assert_int_equal(call(c, &l.a, &s), 0);
     assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
@@ -315,9 +315,7 @@ static void test_stream_done_word(void **state)
     laid l;
     rn_client *c;
 
-    cur = &s;
-    assert_int_equal(rnh_start(d), 0);
-    c = fast_client(d);
+    c = start_fast(d, &s);
     assert_int_equal(rn_buffer_alloc(c, 4096, (void **)&dw_buf), 0);
     memset(dw_buf, 0, 4096);
     dw_next = 0;
