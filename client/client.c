@@ -92,6 +92,11 @@ int rn_connect(const rn_connect_opts *opts, rn_client **out)
             return rnc_fail(NULL, RN_INVALID_ARGUMENT,
                             "RMSNORMD_PATH: '%.40s' is not a path (classic, fast, auto)", p);
     }
+    /* Where a fast-path call's stream waits for done (ring_cuda.c). */
+    const char *dwenv = getenv("RMSNORMD_DONE_WORD");
+    if (dwenv && *dwenv && strcmp(dwenv, "device") != 0 && strcmp(dwenv, "host") != 0)
+        return rnc_fail(NULL, RN_INVALID_ARGUMENT,
+                        "RMSNORMD_DONE_WORD: '%.40s' is not a place (device, host)", dwenv);
     if (o.path != RN_PATH_CLASSIC && o.path != RN_PATH_FAST && o.path != RN_PATH_AUTO)
         return rnc_fail(NULL, RN_INVALID_ARGUMENT, "path: %d is not a path (RN_PATH_*)", o.path);
     if (o.timeout_ms < -1)
@@ -117,6 +122,7 @@ int rn_connect(const rn_connect_opts *opts, rn_client **out)
     /* RMSNORMD_WATCH=0: no watcher thread (watch.c), for debugging. */
     const char *wenv = getenv("RMSNORMD_WATCH");
     c->watch_off = wenv && strcmp(wenv, "0") == 0;
+    c->done_host = dwenv && strcmp(dwenv, "host") == 0;
     if (o.client_name && *o.client_name)
         snprintf(c->name, sizeof c->name, "%s", o.client_name);
     else
@@ -164,13 +170,13 @@ void rn_close(rn_client *c)
     pthread_mutex_lock(&c->mu);
     /* First: the BYE's close of the channel is not the daemon going, and
      * the ring's memory goes below. */
-    bool ended = rnc_watch_stop(c);
+    bool ended = rnc_watch_stop(c), answered = true;
     /* A session the watcher saw end needs no BYE (a dead daemon would make
      * it wait BYE_TIMEOUT_MS). */
     if (c->have_session && !ended)
-        rnc_end_session(c);
+        answered = rnc_end_session(c) == 0;
     rnc_chan_close(c);
-    rnc_ring_release(c);
+    rnc_ring_release(c, answered);
     for (size_t i = 0; i < c->nbufs; i++)
         rnc_buf_release(&c->bufs[i]);
     free(c->bufs);

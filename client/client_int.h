@@ -105,6 +105,7 @@ struct rn_client {
 
     rnc_watch *watch;
     bool watch_off;     /* RMSNORMD_WATCH=0: no watcher thread */
+    bool done_host;     /* RMSNORMD_DONE_WORD=host: streams wait on the ring's word */
     /* Written by the watcher thread when the daemon went (watch.c), read by
      * the calls: __atomic loads and stores only.  watch_fired is 0 or an
      * RNC_WATCH_* reason; watch_answered the done word the daemon left. */
@@ -200,9 +201,9 @@ int rnc_ensure_session(rn_client *c);
 /*
  * End c's session with BYE, best effort: a dead daemon delays this by
  * BYE_TIMEOUT_MS at most.  Keeps c->last_error as it was.  The next call
- * opens a new session (rnc_ensure_session).
+ * opens a new session (rnc_ensure_session).  0 when the daemon answered.
  */
-void rnc_end_session(rn_client *c);
+int rnc_end_session(rn_client *c);
 
 /*
  * Run step(c, arg) in a session: make sure there is one, run the step, and
@@ -302,8 +303,10 @@ int rnc_ring_open_call(rn_client *c, uint32_t region, uint32_t slots, const rnc_
 int rnc_ring_wait(rn_client *c, uint64_t seq);
 /* rn_sync (wait true) and rn_check (false) on c's ring. */
 int rnc_ring_sync(rn_client *c, bool wait);
-/* Unmap and close c's ring; rn_close calls it after the session ended. */
-void rnc_ring_release(rn_client *c);
+/* Unmap and close c's ring; rn_close calls it after the session ended.
+ * answered false (the BYE went unanswered): calls in flight are lost first,
+ * so that streams waiting on their done words go on. */
+void rnc_ring_release(rn_client *c, bool answered);
 
 /* ---- watch.c: the daemon watcher ------------------------------------------------------- */
 

@@ -181,9 +181,13 @@ static void gone_drop(uint64_t token)
     }
 }
 
-void rnc_ring_release(rn_client *c)
+static void lost(rnc_ring *g, int code, const char *why);
+
+void rnc_ring_release(rn_client *c, bool answered)
 {
     rnc_ring *g = c->ring, *next;
+    if (g && !answered) /* (a daemon stopped, or gone unseen: no pidfd) */
+        lost(g, RN_RESTARTED, "the session's end went unanswered");
     for (; g; g = next) {
         next = g->retired;
         bool held = false;

@@ -119,15 +119,15 @@ static void detach(void *base)
 }
 
 /*
- * RMSNORMD_DEBUG_DONE_WORD=device (being measured, off by default): each
- * ring opens with a done word of its own in device memory (RING_OPEN's
- * done_region), which the daemon's stream writes after the ring's, and the
- * caller's stream waits on it instead.  Eight processes under MPS saw a
- * stream's wait on a word in host memory late by 8-61 ms now and then, and
- * never on device memory (bench/RESULTS.md).  When the session is lost
- * (the watcher, ring.c's lost()) the word is raised on a stream of the
- * client's own (done_raise); not yet run on a GPU with a daemon that dies,
- * which is why it is not the default yet.
+ * Where the caller's stream waits for done: by default on a done word of
+ * the ring's own in device memory (RING_OPEN's done_region), which the
+ * daemon's stream writes after the ring's word; RMSNORMD_DONE_WORD=host at
+ * rn_connect: on the ring's word in host memory.  Eight processes
+ * under MPS saw a stream's wait on a word in host memory late by 8-61 ms
+ * now and then, and never on device memory, which also took 2-5 us off a
+ * call's GPU time (bench/RESULTS.md).  When the session is lost (the
+ * watcher, ring.c's lost()) the word is raised on a stream of the
+ * client's own (done_raise).
  */
 #define DONE_BUF_BYTES (2u << 20) /* its own allocation block: 262 144 opens */
 
@@ -162,11 +162,10 @@ static void done_raise(rn_client *c, uint64_t addr, uint64_t seq)
 
 static int done_word(rn_client *c, void **p)
 {
-    const char *e = getenv("RMSNORMD_DEBUG_DONE_WORD");
     rn_fault f;
 
     *p = NULL;
-    if (!e || strcmp(e, "device") != 0)
+    if (c->done_host)
         return 0;
     if (!c->done_buf) {
         void *buf = NULL;

@@ -124,6 +124,10 @@ typedef struct rn_connect_opts {
  *                    where the daemon offers it, which the CUDA backend
  *                    does by default), host calls as with RN_PATH_CLASSIC.
  * An invalid RMSNORMD_PATH makes rn_connect fail with RN_INVALID_ARGUMENT.
+ * A stream call on the fast path waits for the daemon on a word in device
+ * memory that libclient allocates (2 MiB a client); RMSNORMD_DONE_WORD=host
+ * at rn_connect makes it wait on the ring's word in host memory instead
+ * ("device" is the default; another value: RN_INVALID_ARGUMENT).
  */
 enum { RN_PATH_DEFAULT = 0, RN_PATH_CLASSIC = 1, RN_PATH_FAST = 2, RN_PATH_AUTO = 3 };
 

@@ -39,17 +39,18 @@ static int hello(rn_client *c)
     return 0;
 }
 
-void rnc_end_session(rn_client *c)
+int rnc_end_session(rn_client *c)
 {
     char keep[RN_ERRMSG_LEN];
     int t = c->timeout_ms < 0 || c->timeout_ms > BYE_TIMEOUT_MS ? BYE_TIMEOUT_MS : c->timeout_ms;
 
     snprintf(keep, sizeof keep, "%s", c->last_error);
     rnc_request(c, RN_OP_BYE)->u.bye = c->session;
-    (void)rnc_transact(c, t);
+    int rv = rnc_transact(c, t);
     rnc_chan_close(c);
     c->have_session = false;
     snprintf(c->last_error, sizeof c->last_error, "%s", keep);
+    return rv;
 }
 
 int rnc_ensure_session(rn_client *c)

@@ -8,8 +8,8 @@
 # only rmsnormd and bench/bench_e2e_cuda), then from the repository root:
 #   tests/gpu/e2e_run.sh BUILD OUT [OTHER_BUILD...]
 # Environment: E2E_STEPS (default "tests bench"; add "fast" for the fast
-# path's tests and its benchmark beside the classic path, "devword" for the
-# fast path's tests with the device done word), E2E_ITERS (default 300),
+# path's tests and its benchmark beside the classic path, "hostword" for the
+# fast path's tests with the done word in host memory), E2E_ITERS (default 300),
 # E2E_ROUNDS (default 1; more runs every build's benchmark that many times,
 # alternating the order, and prints the medians side by side: compare.txt).
 # Logs and the benchmark tables go to OUT; the last lines summarise each step.
@@ -60,26 +60,26 @@ case " $steps " in *" fast "*)
     unset RN_BUILD ;;
 esac
 
-# The fast path's tests with the client's streams waiting on a done word in
-# device memory (RMSNORMD_DEBUG_DONE_WORD=device, libclient's opt-in; the
-# kill tests are what show its raise when a session is lost), without and
-# with MPS: E2E_STEPS="devword".
-case " $steps " in *" devword "*)
-    export RN_BUILD=$PWD/$build RMSNORMD_DEBUG_DONE_WORD=device
-    step "test_fastpath_cuda devword (no MPS)" devword-fast-nomps.log timeout 280 \
+# The fast path's tests with the client's streams waiting on the ring's done
+# word in host memory (RMSNORMD_DONE_WORD=host; libclient's default is a
+# word in device memory; the kill tests are what show the raise of either
+# when a session is lost), without and with MPS: E2E_STEPS="hostword".
+case " $steps " in *" hostword "*)
+    export RN_BUILD=$PWD/$build RMSNORMD_DONE_WORD=host
+    step "test_fastpath_cuda hostword (no MPS)" hostword-fast-nomps.log timeout 280 \
         "$build/tests/gpu/test_fastpath_cuda"
-    step "test_e2e_cuda devword (no MPS)" devword-e2e-nomps.log timeout 280 \
+    step "test_e2e_cuda hostword (no MPS)" hostword-e2e-nomps.log timeout 280 \
         "$build/tests/gpu/test_e2e_cuda"
     if mps_start e2e; then
-        step "test_fastpath_cuda devword (MPS)" devword-fast-mps.log timeout 280 \
+        step "test_fastpath_cuda hostword (MPS)" hostword-fast-mps.log timeout 280 \
             "$build/tests/gpu/test_fastpath_cuda"
-        step "test_e2e_cuda devword (MPS)" devword-e2e-mps.log env RN_EXPECT_MPS=1 timeout 280 \
-            "$build/tests/gpu/test_e2e_cuda"
-        mps_stop devword
+        step "test_e2e_cuda hostword (MPS)" hostword-e2e-mps.log env RN_EXPECT_MPS=1 \
+            timeout 280 "$build/tests/gpu/test_e2e_cuda"
+        mps_stop hostword
     else
         summary+=("MPS: nvidia-cuda-mps-control -d failed")
     fi
-    unset RN_BUILD RMSNORMD_DEBUG_DONE_WORD ;;
+    unset RN_BUILD RMSNORMD_DONE_WORD ;;
 esac
 
 case " $steps " in *" bench "*)

@@ -885,6 +885,15 @@ static void test_path_choice(void **state)
     unsetenv("RMSNORMD_PATH");
     o.path = 7;
     assert_int_equal(rn_connect(&o, &c), RN_INVALID_ARGUMENT);
+    o.path = RN_PATH_DEFAULT;
+    /* Where a CUDA stream waits for done: device (the default) or host. */
+    setenv("RMSNORMD_DONE_WORD", "host", 1);
+    assert_int_equal(rn_connect(&o, &c), 0);
+    rn_close(c);
+    setenv("RMSNORMD_DONE_WORD", "gpu", 1);
+    assert_int_equal(rn_connect(&o, &c), RN_INVALID_ARGUMENT);
+    assert_non_null(strstr(rn_last_error(NULL), "RMSNORMD_DONE_WORD: 'gpu'"));
+    unsetenv("RMSNORMD_DONE_WORD");
 
     int s = rnr_open(d->endpoint);
     assert_true(s >= 0);

@@ -39,6 +39,8 @@ typedef struct fake_stream {
     uint64_t last_wait_addr, last_wait_seq;
     bool order_ok;                 /* ready before prod, wait after prod */
     uint64_t done_word;            /* the done word handed out (f_done_word), 0: none */
+    uint64_t raised;               /* the last raise of the done word (f_raise) */
+    uint64_t done_at_detach;       /* the ring's done word when it was detached */
 } fake_stream;
 
 static fake_stream *cur;
@@ -52,11 +54,14 @@ static int f_attach(rn_client *c, void *base, size_t size, uint64_t *dev)
     return 0;
 }
 
+static uint64_t word(uint64_t base, unsigned off);
+
 static void f_detach(void *base)
 {
-    (void)base;
-    if (cur)
+    if (cur) {
         cur->detaches++;
+        cur->done_at_detach = word((uint64_t)(uintptr_t)base, RNP_RING_O_DONE);
+    }
 }
 
 static uint64_t word(uint64_t base, unsigned off)
@@ -93,7 +98,7 @@ static int f_wait(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
     return 0;
 }
 
-/* RING_OPEN's done word (RMSNORMD_DEBUG_DONE_WORD=device on the CUDA side):
+/* RING_OPEN's done word (libclient's default on the CUDA side):
  * words of a buffer the test allocated (a region of the session), raised
  * like the ring's word. */
 static uint8_t *dw_buf;
@@ -102,6 +107,8 @@ static uint32_t dw_next;
 static void f_raise(rn_client *c, uint64_t addr, uint64_t seq)
 {
     (void)c;
+    if (cur)
+        cur->raised = seq;
     rnc_watch_raise((uint64_t *)(uintptr_t)addr, seq);
 }
 
@@ -353,6 +360,35 @@ static void test_stream_done_word(void **state)
     RNH_PASS(d);
 }
 
+/* rn_close while the daemon does not answer (stopped here; or gone where
+ * no pidfd tells the watcher): the BYE goes unanswered, and the call in
+ * flight is lost first, so that a stream waiting on either done word goes
+ * on before their memory is freed. */
+static void test_close_unanswered(void **state)
+{
+    rnh_daemon *d = *state;
+    fake_stream s = {.order_ok = true};
+    laid l;
+    rn_client *c;
+
+    c = start_fast(d, &s);
+    assert_int_equal(rn_buffer_alloc(c, 4096, (void **)&dw_buf), 0);
+    memset(dw_buf, 0, 4096);
+    dw_next = 0;
+    lay(c, 2, &l);
+    s.defer = true;
+    assert_int_equal(rnc_bwd_ring_dev(c, &l.a, &rnc_host_mapper, NULL, &fake_dev_dw, &s), 0);
+    assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
+    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    rn_close(c); /* (its BYE waits 2 s) */
+    assert_int_equal(kill(d->pid, SIGCONT), 0);
+    assert_int_equal(s.raised, 1);
+    assert_int_equal(s.done_at_detach, 1);
+    dw_buf = NULL;
+    cur = NULL;
+    RNH_PASS(d);
+}
+
 static void test_cpu_option_inert(void **state)
 {
     rnh_daemon *d = *state;
@@ -385,6 +421,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stream_bad_call, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_session_lost, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_done_word, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_close_unanswered, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_cpu_option_inert, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
