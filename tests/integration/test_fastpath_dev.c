@@ -384,6 +384,7 @@ static void test_close_unanswered(void **state)
     assert_int_equal(kill(d->pid, SIGCONT), 0);
     assert_int_equal(s.raised, 1);
     assert_int_equal(s.done_at_detach, 1);
+    rnv_expect_fini(&l.e); /* (the call's outputs are undefined: not compared) */
     dw_buf = NULL;
     cur = NULL;
     RNH_PASS(d);
