@@ -88,13 +88,6 @@ namespace rnk {
  * chunk count, and each chunk's publish time, into the buffer of
  * rnk_cuda_set_trace; bench_kernel --trace prints them (bench/RESULTS.md,
  * "How to trace"). */
-/* RNK_PIPE = 1 or 2 (issue 15, eleventh attempt; 0 by default): stripes of
- * several warps exchange each row's sums through mbarriers, split in two
- * around the previous row's dx (bwd_pipe.cuh), instead of meeting at a
- * named barrier per row. */
-#ifndef RNK_PIPE
-#define RNK_PIPE 0
-#endif
 static_assert(RNK_STAGES1 >= 2 && RNK_STAGES2 >= 2 && RNK_STAGES4 >= 2, "RNK_STAGES*: at least 2");
 
 __host__ __device__ constexpr int fast_stages(int nv)
@@ -105,30 +98,12 @@ __host__ __device__ constexpr bool fast_w_regs(int nv)
 {
     return nv <= RNK_W_REGS;
 }
-/* RNK_PIPE (bwd_pipe.cuh) is for NV <= 2 (the larger ring of NV = 4 would
- * not fit in shared memory, and such rows would leave the fast path); a
- * row's packed vectors held in registers from its sums to its dx (else read
- * from the ring twice). */
-__host__ __device__ constexpr bool pipe_on(int nv)
-{
-    return RNK_PIPE != 0 && nv <= 2;
-}
-__host__ __device__ constexpr bool pipe_hold(int nv)
-{
-    return RNK_PIPE == 2 && nv <= RNK_HOLD_NV;
-}
-/* Rows in the ring: STAGES (RNK_PIPE without pipe_hold: one more, the row
- * whose dx follows the next row's sums). */
-__host__ __device__ constexpr int ring_stages(int nv)
-{
-    return fast_stages(nv) + (pipe_on(nv) && !pipe_hold(nv) ? 1 : 0);
-}
-/* 16-byte ring slots per thread: the ring's rows of NV x and NV dy vectors,
- * and one slot of padding, so that threads sit an odd number of 16-byte
- * units apart and a warp's 16-byte accesses never meet in a bank. */
+/* 16-byte ring slots per thread: STAGES rows of NV x and NV dy vectors, and
+ * one slot of padding, so that threads sit an odd number of 16-byte units
+ * apart and a warp's 16-byte accesses never meet in a bank. */
 __host__ __device__ constexpr int ring_slots(int nv)
 {
-    return 2 * nv * ring_stages(nv) + 1;
+    return 2 * nv * fast_stages(nv) + 1;
 }
 /* Floats of w a stripe lane keeps in shared memory (when not in registers):
  * its NV * VEC columns, padded for the same reason. */
@@ -371,12 +346,6 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
 #ifndef RNK_FAST_MAXT
 #define RNK_FAST_MAXT 512
 #endif
-} /* namespace rnk */
-
-#include "bwd_pipe.cuh"
-
-namespace rnk {
-
 template <class T, class TW, int NV, int MODE>
 __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV12_MINB) fast_kernel(Params p)
 {
@@ -384,15 +353,7 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
     constexpr bool WREG = fast_w_regs(NV);
     constexpr int WLF = w_lane_floats(NV, VEC);
     extern __shared__ float smem[];
-#if RNK_PIPE
-    __shared__ rsum_t red_pipe[PIPE_SLOTS][PIPE_WARPS][2];
-    __shared__ unsigned long long mbar[PIPE_STRIPES][PIPE_SLOTS];
-    /* stripe_rows (NV = 4, or stripes of one warp) uses the same words */
-    rsum_t(*red)[32][2] = reinterpret_cast<rsum_t(*)[32][2]>(red_pipe);
-    unsigned u = 0; /* the stripe's rows so far: its mbarriers' phases */
-#else
     __shared__ rsum_t red[2][32][2];
-#endif
     __shared__ int s_claim[2], s_last;
     const int tpr = p.tpr, G = p.G;
     const int g = threadIdx.x / tpr, lt = threadIdx.x - g * tpr;
@@ -450,11 +411,6 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
     }
     if (threadIdx.x == 0)
         s_claim[0] = (int)nxt;
-#if RNK_PIPE
-    if (pipe_on(NV))
-        pipe_init(mbar, G, tpr);
-    const unsigned mb = tpr > 32 ? (unsigned)__cvta_generic_to_shared(&mbar[g][0]) : 0u;
-#endif
     __syncthreads();
     trace_mark(p, 1, 1);
 
@@ -474,22 +430,6 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
          * barrier with the other stripes until the chunk's end. */
         const int64_t rg = r0 + g;
         const int64_t steps = rg < r1 ? (r1 - rg + G - 1) / G : 0;
-#if RNK_PIPE
-        if (pipe_on(NV) && tpr > 32) {
-            if (p.rstd && !p.dres)
-                stripe_rows_pipe<T, NV, true, false>(p, rg, steps, g, sring, ring, wv, coff, nb, ok,
-                                                     acc, red_pipe, mb, u);
-            else if (p.rstd)
-                stripe_rows_pipe<T, NV, true, true>(p, rg, steps, g, sring, ring, wv, coff, nb, ok,
-                                                    acc, red_pipe, mb, u);
-            else if (!p.dres)
-                stripe_rows_pipe<T, NV, false, false>(p, rg, steps, g, sring, ring, wv, coff, nb,
-                                                      ok, acc, red_pipe, mb, u);
-            else
-                stripe_rows_pipe<T, NV, false, true>(p, rg, steps, g, sring, ring, wv, coff, nb, ok,
-                                                     acc, red_pipe, mb, u);
-        } else
-#endif
         if (p.rstd && !p.dres)
             stripe_rows<T, NV, true, false>(p, rg, steps, g, sring, ring, wv, coff, nb, ok, acc, red);
         else if (p.rstd)
@@ -505,8 +445,8 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
          * combine below as 15-1933 races (a minimal repro of the tool's
          * behaviour: bench/RESULTS.md).  Under racecheck (RNK_RACECHECK=1)
          * the short stripe meets its own barrier once more, which evens the
-         * count and changes nothing else (RNK_PIPE's stripes meet none). */
-        if (!pipe_on(NV) && p.even_bars && tpr > 32 && steps < (r1 - r0 + G - 1) / G)
+         * count and changes nothing else. */
+        if (p.even_bars && tpr > 32 && steps < (r1 - r0 + G - 1) / G)
             asm volatile("bar.sync %0, %1;" ::"r"(1 + g), "r"(tpr) : "memory");
 
         if (threadIdx.x == 0)
