@@ -312,6 +312,23 @@ static void test_stream_session_lost(void **state)
     RNH_PASS(d);
 }
 
+/* start_fast, a buffer for the done words (the first one handed out next),
+ * and a call's tensors in *l. */
+static rn_client *start_dw(rnh_daemon *d, fake_stream *s, laid *l)
+{
+    rn_client *c = start_fast(d, s);
+    assert_int_equal(rn_buffer_alloc(c, 4096, (void **)&dw_buf), 0);
+    memset(dw_buf, 0, 4096);
+    dw_next = 0;
+    lay(c, 2, l);
+    return c;
+}
+
+static int call_dw(rn_client *c, laid *l, fake_stream *s)
+{
+    return rnc_bwd_ring_dev(c, &l->a, &rnc_host_mapper, NULL, &fake_dev_dw, s);
+}
+
 /* The done word: the stream waits on it, the daemon writes it after the
  * ring's, and when the daemon dies with a call left the client raises it
  * (a stream waiting there would go on); the next session gets a fresh one. */
@@ -322,12 +339,8 @@ static void test_stream_done_word(void **state)
     laid l;
     rn_client *c;
 
-    c = start_fast(d, &s);
-    assert_int_equal(rn_buffer_alloc(c, 4096, (void **)&dw_buf), 0);
-    memset(dw_buf, 0, 4096);
-    dw_next = 0;
-    lay(c, 2, &l);
-    assert_int_equal(rnc_bwd_ring_dev(c, &l.a, &rnc_host_mapper, NULL, &fake_dev_dw, &s), 0);
+    c = start_dw(d, &s, &l);
+    assert_int_equal(call_dw(c, &l, &s), 0);
     assert_int_equal(rn_sync(c), 0);
     uint64_t first = s.done_word;
     assert_true(first != 0);
@@ -336,7 +349,7 @@ static void test_stream_done_word(void **state)
     assert_true(s.order_ok);
     /* A call left waiting for its producer, and the daemon killed. */
     s.defer = true;
-    assert_int_equal(rnc_bwd_ring_dev(c, &l.a, &rnc_host_mapper, NULL, &fake_dev_dw, &s), 0);
+    assert_int_equal(call_dw(c, &l, &s), 0);
     assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
     assert_int_equal(kill(d->pid, SIGKILL), 0);
     assert_int_equal(rnh_wait_exit(d, WAIT_MS), 128 + SIGKILL);
@@ -345,9 +358,9 @@ static void test_stream_done_word(void **state)
     s.npending = 0;
     s.defer = false;
     assert_int_equal(rnh_start(d), 0);
-    int rv = rnc_bwd_ring_dev(c, &l.a, &rnc_host_mapper, NULL, &fake_dev_dw, &s);
+    int rv = call_dw(c, &l, &s);
     if (rv == RN_RESTARTED || rv == RN_UNKNOWN_SESSION)
-        rv = rnc_bwd_ring_dev(c, &l.a, &rnc_host_mapper, NULL, &fake_dev_dw, &s);
+        rv = call_dw(c, &l, &s);
     if (rv != 0)
         fail_msg("call after the restart: %s", rn_last_error(c));
     assert_int_equal(rn_sync(c), 0);
@@ -371,13 +384,9 @@ static void test_close_unanswered(void **state)
     laid l;
     rn_client *c;
 
-    c = start_fast(d, &s);
-    assert_int_equal(rn_buffer_alloc(c, 4096, (void **)&dw_buf), 0);
-    memset(dw_buf, 0, 4096);
-    dw_next = 0;
-    lay(c, 2, &l);
+    c = start_dw(d, &s, &l);
     s.defer = true;
-    assert_int_equal(rnc_bwd_ring_dev(c, &l.a, &rnc_host_mapper, NULL, &fake_dev_dw, &s), 0);
+    assert_int_equal(call_dw(c, &l, &s), 0);
     assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
     assert_int_equal(kill(d->pid, SIGSTOP), 0);
     rn_close(c); /* (its BYE waits 2 s) */
