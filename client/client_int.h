@@ -79,6 +79,7 @@ struct rn_client {
     /* The last exchange saw a new connection after its request may already
      * have gone out on an earlier one (rnc_transact). */
     bool reconnected;
+    bool replied;      /* the last rnc_transact got a reply (an error one too) */
     bool have_chan;    /* chan is the session's channel connection */
     int chan;
     rnp_session session;
@@ -201,7 +202,8 @@ int rnc_ensure_session(rn_client *c);
 /*
  * End c's session with BYE, best effort: a dead daemon delays this by
  * BYE_TIMEOUT_MS at most.  Keeps c->last_error as it was.  The next call
- * opens a new session (rnc_ensure_session).  0 when the daemon answered.
+ * opens a new session (rnc_ensure_session).  0 when the daemon answered
+ * (its reply an error or not), else why not (RN_TIMEOUT, RN_SYSTEM, ...).
  */
 int rnc_end_session(rn_client *c);
 

@@ -405,6 +405,7 @@ int rnc_transact(rn_client *c, int timeout_ms)
     uint64_t est0 = established(c);
     bool was_up = nn_get_statistic(c->sock, NN_STAT_CURRENT_CONNECTIONS) > 0;
     c->reconnected = false;
+    c->replied = false;
 
     /* An interrupted send sent nothing: send again. */
     while ((n = nn_send(c->sock, c->tx, len, 0)) < 0 && nn_errno() == EINTR)
@@ -431,6 +432,7 @@ int rnc_transact(rn_client *c, int timeout_ms)
         }
         goto out;
     }
+    c->replied = true;
     if (rnp_decode_reply(msg, (size_t)n, &c->rep, &err) != 0)
         rv = rnc_fail(c, RN_BAD_REPLY, "%s reply: %s", rnp_op_name((int)op), err.msg);
     else

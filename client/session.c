@@ -46,11 +46,14 @@ int rnc_end_session(rn_client *c)
 
     snprintf(keep, sizeof keep, "%s", c->last_error);
     rnc_request(c, RN_OP_BYE)->u.bye = c->session;
+    c->replied = false;
     int rv = rnc_transact(c, t);
+    bool replied = c->replied;
     rnc_chan_close(c);
     c->have_session = false;
     snprintf(c->last_error, sizeof c->last_error, "%s", keep);
-    return rv;
+    /* A reply, even an error (a session it had ended), is a live daemon. */
+    return replied ? 0 : rv ? rv : RN_SYSTEM;
 }
 
 int rnc_ensure_session(rn_client *c)
