@@ -83,6 +83,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,7 @@
 #include <unistd.h>
 
 #include "e2e_client.h"
+#include "rmsnorm_client.h"
 
 /* The driver: it starts the daemon, runs the client processes (e2e_client.c)
  * and writes their lines as tables. */
@@ -131,6 +133,51 @@ static int finish(child *c)
     fclose(c->out);
     waitpid(c->pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Two of the daemon's histograms so far (count and sum of ns): fast.take,
+ * its loop's own time taking a slot, and fast.compute, its kernels' GPU
+ * time (events around each); zeros where it sends none.  Asked on a
+ * connection of its own, opened and closed here (no connection is open while
+ * the driver forks). */
+typedef struct dsums {
+    uint64_t take_n, take_ns, comp_n, comp_ns;
+} dsums;
+
+static void daemon_sums(const char *endpoint, dsums *d)
+{
+    static rn_stats_info si;
+    static rn_hist_buckets b[RN_MAX_HISTS];
+    rn_connect_opts o = RN_CONNECT_OPTS_INIT;
+    rn_client *c = NULL;
+
+    memset(d, 0, sizeof *d);
+    o.endpoint = endpoint;
+    o.client_name = "bench stats";
+    if (rn_connect(&o, &c) != 0)
+        return;
+    for (unsigned i = 0; i < RN_MAX_HISTS; i++)
+        b[i].struct_size = sizeof b[i];
+    si.struct_size = sizeof si;
+    if (rn_stats_hist_buckets(c, &si, b, RN_MAX_HISTS) == 0)
+        for (unsigned i = 0; i < si.nhists && i < RN_MAX_HISTS; i++) {
+            if (!b[i].present)
+                continue;
+            if (strcmp(b[i].name, "fast.take") == 0) {
+                d->take_n = b[i].count;
+                d->take_ns = b[i].sum_ns;
+            } else if (strcmp(b[i].name, "fast.compute") == 0) {
+                d->comp_n = b[i].count;
+                d->comp_ns = b[i].sum_ns;
+            }
+        }
+    rn_close(c);
+}
+
+/* The mean in us of what was added between a and b, 0 for nothing. */
+static double mean_us(uint64_t n0, uint64_t s0, uint64_t n1, uint64_t s1)
+{
+    return n1 > n0 ? (double)(s1 - s0) / (double)(n1 - n0) / 1e3 : 0.0;
 }
 
 static pid_t daemon_pid;
@@ -260,6 +307,8 @@ tput:
             continue;
         child cs[8];
         double calls = 0, wall = 0, wall_min = 0, hp = 0, busy = 0, rate[8] = {0};
+        dsums d0, d1;
+        daemon_sums(endpoint, &d0);
         for (int i = 0; i < k; i++)
             spawn(&cs[i], "tput", endpoint, iters);
         for (int i = 0; i < k; i++)
@@ -299,15 +348,23 @@ tput:
         int stragglers = 0;
         for (int i = 0; i < k; i++) /* (a client's wall > 1.5 x the median's: its rate below) */
             stragglers += rate[i] > 0 && rate[i] * 1.5 < med;
+        /* The daemon's mean time to take a slot (its loop's share of a
+         * call) and its kernels' mean GPU time over this row's calls (its
+         * warm-up calls included): one loop for all clients, one GPU. */
+        daemon_sums(endpoint, &d1);
+        double take = mean_us(d0.take_n, d0.take_ns, d1.take_n, d1.take_ns);
+        double kern = mean_us(d0.comp_n, d0.comp_ns, d1.comp_n, d1.comp_ns);
         printf("K=%d calls=%.0f wall_ms=%.1f first_done_ms=%.1f calls_per_s=%.0f "
-               "together_per_s=%.0f stragglers=%d host_p50_us=%.1f busy=%.0f\n",
+               "together_per_s=%.0f stragglers=%d host_p50_us=%.1f busy=%.0f "
+               "daemon_take_us=%.1f daemon_kernel_us=%.1f\n",
                k, calls, wall / 1e3, wall_min / 1e3, calls / (wall / 1e6), med * k, stragglers, hp,
-               busy);
+               busy, take, kern);
         if (out)
             fprintf(out, "| %s | K=%d | %.0f calls/s | together %.0f calls/s | %d straggler%s "
-                         "| host p50 %.1f us | %.0f BUSY waits |\n",
+                         "| host p50 %.1f us | %.0f BUSY waits | daemon take %.1f us, "
+                         "kernel %.1f us |\n",
                     label, k, calls / (wall / 1e6), med * k, stragglers,
-                    stragglers == 1 ? "" : "s", hp, busy);
+                    stragglers == 1 ? "" : "s", hp, busy, take, kern);
     }
 }
 

@@ -317,7 +317,8 @@ static unsigned take(rnd_ring *g, bool force)
         memcpy(desc, slot, sizeof desc);
         rnd_ring_slot at = { g->base, slot, seq, force, on_released, g, false, ready, g->done_dev };
         bool ok = rnp_ring_decode(desc, seq, &b, &err) == 0;
-        rc = tab->submit(tab->ctx, s, ok ? &b : NULL, ok ? NULL : &err, &at, rnd_now_ns());
+        uint64_t t0 = rnd_now_ns();
+        rc = tab->submit(tab->ctx, s, ok ? &b : NULL, ok ? NULL : &err, &at, t0);
         if (rc == RN_BUSY) { /* taken again once a request frees a limit */
             left(g, "a limit");
             tab->deferred = true;
@@ -334,6 +335,7 @@ static unsigned take(rnd_ring *g, bool force)
         g->jobs++;
         n++;
         s->last_active_ns = rnd_now_ns();
+        rnd_hist_add(&tab->ctx->stats.fast_take, s->last_active_ns - t0);
         if (g->left_ns && s->last_active_ns - g->left_ns > SLOW_TAKE_NS)
             rnd_debug("Ring %u of '%s': slot %llu taken %llu us after the loop first left it "
                       "for %s", g->id, s->name, (unsigned long long)seq,

@@ -216,5 +216,6 @@ void rnd_stats_fill(const rnd_stats *s, const rnd_gauges *g, rnp_stats_rep *out)
         put_hist(out, "fast.queue", &s->fast_queue);
         put_hist(out, "fast.compute", &s->fast_compute);
         put_hist(out, "fast.total", &s->fast_total);
+        put_hist(out, "fast.take", &s->fast_take);
     }
 }

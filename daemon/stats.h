@@ -28,7 +28,9 @@
  * errors of both paths count in "errors.<ERR_NAME>".
  * Histograms "queue", "compute", "total" (the nanomsg BWD) and "fast.queue",
  * "fast.compute", "fast.total" (ring slots: from the daemon taking the slot;
- * sent once a slot was answered) are in nanoseconds.
+ * sent once a slot was answered) and "fast.take" (the loop's own time taking
+ * a slot: its copy, checks, pins and the backend's submission) are in
+ * nanoseconds.
  *
  * Loop-thread only: no locking.
  */
@@ -90,6 +92,7 @@ typedef struct rnd_stats {
     uint64_t fast_ready_waits;           /* slots left in the ring until their ready word
                                           * came (--ring-ready=host) */
     rnd_hist fast_queue, fast_compute, fast_total;
+    rnd_hist fast_take;                  /* the loop's time taking one slot (ring.c) */
 } rnd_stats;
 
 /* The values that are read from the live state when a STATS reply is built. */

@@ -165,6 +165,7 @@ static void test_results(void **state)
     assert_int_equal(rnh_run_ctl(args, out, sizeof out, WAIT_MS), 0);
     assert_non_null(strstr(out, "fast.ok"));
     assert_non_null(strstr(out, "fast.total"));
+    assert_non_null(strstr(out, "fast.take"));
     (void)msg;
     rn_close(fast);
     rn_close(classic);

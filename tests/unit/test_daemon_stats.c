@@ -104,6 +104,7 @@ static void test_fill(void **state)
     s->fast_ok = 4;
     s->fast_errors = 1;
     rnd_hist_add(&s->fast_total, 5000);
+    rnd_hist_add(&s->fast_take, 700);
     g.rings_open = 2;
 
     rnd_stats_fill(s, &g, r);
@@ -135,11 +136,14 @@ static void test_fill(void **state)
     assert_int_equal(find(r, "fast.graphs")->value, 0);
     assert_int_equal(find(r, "fast.deferred")->value, 0);
 
-    assert_int_equal(r->nhists, 6);
+    assert_int_equal(r->nhists, 7);
     assert_string_equal(r->hists[3].name, "fast.queue");
     assert_string_equal(r->hists[4].name, "fast.compute");
     assert_string_equal(r->hists[5].name, "fast.total");
     assert_int_equal(r->hists[5].max, 5000);
+    assert_string_equal(r->hists[6].name, "fast.take");
+    assert_int_equal(r->hists[6].count, 1);
+    assert_int_equal(r->hists[6].max, 700);
     assert_string_equal(r->hists[0].name, "queue");
     assert_int_equal(r->hists[0].count, 1);
     assert_int_equal(r->hists[0].p50, 1000);
