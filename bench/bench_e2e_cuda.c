@@ -83,7 +83,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,7 +92,6 @@
 #include <unistd.h>
 
 #include "e2e_client.h"
-#include "rmsnorm_client.h"
 
 /* The driver: it starts the daemon, runs the client processes (e2e_client.c)
  * and writes their lines as tables. */
@@ -146,8 +144,6 @@ typedef struct dsums {
 
 static void daemon_sums(const char *endpoint, dsums *d)
 {
-    static rn_stats_info si;
-    static rn_hist_buckets b[RN_MAX_HISTS];
     rn_connect_opts o = RN_CONNECT_OPTS_INIT;
     rn_client *c = NULL;
 
@@ -156,21 +152,8 @@ static void daemon_sums(const char *endpoint, dsums *d)
     o.client_name = "bench stats";
     if (rn_connect(&o, &c) != 0)
         return;
-    for (unsigned i = 0; i < RN_MAX_HISTS; i++)
-        b[i].struct_size = sizeof b[i];
-    si.struct_size = sizeof si;
-    if (rn_stats_hist_buckets(c, &si, b, RN_MAX_HISTS) == 0)
-        for (unsigned i = 0; i < si.nhists && i < RN_MAX_HISTS; i++) {
-            if (!b[i].present)
-                continue;
-            if (strcmp(b[i].name, "fast.take") == 0) {
-                d->take_n = b[i].count;
-                d->take_ns = b[i].sum_ns;
-            } else if (strcmp(b[i].name, "fast.compute") == 0) {
-                d->comp_n = b[i].count;
-                d->comp_ns = b[i].sum_ns;
-            }
-        }
+    e2e_daemon_hist(c, "fast.take", &d->take_n, &d->take_ns);
+    e2e_daemon_hist(c, "fast.compute", &d->comp_n, &d->comp_ns);
     rn_close(c);
 }
 

@@ -156,9 +156,7 @@ static double kernel_alone(work *w, int n)
     return total * 1000.0 / n;
 }
 
-/* The daemon's fast.compute histogram (its fast-path kernels, timed with
- * events around each): count and sum so far; zeros on the classic path. */
-static void daemon_compute(uint64_t *count, uint64_t *sum_ns)
+void e2e_daemon_hist(rn_client *c, const char *name, uint64_t *count, uint64_t *sum_ns)
 {
     static rn_stats_info si;
     static rn_hist_buckets b[RN_MAX_HISTS];
@@ -167,10 +165,10 @@ static void daemon_compute(uint64_t *count, uint64_t *sum_ns)
     for (unsigned i = 0; i < RN_MAX_HISTS; i++)
         b[i].struct_size = sizeof b[i];
     si.struct_size = sizeof si;
-    if (rn_stats_hist_buckets(cli, &si, b, RN_MAX_HISTS) != 0)
+    if (rn_stats_hist_buckets(c, &si, b, RN_MAX_HISTS) != 0)
         return;
-    for (unsigned i = 0; i < si.nhists; i++)
-        if (strcmp(b[i].name, "fast.compute") == 0 && b[i].present) {
+    for (unsigned i = 0; i < si.nhists && i < RN_MAX_HISTS; i++)
+        if (strcmp(b[i].name, name) == 0 && b[i].present) {
             *count = b[i].count;
             *sum_ns = b[i].sum_ns;
         }
@@ -312,13 +310,13 @@ int client_single(const char *endpoint, int iters)
          * fast.compute, over this shape's steady-state calls) in the daemon. */
         double k_in = kernel_alone(&w, 50);
         uint64_t c0, s0, c1, s1;
-        daemon_compute(&c0, &s0);
+        e2e_daemon_hist(cli, "fast.compute", &c0, &s0);
         /* Steady state, alternating, twice each: the spread shows the noise. */
         for (int r = 0; r < 2; r++) {
             in_it[r] = loop(&w, true, iters, 0, gaps, NULL);
             d_it[r] = loop(&w, false, iters, 0, gaps2, host);
         }
-        daemon_compute(&c1, &s1);
+        e2e_daemon_hist(cli, "fast.compute", &c1, &s1);
         double k_d = c1 > c0 ? (double)(s1 - s0) / (double)(c1 - c0) / 1e3 : 0;
         printf("kernel m=%lld n=%lld inproc_kernel_us=%.2f daemon_kernel_us=%.2f daemon_kernels=%llu\n",
                (long long)shapes[s][0], (long long)shapes[s][1], k_in, k_d,

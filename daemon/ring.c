@@ -313,11 +313,11 @@ static unsigned take(rnd_ring *g, bool force)
             __atomic_store_n(&g->wait_seq, 0, __ATOMIC_SEQ_CST);
         }
         uint8_t *slot = g->base + rnp_ring_slot_off(seq, g->slots);
+        uint64_t t0 = rnd_now_ns(); /* (fast.take: the copy, checks, pins, submission) */
         /* Once: everything below reads the private copy. */
         memcpy(desc, slot, sizeof desc);
         rnd_ring_slot at = { g->base, slot, seq, force, on_released, g, false, ready, g->done_dev };
         bool ok = rnp_ring_decode(desc, seq, &b, &err) == 0;
-        uint64_t t0 = rnd_now_ns();
         rc = tab->submit(tab->ctx, s, ok ? &b : NULL, ok ? NULL : &err, &at, t0);
         if (rc == RN_BUSY) { /* taken again once a request frees a limit */
             left(g, "a limit");
