@@ -38,7 +38,10 @@
  *     -> daemon kernel, daemon kernel -> consumer).  A 300 us spin before each
  *     producer keeps the host ahead of the GPU, so the stamps measure GPU
  *     waits, not the host's round trip.  The daemon's kernel is not stamped
- *     itself: its time is taken to be the in-process kernel's;
+ *     itself: its time is taken to be the in-process kernel's; beside it the
+ *     daemon's own means over these calls (fast path: hop_take_us, its
+ *     fast.take, the loop's copy of a slot to its submission; hop_kernel_us,
+ *     its fast.compute, its kernel between events);
  *  4. throughput with K = 1, 2, 4, 8 client processes at once (and when the
  *     first client finished, against the last: whether they share evenly);
  *  5. the kernel itself per shape (the "kernel" line): in this process,
@@ -258,7 +261,8 @@ static void run_all(const char *label, const char *endpoint, int iters, bool tpu
         fprintf(out, "<!-- %s: columns: label | shape | in-process us/iter | daemon us/iter | ratio "
                      "| host p50 us | host p99 us | paced host p50 us | paced host p99 us "
                      "| ping p50 us | ping p99 us | extra span p50 us | gap per hop p50 us "
-                     "| idle-GPU call in-process p50 us | idle-GPU call daemon p50 / p99 us -->\n",
+                     "| idle-GPU call in-process p50 us | idle-GPU call daemon p50 / p99 us "
+                     "| daemon take / kernel us in the hop loop (means) -->\n",
                 label);
     {
         child c;
@@ -267,7 +271,7 @@ static void run_all(const char *label, const char *endpoint, int iters, bool tpu
             fputs(line, stdout);
             if (out && strncmp(line, "shape", 5) == 0)
                 fprintf(out, "| %s | %.0fx%.0f | %.1f | %.1f | %.3f | %.1f | %.1f | %.1f | %.1f "
-                             "| %.1f | %.1f | %.2f | %.2f | %.1f | %.1f / %.1f |\n",
+                             "| %.1f | %.1f | %.2f | %.2f | %.1f | %.1f / %.1f | %.2f / %.2f |\n",
                         label, field(line, "m"), field(line, "n"), field(line, "inproc_us"),
                         field(line, "daemon_us"), field(line, "ratio"), field(line, "host_p50_us"),
                         field(line, "host_p99_us"), field(line, "paced_host_p50_us"),
@@ -275,7 +279,8 @@ static void run_all(const char *label, const char *endpoint, int iters, bool tpu
                         field(line, "ping_p99_us"),
                         field(line, "span_daemon_p50_us") - field(line, "span_inproc_p50_us"),
                         field(line, "hop_p50_us"), field(line, "idle_inproc_p50_us"),
-                        field(line, "idle_daemon_p50_us"), field(line, "idle_daemon_p99_us"));
+                        field(line, "idle_daemon_p50_us"), field(line, "idle_daemon_p99_us"),
+                        field(line, "hop_take_us"), field(line, "hop_kernel_us"));
             else if (out && (strncmp(line, "info", 4) == 0 || strncmp(line, "path=", 5) == 0 ||
                              strncmp(line, "kernel ", 7) == 0))
                 fprintf(out, "<!-- %s: %s -->\n", label, line);

@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench_submit.c - what each CUDA call of a fast-path ring job costs the
+ * daemon's loop (host time), in the order the loop issues them
+ * (daemon/cuda/submit.c, ring_submit), and in a leaner order with fewer
+ * calls: the stream operations of one job are the loop's own time, and in
+ * --ring-ready=host the ones before the kernel's launch lie between a
+ * call's inputs being ready and its kernel starting.
+ *
+ *   production  record start (no timing), record t0 (timing), the kernel
+ *               (rnk_cuda_bwd), record t1 (timing), write done (ring),
+ *               write done (device word), record completion (blocking sync)
+ *   lean        record start (timing: also the kernel's t0), the kernel,
+ *               both done words in one cuStreamBatchMemOp, record
+ *               completion (blocking sync, timing: the kernel's t1)
+ *
+ * Each job goes to an idle stream (the previous one synchronised), as a
+ * host-mode job does; 4096x256 bf16 rows, fp32 weight and dw.  Prints the
+ * mean and p50 of each call in us, and the total per job; run with and
+ * without MPS.
+ *
+ *   bench_submit [--iters N] [--out FILE]
+ */
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpu/e2e_cuda.h"
+#include "rnk.h"
+
+#define CK(call) RNE_CK(call)
+
+typedef CUresult (*pfn_write64)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
+typedef CUresult (*pfn_batch)(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops,
+                              unsigned flags);
+static pfn_write64 write64;
+static pfn_batch batch;
+
+enum { MAXOPS = 8 };
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void *entry(const char *name)
+{
+    enum cudaDriverEntryPointQueryResult q;
+    void *fn = NULL;
+    CK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q));
+    if (!fn) {
+        fprintf(stderr, "the driver has no %s\n", name);
+        exit(1);
+    }
+    return fn;
+}
+
+typedef struct run {
+    const char *name;
+    int nops;
+    const char *op[MAXOPS];
+    uint64_t *t[MAXOPS]; /* [iters] ns */
+} run;
+
+static void report(run *r, int iters, FILE *out)
+{
+    double total = 0;
+    printf("== %s\n", r->name);
+    for (int o = 0; o < r->nops; o++) {
+        double sum = 0;
+        for (int i = 0; i < iters; i++)
+            sum += (double)r->t[o][i];
+        qsort(r->t[o], (size_t)iters, sizeof(uint64_t), cmp_u64);
+        double mean = sum / iters / 1e3, p50 = (double)r->t[o][iters / 2] / 1e3;
+        total += mean;
+        printf("  %-34s mean_us=%.2f p50_us=%.2f\n", r->op[o], mean, p50);
+        if (out)
+            fprintf(out, "| %s | %s | %.2f | %.2f |\n", r->name, r->op[o], mean, p50);
+    }
+    printf("  %-34s mean_us=%.2f\n", "total", total);
+    if (out)
+        fprintf(out, "| %s | total | %.2f | |\n", r->name, total);
+}
+
+int main(int argc, char **argv)
+{
+    int iters = 2000;
+    const char *outp = NULL;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--iters") == 0)
+            iters = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--out") == 0)
+            outp = argv[i + 1];
+    }
+    if (iters < 10)
+        iters = 10;
+    CK(cudaSetDevice(0));
+    write64 = (pfn_write64)entry("cuStreamWriteValue64");
+    batch = (pfn_batch)entry("cuStreamBatchMemOp");
+
+    rnk_device *dev = NULL;
+    char msg[256];
+    if (rnk_cuda_init(0, &dev, msg, sizeof msg) != 0) {
+        fprintf(stderr, "rnk_cuda_init: %s\n", msg);
+        return 1;
+    }
+    const int64_t m = 4096, n = 256;
+    void *x, *dy, *dx, *w, *dw, *ws;
+    float *rstd;
+    uint64_t *words;
+    size_t wsb = rnk_cuda_workspace_size(dev, m, n);
+    CK(cudaMalloc(&x, (size_t)(m * n * 2)));
+    CK(cudaMalloc(&dy, (size_t)(m * n * 2)));
+    CK(cudaMalloc(&dx, (size_t)(m * n * 2)));
+    CK(cudaMalloc(&w, (size_t)n * 4));
+    CK(cudaMalloc(&dw, (size_t)n * 4));
+    CK(cudaMalloc((void **)&rstd, (size_t)m * 4));
+    CK(cudaMalloc(&ws, wsb));
+    CK(cudaMemset(ws, 0, wsb));
+    CK(cudaMalloc((void **)&words, 2 * sizeof *words));
+    /* Inputs: any finite values (the kernel's time is not measured here). */
+    CK(cudaMemset(x, 0x3c, (size_t)(m * n * 2)));
+    CK(cudaMemset(dy, 0x3c, (size_t)(m * n * 2)));
+    CK(cudaMemset(w, 0, (size_t)n * 4));
+    CK(cudaMemset(rstd, 0, (size_t)m * 4));
+    rnk_bwd_args a = {0};
+    a.m = m;
+    a.n = n;
+    a.x_dtype = a.dy_dtype = a.dx_dtype = RNK_BF16;
+    a.w_dtype = a.dw_dtype = RNK_F32;
+    a.dres_dtype = RNK_NONE;
+    a.x = x;
+    a.dy = dy;
+    a.dx = dx;
+    a.w = w;
+    a.dw = dw;
+    a.rstd = rstd;
+    a.x_stride = a.dy_stride = a.dx_stride = n;
+    a.eps = 1e-6f;
+
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaEvent_t e_plain, e_tim0, e_tim1, e_fin, e_fin_tim;
+    CK(cudaEventCreateWithFlags(&e_plain, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&e_tim0, cudaEventDefault));
+    CK(cudaEventCreateWithFlags(&e_tim1, cudaEventDefault));
+    CK(cudaEventCreateWithFlags(&e_fin, cudaEventDisableTiming | cudaEventBlockingSync));
+    CK(cudaEventCreateWithFlags(&e_fin_tim, cudaEventBlockingSync));
+
+    run prod = {"production", 7, {"record start (no timing)", "record t0 (timing)",
+                                  "launch (rnk_cuda_bwd)", "record t1 (timing)",
+                                  "write done (ring)", "write done (device)",
+                                  "record completion (blocking)"}, {0}};
+    run lean = {"lean", 4, {"record start (timing)", "launch (rnk_cuda_bwd)",
+                            "both done words (one batch)", "record completion (blocking, timing)"},
+                {0}};
+    for (int o = 0; o < MAXOPS; o++) {
+        prod.t[o] = calloc((size_t)iters, sizeof(uint64_t));
+        lean.t[o] = calloc((size_t)iters, sizeof(uint64_t));
+    }
+    CUdeviceptr w0 = (CUdeviceptr)(uintptr_t)&words[0], w1 = (CUdeviceptr)(uintptr_t)&words[1];
+    for (int pass = 0; pass < 2; pass++) /* the first pass warms up */
+        for (int i = 0; i < iters; i++) {
+            for (int v = 0; v < 2; v++) { /* alternating, so drift hits both */
+                run *r = v ? &lean : &prod;
+                uint64_t t[MAXOPS + 1];
+                int k = 0;
+                CK(cudaStreamSynchronize(st));
+                t[k++] = now_ns();
+                if (!v) {
+                    CK(cudaEventRecord(e_plain, st));
+                    t[k++] = now_ns();
+                    CK(cudaEventRecord(e_tim0, st));
+                    t[k++] = now_ns();
+                } else {
+                    CK(cudaEventRecord(e_tim0, st));
+                    t[k++] = now_ns();
+                }
+                if (rnk_cuda_bwd(dev, &a, ws, wsb, st, msg, sizeof msg) != 0) {
+                    fprintf(stderr, "rnk_cuda_bwd: %s\n", msg);
+                    return 1;
+                }
+                t[k++] = now_ns();
+                uint64_t val = (uint64_t)(pass * iters + i + 1);
+                if (!v) {
+                    CK(cudaEventRecord(e_tim1, st));
+                    t[k++] = now_ns();
+                    CK(cudaGetLastError());
+                    if (write64(st, w0, val, 0) != CUDA_SUCCESS ||
+                        (t[k++] = now_ns(), write64(st, w1, val, 0) != CUDA_SUCCESS)) {
+                        fprintf(stderr, "cuStreamWriteValue64 failed\n");
+                        return 1;
+                    }
+                    t[k++] = now_ns();
+                    CK(cudaEventRecord(e_fin, st));
+                    t[k++] = now_ns();
+                } else {
+                    CUstreamBatchMemOpParams ops[2];
+                    memset(ops, 0, sizeof ops);
+                    ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+                    ops[0].writeValue.address = w0;
+                    ops[0].writeValue.value64 = val;
+                    ops[1] = ops[0];
+                    ops[1].writeValue.address = w1;
+                    if (batch(st, 2, ops, 0) != CUDA_SUCCESS) {
+                        fprintf(stderr, "cuStreamBatchMemOp failed\n");
+                        return 1;
+                    }
+                    t[k++] = now_ns();
+                    CK(cudaEventRecord(e_fin_tim, st));
+                    t[k++] = now_ns();
+                }
+                if (pass)
+                    for (int o = 0; o + 1 < k; o++)
+                        r->t[o][i] = t[o + 1] - t[o];
+            }
+        }
+    CK(cudaStreamSynchronize(st));
+    uint64_t hw[2];
+    CK(cudaMemcpy(hw, words, sizeof hw, cudaMemcpyDeviceToHost));
+    if (hw[0] != (uint64_t)(2 * iters) || hw[1] != hw[0]) {
+        fprintf(stderr, "the done words read %llu, %llu, not %d\n", (unsigned long long)hw[0],
+                (unsigned long long)hw[1], 2 * iters);
+        return 1;
+    }
+    FILE *out = outp ? fopen(outp, "a") : NULL;
+    if (out)
+        fprintf(out, "| order | call | mean us | p50 us |\n|---|---|---|---|\n");
+    report(&prod, iters, out);
+    report(&lean, iters, out);
+    if (out)
+        fclose(out);
+    return 0;
+}
