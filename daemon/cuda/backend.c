@@ -76,6 +76,8 @@ static void release_all(rnd_cuda *b)
     rnd_cuda_pool_free(&b->fins);
     rnd_cuda_pool_free(&b->starts);
     rnd_cuda_pool_free(&b->timing);
+    rnd_cuda_pool_free(&b->starts_timed);
+    rnd_cuda_pool_free(&b->fins_timed);
     release_streams(b);
     rnk_cuda_fini(b->kdev);
     b->kdev = NULL;
@@ -192,6 +194,8 @@ static int cuda_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *er
     b->fins.flags = cudaEventDisableTiming | cudaEventBlockingSync;
     b->starts.flags = cudaEventDisableTiming;
     b->timing.flags = cudaEventDefault;
+    b->starts_timed.flags = cudaEventDefault;
+    b->fins_timed.flags = cudaEventBlockingSync;
     b->deadline_ns = o->kernel_deadline_ms ? o->kernel_deadline_ms : RND_CUDA_DEADLINE_MS;
     b->deadline_ns =
         b->deadline_ns > UINT64_MAX / 1000000u ? UINT64_MAX : b->deadline_ns * 1000000u;

@@ -212,7 +212,8 @@ static void sync_times(const rnd_cuda_gjob *g, rnd_job *job)
     float ms = 0;
     uint64_t now = rnd_now_ns(), kns;
 
-    if (cudaEventElapsedTime(&ms, g->t0, g->t1) != cudaSuccess) {
+    if (cudaEventElapsedTime(&ms, g->ends_timed ? g->started : g->t0,
+                             g->ends_timed ? g->fin : g->t1) != cudaSuccess) {
         (void)cudaGetLastError();
         ms = 0;
     }

@@ -132,6 +132,8 @@ typedef struct rnd_cuda_gjob {
     bool in_fifo;                  /* handed to its stream's completion thread */
     bool ring_timed;               /* a ring job whose kernel was launched (t0, t1) */
     bool ready_forced;             /* a cancelled ring job: the daemon wrote ready */
+    bool ends_timed;               /* a ring job's started and fin time its kernel (and its
+                                    * done words): no t0, t1 of their own */
     cudaEvent_t started;           /* recorded after the wait on the ready event */
     cudaEvent_t t0, t1;            /* sync mode: kernel timing; else NULL */
     cudaEvent_t fin;               /* completion, waited on by the stream's thread */
@@ -195,6 +197,8 @@ typedef struct rnd_cuda_evpool {
 typedef CUresult (*rnd_cuda_get_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr p);
 typedef CUresult (*rnd_cuda_wait64_fn)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
 typedef CUresult (*rnd_cuda_write64_fn)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
+typedef CUresult (*rnd_cuda_batch_fn)(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops,
+                                      unsigned flags);
 
 struct rnd_cuda {
     rnd_backend base;
@@ -252,6 +256,8 @@ struct rnd_cuda {
     rnd_cuda_evpool fins;          /* completion events (blocking sync) */
     rnd_cuda_evpool starts;        /* start events */
     rnd_cuda_evpool timing;        /* sync mode's kernel timing pairs */
+    rnd_cuda_evpool starts_timed;  /* ring jobs' start events, timing (the kernel's t0) */
+    rnd_cuda_evpool fins_timed;    /* ring jobs' completion events, blocking sync and timing */
     uint32_t next_sess_id;
     uint64_t deadline_ns;          /* a kernel's, from its start */
     uint64_t watch_ms;
@@ -267,6 +273,7 @@ struct rnd_cuda {
     bool done_words;               /* rings may name a done word in device memory */
     rnd_cuda_wait64_fn wait64;
     rnd_cuda_write64_fn write64;
+    rnd_cuda_batch_fn batch;       /* cuStreamBatchMemOp: both done words in one call */
     rn_queue hostmaps;             /* rings' memory registered with CUDA (released: closer) */
     unsigned *cancel_host;         /* cancel words (pinned, mapped): one per session */
     CUdeviceptr cancel_dev;        /* ... their device address */
@@ -365,6 +372,7 @@ void rnd_cuda_vmm_release(rnd_cuda_vmm *v);
 /* events.c */
 void rnd_cuda_pool_free(rnd_cuda_evpool *p);
 int rnd_cuda_gjob_events(rnd_cuda *b, rnd_cuda_gjob *g, bool sync, rnp_error *err);
+int rnd_cuda_gjob_events_ring(rnd_cuda *b, rnd_cuda_gjob *g, bool run, rnp_error *err);
 void rnd_cuda_gjob_free(rnd_cuda *b, rnd_cuda_gjob *g);
 void rnd_cuda_sess_events_destroy(rnd_cuda_sess *cs);
 int rnd_cuda_events(rnd_backend *be, void *bsess, const rnp_events_req *req,

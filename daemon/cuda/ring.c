@@ -13,10 +13,13 @@
  * A ring job on the session's stream, after the session's earlier work
  * (submit.c, ring_submit):
  *   valid slot    the host writes status 0 into the slot; the stream waits
- *                 for ready >= seq (cuStreamWaitValue64, GEQ), records the
- *                 start and timing events, runs the kernel, writes done =
- *                 seq (cuStreamWriteValue64 with its memory barrier: the
- *                 outputs and the status are visible before done);
+ *                 for ready >= seq (cuStreamWaitValue64, GEQ; not with
+ *                 --ring-ready=host, where the loop takes only ready slots),
+ *                 records the start event, runs the kernel, writes done =
+ *                 seq (with its memory barrier: the outputs and the status
+ *                 are visible before done; the ring's word and the client's
+ *                 device word in one cuStreamBatchMemOp); the start and
+ *                 completion events (timing) give fast.compute;
  *   invalid slot  the host writes status and message into the slot; the
  *                 stream writes done = seq after the previous job, without
  *                 waiting for ready and without a kernel;
@@ -95,6 +98,7 @@ void rnd_cuda_ring_probe(rnd_cuda *b, bool want)
     dev_attr = (pfn_dev_attr)entry("cuDeviceGetAttribute", why, sizeof why);
     b->wait64 = (rnd_cuda_wait64_fn)entry("cuStreamWaitValue64", why, sizeof why);
     b->write64 = (rnd_cuda_write64_fn)entry("cuStreamWriteValue64", why, sizeof why);
+    b->batch = (rnd_cuda_batch_fn)rn_cuda_entry("cuStreamBatchMemOp"); /* (else two writes) */
     if (!why[0] && dev_get(&d, b->dev) != CUDA_SUCCESS)
         snprintf(why, sizeof why, "cuDeviceGet(%d) failed", b->dev);
     if (!why[0] &&

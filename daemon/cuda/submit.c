@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "log.h"
 #include "ring_io.h"
@@ -152,6 +153,31 @@ static void lost_track(rnd_cuda *b, rn_fault *f, const char *when)
     rnd_cuda_mark_failed(b, "%s: %.150s", when, lost.msg);
 }
 
+/* A ring job's done words, in order (each write with its memory barrier):
+ * the ring's, then the client's device word if it has one, in one call
+ * where the driver has cuStreamBatchMemOp. */
+static CUresult write_done(rnd_cuda *b, cudaStream_t st, CUdeviceptr done, const rnd_ring_job *rj)
+{
+    uint64_t v = rnd_ring_done_value(rj);
+    CUresult r;
+
+    if (rj->done_dev && b->batch) {
+        CUstreamBatchMemOpParams ops[2];
+        memset(ops, 0, sizeof ops);
+        ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+        ops[0].writeValue.address = done;
+        ops[0].writeValue.value64 = v;
+        ops[0].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+        ops[1] = ops[0];
+        ops[1].writeValue.address = (CUdeviceptr)(uintptr_t)rj->done_dev;
+        return b->batch(st, 2, ops, 0);
+    }
+    if ((r = b->write64(st, done, v, CU_STREAM_WRITE_VALUE_DEFAULT)) != CUDA_SUCCESS ||
+        !rj->done_dev)
+        return r;
+    return b->write64(st, (CUdeviceptr)(uintptr_t)rj->done_dev, v, CU_STREAM_WRITE_VALUE_DEFAULT);
+}
+
 /*
  * A ring job (the fast path; ring.c's top says what goes on the stream), on
  * its ring's own stream.  A graph slot's replay (rj->graph) goes on the
@@ -198,7 +224,7 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
         rnd_ring_put(rj, rj->status, rj->msg);
     if (!(g = gjob_new(cs, si)))
         return rnp_fail(err, RN_NOMEM, "bwd: out of memory");
-    if ((rc = rnd_cuda_gjob_events(b, g, run, err)) != 0) {
+    if ((rc = rnd_cuda_gjob_events_ring(b, g, run, err)) != 0) {
         rnd_cuda_gjob_free(b, g);
         return rc;
     }
@@ -222,9 +248,11 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     /* From here the stream may wait on the ring: the job is outstanding,
      * and done will be written in its turn whatever follows. */
     outstanding(b, cs, g, job);
+    /* (A job that runs: started is its kernel's t0 and fin its t1, which
+     * count the done words' writes too: each record costs the loop 1-2.5
+     * us, bench_submit.) */
     RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_queued);
     if (run) {
-        RN_CUDA_GOTO(cudaEventRecord(g->t0, s->st), &f, fail_queued);
         /* Read first by the kernel: set if the client dies before ready. */
         job->args.cancel = b->cancel_words ? rnd_cuda_cancel_word(b, cs) : NULL;
         krc = rnk_cuda_bwd(b->kdev, &job->args, s->ws, s->ws_bytes, s->st, kmsg, sizeof kmsg);
@@ -234,17 +262,12 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
             run = false;
         } else {
             b->nsubmitted++;
-            RN_CUDA_GOTO(cudaEventRecord(g->t1, s->st), &f, fail_queued);
         }
     }
     /* The ring's done, then the done word in the client's device memory
      * (RING_OPEN's done_region), which the client's stream waits on: a
      * stream past its wait finds the ring's word there too (rn_check). */
-    if ((r = b->write64(s->st, done, rnd_ring_done_value(rj), CU_STREAM_WRITE_VALUE_DEFAULT)) !=
-            CUDA_SUCCESS ||
-        (rj->done_dev && (r = b->write64(s->st, (CUdeviceptr)(uintptr_t)rj->done_dev,
-                                         rnd_ring_done_value(rj),
-                                         CU_STREAM_WRITE_VALUE_DEFAULT)) != CUDA_SUCCESS)) {
+    if ((r = write_done(b, s->st, done, rj)) != CUDA_SUCCESS) {
         drv_fail(b, s, "cuStreamWriteValue64 (done)", r, &kerr);
         rnd_cuda_mark_failed(b, "writing a ring's done word: %.150s", kerr.msg);
         return 0; /* the failure path answers the job from the host */
