@@ -9,7 +9,7 @@
  * acknowledges it or it is done; a copy of a running BWD its own reply when
  * the first copy is answered.
  */
-#include "request.h"
+#include "request_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,14 +29,6 @@ _Static_assert((int)RNK_BF16 == (int)RN_DTYPE_BF16, "dtype BF16");
  * seq are refused with BUSY rather than queued without bound. */
 #define MAX_DUPS 8
 
-typedef enum req_state {
-    REQ_RECEIVED,
-    REQ_PINNED,
-    REQ_SUBMITTED,
-    REQ_ACKED,
-    REQ_DONE,
-} req_state;
-
 /* A client that arrives while the first copy of its (session, seq) runs. */
 typedef struct copy {
     void *control;                 /* the sender of the copy */
@@ -44,41 +36,20 @@ typedef struct copy {
     rn_queue link;
 } copy;
 
-typedef struct req {
-    rnd_job job;                   /* the backend hands this back */
-    req_state state;
-    bool answered;
-    bool counted;                  /* in the in-flight counts (until answered) */
-    rnd_ctx *ctx;
-    rnd_session *sess;
-    void *control;                 /* the sender until the reply */
-    uint64_t id, seq, digest, bytes;
-    rnd_region *regs[RNP_T_COUNT];
-    rn_queue dups;
-    uint32_t ndups;
-    rnd_running run;               /* on the session's running queue */
-    rnd_ring_slot at;              /* a ring slot's (at.owner set): answered in the
-                                    * ring by the backend, never by a reply */
-    rnd_ring_job rj;
-} req;
-
-#define REQ_OF_JOB(j) ((req *)(void *)((char *)(j) - offsetof(req, job)))
-#define REQ_OF_RUN(q) RN_QUEUE_DATA(q, req, run.link)
-
 /* ---- the end of a BWD request: answer, release ------------------------------------- */
 
 /* The in-flight limits count requests until they are answered: an
  * acknowledged one runs on (its regions held until done), bounded by the
  * backend's own queue, so that a client may queue GPU work ahead as far as
  * its event ring lets it. */
-static void count(req *r)
+void rnd_req_count(req *r)
 {
     r->counted = true;
     r->sess->inflight++;
     r->ctx->inflight_total++;
 }
 
-static bool uncount(req *r)
+bool rnd_req_uncount(req *r)
 {
     if (!r->counted)
         return false;
@@ -158,7 +129,7 @@ static void answer(req *r)
         return;
     r->answered = true;
     /* A ring's slot or replay may wait for this place (ring.h). */
-    if (uncount(r))
+    if (rnd_req_uncount(r))
         rnd_rings_limit_freed(&ctx->rings);
     if (r->at.owner) {
         answer_ring(r);
@@ -200,7 +171,7 @@ static void drop_lost_regions(req *r)
     }
 }
 
-static void release(req *r)
+void rnd_req_release(req *r)
 {
     rnd_ctx *ctx = r->ctx;
     rnd_session *s = r->sess;
@@ -214,7 +185,7 @@ static void release(req *r)
     if (r->state >= REQ_SUBMITTED) {
         if (r->job.status == 0)
             ctx->stats.bytes_processed += r->bytes;
-        uncount(r);
+        rnd_req_uncount(r);
         rn_queue_remove(&r->run.link);
         ctx->held_total--;
         s->last_active_ns = rnd_now_ns();
@@ -239,10 +210,10 @@ static void fail(req *r, const rnp_error *err)
     r->job.status = err->code ? err->code : RN_INTERNAL;
     snprintf(r->job.msg, sizeof r->job.msg, "%s", err->msg[0] ? err->msg : rnp_strerror(err->code));
     answer(r);
-    release(r);
+    rnd_req_release(r);
 }
 
-static void on_acked(rnd_job *job)
+void rnd_req_on_acked(rnd_job *job)
 {
     req *r = REQ_OF_JOB(job);
 
@@ -250,7 +221,7 @@ static void on_acked(rnd_job *job)
     answer(r);
 }
 
-static void on_done(rnd_job *job)
+void rnd_req_on_done(rnd_job *job)
 {
     req *r = REQ_OF_JOB(job);
 
@@ -260,7 +231,7 @@ static void on_done(rnd_job *job)
         rnd_warn("Request seq %llu of '%s' failed after its acknowledgement: %s",
                  (unsigned long long)r->seq, r->sess->name, job->msg);
     answer(r);
-    release(r);
+    rnd_req_release(r);
 }
 
 void rnd_request_cancel_session(rnd_session *s)
@@ -268,23 +239,6 @@ void rnd_request_cancel_session(rnd_session *s)
     rn_queue *q;
     RN_QUEUE_FOREACH(q, &s->running)
         atomic_store(&REQ_OF_RUN(q)->job.cancelled, true);
-}
-
-void rnd_request_abandon_ring(rnd_session *s, int status)
-{
-    rn_queue *j;
-    RN_QUEUE_FOREACH(j, &s->running) {
-        req *r = REQ_OF_RUN(j);
-        if (r->at.owner)
-            atomic_store(&r->rj.abandon, status);
-    }
-}
-
-void rnd_request_drain_rings(rnd_ctx *ctx)
-{
-    rn_queue *q;
-    RN_QUEUE_FOREACH(q, &ctx->sessions.list)
-        rnd_request_abandon_ring(RN_QUEUE_DATA(q, rnd_session, link), RN_DRAINING);
 }
 
 /* ---- a BWD request's way in -------------------------------------------------------- */
@@ -359,7 +313,7 @@ static bool replay(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_requ
 }
 
 /* Look each tensor's region up once, validate, and hold the regions. */
-static int pin(req *r, const rnp_bwd_req *b, rnp_bwd_plan *plan, rnp_error *err)
+int rnd_req_pin(req *r, const rnp_bwd_req *b, rnp_bwd_plan *plan, rnp_error *err)
 {
     uint64_t size[RNP_T_COUNT];
     rnd_region *found[RNP_T_COUNT] = {NULL};
@@ -392,7 +346,7 @@ static const void *tensor_ptr(const req *r, int t, const rnp_tensor *tn)
 }
 
 /* The wire request in the kernel's terms, pointers inside the mappings. */
-static void translate(req *r, const rnp_bwd_req *b)
+void rnd_req_translate(req *r, const rnp_bwd_req *b)
 {
     rnk_bwd_args *a = &r->job.args;
 
@@ -420,8 +374,8 @@ static void translate(req *r, const rnp_bwd_req *b)
     r->job.bsess = r->sess->bsess;
     r->job.ready_slot = b->ready_slot;
     r->job.mode = b->mode;
-    r->job.acked = on_acked;
-    r->job.done = on_done;
+    r->job.acked = rnd_req_on_acked;
+    r->job.done = rnd_req_on_done;
     r->job.done_slot = -1;
 }
 
@@ -470,22 +424,22 @@ static void bwd(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_request
     rn_queue_init(&r->dups);
     rn_queue_init(&r->run.link);
 
-    if (pin(r, b, &plan, &err) != 0) {
+    if (rnd_req_pin(r, b, &plan, &err) != 0) {
         fail(r, &err);
         return;
     }
-    translate(r, b);
+    rnd_req_translate(r, b);
     /* On the running queue before submit: a backend's events never run
      * inside submit, and a copy arriving from now on waits for this one. */
     rn_queue_push_back(&s->running, &r->run.link);
-    count(r);
+    rnd_req_count(r);
     ctx->held_total++;
     r->state = REQ_SUBMITTED;
     if (ctx->be->ops->submit(ctx->be, &r->job, &err) != 0) {
         /* Never reached the backend: back to PINNED so release undoes
          * exactly what was done. */
         rn_queue_remove(&r->run.link);
-        uncount(r);
+        rnd_req_uncount(r);
         ctx->held_total--;
         r->state = REQ_PINNED;
         if (err.code == RN_BUSY)   /* the backend's queue: daemon-wide */
@@ -495,82 +449,6 @@ static void bwd(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_request
     }
     if (ctx->inflight_total > ctx->stats.inflight_max)
         ctx->stats.inflight_max = ctx->inflight_total;
-}
-
-/* ---- a ring slot's way in (ring.h's rnd_ring_submit_fn) ------------------------------ */
-
-int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const rnp_error *bad,
-                     const rnd_ring_slot *at, uint64_t recv_ns)
-{
-    rnp_error err = {0};
-    rnp_bwd_plan plan;
-    req *r;
-
-    /* At a limit the slot waits in the ring: the client's stream waits,
-     * nothing is refused. */
-    if (!at->force && (s->inflight >= ctx->cfg.max_inflight ||
-                       ctx->inflight_total >= ctx->cfg.max_inflight_total)) {
-        ctx->stats.fast_deferred++;
-        return RN_BUSY;
-    }
-    if (!(r = calloc(1, sizeof *r)))
-        return RN_BUSY;
-    r->state = REQ_RECEIVED;
-    r->ctx = ctx;
-    r->sess = s;
-    r->seq = at->seq;
-    r->run.recv_ns = recv_ns;
-    r->run.ring = true;
-    r->at = *at;
-    r->rj = (rnd_ring_job){.ring = at->ring, .slot = at->slot, .seq = at->seq, .graph = at->graph,
-                           .ready_seen = at->ready, .done_dev = at->done_dev};
-    rn_queue_init(&r->dups);
-    rn_queue_init(&r->run.link);
-
-    /* Admission and validation as for a BWD; a slot that fails them is
-     * still submitted, to be answered in its turn with the error. */
-    if (bad)
-        err = *bad;
-    else if (ctx->draining)
-        rnp_fail(&err, RN_DRAINING, "bwd: the daemon is shutting down; the call was not run");
-    else if (ctx->failing)
-        rnp_fail(&err, RN_DEVICE_FAILING, "bwd: %s", ctx->fail_msg);
-    else if (s->ending)
-        rnp_fail(&err, RN_UNKNOWN_SESSION, "bwd: the session ended; the call was not run");
-    else
-        pin(r, b, &plan, &err);
-    if (err.code) {
-        r->rj.status = err.code;
-        snprintf(r->rj.msg, sizeof r->rj.msg, "%s", err.msg[0] ? err.msg : rnp_strerror(err.code));
-        r->job.bsess = s->bsess;
-        r->job.ready_slot = -1;
-        r->job.acked = on_acked;
-        r->job.done = on_done;
-        r->job.done_slot = -1;
-    } else {
-        translate(r, b);
-    }
-    r->job.ring = &r->rj;
-    rn_queue_push_back(&s->running, &r->run.link);
-    count(r);
-    ctx->held_total++;
-    req_state before = r->state;
-    r->state = REQ_SUBMITTED;
-    if (ctx->be->ops->submit(ctx->be, &r->job, &err) != 0) {
-        /* Not taken: the slot stays in the ring, to be taken again. */
-        rn_queue_remove(&r->run.link);
-        uncount(r);
-        ctx->held_total--;
-        r->state = before;
-        r->answered = true;
-        release(r);
-        if (err.code == RN_BUSY)
-            ctx->stats.fast_deferred++;
-        return err.code == RN_BUSY ? RN_BUSY : err.code ? err.code : RN_INTERNAL;
-    }
-    if (ctx->inflight_total > ctx->stats.inflight_max)
-        ctx->stats.inflight_max = ctx->inflight_total;
-    return 0;
 }
 
 /* ---- receipt and the op table --------------------------------------------------------- */

@@ -53,5 +53,7 @@ void rnd_request_drain_rings(rnd_ctx *ctx);
  * answers it in the ring. */
 int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const rnp_error *bad,
                      const rnd_ring_slot *at, uint64_t recv_ns);
+/* Free a slot prepared ahead and never submitted (rnd_rings.discard). */
+void rnd_request_ring_discard(void *prep);
 
 #endif

@@ -49,6 +49,10 @@ typedef struct rnd_ring_slot {
     bool ready;                    /* its ready word had reached seq when it was taken
                                     * (--ring-ready=host): nothing waits for it */
     void *done_dev;                /* the ring's done word in device memory, or NULL */
+    void **prep;                   /* NULL, or the ring's slot prepared ahead: *prep NULL:
+                                    * prepare this slot (decode, validate, pin) and keep
+                                    * it there, taking nothing; else submit *prep (b and
+                                    * bad unused) and clear it once taken */
 } rnd_ring_slot;
 
 /*
@@ -56,7 +60,10 @@ typedef struct rnd_ring_slot {
  * bad its decoding error.  Returns 0 when it took the slot (its answer
  * will be written in the ring, and at->released called once), RN_BUSY when
  * it cannot take it now (try again after a release), another rn_status
- * when it never will (the backend failed).
+ * when it never will (the backend failed).  With at->prep, see there: a
+ * slot whose ready word has not come (--ring-ready=host) is prepared while
+ * the loop waits, so that only its submission lies between ready and the
+ * kernel; rnd_rings.discard frees a prepared slot never submitted.
  */
 typedef int rnd_ring_submit_fn(struct rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b,
                                const rnp_error *bad, const rnd_ring_slot *at, uint64_t recv_ns);
@@ -83,6 +90,8 @@ typedef struct rnd_rings {
     uint32_t next_id;
     int ready_mode;                /* --ring-ready, auto resolved for the backend
                                     * (RND_RING_READY_*, ring.c's take) */
+    void (*discard)(void *prep);   /* frees a prepared slot (rnd_ring_slot.prep); NULL:
+                                    * slots are not prepared ahead */
     bool deferred;                 /* a slot or replay was left at a limit (RN_BUSY):
                                     * the next request that frees one wakes the rings
                                     * (rnd_rings_limit_freed; loop thread) */

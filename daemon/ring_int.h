@@ -61,6 +61,8 @@ typedef struct rnd_ring {
                                     * ready gets there) */
     rnd_region *done_region;       /* the done word's device region (referenced), or NULL */
     void *done_dev;                /* the word in the daemon's mapping of it */
+    void *prep;                    /* slot cons + 1, prepared while its ready word had not
+                                    * come (--ring-ready=host; rnd_ring_slot.prep), or NULL */
     uint64_t left_ns;              /* when the loop first left a slot it could not take
                                     * yet (ready not there, a limit), 0 if none */
     const char *left_why;          /* which of them, first */

@@ -245,6 +245,7 @@ int rnd_server_start(rnd_server *srv, uv_loop_t *loop, const rnd_config *cfg, rn
     ctx->sessions.ring_pending = rnd_ring_pending;
     if ((rc = rnd_rings_init(ctx, &ctx->rings, rnd_request_ring, err)) != 0)
         return rc;
+    ctx->rings.discard = rnd_request_ring_discard; /* (slots prepared ahead: ring.c) */
 
     /* The channel first: its bind finds another daemon on the endpoint
      * without starting a front, and a failure leaves nothing to stop. */

@@ -24,7 +24,9 @@
  * "fast.errors", "fast.rings" (rings open), "fast.graphs" (graph slots
  * open), "fast.deferred" (times a slot or replay was left in its ring at a
  * limit, to be taken later), "fast.polled" (slots the loop found itself
- * while it polled the rings after a slot: --ring-spin-us);
+ * while it polled the rings after a slot: --ring-spin-us), "fast.prepared"
+ * (slots decoded, validated and pinned while their ready word had not come,
+ * --ring-ready=host: at the ready word only their submission is left);
  * errors of both paths count in "errors.<ERR_NAME>".
  * Histograms "queue", "compute", "total" (the nanomsg BWD) and "fast.queue",
  * "fast.compute", "fast.total" (ring slots: from the daemon taking the slot;
@@ -89,6 +91,7 @@ typedef struct rnd_stats {
     uint64_t fast_ok, fast_errors;       /* ring slots answered */
     uint64_t fast_deferred;              /* slots and replays left at a limit */
     uint64_t fast_polled;                /* slots the loop's own poll took (--ring-spin-us) */
+    uint64_t fast_prepared;              /* slots prepared while their ready word had not come */
     uint64_t fast_ready_waits;           /* slots left in the ring until their ready word
                                           * came (--ring-ready=host) */
     rnd_hist fast_queue, fast_compute, fast_total;

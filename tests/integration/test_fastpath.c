@@ -275,6 +275,10 @@ static void raw_open(rnh_daemon *d, raw_case *r, uint32_t slots, uint64_t seed)
         fail_msg("expectation: %s", msg);
 }
 
+/* Set by the --ring-ready=host variants: a slot left for its ready word is
+ * prepared meanwhile (fast.prepared), not taken. */
+static bool host_ready;
+
 /* The "GPU side" writes ready late: the daemon takes the slot, waits, and
  * reads the inputs only after ready.  The inputs are garbage until then. */
 static void test_ready_late(void **state)
@@ -293,6 +297,7 @@ static void test_ready_late(void **state)
     assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
     assert_int_equal(rnr_ring_done(&r.g), 0);
     assert_int_equal(rnh_stat(d, "fast.slots"), 0);
+    assert_int_equal(rnh_wait_stat(d, "fast.prepared", host_ready ? 1 : 0, WAIT_MS), 0);
     memcpy(r.g.data, saved, n);
     rnr_ring_ready(&r.g, seq);
     assert_int_equal(rnr_ring_wait(&r.g, seq, WAIT_MS), 0);
@@ -798,7 +803,51 @@ static void test_waiting_slot_keeps_session(void **state)
 static void test_ready_late_host(void **state)
 {
     rnh_arg(*state, "--ring-ready=host");
+    host_ready = true;
     test_ready_late(state);
+    host_ready = false;
+}
+
+/* kill -9 of a client whose slot was prepared while it waited for ready
+ * (its regions pinned, nothing counted in flight): the daemon drops the
+ * prepared slot with the ring, releases the client's regions, and serves
+ * another client undisturbed. */
+static void test_kill9_prepared(void **state)
+{
+    rnh_daemon *d = *state;
+    rnh_proc stall;
+    char line[256];
+    rn_client *c;
+    laid l;
+    rnv_case k = mixed_case(4);
+
+    rnh_arg(d, "--ring-ready=host");
+    assert_int_equal(rnh_start(d), 0);
+    c = client_on(d, RN_PATH_FAST);
+    lay(c, &k, 3, &l);
+    assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0);
+    const char *sargv[] = {"prog_fastring", "stall", d->endpoint, "5", NULL};
+    assert_int_equal(rnh_spawn("prog_fastring", sargv, false, &stall), 0);
+    assert_true(rnh_read_line(&stall, line, sizeof line, WAIT_MS) > 0);
+    assert_string_equal(line, "published");
+    assert_int_equal(rnh_wait_stat(d, "fast.prepared", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_stat(d, "inflight.current"), 0);
+    assert_int_equal(rnh_stat(d, "regions.active"), 3); /* ours: buffer, ring; its: one */
+    kill(stall.pid, SIGKILL);
+    assert_int_equal(rnh_wait(&stall, WAIT_MS), 128 + SIGKILL);
+    rnh_proc_close(&stall);
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_stat(d, "regions.active", 2, WAIT_MS), 0);
+    assert_int_equal(rnh_stat(d, "fast.slots"), 1);
+    for (int i = 0; i < 5; i++) {
+        rnv_poison(&l.a);
+        assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0);
+        check(&l, "after the kill");
+    }
+    unlay(c, &l);
+    rn_close(c);
+    assert_int_equal(rnh_wait_stat(d, "regions.active", 0, WAIT_MS), 0);
+    RNH_PASS(d);
 }
 
 static void test_bye_pending_host(void **state)
@@ -929,6 +978,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sigterm, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_waiting_slot_keeps_session, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ready_late_host, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_kill9_prepared, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bye_pending_host, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_host, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_session_expired, rnh_setup, rnh_teardown),

@@ -138,6 +138,7 @@ static void test_prometheus_help_lines(void **state)
         {"fast.graphs", "rmsnormd_fast_graphs", "gauge"},
         {"fast.deferred", "rmsnormd_fast_deferred_total", "counter"},
         {"fast.polled", "rmsnormd_fast_polled_total", "counter"},
+        {"fast.prepared", "rmsnormd_fast_prepared_total", "counter"},
         {"fast.ready_waits", "rmsnormd_fast_ready_waits_total", "counter"},
         {"closes.pending", "rmsnormd_closes_pending", "gauge"},
         {"closes.done", "rmsnormd_closes_done_total", "counter"},

@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * request_ring.c - a ring slot (the fast path, ring.h) as a BWD request: the
+ * same object, admission, validation, pinning and statistics as request.c's
+ * BWD; the backend answers it in the ring.  A slot whose ready word has not
+ * come (--ring-ready=host) may be prepared ahead and submitted later
+ * (rnd_ring_slot.prep).
+ */
+#include "request_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void rnd_request_abandon_ring(rnd_session *s, int status)
+{
+    rn_queue *j;
+    RN_QUEUE_FOREACH(j, &s->running) {
+        req *r = REQ_OF_RUN(j);
+        if (r->at.owner)
+            atomic_store(&r->rj.abandon, status);
+    }
+}
+
+void rnd_request_drain_rings(rnd_ctx *ctx)
+{
+    rn_queue *q;
+    RN_QUEUE_FOREACH(q, &ctx->sessions.list)
+        rnd_request_abandon_ring(RN_QUEUE_DATA(q, rnd_session, link), RN_DRAINING);
+}
+
+/* ---- a ring slot's way in (ring.h's rnd_ring_submit_fn) ------------------------------ */
+
+int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const rnp_error *bad,
+                     const rnd_ring_slot *at, uint64_t recv_ns)
+{
+    rnp_error err = {0};
+    rnp_bwd_plan plan;
+    req *r = at->prep ? *at->prep : NULL;  /* a slot prepared ahead (ring.h) */
+    bool preparing = at->prep && !r;
+
+    /* At a limit the slot waits in the ring: the client's stream waits,
+     * nothing is refused. */
+    if (!preparing && !at->force && (s->inflight >= ctx->cfg.max_inflight ||
+                                     ctx->inflight_total >= ctx->cfg.max_inflight_total)) {
+        ctx->stats.fast_deferred++;
+        return RN_BUSY;
+    }
+    if (r) {
+        r->at.force = at->force;
+        r->at.ready = r->rj.ready_seen = at->ready;
+        r->run.recv_ns = recv_ns;
+        goto submit;
+    }
+    if (!(r = calloc(1, sizeof *r)))
+        return RN_BUSY;
+    r->state = REQ_RECEIVED;
+    r->ctx = ctx;
+    r->sess = s;
+    r->seq = at->seq;
+    r->run.recv_ns = recv_ns;
+    r->run.ring = true;
+    r->at = *at;
+    r->rj = (rnd_ring_job){.ring = at->ring, .slot = at->slot, .seq = at->seq, .graph = at->graph,
+                           .ready_seen = at->ready, .done_dev = at->done_dev};
+    rn_queue_init(&r->dups);
+    rn_queue_init(&r->run.link);
+
+    /* Admission and validation as for a BWD; a slot that fails them is
+     * still submitted, to be answered in its turn with the error. */
+    if (bad)
+        err = *bad;
+    else if (ctx->draining)
+        rnp_fail(&err, RN_DRAINING, "bwd: the daemon is shutting down; the call was not run");
+    else if (ctx->failing)
+        rnp_fail(&err, RN_DEVICE_FAILING, "bwd: %s", ctx->fail_msg);
+    else if (s->ending)
+        rnp_fail(&err, RN_UNKNOWN_SESSION, "bwd: the session ended; the call was not run");
+    else
+        rnd_req_pin(r, b, &plan, &err);
+    if (err.code) {
+        r->rj.status = err.code;
+        snprintf(r->rj.msg, sizeof r->rj.msg, "%s", err.msg[0] ? err.msg : rnp_strerror(err.code));
+        r->job.bsess = s->bsess;
+        r->job.ready_slot = -1;
+        r->job.acked = rnd_req_on_acked;
+        r->job.done = rnd_req_on_done;
+        r->job.done_slot = -1;
+    } else {
+        rnd_req_translate(r, b);
+    }
+    r->job.ring = &r->rj;
+    if (preparing) {
+        *at->prep = r;
+        ctx->stats.fast_prepared++;
+        return 0;
+    }
+submit:
+    rn_queue_push_back(&s->running, &r->run.link);
+    rnd_req_count(r);
+    ctx->held_total++;
+    req_state before = r->state;
+    r->state = REQ_SUBMITTED;
+    if (ctx->be->ops->submit(ctx->be, &r->job, &err) != 0) {
+        /* Not taken: the slot stays in the ring, to be taken again (a
+         * prepared one as it is, at a limit). */
+        rn_queue_remove(&r->run.link);
+        rnd_req_uncount(r);
+        ctx->held_total--;
+        r->state = before;
+        if (err.code == RN_BUSY)
+            ctx->stats.fast_deferred++;
+        if (!(at->prep && err.code == RN_BUSY)) {
+            if (at->prep)
+                *at->prep = NULL;
+            r->answered = true;
+            rnd_req_release(r);
+        }
+        return err.code == RN_BUSY ? RN_BUSY : err.code ? err.code : RN_INTERNAL;
+    }
+    if (at->prep)
+        *at->prep = NULL;
+    if (ctx->inflight_total > ctx->stats.inflight_max)
+        ctx->stats.inflight_max = ctx->inflight_total;
+    return 0;
+}
+
+/* Only its pins were taken: nothing was counted, queued or answered. */
+void rnd_request_ring_discard(void *prep)
+{
+    req *r = prep;
+
+    for (int t = 0; t < RNP_T_COUNT && r->state >= REQ_PINNED; t++)
+        if (r->regs[t])
+            rnd_region_unref(r->regs[t]);
+    free(r);
+}
+
