@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "gpu/e2e_cuda.h"
+#include "bench_util.h"
 
 #define CK(call) RNE_CK(call)
 
@@ -152,12 +153,6 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
     if (m == M_HOST)
         CK(cudaHostUnregister(host_words));
     exit(0);
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
 }
 
 static double pct(uint64_t *v, int n, double p)

@@ -31,6 +31,7 @@
 
 #include "gpu/e2e_cuda.h"
 #include "rnk.h"
+#include "bench_util.h"
 
 #define CK(call) RNE_CK(call)
 
@@ -41,19 +42,6 @@ static pfn_write64 write64;
 static pfn_batch batch;
 
 enum { MAXOPS = 8 };
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 static void *entry(const char *name)
 {

@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
+
 enum { M_FUTEX, M_EVENTFD, M_CHAIN, M_SPIN, M_N };
 static const char *mode_name[M_N] = {"futex", "eventfd", "chain", "spin"};
 
@@ -42,13 +44,6 @@ static _Atomic uint64_t t_woken; /* the last thread's clock, 0 until then */
 static _Atomic int stop;
 static int efd, ep;
 static int mode;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static void die(const char *what)
 {
@@ -101,12 +96,6 @@ static void *bell_thread(void *arg)
         }
     }
     return NULL;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
 }
 
 static void sleep_us(unsigned us)

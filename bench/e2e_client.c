@@ -18,21 +18,9 @@
 #include "rmsnorm_client.h"
 #include "rnk.h"
 #include "rnk_test.h"
+#include "bench_util.h"
 
 #define CK(call) RNE_CK(call)
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* Percentile of n samples (sorts them). */
 static double pct(uint64_t *v, int n, double p)
