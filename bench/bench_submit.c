@@ -14,6 +14,10 @@
  *               both done words in one cuStreamBatchMemOp, record
  *               completion (blocking sync, timing: the kernel's t1)
  *
+ * and, to split the launch's cost, a bare launch of a one-thread kernel
+ * (cudaLaunchKernel alone) against the production kernel's rnk_cuda_bwd
+ * (its plan, grid and launch).
+ *
  * Each job goes to an idle stream (the previous one synchronised), as a
  * host-mode job does; 4096x256 bf16 rows, fp32 weight and dw.  Prints the
  * mean and p50 of each call in us, and the total per job; run with and
@@ -154,10 +158,16 @@ int main(int argc, char **argv)
     run lean = {"lean", 4, {"record start (timing)", "launch (rnk_cuda_bwd)",
                             "both done words (one batch)", "record completion (blocking, timing)"},
                 {0}};
+    run bare = {"launches", 2, {"bare launch (one-thread kernel)", "launch (rnk_cuda_bwd)"}, {0}};
     for (int o = 0; o < MAXOPS; o++) {
         prod.t[o] = calloc((size_t)iters, sizeof(uint64_t));
         lean.t[o] = calloc((size_t)iters, sizeof(uint64_t));
+        bare.t[o] = calloc((size_t)iters, sizeof(uint64_t));
     }
+    rne_kernels rk;
+    uint64_t *stamp;
+    CK(rne_load(&rk));
+    CK(cudaMalloc((void **)&stamp, sizeof *stamp));
     CUdeviceptr w0 = (CUdeviceptr)(uintptr_t)&words[0], w1 = (CUdeviceptr)(uintptr_t)&words[1];
     for (int pass = 0; pass < 2; pass++) /* the first pass warms up */
         for (int i = 0; i < iters; i++) {
@@ -214,6 +224,22 @@ int main(int argc, char **argv)
                     for (int o = 0; o + 1 < k; o++)
                         r->t[o][i] = t[o + 1] - t[o];
             }
+            /* Each on an idle stream too. */
+            CK(cudaStreamSynchronize(st));
+            uint64_t a0 = now_ns();
+            CK(rne_stamp(&rk, stamp, st));
+            uint64_t a1 = now_ns();
+            CK(cudaStreamSynchronize(st));
+            uint64_t b0 = now_ns();
+            if (rnk_cuda_bwd(dev, &a, ws, wsb, st, msg, sizeof msg) != 0) {
+                fprintf(stderr, "rnk_cuda_bwd: %s\n", msg);
+                return 1;
+            }
+            uint64_t b1 = now_ns();
+            if (pass) {
+                bare.t[0][i] = a1 - a0;
+                bare.t[1][i] = b1 - b0;
+            }
         }
     CK(cudaStreamSynchronize(st));
     uint64_t hw[2];
@@ -228,6 +254,7 @@ int main(int argc, char **argv)
         fprintf(out, "| order | call | mean us | p50 us |\n|---|---|---|---|\n");
     report(&prod, iters, out);
     report(&lean, iters, out);
+    report(&bare, iters, out);
     if (out)
         fclose(out);
     return 0;
