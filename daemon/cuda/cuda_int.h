@@ -130,7 +130,7 @@ typedef struct rnd_cuda_gjob {
     bool unready_warned;           /* "inputs not ready" logged (once per job) */
     bool acked;                    /* the acked event ran */
     bool in_fifo;                  /* handed to its stream's completion thread */
-    bool ring_timed;               /* a ring job whose kernel was launched (t0, t1) */
+    bool ring_timed;               /* a ring job whose kernel was launched (timed) */
     bool ready_forced;             /* a cancelled ring job: the daemon wrote ready */
     bool ends_timed;               /* a ring job's started and fin time its kernel (and its
                                     * done words): no t0, t1 of their own */
