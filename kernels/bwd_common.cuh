@@ -39,13 +39,10 @@ enum { CTR_CLAIM = 0, CTR_DONE = 32, CTR_SLICE = 64, CTR_EXIT = 96, CTR_CANCEL =
        CTR_WORDS = 128 };
 /* CTR_CANCEL: what this launch knows of the cancel word. */
 enum { CANCEL_UNKNOWN = 0, CANCEL_READING = 1, CANCEL_CLEAR = 2, CANCEL_SET = 3 };
-enum { FIN_COLS = 32 };
-/* Chunks' partials the finish stages in shared memory at a time (its tile:
- * FIN_BATCH * FIN_COLS floats). */
-#ifndef RNK_FIN_BATCH
-#define RNK_FIN_BATCH 256
-#endif
-enum { FIN_BATCH = RNK_FIN_BATCH };
+/* The finish's slices: 8 columns (two float4 of each partial row). */
+enum { FIN_COLS = 8 };
+/* The most chunks rnk_chunk_count() gives (132 * 16), and their groups. */
+enum { MAX_CHUNKS = 2112, MAX_GROUPS = (MAX_CHUNKS + RNK_DW_GROUP - 1) / RNK_DW_GROUP };
 static constexpr size_t WS_HEADER = CTR_WORDS * 4;
 
 /*
@@ -78,17 +75,17 @@ struct Params {
     int64_t m, n, xs, dys, dxs, drs;
     int x_dt, dy_dt, dx_dt, w_dt, dr_dt, dw_dt;
     float eps, offset;
-    int64_t C;        /* rows per chunk */
-    int nchunks, G, tpr, nslices;
+    int nchunks;      /* P: chunk k holds rows k, k + P, k + 2P, ... (rnk.h) */
+    int G, tpr, nslices;
     int even_bars;    /* RNK_RACECHECK=1: stripes meet their barriers equally (bwd_kernel.cuh) */
     int64_t pst;      /* floats per stripe slot (n rounded up to 4) */
-    int64_t wsp;      /* fast path: floats of w staged in shared memory before the ring */
+    int64_t wsp;      /* ring path: floats of w staged in shared memory before the ring */
     int64_t cs;       /* floats per chunk: G * pst */
     unsigned *ctr;    /* workspace header */
     float *part;      /* chunk k, stripe slot g at part + k * cs + g * pst */
     float *acc;       /* MODE_ATOMIC: fp32 accumulator [n], zero between launches */
     const unsigned *cancel; /* rnk_bwd_args.cancel: NULL or the word read first */
-    int64_t xstep, ystep, dstep, drstep; /* fast path: bytes between a stripe's rows */
+    int64_t xstep, ystep, dstep, drstep; /* ring path: bytes between a stripe's rows */
     float inv_n;      /* 1 / n (RNK_LEAN's row means) */
 #if RNK_TRACE
     rnk_trace_head *tr_head;  /* NULL: this launch records nothing */
@@ -423,51 +420,71 @@ __device__ __forceinline__ unsigned claim_issue(const Params &p)
     return threadIdx.x == 0 ? atomicAdd(&p.ctr[CTR_CLAIM], 1u) : 0u;
 }
 
-/*
- * Finish 32 columns [sl*32, sl*32+32): stage up to FIN_BATCH chunks' partials at a
- * time in shared memory (cp.async, all in flight at once); each warp adds whole
- * groups of RNK_DW_GROUP partials in chunk order, then warp 0 adds the group
- * sums in order (rnk.h's two-level order); round once at the end.
- * tile: FIN_BATCH * 32 floats.
- */
-static_assert(FIN_BATCH % RNK_DW_GROUP == 0, "a staged batch holds whole groups");
-__device__ __forceinline__ void finish_slice(const Params &p, int sl, float *tile)
+/* Rows of chunk k: k, k + P, ... below m. */
+__device__ __forceinline__ int64_t chunk_len(const Params &p, int k)
 {
-    __shared__ float gsum[FIN_BATCH / RNK_DW_GROUP][FIN_COLS];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const int64_t col = (int64_t)sl * FIN_COLS + lane;
-    const bool ok = col < p.n;
-    float d = 0.0f;
-    for (int base = 0; base < p.nchunks; base += FIN_BATCH) {
-        const int cnt = p.nchunks - base < FIN_BATCH ? p.nchunks - base : FIN_BATCH;
-        /* 8 copies of 16 bytes per chunk, all in flight at once; columns
-         * past n are left as they are and never stored. */
-        for (int it = threadIdx.x; it < cnt * 8; it += blockDim.x) {
-            const int k = it >> 3, q = it & 7;
-            const int64_t c0 = (int64_t)sl * FIN_COLS + 4 * q;
-            if (c0 < p.n)
-                cp_async16(tile + k * FIN_COLS + 4 * q, p.part + (int64_t)(base + k) * p.cs + c0);
+    return (p.m - k + p.nchunks - 1) / p.nchunks;
+}
+
+/*
+ * Finish slices of FIN_COLS = 8 columns in rnk.h's two-level order.  A block
+ * takes SB slices at a time (SB = blockDim / (2 * groups), at least 1); a
+ * thread takes one group of RNK_DW_GROUP partials of one float4 of a slice,
+ * loads the group's partials all at once (registers, L2) and adds them in
+ * chunk order; then one thread per column adds the group sums in order and
+ * rounds once.  MAXT: the kernel's largest block (sizes the group sums).
+ */
+template <int MAXT>
+__device__ __forceinline__ void finish_slices(const Params &p)
+{
+    constexpr int E = MAXT / 2 > MAX_GROUPS ? MAXT / 2 : MAX_GROUPS;
+    __shared__ float4 gsum[E][2];
+    const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
+    const int T = (int)blockDim.x, SB = T / (2 * Q) > 0 ? T / (2 * Q) : 1;
+    for (int base = blockIdx.x * SB; base < p.nslices; base += gridDim.x * SB) {
+        for (int i = threadIdx.x; i < SB * 2 * Q; i += T) {
+            const int so = i / (2 * Q), r = i - so * 2 * Q, cv = r & 1, q = r >> 1;
+            const int64_t col = (int64_t)(base + so) * FIN_COLS + cv * 4;
+            float4 g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (base + so < p.nslices && col < p.n) {
+                /* (columns n .. pst-1 of a partial are padding, never stored) */
+                const float *src = p.part + (int64_t)q * RNK_DW_GROUP * p.cs + col;
+                const int cnt = P - q * RNK_DW_GROUP < RNK_DW_GROUP ? P - q * RNK_DW_GROUP
+                                                                    : RNK_DW_GROUP;
+                /* 8 loads in flight at a time (32 registers), added in order */
+#pragma unroll
+                for (int k0 = 0; k0 < RNK_DW_GROUP; k0 += 8) {
+                    float4 v[8];
+#pragma unroll
+                    for (int k = 0; k < 8; k++)
+                        if (k0 + k < cnt)
+                            v[k] = __ldcg(reinterpret_cast<const float4 *>(src + (k0 + k) * p.cs));
+#pragma unroll
+                    for (int k = 0; k < 8; k++)
+                        if (k0 + k < cnt) {
+                            g.x = __fadd_rn(g.x, v[k].x);
+                            g.y = __fadd_rn(g.y, v[k].y);
+                            g.z = __fadd_rn(g.z, v[k].z);
+                            g.w = __fadd_rn(g.w, v[k].w);
+                        }
+                }
+            }
+            gsum[so * Q + q][cv] = g;
         }
-        cp_async_commit();
-        cp_async_wait<0>();
         __syncthreads();
-        const int ng = (cnt + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
-        for (int q = warp; q < ng; q += nw) {
-            const int k1 = (q + 1) * RNK_DW_GROUP < cnt ? (q + 1) * RNK_DW_GROUP : cnt;
-            float gs = 0.0f;
-            for (int k = q * RNK_DW_GROUP; k < k1; k++)
-                gs = __fadd_rn(gs, tile[k * FIN_COLS + lane]);
-            gsum[q][lane] = gs;
-        }
-        __syncthreads();
-        if (warp == 0) {
-            for (int q = 0; q < ng; q++)
-                d = __fadd_rn(d, gsum[q][lane]);
+        if ((int)threadIdx.x < SB * FIN_COLS) {
+            const int so = threadIdx.x / FIN_COLS, c = threadIdx.x % FIN_COLS;
+            const int64_t col = (int64_t)(base + so) * FIN_COLS + c;
+            if (base + so < p.nslices && col < p.n) {
+                const float *gs = reinterpret_cast<const float *>(&gsum[so * Q][c >> 2]) + (c & 3);
+                float d = 0.0f;
+                for (int q = 0; q < Q; q++)
+                    d = __fadd_rn(d, gs[q * 8]); /* gsum[so * Q + q][c >> 2], element c & 3 */
+                st_any(p.dw_dt, p.dw, col, d);
+            }
         }
         __syncthreads();
     }
-    if (warp == 0 && ok)
-        st_any(p.dw_dt, p.dw, col, d);
 }
 
 /* A counter's reset by the launch's last block (RNK_LEAN_SYNC: a plain store). */
@@ -496,7 +513,8 @@ __device__ __forceinline__ unsigned exit_count(const Params &p)
 /* Steps 2-4 of the fused launch.  Slices are dealt to blocks statically:
  * once every chunk is done nothing waits any more, so a block that starts
  * late still finishes its slices. */
-__device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bool fused)
+template <int MAXT>
+__device__ __forceinline__ void finish_and_exit(const Params &p, bool fused)
 {
     unsigned prev = 0;
     if (fused && p.dw) {
@@ -515,8 +533,7 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
 #endif
         __syncthreads();
         trace_mark(p, 3, 3);
-        for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
-            finish_slice(p, sl, tile);
+        finish_slices<MAXT>(p);
     }
     __syncthreads();
     trace_mark(p, fused && p.dw ? 4 : 3, 4);

@@ -270,14 +270,16 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
 #if RNK_LEAN /* from the host: not recomputed from the parameters at every row */
     const int64_t xstep = p.xstep, ystep = p.ystep, dstep = p.dstep;
 #else
-    const int64_t xstep = G * p.xs * ES, ystep = G * p.dys * ES, dstep = G * p.dxs * ES;
+    const int64_t GP = G * p.nchunks;
+    const int64_t xstep = GP * p.xs * ES, ystep = GP * p.dys * ES, dstep = GP * p.dxs * ES;
 #endif
     const char *xa = (const char *)p.x + rg * p.xs * ES; /* the next row to stage */
     const char *ya = (const char *)p.dy + rg * p.dys * ES;
     const float *ra = ONLY_B ? p.rstd + rg : nullptr;
     char *dxr = (char *)p.dx + rg * p.dxs * ES; /* the row being reduced */
     const char *drr = DRES ? (const char *)p.dres + rg * p.drs * ES : nullptr;
-    const int64_t drstep = DRES ? (RNK_LEAN ? p.drstep : G * p.drs * ES) : 0;
+    const int64_t drstep = DRES ? (RNK_LEAN ? p.drstep : G * p.nchunks * p.drs * ES) : 0;
+    const int64_t rstep = G * p.nchunks; /* rows between a stripe's rows */
     float rsq[ST];
 #pragma unroll
     for (int i = 0; i < ST; i++)
@@ -288,7 +290,7 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
             stage_row<NV>(i, sring, ub, xa, ya, coff, nb);
             if (ONLY_B) {
                 rsq[i] = __ldg(ra);
-                ra += G;
+                ra += rstep;
             }
             xa += xstep;
             ya += ystep;
@@ -301,7 +303,7 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
             stage_row<NV>(0, sring + sa * SLOT * ub, ub, xa, ya, coff, nb);
             if (ONLY_B) {
                 rsq[ST - 1] = __ldg(ra);
-                ra += G;
+                ra += rstep;
             }
             xa += xstep;
             ya += ystep;
@@ -366,7 +368,7 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
      * cancelled launch claimed), so its round trip overlaps the word's. */
     unsigned nxt = claim_issue(p);
     if (cancelled(p)) {
-        finish_and_exit(p, smem, false);
+        finish_and_exit<RNK_FAST_MAXT>(p, false);
         return;
     }
     /* smem: w + weight_offset per lane (p.wsp floats, none when w is held in
@@ -417,8 +419,7 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
     int it = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
         nxt = claim_issue(p);
-        const int64_t r0 = (int64_t)k * p.C;
-        const int64_t r1 = r0 + p.C < p.m ? r0 + p.C : p.m;
+        const int64_t cnt = chunk_len(p, k); /* rows k, k + P, ... (rnk.h) */
         float acc[NV][VEC];
 #pragma unroll
         for (int v = 0; v < NV; v++)
@@ -426,10 +427,10 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
             for (int e = 0; e < VEC; e++)
                 acc[v][e] = 0.0f;
 
-        /* Stripe g takes rows r0 + g, r0 + g + G, ... on its own, no
+        /* Stripe g takes the chunk's rows g, g + G, ... on its own, no
          * barrier with the other stripes until the chunk's end. */
-        const int64_t rg = r0 + g;
-        const int64_t steps = rg < r1 ? (r1 - rg + G - 1) / G : 0;
+        const int64_t rg = k + (int64_t)g * p.nchunks;
+        const int64_t steps = g < cnt ? (cnt - g + G - 1) / G : 0;
         if (p.rstd && !p.dres)
             stripe_rows<T, NV, true, false>(p, rg, steps, g, sring, ring, wv, coff, nb, ok, acc, red);
         else if (p.rstd)
@@ -446,7 +447,7 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
          * behaviour: bench/RESULTS.md).  Under racecheck (RNK_RACECHECK=1)
          * the short stripe meets its own barrier once more, which evens the
          * count and changes nothing else. */
-        if (p.even_bars && tpr > 32 && steps < (r1 - r0 + G - 1) / G)
+        if (p.even_bars && tpr > 32 && steps < (cnt + G - 1) / G)
             asm volatile("bar.sync %0, %1;" ::"r"(1 + g), "r"(tpr) : "memory");
 
         if (threadIdx.x == 0)
@@ -500,7 +501,7 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
         trace_chunk(p, s_claim[it & 1]); /* = k, which need not stay live */
     }
     trace_rows_done(p, it);
-    finish_and_exit(p, work, MODE == MODE_FUSED);
+    finish_and_exit<RNK_FAST_MAXT>(p, MODE == MODE_FUSED);
 }
 
 /* ---- the general path: any dtypes, any alignment, any n ------------------- */
@@ -511,7 +512,6 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
  */
 static __global__ void __launch_bounds__(1024) general_kernel(Params p)
 {
-    extern __shared__ float smem[];
     __shared__ rsum_t red[2][32][2];
     __shared__ int s_claim[2];
     const int tpr = p.tpr, G = p.G;
@@ -523,7 +523,7 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
     trace_start(p, 2u);
     unsigned nxt = claim_issue(p); /* before the cancel word, as in fast_kernel */
     if (cancelled(p)) {
-        finish_and_exit(p, smem, false);
+        finish_and_exit<1024>(p, false);
         return;
     }
     if (threadIdx.x == 0)
@@ -533,17 +533,16 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
     int it = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
         nxt = claim_issue(p);
-        const int64_t r0 = (int64_t)k * p.C;
-        const int64_t r1 = r0 + p.C < p.m ? r0 + p.C : p.m;
+        const int64_t cnt = chunk_len(p, k); /* rows k, k + P, ... (rnk.h) */
         float *slot = p.part + (int64_t)k * p.cs + (int64_t)g * p.pst;
         if (want_dw)
             for (int64_t j = lt; j < n; j += tpr)
                 slot[j] = 0.0f;
-        const int64_t steps = (r1 - r0 + G - 1) / G;
-        int64_t r = r0 + g;
-        for (int64_t t = 0; t < steps; t++, r += G) {
-            const bool valid = r < r1; /* stripes step in lockstep here: the row
-                                        * sums meet at the block's barrier */
+        const int64_t steps = (cnt + G - 1) / G;
+        int64_t r = k + (int64_t)g * p.nchunks;
+        for (int64_t t = 0; t < steps; t++, r += (int64_t)G * p.nchunks) {
+            const bool valid = g + t * G < cnt; /* stripes step in lockstep here: the
+                                                 * row sums meet at the block's barrier */
             const int parity = (int)(t & 1);
             const int64_t xo = r * p.xs, yo = r * p.dys;
             rsum_t s1 = 0, s2 = 0;
@@ -590,15 +589,13 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
         trace_chunk(p, k);
     }
     trace_rows_done(p, it);
-    finish_and_exit(p, smem, true);
+    finish_and_exit<1024>(p, true);
 }
 
 /* The "separate" benchmark variant's second kernel: one block per slice. */
 static __global__ void __launch_bounds__(256) finish_kernel(Params p)
 {
-    extern __shared__ float smem[];
-    for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
-        finish_slice(p, sl, smem);
+    finish_slices<256>(p);
 }
 
 } /* namespace rnk */

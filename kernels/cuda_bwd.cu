@@ -98,7 +98,7 @@ size_t rnk::ws_bytes(int64_t m, int64_t n)
 {
     if (m <= 0 || n <= 0)
         return WS_HEADER;
-    int64_t C = rnk_chunk_rows(m, n), nch = (m + C - 1) / C;
+    int64_t nch = rnk_chunk_count(m, n);
     int64_t pst = (n + 3) / 4 * 4;
     return WS_HEADER + (size_t)nch * (size_t)rnk_chunk_stripes(n) * (size_t)pst * 4;
 }
@@ -173,8 +173,7 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
     p.dw_dt = a->dw_dtype;
     p.eps = a->eps;
     p.offset = a->weight_offset;
-    p.C = rnk_chunk_rows(a->m, a->n);
-    p.nchunks = (int)((a->m + p.C - 1) / p.C);
+    p.nchunks = (int)rnk_chunk_count(a->m, a->n);
     p.G = rnk_chunk_stripes(a->n);
     p.pst = (a->n + 3) / 4 * 4;
     p.cs = p.G * p.pst;
@@ -185,16 +184,19 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
     p.cancel = a->cancel;
     p.even_bars = racecheck_run() ? 1 : 0;
     {
-        const int64_t es = (int64_t)rnk_dtype_size(a->x_dtype);
-        p.xstep = p.G * p.xs * es;
-        p.ystep = p.G * p.dys * es;
-        p.dstep = p.G * p.dxs * es;
-        p.drstep = p.dres ? p.G * p.drs * es : 0; /* (the stride means nothing without dres) */
+        /* The ring path's steps between a stripe's rows: G * P rows. */
+        const int64_t es = (int64_t)rnk_dtype_size(a->x_dtype), gp = (int64_t)p.G * p.nchunks;
+        p.xstep = gp * p.xs * es;
+        p.ystep = gp * p.dys * es;
+        p.dstep = gp * p.dxs * es;
+        p.drstep = p.dres ? gp * p.drs * es : 0; /* (the stride means nothing without dres) */
         p.inv_n = 1.0f / (float)a->n;
     }
 
-    /* The fast path: x, dy, dx (and dres) of one dtype, 16-byte aligned rows,
-     * n a multiple of the vector width, rows that fit in registers. */
+    /* The fast paths: x, dy, dx (and dres) of one dtype, 16-byte aligned rows,
+     * n a multiple of the vector width; S for bf16 and fp16 rows of up to
+     * S_MAX_N columns (its R rows at once are rnk.h's G stripes), the ring
+     * for the others that fit in shared memory. */
     const rnk_dtype t = a->x_dtype;
     const size_t es = rnk_dtype_size(t);
     const int vec = (int)(16 / es);
@@ -204,7 +206,18 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
                 a->n % vec == 0 && aligned16(a->x, a->x_stride, es) &&
                 aligned16(a->dy, a->dy_stride, es) && aligned16(a->dx, a->dx_stride, es) &&
                 (a->dres_dtype == RNK_NONE || aligned16(a->dres, a->dres_stride, es));
-    pl->fast = false;
+    pl->path = PATH_GENERAL;
+    if (fast && es == 2 && a->n <= S_MAX_N) {
+        const int tpr = s_tpr(a->n);
+        pl->path = PATH_S;
+        p.tpr = tpr;
+        pl->threads = tpr < 128 ? 128 : tpr;
+        pl->smem = 0;
+        if (pl->threads / tpr != p.G)
+            return einval(msg, msglen, "n: %lld: S block of %d rows, rnk.h's G = %d",
+                          (long long)a->n, pl->threads / tpr, p.G);
+        return RNK_OK;
+    }
     if (fast) {
         /* About RNK_NV_TARGET vectors of 16 bytes per thread: the stripe is
          * the fewest warps that hold the row that way (one warp up to 512
@@ -223,37 +236,35 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
                 break;
             target = 4; /* a block too large: four vectors a thread */
         }
-        if (nv == 3)
+        if (nv == 3 || es == 2) /* (16-bit rows here: n > S_MAX_N, NV = 4 already) */
             nv = 4;
         /* Stripes of several warps need a named barrier each (15 at most). */
         if (tp * p.G <= RNK_FAST_MAXT && (tp == 32 || p.G <= 15)) {
-            pl->fast = true;
+            pl->path = PATH_RING;
             pl->nv = nv;
             p.tpr = (int)tp;
             p.wsp = fast_w_regs(nv) ? 0 : tp * w_lane_floats(nv, vec);
         }
     }
     for (;;) {
-        if (!pl->fast) {
+        if (pl->path == PATH_GENERAL) {
             int64_t tp = (a->n + 31) / 32 * 32;
             if (tp > 1024 / p.G)
                 tp = 1024 / p.G;
             p.tpr = (int)tp;
         }
         pl->threads = p.tpr * p.G;
-        size_t comb = p.G > 1 ? (size_t)p.G * (size_t)a->n * 4 : 0;
-        size_t tile = p.dw ? (size_t)(p.nchunks < FIN_BATCH ? p.nchunks : FIN_BATCH) * FIN_COLS * 4 : 0;
-        pl->smem = comb > tile ? comb : tile;
-        if (pl->fast) /* the row ring (bwd_kernel.cuh), which comb and tile reuse, and w */
-            pl->smem = fast_smem(*pl, pl->smem);
-        /* 4 KiB: the static arrays (2.5 KiB with fp64 row sums).  A ring
-         * too large for one block: the general path, which stages nothing. */
-        if (pl->smem + 4096 <= (size_t)dev->smem_per_block)
+        if (pl->path == PATH_GENERAL) { /* (it stages nothing in shared memory) */
+            pl->smem = 0;
             break;
-        if (!pl->fast)
-            return einval(msg, msglen, "n: %lld needs %zu bytes of shared memory",
-                          (long long)a->n, pl->smem);
-        pl->fast = false;
+        }
+        /* The row ring (bwd_kernel.cuh), which the stripe combine reuses, and w */
+        pl->smem = fast_smem(*pl, p.G > 1 ? (size_t)p.G * (size_t)a->n * 4 : 0);
+        /* 12 KiB: the static arrays (the finish's group sums: 8 KiB).  A ring
+         * too large for one block: the general path. */
+        if (pl->smem + 12288 <= (size_t)dev->smem_per_block)
+            break;
+        pl->path = PATH_GENERAL;
         p.wsp = 0;
     }
     return RNK_OK;
@@ -296,30 +307,50 @@ int rnk::grid_for(rnk_device *dev, const void *fn, const Plan &pl, char *msg, si
     return RNK_OK;
 }
 
+/* Ring path kernels: fp32 rows at every NV, 16-bit rows (n > S_MAX_N
+ * there: NV = 4 always) at NV = 4 only. */
 template <class T, class TW>
-static const void *fast_fn(int nv)
+static const void *ring_fn(int nv)
 {
-    return nv == 1   ? (const void *)fast_kernel<T, TW, 1, MODE_FUSED>
+    if constexpr (sizeof(T) == 2)
+        return (const void *)fast_kernel<T, TW, 4, MODE_FUSED>;
+    else
+        return nv == 1   ? (const void *)fast_kernel<T, TW, 1, MODE_FUSED>
            : nv == 2 ? (const void *)fast_kernel<T, TW, 2, MODE_FUSED>
                      : (const void *)fast_kernel<T, TW, 4, MODE_FUSED>;
 }
 
-template <class T>
-static const void *fast_fn_w(int wdt, int nv)
+template <class T, class TW>
+static const void *s_fn(int tpr)
 {
-    if (wdt == RNK_F32)
-        return fast_fn<T, float>(nv);
-    return fast_fn<T, T>(nv); /* weight of the rows' type, or none */
+    switch (tpr) {
+    case 32: return (const void *)s_kernel<T, TW, 32, MODE_FUSED>;
+    case 64: return (const void *)s_kernel<T, TW, 64, MODE_FUSED>;
+    case 128: return (const void *)s_kernel<T, TW, 128, MODE_FUSED>;
+    case 256: return (const void *)s_kernel<T, TW, 256, MODE_FUSED>;
+    case 512: return (const void *)s_kernel<T, TW, 512, MODE_FUSED>;
+    default: return (const void *)s_kernel<T, TW, 1024, MODE_FUSED>;
+    }
+}
+
+/* The weight of fp32 or of the rows' type (or none). */
+template <class T>
+static const void *path_fn(const Plan &pl)
+{
+    if constexpr (sizeof(T) == 2) /* (fp32 rows never take S) */
+        if (pl.path == PATH_S)
+            return pl.p.w_dt == RNK_F32 ? s_fn<T, float>(pl.p.tpr) : s_fn<T, T>(pl.p.tpr);
+    return pl.p.w_dt == RNK_F32 ? ring_fn<T, float>(pl.nv) : ring_fn<T, T>(pl.nv);
 }
 
 const void *rnk::production_fn(const Plan &pl)
 {
-    if (!pl.fast)
+    if (pl.path == PATH_GENERAL)
         return (const void *)general_kernel;
     switch (pl.p.x_dt) {
-    case RNK_BF16: return fast_fn_w<__nv_bfloat16>(pl.p.w_dt, pl.nv);
-    case RNK_F16: return fast_fn_w<__half>(pl.p.w_dt, pl.nv);
-    default: return fast_fn_w<float>(pl.p.w_dt, pl.nv);
+    case RNK_BF16: return path_fn<__nv_bfloat16>(pl);
+    case RNK_F16: return path_fn<__half>(pl);
+    default: return path_fn<float>(pl);
     }
 }
 
@@ -420,8 +451,9 @@ extern "C" int rnk_cuda_describe(rnk_device *dev, const rnk_bwd_args *a, char *b
     rc = grid_for(dev, production_fn(pl), pl, buf, len, &grid);
     if (rc)
         return rc;
-    snprintf(buf, len, "%s nv=%d block=%d (G=%d x %d) grid=%d chunk=%lld nchunks=%d smem=%zu",
-             pl.fast ? "fast" : "general", pl.fast ? pl.nv : 0, pl.threads, pl.p.G, pl.p.tpr, grid,
-             (long long)pl.p.C, pl.p.nchunks, pl.smem);
+    static const char *const names[] = {"general", "ring", "s"};
+    snprintf(buf, len, "%s nv=%d block=%d (G=%d x %d) grid=%d nchunks=%d smem=%zu",
+             names[pl.path], pl.path == PATH_GENERAL ? 0 : pl.path == PATH_S ? 1 : pl.nv,
+             pl.threads, pl.p.G, pl.p.tpr, grid, pl.p.nchunks, pl.smem);
     return RNK_OK;
 }

@@ -84,12 +84,15 @@ size_t rnk_dtype_size(rnk_dtype dt);
 int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen);
 
 /*
- * The deterministic row-chunk size for dw's partial sums.  Depends only on
- * (m, n), never on the grid, the SM count or the thread count: the CPU twin
- * and the GPU kernel both sum rows [k*C, (k+1)*C) into partial k, then add the
- * partials in a fixed order (groups of RNK_DW_GROUP chunks, below).
+ * The number P of row chunks of dw's partial sums (chunk c: rows c, c + P,
+ * c + 2P, ...).  Depends only on (m, n), never on the grid, the device, its
+ * SM count or the thread count: 132 * k(n) chunks (k = 16 for n <= 256, 8 for
+ * n <= 1024, 4 for n <= 2048, else 2), at most m / 16 (at least 1) and at
+ * most 2^26 / (n * rnk_chunk_stripes(n)).  The CPU twin and the GPU kernel
+ * both sum each chunk into a partial, then add the partials in a fixed order
+ * (groups of RNK_DW_GROUP chunks, below).
  */
-int64_t rnk_chunk_rows(int64_t m, int64_t n);
+int64_t rnk_chunk_count(int64_t m, int64_t n);
 
 /* dw's step per row (see below): with RNK_DW_FMA = 1, acc = fma(dy, xhat,
  * acc), rounded once; else acc + (dy * xhat), each operation rounded.  Both
@@ -102,25 +105,31 @@ int64_t rnk_chunk_rows(int64_t m, int64_t n);
 #define RNK_DW_GROUP 16
 
 /*
- * Inside a chunk, rows are dealt round-robin to G = rnk_chunk_stripes(n)
- * stripes (row r of the chunk goes to stripe r % G, so a GPU block works on G
- * rows at once).  Exact order of dw's fp32 sums, shared by both backends:
+ * Chunk c (0 <= c < P) holds the rows i = c + j * P, j = 0, 1, ... while
+ * i < m, in that order; its j-th row goes to stripe j % G, G =
+ * rnk_chunk_stripes(n) (4 for n <= 256, 2 for n <= 512, else 1: a GPU block
+ * works on G rows at once).  Exact order of dw's fp32 sums, shared by every
+ * path of both backends:
  *   stripe s:  acc = +0.0f; for each row of the stripe, in row order:
  *              acc = acc + (dy * (x * rstd))      (each operation rounded once;
  *              with RNK_DW_FMA, acc = fma(dy, x * rstd, acc))
- *   partial k: p = +0.0f; for s = 0 .. G-1: p = p + stripe_s
- *   group q:   g = +0.0f; for k = q*RNK_DW_GROUP .. min((q+1)*RNK_DW_GROUP,
- *              nchunks)-1: g = g + partial_k
+ *   partial c: p = +0.0f; for s = 0 .. G-1: p = p + stripe_s
+ *   group q:   g = +0.0f; for c = q*RNK_DW_GROUP .. min((q+1)*RNK_DW_GROUP,
+ *              P)-1: g = g + partial_c
  *   dw:        d = +0.0f; for q = 0, 1, ...: d = d + group_q;
  *              rounded once to dw's dtype.
+ * x, dy and rstd are the stored values, upcast to fp32 exactly; rstd is the
+ * given one, or the recomputed one (below).  Example: m = 100000, n = 1024
+ * gives P = 1056, G = 1; chunk 5 adds rows 5, 1061, 2117, ... in that order.
  * (Groups of 16 chunks cut the GPU's dependent chain of additions per column
- * from nchunks to 16 + nchunks/16; the order is still fixed.)
- * With rstd given, the CPU twin's dw is bitwise the GPU kernel's dw.  With
- * rstd recomputed, and for dx always, the per-row sums (sum of x^2, sum of
- * xhat * g) are added in a different order on each backend, so those results
- * agree within rounding, not bitwise.  NaN results are NaN on both backends,
- * but not always with the same bits (the CPU keeps sign and payload, CUDA
- * returns its canonical NaN).
+ * from P to 16 + P/16; the order is still fixed.)
+ * With rstd given, the CPU twin's dw is bitwise the GPU kernel's dw, whichever
+ * GPU path ran and whatever the grid.  With rstd recomputed, and for dx
+ * always, the per-row sums (sum of x^2, sum of xhat * g) are added in a
+ * different order on each backend and path, so those results agree within
+ * rounding, not bitwise.  NaN results are NaN on both backends, but not always
+ * with the same bits (the CPU keeps sign and payload, CUDA returns its
+ * canonical NaN).
  */
 int rnk_chunk_stripes(int64_t n);
 

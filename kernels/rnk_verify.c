@@ -146,7 +146,7 @@ void rnk_judge(const rnk_bwd_args *a, rnk_verdict *v, const void *dw, const doub
     }
 
     if (dw && dw_ref && dws) {
-        const int64_t C = rnk_chunk_rows(m, n), nch = (m + C - 1) / C;
+        const int64_t nch = rnk_chunk_count(m, n), C = (m + nch - 1) / nch;
         const double chain = (double)(C + rnk_chunk_stripes(n) + nch + 8);
         double we2 = 0.0, wr2 = 0.0;
         for (int64_t j = 0; j < n; j++) {

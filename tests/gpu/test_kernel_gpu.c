@@ -610,13 +610,14 @@ static void test_cancel_word(void **state)
 static void test_grid_invariance(void **state)
 {
     (void)state;
-    /* Each block shape of the fast path (stripes of one warp with one, two
-     * or four vectors, of two and four warps), the general path, and a row
-     * too long for the fast path's ring. */
+    /* Each block shape of the S path (rows of 1, 2, 4, 8, 16 and 32 warps,
+     * 4 and 2 rows a block at n <= 512), the general path, and the ring path
+     * (fp32 rows; rows too long for S). */
     gspec specs[] = {gs(4096, 4096, RNK_BF16, RNK_F32, RNK_F32), gs(8192, 256, RNK_BF16, RNK_BF16, RNK_BF16),
                      gs(199, 33, RNK_F16, RNK_F32, RNK_F32),     gs(3000, 1024, RNK_BF16, RNK_F32, RNK_F32),
                      gs(2500, 2048, RNK_F16, RNK_F16, RNK_F16),  gs(777, 512, RNK_BF16, RNK_BF16, RNK_F32),
-                     gs(1000, 16384, RNK_BF16, RNK_F32, RNK_F32)};
+                     gs(1000, 16384, RNK_BF16, RNK_F32, RNK_F32), gs(1500, 8192, RNK_BF16, RNK_F32, RNK_F32),
+                     gs(3000, 1024, RNK_F32, RNK_F32, RNK_F32)};
     specs[4].rstd_given = false;
     static const int grids[] = {1, 2, 3, 7, 64, 132, 500, 2000};
     const size_t nspecs = sizeof specs / sizeof specs[0];

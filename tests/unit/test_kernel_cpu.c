@@ -373,26 +373,31 @@ static void test_chunk_geometry(void **state)
 {
     (void)state;
     int64_t ms[] = {1, 7, 199, 255, 256, 257, 4096, 8192, 65536, 65537, 1 << 22};
-    int64_t ns[] = {1, 256, 4096, 65536, 1 << 20};
+    int64_t ns[] = {1, 256, 512, 1024, 2048, 4096, 65536, 1 << 20};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
         for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
-            int64_t c = rnk_chunk_rows(ms[i], ns[j]);
-            int64_t nch = (ms[i] + c - 1) / c;
-            assert_true(c >= 1);
-            assert_true(nch <= 256);
-            assert_true((uint64_t)nch * (uint64_t)ns[j] * rnk_chunk_stripes(ns[j]) * 4 <=
+            int64_t p = rnk_chunk_count(ms[i], ns[j]);
+            assert_true(p >= 1);
+            assert_true(p <= 2112);
+            assert_true(p == 1 || ms[i] / p >= 16); /* at least 16 rows a chunk */
+            assert_true((uint64_t)p * (uint64_t)ns[j] * rnk_chunk_stripes(ns[j]) * 4 <=
                             (256u << 20) ||
-                        nch == 1);
-            assert_int_equal(c, rnk_chunk_rows(ms[i], ns[j]));
+                        p == 1);
+            assert_int_equal(p, rnk_chunk_count(ms[i], ns[j]));
         }
-    assert_int_equal(rnk_chunk_rows(4096, 4096), 32);   /* RNK_MIN_CHUNK_ROWS */
-    assert_int_equal(rnk_chunk_rows(7, 4096), 7);        /* all of a small m */
-    assert_int_equal(rnk_chunk_rows(65536, 4096), 256);
-    assert_int_equal(rnk_chunk_stripes(256), 8);
-    assert_int_equal(rnk_chunk_stripes(1), 8);
-    assert_int_equal(rnk_chunk_stripes(1024), 8);
-    assert_int_equal(rnk_chunk_stripes(2048), 4);
-    assert_int_equal(rnk_chunk_stripes(4096), 1);
+    assert_int_equal(rnk_chunk_count(65536, 256), 2112);
+    assert_int_equal(rnk_chunk_count(65536, 1024), 1056);
+    assert_int_equal(rnk_chunk_count(65536, 2048), 528);
+    assert_int_equal(rnk_chunk_count(65536, 4096), 264);
+    assert_int_equal(rnk_chunk_count(4096, 256), 256);   /* m / 16 */
+    assert_int_equal(rnk_chunk_count(7, 4096), 1);       /* all of a small m */
+    assert_int_equal(rnk_chunk_count(1 << 22, 1 << 20), 64); /* the workspace cap */
+    assert_int_equal(rnk_chunk_stripes(1), 4);
+    assert_int_equal(rnk_chunk_stripes(256), 4);
+    assert_int_equal(rnk_chunk_stripes(257), 2);
+    assert_int_equal(rnk_chunk_stripes(512), 2);
+    assert_int_equal(rnk_chunk_stripes(513), 1);
+    assert_int_equal(rnk_chunk_stripes(8192), 1);
 }
 
 /* ---- accuracy ---------------------------------------------------------------- */
@@ -551,23 +556,23 @@ static void test_thread_invariance(void **state)
 static void test_dw_documented_order(void **state)
 {
     (void)state;
-    /* 1000 x 256: 250 chunks, so 15 full groups of RNK_DW_GROUP and one of 10 */
-    int64_t shapes[][2] = {{1000, 256}, {3000, 1024}, {77, 3000}, {9, 5}};
-    for (size_t si = 0; si < 4; si++) {
+    /* 1000 x 256: 62 chunks of 16 or 17 rows in 4 stripes, so 3 full groups of
+     * RNK_DW_GROUP and one of 14; 3000 x 300: 187 chunks in 2 stripes */
+    int64_t shapes[][2] = {{1000, 256}, {3000, 1024}, {3000, 300}, {77, 3000}, {9, 5}};
+    for (size_t si = 0; si < 5; si++) {
         int64_t m = shapes[si][0], n = shapes[si][1];
         pspec s = spec(m, n, RNK_BF16, RNK_F32, RNK_F32);
         prob p;
         prob_init(&p, &s);
         assert_int_equal(rnk_cpu_bwd(&p.a, 3, NULL, 0), 0);
-        int64_t C = rnk_chunk_rows(m, n), G = rnk_chunk_stripes(n);
-        int64_t nch = (m + C - 1) / C;
+        int64_t nch = rnk_chunk_count(m, n), G = rnk_chunk_stripes(n);
         for (int64_t j = 0; j < n; j++) {
             float d = 0.0f, grp = 0.0f;
             for (int64_t k = 0; k < nch; k++) {
                 float part = 0.0f;
                 for (int64_t g = 0; g < G; g++) {
                     float acc = 0.0f;
-                    for (int64_t r = k * C + g; r < (k + 1) * C && r < m; r += G) {
+                    for (int64_t r = k + g * nch; r < m; r += G * nch) {
                         float xh = rnk_load(RNK_BF16, p.x, r * n + j) * p.rstd[r];
                         float prod = rnk_load(RNK_BF16, p.dy, r * n + j) * xh;
                         acc = acc + prod;
