@@ -18,6 +18,9 @@
  * then, for rows of several warps, at one block barrier per row through a
  * double-buffered array, added over the warps by the same shuffle tree.
  *
+ * The weight (none, fp32 or the rows' dtype) is read once per block by its
+ * dtype at run time: one kernel serves all three.
+ *
  * Loads: x, rstd and (when dx is not dy) dy through the read-only path, dy
  * through plain loads when dx aliases it (each row is read whole, by the
  * threads that write it, before any of its dx is stored).
@@ -96,7 +99,7 @@ __device__ __forceinline__ void s_load(const Params &p, SRow &d, int64_t row, bo
  * partial (stripes added in order: p = +0 + stripe_0 + ... + stripe_{R-1})
  * and its publication.  RS: rstd given; DRES: dresidual_out added.
  */
-template <class T, class TW, int TPR, int MODE, bool RS, bool DRES>
+template <class T, int TPR, int MODE, bool RS, bool DRES>
 __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N> &sh)
 {
     using S = SShape<TPR>;
@@ -114,7 +117,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
     float wv[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; e++)
-        wv[e] = ok ? (p.w ? ld_any(Vec<TW>::DT, p.w, col + e) + p.offset : 1.0f) : 0.0f;
+        wv[e] = ok ? (p.w ? ld_any(p.w_dt, p.w, col + e) + p.offset : 1.0f) : 0.0f;
 
     int it = 0, par = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
@@ -236,7 +239,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
     trace_rows_done(p, it);
 }
 
-template <class T, class TW, int TPR, int MODE>
+template <class T, int TPR, int MODE>
 __global__ void __launch_bounds__(SShape<TPR>::BT, SShape<TPR>::MINB) s_kernel(Params p)
 {
     __shared__ SShared<TPR, Vec<T>::N> sh;
@@ -253,13 +256,13 @@ __global__ void __launch_bounds__(SShape<TPR>::BT, SShape<TPR>::MINB) s_kernel(P
     __syncthreads();
     trace_mark(p, 1, 1);
     if (p.rstd && !p.dres)
-        s_chunks<T, TW, TPR, MODE, true, false>(p, sh);
+        s_chunks<T, TPR, MODE, true, false>(p, sh);
     else if (p.rstd)
-        s_chunks<T, TW, TPR, MODE, true, true>(p, sh);
+        s_chunks<T, TPR, MODE, true, true>(p, sh);
     else if (!p.dres)
-        s_chunks<T, TW, TPR, MODE, false, false>(p, sh);
+        s_chunks<T, TPR, MODE, false, false>(p, sh);
     else
-        s_chunks<T, TW, TPR, MODE, false, true>(p, sh);
+        s_chunks<T, TPR, MODE, false, true>(p, sh);
     finish_and_exit<SShape<TPR>::BT>(p, MODE == MODE_FUSED);
 }
 

@@ -320,26 +320,27 @@ static const void *ring_fn(int nv)
                      : (const void *)fast_kernel<T, TW, 4, MODE_FUSED>;
 }
 
-template <class T, class TW>
+template <class T>
 static const void *s_fn(int tpr)
 {
     switch (tpr) {
-    case 32: return (const void *)s_kernel<T, TW, 32, MODE_FUSED>;
-    case 64: return (const void *)s_kernel<T, TW, 64, MODE_FUSED>;
-    case 128: return (const void *)s_kernel<T, TW, 128, MODE_FUSED>;
-    case 256: return (const void *)s_kernel<T, TW, 256, MODE_FUSED>;
-    case 512: return (const void *)s_kernel<T, TW, 512, MODE_FUSED>;
-    default: return (const void *)s_kernel<T, TW, 1024, MODE_FUSED>;
+    case 32: return (const void *)s_kernel<T, 32, MODE_FUSED>;
+    case 64: return (const void *)s_kernel<T, 64, MODE_FUSED>;
+    case 128: return (const void *)s_kernel<T, 128, MODE_FUSED>;
+    case 256: return (const void *)s_kernel<T, 256, MODE_FUSED>;
+    case 512: return (const void *)s_kernel<T, 512, MODE_FUSED>;
+    default: return (const void *)s_kernel<T, 1024, MODE_FUSED>;
     }
 }
 
-/* The weight of fp32 or of the rows' type (or none). */
+/* S: one kernel for every weight dtype; the ring: the weight of fp32 or of
+ * the rows' type (or none). */
 template <class T>
 static const void *path_fn(const Plan &pl)
 {
     if constexpr (sizeof(T) == 2) /* (fp32 rows never take S) */
         if (pl.path == PATH_S)
-            return pl.p.w_dt == RNK_F32 ? s_fn<T, float>(pl.p.tpr) : s_fn<T, T>(pl.p.tpr);
+            return s_fn<T>(pl.p.tpr);
     return pl.p.w_dt == RNK_F32 ? ring_fn<T, float>(pl.nv) : ring_fn<T, T>(pl.nv);
 }
 

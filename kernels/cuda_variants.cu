@@ -26,16 +26,16 @@ extern "C" size_t rnk_cuda_variant_workspace_size(const rnk_device *dev, int64_t
 
 #ifdef RNK_BENCH_VARIANTS
 
-template <int MODE, class TW>
+template <int MODE>
 static const void *variant_s_fn(int tpr)
 {
     switch (tpr) {
-    case 32: return (const void *)s_kernel<__nv_bfloat16, TW, 32, MODE>;
-    case 64: return (const void *)s_kernel<__nv_bfloat16, TW, 64, MODE>;
-    case 128: return (const void *)s_kernel<__nv_bfloat16, TW, 128, MODE>;
-    case 256: return (const void *)s_kernel<__nv_bfloat16, TW, 256, MODE>;
-    case 512: return (const void *)s_kernel<__nv_bfloat16, TW, 512, MODE>;
-    default: return (const void *)s_kernel<__nv_bfloat16, TW, 1024, MODE>;
+    case 32: return (const void *)s_kernel<__nv_bfloat16, 32, MODE>;
+    case 64: return (const void *)s_kernel<__nv_bfloat16, 64, MODE>;
+    case 128: return (const void *)s_kernel<__nv_bfloat16, 128, MODE>;
+    case 256: return (const void *)s_kernel<__nv_bfloat16, 256, MODE>;
+    case 512: return (const void *)s_kernel<__nv_bfloat16, 512, MODE>;
+    default: return (const void *)s_kernel<__nv_bfloat16, 1024, MODE>;
     }
 }
 
@@ -46,8 +46,7 @@ static const void *variant_fn(const Plan &pl)
 {
     const bool wf = pl.p.w_dt == RNK_F32;
     if (pl.path == PATH_S)
-        return wf ? variant_s_fn<MODE, float>(pl.p.tpr)
-                  : variant_s_fn<MODE, __nv_bfloat16>(pl.p.tpr);
+        return variant_s_fn<MODE>(pl.p.tpr);
     return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 4, MODE>
               : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 4, MODE>;
 }
