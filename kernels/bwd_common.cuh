@@ -472,8 +472,8 @@ __device__ __forceinline__ void finish_slices(const Params &p)
             gsum[so * Q + q][cv] = g;
         }
         __syncthreads();
-        if ((int)threadIdx.x < SB * FIN_COLS) {
-            const int so = threadIdx.x / FIN_COLS, c = threadIdx.x % FIN_COLS;
+        for (int i = threadIdx.x; i < SB * FIN_COLS; i += T) {
+            const int so = i / FIN_COLS, c = i % FIN_COLS;
             const int64_t col = (int64_t)(base + so) * FIN_COLS + c;
             if (base + so < p.nslices && col < p.n) {
                 const float *gs = reinterpret_cast<const float *>(&gsum[so * Q][c >> 2]) + (c & 3);

@@ -5,28 +5,31 @@
  * the benchmark-only variants (cuda_variants.cu); the pieces both paths use
  * are in bwd_common.cuh.  C++ templates; nothing here is visible through rnk.h.
  *
- * One launch does everything:
- *   1. blocks claim chunks of C = rnk_chunk_rows(m, n) rows from an atomic
- *      counter; a block works on G = rnk_chunk_stripes(n) rows at once (one
- *      stripe of tpr threads each), writes dx, and keeps fp32 dw sums per
- *      stripe in registers (fast path: rows arrive through a ring of STAGES
- *      row slots in shared memory, filled with cp.async STAGES - 1 rows
- *      ahead, and the stripes run independently of each other) or in the
- *      chunk's workspace slots (general path); at the chunk's end it adds
- *      the stripes in order into the chunk's partial row and bumps a "done"
- *      counter (release);
+ * Two of the three paths are here: the ring path (aligned rows of one
+ * dtype that S, bwd_s.cuh, does not take: fp32 rows, and bf16/fp16 rows of
+ * more than 8192 columns) and the general path (anything else).
+ * One launch does everything, on every path:
+ *   1. blocks claim chunks (rnk.h: P = rnk_chunk_count(m, n) chunks, chunk k
+ *      = rows k, k + P, ...) from an atomic counter; a block works on G =
+ *      rnk_chunk_stripes(n) rows of a chunk at once (one stripe of tpr
+ *      threads each), writes dx, and keeps fp32 dw sums per stripe in
+ *      registers (ring path: rows arrive through a ring of STAGES row slots
+ *      in shared memory, filled with cp.async STAGES - 1 rows ahead, and the
+ *      stripes run independently of each other) or in the chunk's workspace
+ *      slots (general path); at the chunk's end it adds the stripes in order
+ *      into the chunk's partial row and bumps a "done" counter (release);
  *   2. a block that finds no chunk left waits (acquire) until done ==
  *      nchunks.  This cannot deadlock however few blocks are resident: every
  *      claimed chunk belongs to a block that is already running and never
  *      waits before finishing it;
- *   3. blocks take 32-column slices and add the partials of each column in
+ *   3. blocks take 8-column slices and add the partials of each column in
  *      rnk.h's fixed two-level order (groups of RNK_DW_GROUP chunks in
  *      parallel, then the groups), rounding once to dw's dtype;
  *   4. the last block to exit resets every counter to zero, so the next
  *      launch (or a graph replay) starts clean without a memset.
- * dx and dw are bitwise deterministic and dw does not depend on the grid:
- * every sum has a fixed order (rnk.h documents dw's; the row reductions use a
- * fixed shuffle tree, then the stripe's warps in order).
+ * dx and dw are bitwise deterministic and dw does not depend on the grid nor
+ * on the path: every sum has a fixed order (rnk.h documents dw's; the row
+ * reductions use a fixed shuffle tree, then the stripe's warps in order).
  */
 #ifndef RNK_BWD_KERNEL_CUH
 #define RNK_BWD_KERNEL_CUH
@@ -35,7 +38,7 @@
 
 namespace rnk {
 
-/* ---- the fast path: aligned rows of one dtype, staged in shared memory ---- */
+/* ---- the ring path: aligned rows of one dtype, staged in shared memory ---- */
 
 /*
  * Knobs (bench/build_variants.sh builds one benchmark per set):

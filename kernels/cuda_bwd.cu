@@ -129,6 +129,12 @@ static bool racecheck_run(void)
     return on;
 }
 
+/* RNK_S_MIN_N (benchmark knob, default 0): narrower bf16/fp16 rows take the
+ * ring path instead of S (both follow rnk.h's order). */
+#ifndef RNK_S_MIN_N
+#define RNK_S_MIN_N 0
+#endif
+
 static bool aligned16(const void *p, int64_t stride, size_t es)
 {
     return ((uintptr_t)p % 16) == 0 && ((size_t)stride * es) % 16 == 0;
@@ -207,7 +213,7 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
                 aligned16(a->dy, a->dy_stride, es) && aligned16(a->dx, a->dx_stride, es) &&
                 (a->dres_dtype == RNK_NONE || aligned16(a->dres, a->dres_stride, es));
     pl->path = PATH_GENERAL;
-    if (fast && es == 2 && a->n <= S_MAX_N) {
+    if (fast && es == 2 && a->n <= S_MAX_N && a->n >= RNK_S_MIN_N) {
         const int tpr = s_tpr(a->n);
         pl->path = PATH_S;
         p.tpr = tpr;
@@ -236,7 +242,8 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
                 break;
             target = 4; /* a block too large: four vectors a thread */
         }
-        if (nv == 3 || es == 2) /* (16-bit rows here: n > S_MAX_N, NV = 4 already) */
+        /* (16-bit rows here: n > S_MAX_N, NV = 4 already, unless RNK_S_MIN_N) */
+        if (nv == 3 || (es == 2 && RNK_S_MIN_N == 0))
             nv = 4;
         /* Stripes of several warps need a named barrier each (15 at most). */
         if (tp * p.G <= RNK_FAST_MAXT && (tp == 32 || p.G <= 15)) {
@@ -312,7 +319,7 @@ int rnk::grid_for(rnk_device *dev, const void *fn, const Plan &pl, char *msg, si
 template <class T, class TW>
 static const void *ring_fn(int nv)
 {
-    if constexpr (sizeof(T) == 2)
+    if constexpr (sizeof(T) == 2 && RNK_S_MIN_N == 0)
         return (const void *)fast_kernel<T, TW, 4, MODE_FUSED>;
     else
         return nv == 1   ? (const void *)fast_kernel<T, TW, 1, MODE_FUSED>

@@ -39,14 +39,21 @@ static const void *variant_s_fn(int tpr)
     }
 }
 
-/* The production kernel of the plan's path (bf16 rows: S, or the ring at
- * NV = 4 past S_MAX_N columns) in another MODE. */
+/* The production kernel of the plan's path (bf16 rows: S, or the ring past
+ * S_MAX_N columns) in another MODE. */
 template <int MODE>
 static const void *variant_fn(const Plan &pl)
 {
     const bool wf = pl.p.w_dt == RNK_F32;
     if (pl.path == PATH_S)
         return variant_s_fn<MODE>(pl.p.tpr);
+    /* (NV = 4 always past S_MAX_N; 1 or 2 only with RNK_S_MIN_N) */
+    if (pl.nv == 1)
+        return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 1, MODE>
+                  : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 1, MODE>;
+    if (pl.nv == 2)
+        return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 2, MODE>
+                  : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 2, MODE>;
     return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 4, MODE>
               : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 4, MODE>;
 }

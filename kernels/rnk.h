@@ -12,7 +12,8 @@
  *   cpu_twin.c      the CPU backend (pthreads), same dw order as the GPU
  *   rnk_verify.c    issue 3's accuracy rules, shared by every test (rnk_test.h)
  *   cuda_bwd.cu     per-device init, workspace, the one-launch entry point
- *   bwd_kernel.cuh  the device code of the two paths (fast and general)
+ *   bwd_s.cuh       the fast path: bf16/fp16 rows of <= 8192 columns in registers
+ *   bwd_kernel.cuh  the ring path (other aligned rows) and the general path
  *   bwd_common.cuh  the device code both share (row sums, claims, dw finish)
  *   cuda_launch.h   internal C++ glue between the .cu files
  *   cuda_variants.cu  benchmark-only variants (-DRNK_BENCH_VARIANTS=1; rnk_test.h)
@@ -182,8 +183,10 @@ int rnk_cuda_workspace_init(void *ws, size_t bytes, void *stream, char *msg, siz
  * Exactly one kernel launch.  Returns 0 or RNK_EINVAL / RNK_ECUDA with msg.
  *
  * Determinism: the same inputs at the same addresses give the same dx and dw
- * bits on every run, whatever the grid.  The 16-byte fast path is chosen from
- * the tensors' alignment, and it reduces each row in another order than the
+ * bits on every run, whatever the grid and the device's SM count; with rstd
+ * given, dw's bits are also the same on every path and on the CPU twin
+ * (rnk.h's order above).  The 16-byte fast paths are chosen from the
+ * tensors' alignment, and they reduce each row in another order than the
  * general path: moving a tensor to a differently aligned address can change
  * dx's last bits (and dw's when rstd is recomputed).  m == 0 writes nothing,
  * dw included.
