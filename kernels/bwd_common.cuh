@@ -39,10 +39,18 @@ enum { CTR_CLAIM = 0, CTR_DONE = 32, CTR_SLICE = 64, CTR_EXIT = 96, CTR_CANCEL =
        CTR_WORDS = 128 };
 /* CTR_CANCEL: what this launch knows of the cancel word. */
 enum { CANCEL_UNKNOWN = 0, CANCEL_READING = 1, CANCEL_CLEAR = 2, CANCEL_SET = 3 };
-/* The finish's slices: 8 columns (two float4 of each partial row). */
-enum { FIN_COLS = 8 };
-/* The most chunks rnk_chunk_count() gives (132 * 16), and their groups. */
-enum { MAX_CHUNKS = 2112, MAX_GROUPS = (MAX_CHUNKS + RNK_DW_GROUP - 1) / RNK_DW_GROUP };
+/* The finish's slices: 32 columns under the contiguous order (finish_slice,
+ * at most RNK_MAX_CHUNKS = 256 chunks), 8 (two float4 of each partial row)
+ * under the interleaved one (finish_slices_il, up to MAX_CHUNKS_IL). */
+enum { FIN_COLS = 32, FIN_COLS_IL = 8 };
+/* Chunks' partials the contiguous finish stages in shared memory at a time
+ * (its tile: FIN_BATCH * FIN_COLS floats). */
+#ifndef RNK_FIN_BATCH
+#define RNK_FIN_BATCH 256
+#endif
+enum { FIN_BATCH = RNK_FIN_BATCH };
+/* The most chunks the interleaved order has (rnk.h: 8 * 132), and their groups. */
+enum { MAX_CHUNKS_IL = 1056, MAX_GROUPS_IL = (MAX_CHUNKS_IL + RNK_DW_GROUP - 1) / RNK_DW_GROUP };
 static constexpr size_t WS_HEADER = CTR_WORDS * 4;
 
 /*
@@ -75,8 +83,9 @@ struct Params {
     int64_t m, n, xs, dys, dxs, drs;
     int x_dt, dy_dt, dx_dt, w_dt, dr_dt, dw_dt;
     float eps, offset;
-    int nchunks;      /* P: chunk k holds rows k, k + P, k + 2P, ... (rnk.h) */
-    int G, tpr, nslices;
+    int64_t C;        /* contiguous order: rows per chunk; 0: interleaved, chunk k
+                       * holds rows k, k + P, k + 2P, ... (rnk.h) */
+    int nchunks, G, tpr, nslices;
     int even_bars;    /* RNK_RACECHECK=1: stripes meet their barriers equally (bwd_kernel.cuh) */
     int64_t pst;      /* floats per stripe slot (n rounded up to 4) */
     int64_t wsp;      /* ring path: floats of w staged in shared memory before the ring */
@@ -420,14 +429,62 @@ __device__ __forceinline__ unsigned claim_issue(const Params &p)
     return threadIdx.x == 0 ? atomicAdd(&p.ctr[CTR_CLAIM], 1u) : 0u;
 }
 
-/* Rows of chunk k: k, k + P, ... below m. */
+/* Interleaved order: the rows of chunk k, k + P, ... below m. */
 __device__ __forceinline__ int64_t chunk_len(const Params &p, int k)
 {
     return (p.m - k + p.nchunks - 1) / p.nchunks;
 }
 
 /*
- * Finish slices of FIN_COLS = 8 columns in rnk.h's two-level order.  A block
+ * Contiguous order: finish 32 columns [sl*32, sl*32+32): stage up to
+ * FIN_BATCH chunks' partials at a time in shared memory (cp.async, all in
+ * flight at once); each warp adds whole groups of RNK_DW_GROUP partials in
+ * chunk order, then warp 0 adds the group sums in order (rnk.h's two-level
+ * order); round once at the end.  tile: FIN_BATCH * 32 floats.
+ */
+static_assert(FIN_BATCH % RNK_DW_GROUP == 0, "a staged batch holds whole groups");
+__device__ __forceinline__ void finish_slice(const Params &p, int sl, float *tile)
+{
+    __shared__ float gsum[FIN_BATCH / RNK_DW_GROUP][FIN_COLS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int64_t col = (int64_t)sl * FIN_COLS + lane;
+    const bool ok = col < p.n;
+    float d = 0.0f;
+    for (int base = 0; base < p.nchunks; base += FIN_BATCH) {
+        const int cnt = p.nchunks - base < FIN_BATCH ? p.nchunks - base : FIN_BATCH;
+        /* 8 copies of 16 bytes per chunk, all in flight at once; columns
+         * past n are left as they are and never stored. */
+        for (int it = threadIdx.x; it < cnt * 8; it += blockDim.x) {
+            const int k = it >> 3, q = it & 7;
+            const int64_t c0 = (int64_t)sl * FIN_COLS + 4 * q;
+            if (c0 < p.n)
+                cp_async16(tile + k * FIN_COLS + 4 * q, p.part + (int64_t)(base + k) * p.cs + c0);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        const int ng = (cnt + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
+        for (int q = warp; q < ng; q += nw) {
+            const int k1 = (q + 1) * RNK_DW_GROUP < cnt ? (q + 1) * RNK_DW_GROUP : cnt;
+            float gs = 0.0f;
+            for (int k = q * RNK_DW_GROUP; k < k1; k++)
+                gs = __fadd_rn(gs, tile[k * FIN_COLS + lane]);
+            gsum[q][lane] = gs;
+        }
+        __syncthreads();
+        if (warp == 0) {
+            for (int q = 0; q < ng; q++)
+                d = __fadd_rn(d, gsum[q][lane]);
+        }
+        __syncthreads();
+    }
+    if (warp == 0 && ok)
+        st_any(p.dw_dt, p.dw, col, d);
+}
+
+/*
+ * Interleaved order: finish slices of FIN_COLS_IL = 8 columns in rnk.h's
+ * two-level order.  A block
  * takes SB slices at a time (SB = blockDim / (2 * groups), at least 1); a
  * thread takes one group of RNK_DW_GROUP partials of one float4 of a slice,
  * loads the group's partials all at once (registers, L2) and adds them in
@@ -435,16 +492,16 @@ __device__ __forceinline__ int64_t chunk_len(const Params &p, int k)
  * rounds once.  MAXT: the kernel's largest block (sizes the group sums).
  */
 template <int MAXT>
-__device__ __forceinline__ void finish_slices(const Params &p)
+__device__ __forceinline__ void finish_slices_il(const Params &p)
 {
-    constexpr int E = MAXT / 2 > MAX_GROUPS ? MAXT / 2 : MAX_GROUPS;
+    constexpr int E = MAXT / 2 > MAX_GROUPS_IL ? MAXT / 2 : MAX_GROUPS_IL;
     __shared__ float4 gsum[E][2];
     const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
     const int T = (int)blockDim.x, SB = T / (2 * Q) > 0 ? T / (2 * Q) : 1;
     for (int base = blockIdx.x * SB; base < p.nslices; base += gridDim.x * SB) {
         for (int i = threadIdx.x; i < SB * 2 * Q; i += T) {
             const int so = i / (2 * Q), r = i - so * 2 * Q, cv = r & 1, q = r >> 1;
-            const int64_t col = (int64_t)(base + so) * FIN_COLS + cv * 4;
+            const int64_t col = (int64_t)(base + so) * FIN_COLS_IL + cv * 4;
             float4 g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (base + so < p.nslices && col < p.n) {
                 /* (columns n .. pst-1 of a partial are padding, never stored) */
@@ -472,9 +529,9 @@ __device__ __forceinline__ void finish_slices(const Params &p)
             gsum[so * Q + q][cv] = g;
         }
         __syncthreads();
-        for (int i = threadIdx.x; i < SB * FIN_COLS; i += T) {
-            const int so = i / FIN_COLS, c = i % FIN_COLS;
-            const int64_t col = (int64_t)(base + so) * FIN_COLS + c;
+        for (int i = threadIdx.x; i < SB * FIN_COLS_IL; i += T) {
+            const int so = i / FIN_COLS_IL, c = i % FIN_COLS_IL;
+            const int64_t col = (int64_t)(base + so) * FIN_COLS_IL + c;
             if (base + so < p.nslices && col < p.n) {
                 const float *gs = reinterpret_cast<const float *>(&gsum[so * Q][c >> 2]) + (c & 3);
                 float d = 0.0f;
@@ -512,9 +569,11 @@ __device__ __forceinline__ unsigned exit_count(const Params &p)
 
 /* Steps 2-4 of the fused launch.  Slices are dealt to blocks statically:
  * once every chunk is done nothing waits any more, so a block that starts
- * late still finishes its slices. */
-template <int MAXT>
-__device__ __forceinline__ void finish_and_exit(const Params &p, bool fused)
+ * late still finishes its slices.  IL: the interleaved order's finish
+ * (finish_slices_il, MAXT: the kernel's largest block); else the contiguous
+ * one's (finish_slice through tile, FIN_BATCH * FIN_COLS floats). */
+template <bool IL = false, int MAXT = 1024>
+__device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bool fused)
 {
     unsigned prev = 0;
     if (fused && p.dw) {
@@ -533,7 +592,11 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, bool fused)
 #endif
         __syncthreads();
         trace_mark(p, 3, 3);
-        finish_slices<MAXT>(p);
+        if constexpr (IL)
+            finish_slices_il<MAXT>(p);
+        else
+            for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
+                finish_slice(p, sl, tile);
     }
     __syncthreads();
     trace_mark(p, fused && p.dw ? 4 : 3, 4);

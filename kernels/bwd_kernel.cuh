@@ -5,14 +5,15 @@
  * the benchmark-only variants (cuda_variants.cu); the pieces both paths use
  * are in bwd_common.cuh.  C++ templates; nothing here is visible through rnk.h.
  *
- * Two of the three paths are here: the ring path (aligned rows of one
- * dtype that S, bwd_s.cuh, does not take: fp32 rows, and bf16/fp16 rows of
- * more than 8192 columns) and the general path (anything else).
+ * Two of the three paths are here: the ring path (fast_kernel: aligned rows
+ * of one dtype under rnk.h's contiguous order) and the general path
+ * (general_kernel: any dtypes, alignment and n, under either order); S, the
+ * interleaved order's fast path, is in bwd_s.cuh.
  * One launch does everything, on every path:
- *   1. blocks claim chunks (rnk.h: P = rnk_chunk_count(m, n) chunks, chunk k
- *      = rows k, k + P, ...) from an atomic counter; a block works on G =
- *      rnk_chunk_stripes(n) rows of a chunk at once (one stripe of tpr
- *      threads each), writes dx, and keeps fp32 dw sums per stripe in
+ *   1. blocks claim chunks (rnk.h: contiguous, C = rnk_chunk_rows(m, n) rows
+ *      each; interleaved, P chunks of rows k, k + P, ...) from an atomic
+ *      counter; a block works on G rows of a chunk at once (one stripe of
+ *      tpr threads each), writes dx, and keeps fp32 dw sums per stripe in
  *      registers (ring path: rows arrive through a ring of STAGES row slots
  *      in shared memory, filled with cp.async STAGES - 1 rows ahead, and the
  *      stripes run independently of each other) or in the chunk's workspace
@@ -22,12 +23,13 @@
  *      nchunks.  This cannot deadlock however few blocks are resident: every
  *      claimed chunk belongs to a block that is already running and never
  *      waits before finishing it;
- *   3. blocks take 8-column slices and add the partials of each column in
- *      rnk.h's fixed two-level order (groups of RNK_DW_GROUP chunks in
- *      parallel, then the groups), rounding once to dw's dtype;
+ *   3. blocks take 32-column slices (8 under the interleaved order) and add
+ *      the partials of each column in rnk.h's fixed two-level order (groups
+ *      of RNK_DW_GROUP chunks in parallel, then the groups), rounding once
+ *      to dw's dtype;
  *   4. the last block to exit resets every counter to zero, so the next
  *      launch (or a graph replay) starts clean without a memset.
- * dx and dw are bitwise deterministic and dw does not depend on the grid nor
+ * dx and dw are bitwise deterministic and dw depends neither on the grid nor
  * on the path: every sum has a fixed order (rnk.h documents dw's; the row
  * reductions use a fixed shuffle tree, then the stripe's warps in order).
  */
@@ -273,16 +275,14 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
 #if RNK_LEAN /* from the host: not recomputed from the parameters at every row */
     const int64_t xstep = p.xstep, ystep = p.ystep, dstep = p.dstep;
 #else
-    const int64_t GP = G * p.nchunks;
-    const int64_t xstep = GP * p.xs * ES, ystep = GP * p.dys * ES, dstep = GP * p.dxs * ES;
+    const int64_t xstep = G * p.xs * ES, ystep = G * p.dys * ES, dstep = G * p.dxs * ES;
 #endif
     const char *xa = (const char *)p.x + rg * p.xs * ES; /* the next row to stage */
     const char *ya = (const char *)p.dy + rg * p.dys * ES;
     const float *ra = ONLY_B ? p.rstd + rg : nullptr;
     char *dxr = (char *)p.dx + rg * p.dxs * ES; /* the row being reduced */
     const char *drr = DRES ? (const char *)p.dres + rg * p.drs * ES : nullptr;
-    const int64_t drstep = DRES ? (RNK_LEAN ? p.drstep : G * p.nchunks * p.drs * ES) : 0;
-    const int64_t rstep = G * p.nchunks; /* rows between a stripe's rows */
+    const int64_t drstep = DRES ? (RNK_LEAN ? p.drstep : G * p.drs * ES) : 0;
     float rsq[ST];
 #pragma unroll
     for (int i = 0; i < ST; i++)
@@ -293,7 +293,7 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
             stage_row<NV>(i, sring, ub, xa, ya, coff, nb);
             if (ONLY_B) {
                 rsq[i] = __ldg(ra);
-                ra += rstep;
+                ra += G;
             }
             xa += xstep;
             ya += ystep;
@@ -306,7 +306,7 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
             stage_row<NV>(0, sring + sa * SLOT * ub, ub, xa, ya, coff, nb);
             if (ONLY_B) {
                 rsq[ST - 1] = __ldg(ra);
-                ra += rstep;
+                ra += G;
             }
             xa += xstep;
             ya += ystep;
@@ -371,7 +371,7 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
      * cancelled launch claimed), so its round trip overlaps the word's. */
     unsigned nxt = claim_issue(p);
     if (cancelled(p)) {
-        finish_and_exit<RNK_FAST_MAXT>(p, false);
+        finish_and_exit(p, smem, false);
         return;
     }
     /* smem: w + weight_offset per lane (p.wsp floats, none when w is held in
@@ -422,7 +422,8 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
     int it = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
         nxt = claim_issue(p);
-        const int64_t cnt = chunk_len(p, k); /* rows k, k + P, ... (rnk.h) */
+        const int64_t r0 = (int64_t)k * p.C;
+        const int64_t r1 = r0 + p.C < p.m ? r0 + p.C : p.m;
         float acc[NV][VEC];
 #pragma unroll
         for (int v = 0; v < NV; v++)
@@ -430,10 +431,10 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
             for (int e = 0; e < VEC; e++)
                 acc[v][e] = 0.0f;
 
-        /* Stripe g takes the chunk's rows g, g + G, ... on its own, no
+        /* Stripe g takes rows r0 + g, r0 + g + G, ... on its own, no
          * barrier with the other stripes until the chunk's end. */
-        const int64_t rg = k + (int64_t)g * p.nchunks;
-        const int64_t steps = g < cnt ? (cnt - g + G - 1) / G : 0;
+        const int64_t rg = r0 + g;
+        const int64_t steps = rg < r1 ? (r1 - rg + G - 1) / G : 0;
         if (p.rstd && !p.dres)
             stripe_rows<T, NV, true, false>(p, rg, steps, g, sring, ring, wv, coff, nb, ok, acc, red);
         else if (p.rstd)
@@ -450,7 +451,7 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
          * behaviour: bench/RESULTS.md).  Under racecheck (RNK_RACECHECK=1)
          * the short stripe meets its own barrier once more, which evens the
          * count and changes nothing else. */
-        if (p.even_bars && tpr > 32 && steps < (cnt + G - 1) / G)
+        if (p.even_bars && tpr > 32 && steps < (r1 - r0 + G - 1) / G)
             asm volatile("bar.sync %0, %1;" ::"r"(1 + g), "r"(tpr) : "memory");
 
         if (threadIdx.x == 0)
@@ -504,7 +505,7 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
         trace_chunk(p, s_claim[it & 1]); /* = k, which need not stay live */
     }
     trace_rows_done(p, it);
-    finish_and_exit<RNK_FAST_MAXT>(p, MODE == MODE_FUSED);
+    finish_and_exit(p, work, MODE == MODE_FUSED);
 }
 
 /* ---- the general path: any dtypes, any alignment, any n ------------------- */
@@ -512,9 +513,13 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
 /*
  * Two passes over each row (sums, then dx), stripe sums of dw kept in the
  * chunk's workspace slots (each element always touched by the same thread).
+ * IL: rnk.h's interleaved order (chunk k: rows k, k + P, ...), else the
+ * contiguous one (rows k * C .. k * C + C - 1).
  */
-static __global__ void __launch_bounds__(1024) general_kernel(Params p)
+template <bool IL>
+__global__ void __launch_bounds__(1024) general_kernel(Params p)
 {
+    extern __shared__ float smem[];
     __shared__ rsum_t red[2][32][2];
     __shared__ int s_claim[2];
     const int tpr = p.tpr, G = p.G;
@@ -526,7 +531,7 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
     trace_start(p, 2u);
     unsigned nxt = claim_issue(p); /* before the cancel word, as in fast_kernel */
     if (cancelled(p)) {
-        finish_and_exit<1024>(p, false);
+        finish_and_exit<IL>(p, smem, false);
         return;
     }
     if (threadIdx.x == 0)
@@ -536,14 +541,17 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
     int it = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
         nxt = claim_issue(p);
-        const int64_t cnt = chunk_len(p, k); /* rows k, k + P, ... (rnk.h) */
+        /* The chunk's rows: r0, r0 + rs, ... (cnt of them) */
+        const int64_t rs = IL ? (int64_t)p.nchunks : 1;
+        const int64_t r0 = IL ? (int64_t)k : (int64_t)k * p.C;
+        const int64_t cnt = IL ? chunk_len(p, k) : (r0 + p.C < p.m ? p.C : p.m - r0);
         float *slot = p.part + (int64_t)k * p.cs + (int64_t)g * p.pst;
         if (want_dw)
             for (int64_t j = lt; j < n; j += tpr)
                 slot[j] = 0.0f;
         const int64_t steps = (cnt + G - 1) / G;
-        int64_t r = k + (int64_t)g * p.nchunks;
-        for (int64_t t = 0; t < steps; t++, r += (int64_t)G * p.nchunks) {
+        int64_t r = r0 + g * rs;
+        for (int64_t t = 0; t < steps; t++, r += G * rs) {
             const bool valid = g + t * G < cnt; /* stripes step in lockstep here: the
                                                  * row sums meet at the block's barrier */
             const int parity = (int)(t & 1);
@@ -592,13 +600,20 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
         trace_chunk(p, k);
     }
     trace_rows_done(p, it);
-    finish_and_exit<1024>(p, true);
+    finish_and_exit<IL>(p, smem, true);
 }
 
-/* The "separate" benchmark variant's second kernel: one block per slice. */
-static __global__ void __launch_bounds__(256) finish_kernel(Params p)
+/* The "separate" benchmark variant's second kernel: one block per slice
+ * (contiguous order; IL: slices of the interleaved finish). */
+template <bool IL>
+__global__ void __launch_bounds__(256) finish_kernel(Params p)
 {
-    finish_slices<256>(p);
+    extern __shared__ float smem[];
+    if constexpr (IL)
+        finish_slices_il<256>(p);
+    else
+        for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
+            finish_slice(p, sl, smem);
 }
 
 } /* namespace rnk */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bwd_s.cuh - the fast path of the fused, deterministic RMSNorm backward for
- * bf16 and fp16 rows of up to 8192 columns: rows straight from global memory
+ * the shapes under rnk.h's interleaved order (bf16 or fp16 rows of 257 to
+ * 8192 columns, large enough; rnk_chunking): rows straight from global memory
  * into registers (16-byte loads, the next row in flight while one is
  * reduced), one row per TPR threads, dw summed in registers, the chunk
  * partials finished in the same launch (bwd_common.cuh).
@@ -9,8 +10,9 @@
  * A thread holds one 16-byte vector (8 columns) of a row: TPR = the fewest
  * threads, at least a warp, that cover n (32 up to n = 256, then 64, 128,
  * 256, 512, 1024 at n = 8192).  A block of BT = max(128, TPR) threads works
- * on R = BT / TPR rows at once (R = rnk_chunk_stripes(n): 4 rows of a warp
- * each at n <= 256, 2 at n <= 512, else 1), one stripe each, in lockstep:
+ * on R = BT / TPR rows at once (R = the interleaved order's G: 2 rows of two
+ * warps each at n <= 512, else 1; the template also has R = 4 rows of a warp
+ * for n <= 256, which no order uses now), one stripe each, in lockstep:
  * row j of a chunk goes to stripe j % R, as rnk.h's order says.  Blocks claim
  * chunks (rnk.h: chunk c = rows c, c + P, ...) from an atomic counter; with
  * the default grid each block takes one or two.  A row's two sums (sum of
@@ -248,7 +250,7 @@ __global__ void __launch_bounds__(SShape<TPR>::BT, SShape<TPR>::MINB) s_kernel(P
      * other paths (bwd_kernel.cuh). */
     const unsigned nxt = claim_issue(p);
     if (cancelled(p)) {
-        finish_and_exit<SShape<TPR>::BT>(p, false);
+        finish_and_exit<true, SShape<TPR>::BT>(p, nullptr, false);
         return;
     }
     if (threadIdx.x == 0)
@@ -263,7 +265,7 @@ __global__ void __launch_bounds__(SShape<TPR>::BT, SShape<TPR>::MINB) s_kernel(P
         s_chunks<T, TPR, MODE, false, false>(p, sh);
     else
         s_chunks<T, TPR, MODE, false, true>(p, sh);
-    finish_and_exit<SShape<TPR>::BT>(p, MODE == MODE_FUSED);
+    finish_and_exit<true, SShape<TPR>::BT>(p, nullptr, MODE == MODE_FUSED);
 }
 
 } /* namespace rnk */

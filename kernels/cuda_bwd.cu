@@ -98,9 +98,15 @@ size_t rnk::ws_bytes(int64_t m, int64_t n)
 {
     if (m <= 0 || n <= 0)
         return WS_HEADER;
-    int64_t nch = rnk_chunk_count(m, n);
-    int64_t pst = (n + 3) / 4 * 4;
-    return WS_HEADER + (size_t)nch * (size_t)rnk_chunk_stripes(n) * (size_t)pst * 4;
+    /* The larger of the two orders' partials (the order depends on the
+     * dtypes, which the caller need not know yet) */
+    const size_t pst = (size_t)(n + 3) / 4 * 4;
+    rnk_chunking c, ci;
+    rnk_chunking_of(m, n, RNK_F32, RNK_F32, RNK_F32, &c);      /* contiguous */
+    rnk_chunking_of(m, n, RNK_BF16, RNK_BF16, RNK_BF16, &ci);  /* interleaved if (m, n) allow */
+    size_t b = (size_t)c.nchunks * (size_t)c.stripes * pst * 4;
+    size_t bi = (size_t)ci.nchunks * (size_t)ci.stripes * pst * 4;
+    return WS_HEADER + (b > bi ? b : bi);
 }
 
 extern "C" size_t rnk_cuda_workspace_size(const rnk_device *dev, int64_t m, int64_t n)
@@ -128,12 +134,6 @@ static bool racecheck_run(void)
     }();
     return on;
 }
-
-/* RNK_S_MIN_N (benchmark knob, default 0): narrower bf16/fp16 rows take the
- * ring path instead of S (both follow rnk.h's order). */
-#ifndef RNK_S_MIN_N
-#define RNK_S_MIN_N 0
-#endif
 
 static bool aligned16(const void *p, int64_t stride, size_t es)
 {
@@ -179,19 +179,26 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
     p.dw_dt = a->dw_dtype;
     p.eps = a->eps;
     p.offset = a->weight_offset;
-    p.nchunks = (int)rnk_chunk_count(a->m, a->n);
-    p.G = rnk_chunk_stripes(a->n);
+    rnk_chunking ch; /* rnk.h: the order and its geometry */
+    rnk_chunking_of(a->m, a->n, a->x_dtype, a->dy_dtype, a->dx_dtype, &ch);
+    pl->il = ch.interleaved != 0;
+    p.C = pl->il ? 0 : ch.rows;
+    p.nchunks = (int)ch.nchunks;
+    p.G = ch.stripes;
     p.pst = (a->n + 3) / 4 * 4;
     p.cs = p.G * p.pst;
-    p.nslices = (int)((a->n + FIN_COLS - 1) / FIN_COLS);
+    const int fcols = pl->il ? FIN_COLS_IL : FIN_COLS;
+    p.nslices = (int)((a->n + fcols - 1) / fcols);
     p.ctr = (unsigned *)ws;
     p.part = (float *)((char *)ws + WS_HEADER);
     p.acc = nullptr; /* the ATOMIC benchmark variant's, set there */
     p.cancel = a->cancel;
     p.even_bars = racecheck_run() ? 1 : 0;
     {
-        /* The ring path's steps between a stripe's rows: G * P rows. */
-        const int64_t es = (int64_t)rnk_dtype_size(a->x_dtype), gp = (int64_t)p.G * p.nchunks;
+        /* Steps between a stripe's rows (the ring path's): G rows, or G * P
+         * under the interleaved order. */
+        const int64_t es = (int64_t)rnk_dtype_size(a->x_dtype);
+        const int64_t gp = (int64_t)p.G * (pl->il ? p.nchunks : 1);
         p.xstep = gp * p.xs * es;
         p.ystep = gp * p.dys * es;
         p.dstep = gp * p.dxs * es;
@@ -200,9 +207,9 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
     }
 
     /* The fast paths: x, dy, dx (and dres) of one dtype, 16-byte aligned rows,
-     * n a multiple of the vector width; S for bf16 and fp16 rows of up to
-     * S_MAX_N columns (its R rows at once are rnk.h's G stripes), the ring
-     * for the others that fit in shared memory. */
+     * n a multiple of the vector width: S under the interleaved order (its R
+     * rows at once are rnk.h's G stripes), the ring under the contiguous one
+     * for rows that fit in shared memory. */
     const rnk_dtype t = a->x_dtype;
     const size_t es = rnk_dtype_size(t);
     const int vec = (int)(16 / es);
@@ -213,15 +220,21 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
                 aligned16(a->dy, a->dy_stride, es) && aligned16(a->dx, a->dx_stride, es) &&
                 (a->dres_dtype == RNK_NONE || aligned16(a->dres, a->dres_stride, es));
     pl->path = PATH_GENERAL;
-    if (fast && es == 2 && a->n <= S_MAX_N && a->n >= RNK_S_MIN_N) {
-        const int tpr = s_tpr(a->n);
-        pl->path = PATH_S;
-        p.tpr = tpr;
-        pl->threads = tpr < 128 ? 128 : tpr;
-        pl->smem = 0;
-        if (pl->threads / tpr != p.G)
-            return einval(msg, msglen, "n: %lld: S block of %d rows, rnk.h's G = %d",
-                          (long long)a->n, pl->threads / tpr, p.G);
+    if (pl->il) { /* (16-bit rows of 257 .. S_MAX_N columns: rnk.h) */
+        if (fast) {
+            const int tpr = s_tpr(a->n);
+            pl->path = PATH_S;
+            p.tpr = tpr;
+            pl->threads = tpr < 128 ? 128 : tpr;
+        } else {
+            int64_t tp = (a->n + 31) / 32 * 32;
+            p.tpr = (int)(tp > 1024 / p.G ? 1024 / p.G : tp);
+            pl->threads = p.tpr * p.G;
+        }
+        pl->smem = 0; /* (neither stages anything in dynamic shared memory) */
+        if (a->n > S_MAX_N || pl->threads / p.tpr != p.G)
+            return einval(msg, msglen, "n: %lld: block of %d rows, rnk.h's G = %d",
+                          (long long)a->n, pl->threads / p.tpr, p.G);
         return RNK_OK;
     }
     if (fast) {
@@ -242,8 +255,7 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
                 break;
             target = 4; /* a block too large: four vectors a thread */
         }
-        /* (16-bit rows here: n > S_MAX_N, NV = 4 already, unless RNK_S_MIN_N) */
-        if (nv == 3 || (es == 2 && RNK_S_MIN_N == 0))
+        if (nv == 3)
             nv = 4;
         /* Stripes of several warps need a named barrier each (15 at most). */
         if (tp * p.G <= RNK_FAST_MAXT && (tp == 32 || p.G <= 15)) {
@@ -261,16 +273,19 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
             p.tpr = (int)tp;
         }
         pl->threads = p.tpr * p.G;
-        if (pl->path == PATH_GENERAL) { /* (it stages nothing in shared memory) */
-            pl->smem = 0;
+        size_t comb = p.G > 1 ? (size_t)p.G * (size_t)a->n * 4 : 0;
+        size_t tile = p.dw ? (size_t)(p.nchunks < FIN_BATCH ? p.nchunks : FIN_BATCH) * FIN_COLS * 4
+                           : 0;
+        pl->smem = comb > tile ? comb : tile;
+        if (pl->path == PATH_RING) /* the row ring (bwd_kernel.cuh), which comb and tile reuse, w */
+            pl->smem = fast_smem(*pl, pl->smem);
+        /* 4 KiB: the static arrays (2.5 KiB with fp64 row sums).  A ring
+         * too large for one block: the general path, which stages nothing. */
+        if (pl->smem + 4096 <= (size_t)dev->smem_per_block)
             break;
-        }
-        /* The row ring (bwd_kernel.cuh), which the stripe combine reuses, and w */
-        pl->smem = fast_smem(*pl, p.G > 1 ? (size_t)p.G * (size_t)a->n * 4 : 0);
-        /* 12 KiB: the static arrays (the finish's group sums: 8 KiB).  A ring
-         * too large for one block: the general path. */
-        if (pl->smem + 12288 <= (size_t)dev->smem_per_block)
-            break;
+        if (pl->path == PATH_GENERAL)
+            return einval(msg, msglen, "n: %lld needs %zu bytes of shared memory",
+                          (long long)a->n, pl->smem);
         pl->path = PATH_GENERAL;
         p.wsp = 0;
     }
@@ -314,24 +329,20 @@ int rnk::grid_for(rnk_device *dev, const void *fn, const Plan &pl, char *msg, si
     return RNK_OK;
 }
 
-/* Ring path kernels: fp32 rows at every NV, 16-bit rows (n > S_MAX_N
- * there: NV = 4 always) at NV = 4 only. */
+/* Ring path kernels (main's): every row dtype at NV 1, 2, 4. */
 template <class T, class TW>
 static const void *ring_fn(int nv)
 {
-    if constexpr (sizeof(T) == 2 && RNK_S_MIN_N == 0)
-        return (const void *)fast_kernel<T, TW, 4, MODE_FUSED>;
-    else
-        return nv == 1   ? (const void *)fast_kernel<T, TW, 1, MODE_FUSED>
+    return nv == 1   ? (const void *)fast_kernel<T, TW, 1, MODE_FUSED>
            : nv == 2 ? (const void *)fast_kernel<T, TW, 2, MODE_FUSED>
                      : (const void *)fast_kernel<T, TW, 4, MODE_FUSED>;
 }
 
+/* S kernels: the interleaved order's n > 256 gives 64 threads a row or more. */
 template <class T>
 static const void *s_fn(int tpr)
 {
     switch (tpr) {
-    case 32: return (const void *)s_kernel<T, 32, MODE_FUSED>;
     case 64: return (const void *)s_kernel<T, 64, MODE_FUSED>;
     case 128: return (const void *)s_kernel<T, 128, MODE_FUSED>;
     case 256: return (const void *)s_kernel<T, 256, MODE_FUSED>;
@@ -354,7 +365,7 @@ static const void *path_fn(const Plan &pl)
 const void *rnk::production_fn(const Plan &pl)
 {
     if (pl.path == PATH_GENERAL)
-        return (const void *)general_kernel;
+        return pl.il ? (const void *)general_kernel<true> : (const void *)general_kernel<false>;
     switch (pl.p.x_dt) {
     case RNK_BF16: return path_fn<__nv_bfloat16>(pl);
     case RNK_F16: return path_fn<__half>(pl);
@@ -460,8 +471,9 @@ extern "C" int rnk_cuda_describe(rnk_device *dev, const rnk_bwd_args *a, char *b
     if (rc)
         return rc;
     static const char *const names[] = {"general", "ring", "s"};
-    snprintf(buf, len, "%s nv=%d block=%d (G=%d x %d) grid=%d nchunks=%d smem=%zu",
+    snprintf(buf, len, "%s nv=%d block=%d (G=%d x %d) grid=%d %s chunk=%lld nchunks=%d smem=%zu",
              names[pl.path], pl.path == PATH_GENERAL ? 0 : pl.path == PATH_S ? 1 : pl.nv,
-             pl.threads, pl.p.G, pl.p.tpr, grid, pl.p.nchunks, pl.smem);
+             pl.threads, pl.p.G, pl.p.tpr, grid, pl.il ? "il" : "contig", (long long)pl.p.C,
+             pl.p.nchunks, pl.smem);
     return RNK_OK;
 }

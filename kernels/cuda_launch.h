@@ -15,16 +15,17 @@
 
 namespace rnk {
 
-/* The three paths (cuda_bwd.cu's plan picks one): S, bf16/fp16 rows of up
- * to 8192 columns through registers (bwd_s.cuh); RING, other aligned rows
- * of one dtype (fp32, or wider) through a shared-memory ring
- * (bwd_kernel.cuh); GENERAL, anything else. */
+/* The three paths (cuda_bwd.cu's plan picks one): S, the aligned rows of
+ * rnk.h's interleaved order through registers (bwd_s.cuh); RING, the
+ * aligned rows of one dtype of the contiguous order through a shared-memory
+ * ring (bwd_kernel.cuh); GENERAL, anything else, under either order. */
 enum Path { PATH_GENERAL = 0, PATH_RING = 1, PATH_S = 2 };
 
 /* What one call will launch: parameters, path, block shape, shared memory. */
 struct Plan {
     Params p;
     int path;       /* Path */
+    bool il;        /* rnk.h's interleaved order (else the contiguous one) */
     int nv;         /* ring path: 16-byte vectors per thread per row */
     int threads;    /* block size: G stripes of tpr threads */
     size_t smem;    /* dynamic shared memory */
@@ -50,7 +51,7 @@ inline size_t ring_bytes(const Plan &pl)
 }
 /* Ring path: the dynamic shared memory, w + weight_offset (p.wsp floats,
  * none when it is held in registers) and then the ring, which `reuse` bytes
- * (the stripe combine) share. */
+ * (the stripe combine, the finish's tile) share. */
 inline size_t fast_smem(const Plan &pl, size_t reuse)
 {
     size_t ring = ring_bytes(pl);

@@ -30,7 +30,6 @@ template <int MODE>
 static const void *variant_s_fn(int tpr)
 {
     switch (tpr) {
-    case 32: return (const void *)s_kernel<__nv_bfloat16, 32, MODE>;
     case 64: return (const void *)s_kernel<__nv_bfloat16, 64, MODE>;
     case 128: return (const void *)s_kernel<__nv_bfloat16, 128, MODE>;
     case 256: return (const void *)s_kernel<__nv_bfloat16, 256, MODE>;
@@ -39,15 +38,14 @@ static const void *variant_s_fn(int tpr)
     }
 }
 
-/* The production kernel of the plan's path (bf16 rows: S, or the ring past
- * S_MAX_N columns) in another MODE. */
+/* The production kernel of the plan's path (bf16 rows: S under the
+ * interleaved order, the ring under the contiguous one) in another MODE. */
 template <int MODE>
 static const void *variant_fn(const Plan &pl)
 {
     const bool wf = pl.p.w_dt == RNK_F32;
     if (pl.path == PATH_S)
         return variant_s_fn<MODE>(pl.p.tpr);
-    /* (NV = 4 always past S_MAX_N; 1 or 2 only with RNK_S_MIN_N) */
     if (pl.nv == 1)
         return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 1, MODE>
                   : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 1, MODE>;
@@ -74,13 +72,23 @@ extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void
     }
     cudaStream_t st = (cudaStream_t)stream;
     if (variant == RNK_VARIANT_SEPARATE) {
+        /* First kernel: no finish tile needed (ring: only w, the ring and the
+         * stripe combine, which reuses the ring; S: nothing dynamic). */
+        size_t comb = pl.p.G > 1 ? (size_t)pl.p.G * (size_t)a->n * 4 : 0;
+        if (pl.path == PATH_RING)
+            pl.smem = fast_smem(pl, comb);
         rc = launch(dev, variant_fn<MODE_PARTIALS_ONLY>(pl), pl, st, msg, msglen);
         if (rc)
             return rc;
         int grid = pl.p.nslices < 4 * rnk_cuda_sm_count(dev) ? pl.p.nslices
                                                               : 4 * rnk_cuda_sm_count(dev);
         void *args[] = {&pl.p};
-        CK(cudaLaunchKernel((const void *)finish_kernel, dim3(grid), dim3(256), args, 0, st));
+        const size_t tile = pl.il ? 0
+                                  : (size_t)(pl.p.nchunks < FIN_BATCH ? pl.p.nchunks : FIN_BATCH) *
+                                        FIN_COLS * 4;
+        CK(cudaLaunchKernel(pl.il ? (const void *)finish_kernel<true>
+                                  : (const void *)finish_kernel<false>,
+                            dim3(grid), dim3(256), args, tile, st));
         CK(cudaGetLastError());
         return RNK_OK;
     }

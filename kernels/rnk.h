@@ -12,8 +12,10 @@
  *   cpu_twin.c      the CPU backend (pthreads), same dw order as the GPU
  *   rnk_verify.c    issue 3's accuracy rules, shared by every test (rnk_test.h)
  *   cuda_bwd.cu     per-device init, workspace, the one-launch entry point
- *   bwd_s.cuh       the fast path: bf16/fp16 rows of <= 8192 columns in registers
- *   bwd_kernel.cuh  the ring path (other aligned rows) and the general path
+ *   bwd_s.cuh       the fast path of the interleaved order (bf16/fp16 rows of
+ *                   257-8192 columns, large shapes): rows in registers
+ *   bwd_kernel.cuh  the ring path (aligned rows, contiguous order) and the
+ *                   general path (any rows, either order)
  *   bwd_common.cuh  the device code both share (row sums, claims, dw finish)
  *   cuda_launch.h   internal C++ glue between the .cu files
  *   cuda_variants.cu  benchmark-only variants (-DRNK_BENCH_VARIANTS=1; rnk_test.h)
@@ -85,15 +87,36 @@ size_t rnk_dtype_size(rnk_dtype dt);
 int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen);
 
 /*
- * The number P of row chunks of dw's partial sums (chunk c: rows c, c + P,
- * c + 2P, ...).  Depends only on (m, n), never on the grid, the device, its
- * SM count or the thread count: 132 * k(n) chunks (k = 16 for n <= 256, 8 for
- * n <= 1024, 4 for n <= 2048, else 2), at most m / 16 (at least 1) and at
- * most 2^26 / (n * rnk_chunk_stripes(n)).  The CPU twin and the GPU kernel
- * both sum each chunk into a partial, then add the partials in a fixed order
- * (groups of RNK_DW_GROUP chunks, below).
+ * dw's row chunks.  dw is summed per chunk of rows into partials, then the
+ * partials are added in a fixed order (groups of RNK_DW_GROUP chunks, below).
+ * The chunks depend only on (m, n) and the rows' dtypes, never on pointers,
+ * strides, the grid, the device, its SM count or the thread count.  Two
+ * orders:
+ *   interleaved, when rnk_chunk_interleaved(m, n, x, dy, dx): x, dy and dx
+ *     all bf16 or all fp16, 256 < n <= 8192, m >= n and m * n >= 2^24.
+ *     P = 132 * k chunks (k = 8 for n <= 1024, 4 for n <= 2048, else 2),
+ *     at most m / 16; chunk c holds the rows c, c + P, c + 2P, ... below m;
+ *     G = 2 stripes for n <= 512, else 1.
+ *   contiguous, everywhere else: C = rnk_chunk_rows(m, n) rows a chunk, P =
+ *     ceil(m / C) chunks, chunk c holds rows c*C .. min((c+1)*C, m)-1;
+ *     G = rnk_chunk_stripes(n) stripes.
+ * rnk_chunking_of() gives the order, P, C and G of a call.
  */
-int64_t rnk_chunk_count(int64_t m, int64_t n);
+typedef struct rnk_chunking {
+    int interleaved;   /* 1: the interleaved order, 0: the contiguous one */
+    int stripes;       /* G */
+    int64_t nchunks;   /* P */
+    int64_t rows;      /* contiguous: C (the last chunk may have fewer); interleaved: 0 */
+} rnk_chunking;
+
+int rnk_chunk_interleaved(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx);
+void rnk_chunking_of(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx,
+                     rnk_chunking *c);
+
+/* The contiguous order's rows per chunk C: with L = min(256, max(1,
+ * 2^26 / (n * G))) (G = rnk_chunk_stripes(n)), c = ceil(m / L); c < 32: c =
+ * min(m, 32); then c > 8: c rounded up to a multiple of 8.  1 for m <= 0. */
+int64_t rnk_chunk_rows(int64_t m, int64_t n);
 
 /* dw's step per row (see below): with RNK_DW_FMA = 1, acc = fma(dy, xhat,
  * acc), rounded once; else acc + (dy * xhat), each operation rounded.  Both
@@ -106,11 +129,9 @@ int64_t rnk_chunk_count(int64_t m, int64_t n);
 #define RNK_DW_GROUP 16
 
 /*
- * Chunk c (0 <= c < P) holds the rows i = c + j * P, j = 0, 1, ... while
- * i < m, in that order; its j-th row goes to stripe j % G, G =
- * rnk_chunk_stripes(n) (4 for n <= 256, 2 for n <= 512, else 1: a GPU block
- * works on G rows at once).  Exact order of dw's fp32 sums, shared by every
- * path of both backends:
+ * Exact order of dw's fp32 sums, shared by every path of both backends, for
+ * either order (P, G and chunk c's rows as above): chunk c's j-th row (j = 0,
+ * 1, ... in row order) goes to stripe j % G.
  *   stripe s:  acc = +0.0f; for each row of the stripe, in row order:
  *              acc = acc + (dy * (x * rstd))      (each operation rounded once;
  *              with RNK_DW_FMA, acc = fma(dy, x * rstd, acc))
@@ -120,8 +141,10 @@ int64_t rnk_chunk_count(int64_t m, int64_t n);
  *   dw:        d = +0.0f; for q = 0, 1, ...: d = d + group_q;
  *              rounded once to dw's dtype.
  * x, dy and rstd are the stored values, upcast to fp32 exactly; rstd is the
- * given one, or the recomputed one (below).  Example: m = 100000, n = 1024
- * gives P = 1056, G = 1; chunk 5 adds rows 5, 1061, 2117, ... in that order.
+ * given one, or the recomputed one (below).  Examples: bf16 rows, m = 100000,
+ * n = 1024: interleaved, P = 1056, G = 1, chunk 5 adds rows 5, 1061, 2117,
+ * ... in that order; the same shape in fp32: contiguous, C = 392, P = 256,
+ * G = 8, chunk 5 = rows 1960 .. 2351, stripe 3 = rows 1963, 1971, ...
  * (Groups of 16 chunks cut the GPU's dependent chain of additions per column
  * from P to 16 + P/16; the order is still fixed.)
  * With rstd given, the CPU twin's dw is bitwise the GPU kernel's dw, whichever
@@ -131,6 +154,10 @@ int64_t rnk_chunk_count(int64_t m, int64_t n);
  * rounding, not bitwise.  NaN results are NaN on both backends, but not always
  * with the same bits (the CPU keeps sign and payload, CUDA returns its
  * canonical NaN).
+ *
+ * rnk_chunk_stripes: the contiguous order's G, the largest power of two g <=
+ * 8 with g * n <= 8192 (8 up to n = 1024, 4 up to 2048, 2 up to 4095), and
+ * 1 from n = 4096 on.
  */
 int rnk_chunk_stripes(int64_t n);
 
@@ -168,7 +195,8 @@ int rnk_cuda_init(int device, rnk_device **out, char *msg, size_t msglen);
 void rnk_cuda_fini(rnk_device *dev);            /* NULL is fine */
 
 /*
- * Bytes of device workspace a launch of (m, n) needs.  The workspace must be
+ * Bytes of device workspace a launch of (m, n) needs, whatever its dtypes
+ * (the larger of the two orders' partials where both may apply).  The workspace must be
  * zeroed once after allocation (rnk_cuda_workspace_init); every launch leaves
  * its coordination counters zeroed again, so no per-launch memset is needed
  * and launches can be captured in CUDA graphs.  One workspace must not be used

@@ -114,42 +114,115 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen)
 
 /*
  * Chunk geometry; both backends follow it, so dw is the same on both.
+ * Which order a call takes: rnk_chunking (the end of this block).
  *
- * P = rnk_chunk_count(m, n) chunks, chunk c holding rows c, c + P, c + 2P, ...
- * (interleaved: every chunk sees the same mix of the tensor, and a GPU block
- * on chunk c walks the rows with one stride).  P is 132 times a multiplier of
- * n (16 up to n = 256, 8 up to 1024, 4 up to 2048, 2 beyond): one chunk per
- * resident block of the fast path's block shapes on a 132-SM H200, where it
- * was measured (bench/RESULTS.md), and a constant everywhere else; it never
- * depends on the device.  Capped so that a chunk has at least
- * RNK_MIN_CHUNK_ROWS rows when m allows (fewer partials for the finish) and
- * the workspace (P * G * n * 4 bytes) stays within 256 MiB.
+ * The contiguous order.  At most RNK_MAX_CHUNKS = 256 chunks: enough to give
+ * every multiprocessor of a 132-SM H200 about two on small M, while the partial rows (written and
+ * read once, 8 bytes per column per chunk, mostly in L2) stay a small
+ * fraction of the 6 bytes per element of the main pass: 4/(3C), 0.5 % at
+ * C = 256.  (Measured on the H200: 512 chunks were 10-25 % slower at M <=
+ * 16384 and N <= 256 and no faster at N = 4096; only 65536 x 1024 gained,
+ * and a wider block gains that too.)  C above RNK_MAX_STRIPES is a multiple
+ * of it, so the stripes of a chunk stay equally long.  The workspace
+ * (nchunks * G * n * 4 bytes) is capped at 256 MiB.
  *
- * G = rnk_chunk_stripes(n): the rows a fast-path block works on at once, one
- * stripe of a warp each at n <= 256 (G = 4) or two warps at n <= 512
- * (G = 2); one row of up to 1024 threads beyond.
+ * A GPU block covers G rows of one chunk at once, one stripe each: the
+ * largest power of two G <= RNK_MAX_STRIPES = 8 with G * n <= RNK_STRIPE_COLS
+ * = 8192 (8 rows up to n = 1024, 4 at 2048), and a whole row alone from
+ * RNK_WIDE_ROW = 4096 columns.  The stripes run independently (one warp each
+ * up to 1024 bf16 columns, so no barrier per row there), and the wide block
+ * keeps more bytes in flight per SM while the grid stays at one block per
+ * chunk.  Measured on the H200 (bench/RESULTS.md, issue 15): 16 stripes of
+ * one warp (registers capped for two such blocks a SM) were 2-9 % slower at
+ * n = 256 than 8; two rows of 4096 columns made a ring too large for two
+ * blocks a SM (12 % slower).
  */
+#ifndef RNK_MAX_CHUNKS
+#define RNK_MAX_CHUNKS 256
+#endif
+#ifndef RNK_STRIPE_COLS
+#define RNK_STRIPE_COLS 8192
+#endif
+#ifndef RNK_MAX_STRIPES
+#define RNK_MAX_STRIPES 8
+#endif
+#ifndef RNK_WIDE_ROW
+#define RNK_WIDE_ROW 4096
+#endif
+/* Fewest rows a chunk takes when m allows (fewer, longer chunks for small m:
+ * fewer partials for the finish to add).  32 with this kernel: the M = 4096
+ * shapes 4-7 % faster, nothing else changed (bench/RESULTS.md). */
 #ifndef RNK_MIN_CHUNK_ROWS
-#define RNK_MIN_CHUNK_ROWS 16
+#define RNK_MIN_CHUNK_ROWS 32
 #endif
 
-int64_t rnk_chunk_count(int64_t m, int64_t n)
+int64_t rnk_chunk_rows(int64_t m, int64_t n)
 {
     if (m <= 0 || n <= 0)
         return 1;
-    int64_t p = n <= 256 ? 16 * 132 : n <= 1024 ? 8 * 132 : n <= 2048 ? 4 * 132 : 2 * 132;
-    int64_t cap = m / RNK_MIN_CHUNK_ROWS;
-    if (p > cap)
-        p = cap;
-    cap = ((int64_t)1 << 26) / (n * rnk_chunk_stripes(n));
-    if (p > cap)
-        p = cap;
-    return p < 1 ? 1 : p;
+    int64_t maxchunks = RNK_MAX_CHUNKS;
+    int64_t cap = ((int64_t)1 << 26) / (n * rnk_chunk_stripes(n));
+    if (cap < maxchunks)
+        maxchunks = cap < 1 ? 1 : cap;
+    int64_t c = (m + maxchunks - 1) / maxchunks;
+    if (c < RNK_MIN_CHUNK_ROWS)
+        c = m < RNK_MIN_CHUNK_ROWS ? m : RNK_MIN_CHUNK_ROWS;
+    if (c > RNK_MAX_STRIPES)
+        c = (c + RNK_MAX_STRIPES - 1) / RNK_MAX_STRIPES * RNK_MAX_STRIPES;
+    return c;
 }
 
+/* Stripes per GPU block: the largest power of two g <= RNK_MAX_STRIPES with
+ * g * n <= RNK_STRIPE_COLS, or 1 (see above). */
 int rnk_chunk_stripes(int64_t n)
 {
-    return n <= 256 ? 4 : n <= 512 ? 2 : 1;
+    int g = 1;
+    while (g < RNK_MAX_STRIPES && n < RNK_WIDE_ROW && n * g * 2 <= RNK_STRIPE_COLS)
+        g *= 2;
+    return g;
+}
+
+/*
+ * The interleaved order (bwd_s.cuh's, issue 15's twelfth attempt, measured on
+ * the H200: bench/RESULTS.md): P = 132 * k(n) chunks (k = 8 up to n = 1024,
+ * 4 up to 2048, 2 beyond: one chunk per resident S block of a 132-SM H200,
+ * a constant everywhere else), at most m / RNK_IL_MIN_ROWS; chunk c holds
+ * rows c, c + P, ... (every chunk sees the same mix of the tensor, and a
+ * block walks its rows with one stride); G = 2 at n <= 512, else 1.
+ *
+ * It applies to bf16 or fp16 rows (x, dy, dx of one of those), 256 < n <=
+ * 8192, m >= n and m * n >= 2^24: where S was faster than the ring kernel
+ * under the contiguous order on the quick grid (4-12 % from 16384 rows and n
+ * >= 1024, 2-3 % at 4096 x 4096); 6-15 % slower at n = 256 and at 4096 x
+ * 1024, 2-3 % at 4096 x 8192, equal at 4096 x 2048, which stay contiguous.
+ */
+#ifndef RNK_IL_MIN_ROWS
+#define RNK_IL_MIN_ROWS 16
+#endif
+
+int rnk_chunk_interleaved(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx)
+{
+    return (x == RNK_BF16 || x == RNK_F16) && dy == x && dx == x && n > 256 && n <= 8192 &&
+           m >= n && m * n >= ((int64_t)1 << 24);
+}
+
+void rnk_chunking_of(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx,
+                     rnk_chunking *c)
+{
+    if (m > 0 && rnk_chunk_interleaved(m, n, x, dy, dx)) {
+        int64_t p = 132 * (n <= 1024 ? 8 : n <= 2048 ? 4 : 2);
+        if (p > m / RNK_IL_MIN_ROWS)
+            p = m / RNK_IL_MIN_ROWS; /* (m >= 2048 here: p >= 128) */
+        c->interleaved = 1;
+        c->stripes = n <= 512 ? 2 : 1;
+        c->nchunks = p;
+        c->rows = 0;
+        return;
+    }
+    c->interleaved = 0;
+    c->stripes = rnk_chunk_stripes(n);
+    c->rows = rnk_chunk_rows(m, n);
+    c->nchunks = m > 0 ? (m + c->rows - 1) / c->rows : 1;
 }
 
 float rnk_load(rnk_dtype dt, const void *base, int64_t i)
