@@ -39,13 +39,18 @@ enum { CTR_CLAIM = 0, CTR_DONE = 32, CTR_SLICE = 64, CTR_EXIT = 96, CTR_CANCEL =
        CTR_WORDS = 128 };
 /* CTR_CANCEL: what this launch knows of the cancel word. */
 enum { CANCEL_UNKNOWN = 0, CANCEL_READING = 1, CANCEL_CLEAR = 2, CANCEL_SET = 3 };
-enum { FIN_COLS = 32 };
-/* Chunks' partials the finish stages in shared memory at a time (its tile:
- * FIN_BATCH * FIN_COLS floats). */
+/* The finish's slices: 32 columns under the contiguous order (finish_slice,
+ * at most RNK_MAX_CHUNKS = 256 chunks), 8 (two float4 of each partial row)
+ * under the interleaved one (finish_slices_il, up to MAX_CHUNKS_IL). */
+enum { FIN_COLS = 32, FIN_COLS_IL = 8 };
+/* Chunks' partials the contiguous finish stages in shared memory at a time
+ * (its tile: FIN_BATCH * FIN_COLS floats). */
 #ifndef RNK_FIN_BATCH
 #define RNK_FIN_BATCH 256
 #endif
 enum { FIN_BATCH = RNK_FIN_BATCH };
+/* The most chunks the interleaved order has (rnk.h: 8 * 132), and their groups. */
+enum { MAX_CHUNKS_IL = 1056, MAX_GROUPS_IL = (MAX_CHUNKS_IL + RNK_DW_GROUP - 1) / RNK_DW_GROUP };
 static constexpr size_t WS_HEADER = CTR_WORDS * 4;
 
 /*
@@ -78,17 +83,18 @@ struct Params {
     int64_t m, n, xs, dys, dxs, drs;
     int x_dt, dy_dt, dx_dt, w_dt, dr_dt, dw_dt;
     float eps, offset;
-    int64_t C;        /* rows per chunk */
+    int64_t C;        /* contiguous order: rows per chunk; 0: interleaved, chunk k
+                       * holds rows k, k + P, k + 2P, ... (rnk.h) */
     int nchunks, G, tpr, nslices;
     int even_bars;    /* RNK_RACECHECK=1: stripes meet their barriers equally (bwd_kernel.cuh) */
     int64_t pst;      /* floats per stripe slot (n rounded up to 4) */
-    int64_t wsp;      /* fast path: floats of w staged in shared memory before the ring */
+    int64_t wsp;      /* ring path: floats of w staged in shared memory before the ring */
     int64_t cs;       /* floats per chunk: G * pst */
     unsigned *ctr;    /* workspace header */
     float *part;      /* chunk k, stripe slot g at part + k * cs + g * pst */
     float *acc;       /* MODE_ATOMIC: fp32 accumulator [n], zero between launches */
     const unsigned *cancel; /* rnk_bwd_args.cancel: NULL or the word read first */
-    int64_t xstep, ystep, dstep, drstep; /* fast path: bytes between a stripe's rows */
+    int64_t xstep, ystep, dstep, drstep; /* ring path: bytes between a stripe's rows */
     float inv_n;      /* 1 / n (RNK_LEAN's row means) */
 #if RNK_TRACE
     rnk_trace_head *tr_head;  /* NULL: this launch records nothing */
@@ -423,12 +429,18 @@ __device__ __forceinline__ unsigned claim_issue(const Params &p)
     return threadIdx.x == 0 ? atomicAdd(&p.ctr[CTR_CLAIM], 1u) : 0u;
 }
 
+/* Interleaved order: the rows of chunk k, k + P, ... below m. */
+__device__ __forceinline__ int64_t chunk_len(const Params &p, int k)
+{
+    return (p.m - k + p.nchunks - 1) / p.nchunks;
+}
+
 /*
- * Finish 32 columns [sl*32, sl*32+32): stage up to FIN_BATCH chunks' partials at a
- * time in shared memory (cp.async, all in flight at once); each warp adds whole
- * groups of RNK_DW_GROUP partials in chunk order, then warp 0 adds the group
- * sums in order (rnk.h's two-level order); round once at the end.
- * tile: FIN_BATCH * 32 floats.
+ * Contiguous order: finish 32 columns [sl*32, sl*32+32): stage up to
+ * FIN_BATCH chunks' partials at a time in shared memory (cp.async, all in
+ * flight at once); each warp adds whole groups of RNK_DW_GROUP partials in
+ * chunk order, then warp 0 adds the group sums in order (rnk.h's two-level
+ * order); round once at the end.  tile: FIN_BATCH * 32 floats.
  */
 static_assert(FIN_BATCH % RNK_DW_GROUP == 0, "a staged batch holds whole groups");
 __device__ __forceinline__ void finish_slice(const Params &p, int sl, float *tile)
@@ -470,6 +482,68 @@ __device__ __forceinline__ void finish_slice(const Params &p, int sl, float *til
         st_any(p.dw_dt, p.dw, col, d);
 }
 
+/*
+ * Interleaved order: finish slices of FIN_COLS_IL = 8 columns in rnk.h's
+ * two-level order.  A block
+ * takes SB slices at a time (SB = blockDim / (2 * groups), at least 1); a
+ * thread takes one group of RNK_DW_GROUP partials of one float4 of a slice,
+ * loads the group's partials all at once (registers, L2) and adds them in
+ * chunk order; then one thread per column adds the group sums in order and
+ * rounds once.  MAXT: the kernel's largest block (sizes the group sums).
+ */
+template <int MAXT>
+__device__ __forceinline__ void finish_slices_il(const Params &p)
+{
+    constexpr int E = MAXT / 2 > MAX_GROUPS_IL ? MAXT / 2 : MAX_GROUPS_IL;
+    __shared__ float4 gsum[E][2];
+    const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
+    const int T = (int)blockDim.x, SB = T / (2 * Q) > 0 ? T / (2 * Q) : 1;
+    for (int base = blockIdx.x * SB; base < p.nslices; base += gridDim.x * SB) {
+        for (int i = threadIdx.x; i < SB * 2 * Q; i += T) {
+            const int so = i / (2 * Q), r = i - so * 2 * Q, cv = r & 1, q = r >> 1;
+            const int64_t col = (int64_t)(base + so) * FIN_COLS_IL + cv * 4;
+            float4 g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (base + so < p.nslices && col < p.n) {
+                /* (columns n .. pst-1 of a partial are padding, never stored) */
+                const float *src = p.part + (int64_t)q * RNK_DW_GROUP * p.cs + col;
+                const int cnt = P - q * RNK_DW_GROUP < RNK_DW_GROUP ? P - q * RNK_DW_GROUP
+                                                                    : RNK_DW_GROUP;
+                /* 8 loads in flight at a time (32 registers), added in order */
+#pragma unroll
+                for (int k0 = 0; k0 < RNK_DW_GROUP; k0 += 8) {
+                    float4 v[8];
+#pragma unroll
+                    for (int k = 0; k < 8; k++)
+                        if (k0 + k < cnt)
+                            v[k] = __ldcg(reinterpret_cast<const float4 *>(src + (k0 + k) * p.cs));
+#pragma unroll
+                    for (int k = 0; k < 8; k++)
+                        if (k0 + k < cnt) {
+                            g.x = __fadd_rn(g.x, v[k].x);
+                            g.y = __fadd_rn(g.y, v[k].y);
+                            g.z = __fadd_rn(g.z, v[k].z);
+                            g.w = __fadd_rn(g.w, v[k].w);
+                        }
+                }
+            }
+            gsum[so * Q + q][cv] = g;
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < SB * FIN_COLS_IL; i += T) {
+            const int so = i / FIN_COLS_IL, c = i % FIN_COLS_IL;
+            const int64_t col = (int64_t)(base + so) * FIN_COLS_IL + c;
+            if (base + so < p.nslices && col < p.n) {
+                const float *gs = reinterpret_cast<const float *>(&gsum[so * Q][c >> 2]) + (c & 3);
+                float d = 0.0f;
+                for (int q = 0; q < Q; q++)
+                    d = __fadd_rn(d, gs[q * 8]); /* gsum[so * Q + q][c >> 2], element c & 3 */
+                st_any(p.dw_dt, p.dw, col, d);
+            }
+        }
+        __syncthreads();
+    }
+}
+
 /* A counter's reset by the launch's last block (RNK_LEAN_SYNC: a plain store). */
 __device__ __forceinline__ void reset_word(unsigned *w, unsigned v)
 {
@@ -495,7 +569,10 @@ __device__ __forceinline__ unsigned exit_count(const Params &p)
 
 /* Steps 2-4 of the fused launch.  Slices are dealt to blocks statically:
  * once every chunk is done nothing waits any more, so a block that starts
- * late still finishes its slices. */
+ * late still finishes its slices.  IL: the interleaved order's finish
+ * (finish_slices_il, MAXT: the kernel's largest block); else the contiguous
+ * one's (finish_slice through tile, FIN_BATCH * FIN_COLS floats). */
+template <bool IL = false, int MAXT = 1024>
 __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bool fused)
 {
     unsigned prev = 0;
@@ -515,8 +592,11 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
 #endif
         __syncthreads();
         trace_mark(p, 3, 3);
-        for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
-            finish_slice(p, sl, tile);
+        if constexpr (IL)
+            finish_slices_il<MAXT>(p);
+        else
+            for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
+                finish_slice(p, sl, tile);
     }
     __syncthreads();
     trace_mark(p, fused && p.dw ? 4 : 3, 4);

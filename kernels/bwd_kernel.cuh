@@ -5,28 +5,33 @@
  * the benchmark-only variants (cuda_variants.cu); the pieces both paths use
  * are in bwd_common.cuh.  C++ templates; nothing here is visible through rnk.h.
  *
- * One launch does everything:
- *   1. blocks claim chunks of C = rnk_chunk_rows(m, n) rows from an atomic
- *      counter; a block works on G = rnk_chunk_stripes(n) rows at once (one
- *      stripe of tpr threads each), writes dx, and keeps fp32 dw sums per
- *      stripe in registers (fast path: rows arrive through a ring of STAGES
- *      row slots in shared memory, filled with cp.async STAGES - 1 rows
- *      ahead, and the stripes run independently of each other) or in the
- *      chunk's workspace slots (general path); at the chunk's end it adds
- *      the stripes in order into the chunk's partial row and bumps a "done"
- *      counter (release);
+ * Two of the three paths are here: the ring path (fast_kernel: aligned rows
+ * of one dtype under rnk.h's contiguous order) and the general path
+ * (general_kernel: any dtypes, alignment and n, under either order); S, the
+ * interleaved order's fast path, is in bwd_s.cuh.
+ * One launch does everything, on every path:
+ *   1. blocks claim chunks (rnk.h: contiguous, C = rnk_chunk_rows(m, n) rows
+ *      each; interleaved, P chunks of rows k, k + P, ...) from an atomic
+ *      counter; a block works on G rows of a chunk at once (one stripe of
+ *      tpr threads each), writes dx, and keeps fp32 dw sums per stripe in
+ *      registers (ring path: rows arrive through a ring of STAGES row slots
+ *      in shared memory, filled with cp.async STAGES - 1 rows ahead, and the
+ *      stripes run independently of each other) or in the chunk's workspace
+ *      slots (general path); at the chunk's end it adds the stripes in order
+ *      into the chunk's partial row and bumps a "done" counter (release);
  *   2. a block that finds no chunk left waits (acquire) until done ==
  *      nchunks.  This cannot deadlock however few blocks are resident: every
  *      claimed chunk belongs to a block that is already running and never
  *      waits before finishing it;
- *   3. blocks take 32-column slices and add the partials of each column in
- *      rnk.h's fixed two-level order (groups of RNK_DW_GROUP chunks in
- *      parallel, then the groups), rounding once to dw's dtype;
+ *   3. blocks take 32-column slices (8 under the interleaved order) and add
+ *      the partials of each column in rnk.h's fixed two-level order (groups
+ *      of RNK_DW_GROUP chunks in parallel, then the groups), rounding once
+ *      to dw's dtype;
  *   4. the last block to exit resets every counter to zero, so the next
  *      launch (or a graph replay) starts clean without a memset.
- * dx and dw are bitwise deterministic and dw does not depend on the grid:
- * every sum has a fixed order (rnk.h documents dw's; the row reductions use a
- * fixed shuffle tree, then the stripe's warps in order).
+ * dx and dw are bitwise deterministic and dw depends neither on the grid nor
+ * on the path: every sum has a fixed order (rnk.h documents dw's; the row
+ * reductions use a fixed shuffle tree, then the stripe's warps in order).
  */
 #ifndef RNK_BWD_KERNEL_CUH
 #define RNK_BWD_KERNEL_CUH
@@ -35,7 +40,7 @@
 
 namespace rnk {
 
-/* ---- the fast path: aligned rows of one dtype, staged in shared memory ---- */
+/* ---- the ring path: aligned rows of one dtype, staged in shared memory ---- */
 
 /*
  * Knobs (bench/build_variants.sh builds one benchmark per set):
@@ -508,8 +513,11 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
 /*
  * Two passes over each row (sums, then dx), stripe sums of dw kept in the
  * chunk's workspace slots (each element always touched by the same thread).
+ * IL: rnk.h's interleaved order (chunk k: rows k, k + P, ...), else the
+ * contiguous one (rows k * C .. k * C + C - 1).
  */
-static __global__ void __launch_bounds__(1024) general_kernel(Params p)
+template <bool IL>
+__global__ void __launch_bounds__(1024) general_kernel(Params p)
 {
     extern __shared__ float smem[];
     __shared__ rsum_t red[2][32][2];
@@ -523,7 +531,7 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
     trace_start(p, 2u);
     unsigned nxt = claim_issue(p); /* before the cancel word, as in fast_kernel */
     if (cancelled(p)) {
-        finish_and_exit(p, smem, false);
+        finish_and_exit<IL>(p, smem, false);
         return;
     }
     if (threadIdx.x == 0)
@@ -533,17 +541,19 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
     int it = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
         nxt = claim_issue(p);
-        const int64_t r0 = (int64_t)k * p.C;
-        const int64_t r1 = r0 + p.C < p.m ? r0 + p.C : p.m;
+        /* The chunk's rows: r0, r0 + rs, ... (cnt of them) */
+        const int64_t rs = IL ? (int64_t)p.nchunks : 1;
+        const int64_t r0 = IL ? (int64_t)k : (int64_t)k * p.C;
+        const int64_t cnt = IL ? chunk_len(p, k) : (r0 + p.C < p.m ? p.C : p.m - r0);
         float *slot = p.part + (int64_t)k * p.cs + (int64_t)g * p.pst;
         if (want_dw)
             for (int64_t j = lt; j < n; j += tpr)
                 slot[j] = 0.0f;
-        const int64_t steps = (r1 - r0 + G - 1) / G;
-        int64_t r = r0 + g;
-        for (int64_t t = 0; t < steps; t++, r += G) {
-            const bool valid = r < r1; /* stripes step in lockstep here: the row
-                                        * sums meet at the block's barrier */
+        const int64_t steps = (cnt + G - 1) / G;
+        int64_t r = r0 + g * rs;
+        for (int64_t t = 0; t < steps; t++, r += G * rs) {
+            const bool valid = g + t * G < cnt; /* stripes step in lockstep here: the
+                                                 * row sums meet at the block's barrier */
             const int parity = (int)(t & 1);
             const int64_t xo = r * p.xs, yo = r * p.dys;
             rsum_t s1 = 0, s2 = 0;
@@ -590,15 +600,20 @@ static __global__ void __launch_bounds__(1024) general_kernel(Params p)
         trace_chunk(p, k);
     }
     trace_rows_done(p, it);
-    finish_and_exit(p, smem, true);
+    finish_and_exit<IL>(p, smem, true);
 }
 
-/* The "separate" benchmark variant's second kernel: one block per slice. */
-static __global__ void __launch_bounds__(256) finish_kernel(Params p)
+/* The "separate" benchmark variant's second kernel: one block per slice
+ * (contiguous order; IL: slices of the interleaved finish). */
+template <bool IL>
+__global__ void __launch_bounds__(256) finish_kernel(Params p)
 {
     extern __shared__ float smem[];
-    for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
-        finish_slice(p, sl, smem);
+    if constexpr (IL)
+        finish_slices_il<256>(p);
+    else
+        for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
+            finish_slice(p, sl, smem);
 }
 
 } /* namespace rnk */

@@ -2,11 +2,12 @@
 /*
  * cpu_twin.c - the CPU backend's RMSNorm backward: the same math as the CUDA
  * kernel, multi-threaded with pthreads, and the same dw summation order
- * (rnk.h, rnk_chunk_stripes), so its dw is bitwise the GPU's when rstd is
+ * (rnk.h, rnk_chunking_of), so its dw is bitwise the GPU's when rstd is
  * given and its results never depend on the thread count.
  *
- * Phase 1: threads claim chunks of rnk_chunk_rows() rows from an atomic
- * counter; each writes dx for its rows and one fp32 dw partial per chunk.
+ * Phase 1: threads claim the chunks of rnk_chunking_of() (contiguous or
+ * interleaved rows, rnk.h) from an atomic counter; each writes dx for its
+ * rows and one fp32 dw partial per chunk.
  * Phase 2: threads claim column blocks and add the partials in chunk order.
  * Per-row sums (x^2 for a recomputed rstd, xhat * g for the projection) are
  * accumulated in double: more accurate than the GPU's fp32 tree, and, being
@@ -30,8 +31,9 @@
 
 typedef struct twin_job {
     const rnk_bwd_args *a;
-    int64_t chunk;       /* rows per chunk */
-    int64_t nchunks;
+    int64_t nchunks;     /* P */
+    int64_t chunk;       /* contiguous: rows per chunk C (chunk k: rows k*C ..);
+                          * 0: interleaved (chunk k: rows k, k + P, k + 2P, ...) */
     int stripes;
     float *partials;     /* [nchunks][n] or NULL when dw is not wanted */
     atomic_llong next;   /* next chunk (phase 1) or column block (phase 2) */
@@ -40,21 +42,21 @@ typedef struct twin_job {
 
 enum { COL_BLOCK = 1024 };
 
-/* Phase 1 for one chunk: rows [r0, r1).  xf, yf: the row's x and dy; of:
- * its dx before rounding; rf: its dresidual_out (scratch rows of n floats). */
+/* Phase 1 for one chunk (its rows in rnk.h's order).  xf, yf: the row's x
+ * and dy; of: its dx before rounding; rf: its dresidual_out (scratch rows of
+ * n floats). */
 static void run_chunk(twin_job *job, int64_t k, float *xf, float *yf, float *of, float *rf,
                       const float *wv, float *stripe)
 {
     const rnk_bwd_args *a = job->a;
-    const int64_t n = a->n, G = job->stripes;
-    const int64_t r0 = k * job->chunk;
-    int64_t r1 = r0 + job->chunk;
-    if (r1 > a->m)
-        r1 = a->m;
+    const int64_t n = a->n, G = job->stripes, C = job->chunk;
+    /* rows i0, i0 + step, ... below i1 */
+    const int64_t step = C ? 1 : job->nchunks, i0 = C ? k * C : k;
+    const int64_t i1 = C && (k + 1) * C < a->m ? (k + 1) * C : a->m;
     if (stripe)
         for (int64_t j = 0; j < G * n; j++)
             stripe[j] = 0.0f;
-    for (int64_t i = r0; i < r1; i++) {
+    for (int64_t jr = 0, i = i0; i < i1; jr++, i += step) {
         const int64_t xo = i * a->x_stride, yo = i * a->dy_stride, dxo = i * a->dx_stride;
         /* The whole row is read before any of dx is written: dx may be dy. */
         rnk_load_row(a->x_dtype, a->x, xo, n, xf);
@@ -77,7 +79,7 @@ static void run_chunk(twin_job *job, int64_t k, float *xf, float *yf, float *of,
             cs += (double)xh * (double)g;
         }
         const float c = (float)(cs / (double)n);
-        float *srow = stripe ? stripe + ((i - r0) % G) * n : NULL;
+        float *srow = stripe ? stripe + (jr % G) * n : NULL;
         for (int64_t j = 0; j < n; j++) {
             float xh = xf[j] * rstd;
             float g = wv ? yf[j] * wv[j] : yf[j];
@@ -196,9 +198,11 @@ int rnk_cpu_bwd(const rnk_bwd_args *a, int nthreads, char *msg, size_t msglen)
     twin_job job;
     memset(&job, 0, sizeof job);
     job.a = a;
-    job.chunk = rnk_chunk_rows(a->m, a->n);
-    job.nchunks = (a->m + job.chunk - 1) / job.chunk;
-    job.stripes = rnk_chunk_stripes(a->n);
+    rnk_chunking ch;
+    rnk_chunking_of(a->m, a->n, a->x_dtype, a->dy_dtype, a->dx_dtype, &ch);
+    job.nchunks = ch.nchunks;
+    job.chunk = ch.interleaved ? 0 : ch.rows;
+    job.stripes = ch.stripes;
     atomic_init(&job.next, 0);
     atomic_init(&job.failed, 0);
     if (a->dw_dtype != RNK_NONE) {

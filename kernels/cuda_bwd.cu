@@ -98,9 +98,15 @@ size_t rnk::ws_bytes(int64_t m, int64_t n)
 {
     if (m <= 0 || n <= 0)
         return WS_HEADER;
-    int64_t C = rnk_chunk_rows(m, n), nch = (m + C - 1) / C;
-    int64_t pst = (n + 3) / 4 * 4;
-    return WS_HEADER + (size_t)nch * (size_t)rnk_chunk_stripes(n) * (size_t)pst * 4;
+    /* The larger of the two orders' partials (the order depends on the
+     * dtypes, which the caller need not know yet) */
+    const size_t pst = (size_t)(n + 3) / 4 * 4;
+    rnk_chunking c, ci;
+    rnk_chunking_of(m, n, RNK_F32, RNK_F32, RNK_F32, &c);      /* contiguous */
+    rnk_chunking_of(m, n, RNK_BF16, RNK_BF16, RNK_BF16, &ci);  /* interleaved if (m, n) allow */
+    size_t b = (size_t)c.nchunks * (size_t)c.stripes * pst * 4;
+    size_t bi = (size_t)ci.nchunks * (size_t)ci.stripes * pst * 4;
+    return WS_HEADER + (b > bi ? b : bi);
 }
 
 extern "C" size_t rnk_cuda_workspace_size(const rnk_device *dev, int64_t m, int64_t n)
@@ -173,28 +179,37 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
     p.dw_dt = a->dw_dtype;
     p.eps = a->eps;
     p.offset = a->weight_offset;
-    p.C = rnk_chunk_rows(a->m, a->n);
-    p.nchunks = (int)((a->m + p.C - 1) / p.C);
-    p.G = rnk_chunk_stripes(a->n);
+    rnk_chunking ch; /* rnk.h: the order and its geometry */
+    rnk_chunking_of(a->m, a->n, a->x_dtype, a->dy_dtype, a->dx_dtype, &ch);
+    pl->il = ch.interleaved != 0;
+    p.C = pl->il ? 0 : ch.rows;
+    p.nchunks = (int)ch.nchunks;
+    p.G = ch.stripes;
     p.pst = (a->n + 3) / 4 * 4;
     p.cs = p.G * p.pst;
-    p.nslices = (int)((a->n + FIN_COLS - 1) / FIN_COLS);
+    const int fcols = pl->il ? FIN_COLS_IL : FIN_COLS;
+    p.nslices = (int)((a->n + fcols - 1) / fcols);
     p.ctr = (unsigned *)ws;
     p.part = (float *)((char *)ws + WS_HEADER);
     p.acc = nullptr; /* the ATOMIC benchmark variant's, set there */
     p.cancel = a->cancel;
     p.even_bars = racecheck_run() ? 1 : 0;
     {
+        /* Steps between a stripe's rows (the ring path's): G rows, or G * P
+         * under the interleaved order. */
         const int64_t es = (int64_t)rnk_dtype_size(a->x_dtype);
-        p.xstep = p.G * p.xs * es;
-        p.ystep = p.G * p.dys * es;
-        p.dstep = p.G * p.dxs * es;
-        p.drstep = p.dres ? p.G * p.drs * es : 0; /* (the stride means nothing without dres) */
+        const int64_t gp = (int64_t)p.G * (pl->il ? p.nchunks : 1);
+        p.xstep = gp * p.xs * es;
+        p.ystep = gp * p.dys * es;
+        p.dstep = gp * p.dxs * es;
+        p.drstep = p.dres ? gp * p.drs * es : 0; /* (the stride means nothing without dres) */
         p.inv_n = 1.0f / (float)a->n;
     }
 
-    /* The fast path: x, dy, dx (and dres) of one dtype, 16-byte aligned rows,
-     * n a multiple of the vector width, rows that fit in registers. */
+    /* The fast paths: x, dy, dx (and dres) of one dtype, 16-byte aligned rows,
+     * n a multiple of the vector width: S under the interleaved order (its R
+     * rows at once are rnk.h's G stripes), the ring under the contiguous one
+     * for rows that fit in shared memory. */
     const rnk_dtype t = a->x_dtype;
     const size_t es = rnk_dtype_size(t);
     const int vec = (int)(16 / es);
@@ -204,7 +219,24 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
                 a->n % vec == 0 && aligned16(a->x, a->x_stride, es) &&
                 aligned16(a->dy, a->dy_stride, es) && aligned16(a->dx, a->dx_stride, es) &&
                 (a->dres_dtype == RNK_NONE || aligned16(a->dres, a->dres_stride, es));
-    pl->fast = false;
+    pl->path = PATH_GENERAL;
+    if (pl->il) { /* (16-bit rows of 257 .. S_MAX_N columns: rnk.h) */
+        if (fast) {
+            const int tpr = s_tpr(a->n);
+            pl->path = PATH_S;
+            p.tpr = tpr;
+            pl->threads = tpr < 128 ? 128 : tpr;
+        } else {
+            int64_t tp = (a->n + 31) / 32 * 32;
+            p.tpr = (int)(tp > 1024 / p.G ? 1024 / p.G : tp);
+            pl->threads = p.tpr * p.G;
+        }
+        pl->smem = 0; /* (neither stages anything in dynamic shared memory) */
+        if (a->n > S_MAX_N || pl->threads / p.tpr != p.G)
+            return einval(msg, msglen, "n: %lld: block of %d rows, rnk.h's G = %d",
+                          (long long)a->n, pl->threads / p.tpr, p.G);
+        return RNK_OK;
+    }
     if (fast) {
         /* About RNK_NV_TARGET vectors of 16 bytes per thread: the stripe is
          * the fewest warps that hold the row that way (one warp up to 512
@@ -227,14 +259,14 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
             nv = 4;
         /* Stripes of several warps need a named barrier each (15 at most). */
         if (tp * p.G <= RNK_FAST_MAXT && (tp == 32 || p.G <= 15)) {
-            pl->fast = true;
+            pl->path = PATH_RING;
             pl->nv = nv;
             p.tpr = (int)tp;
             p.wsp = fast_w_regs(nv) ? 0 : tp * w_lane_floats(nv, vec);
         }
     }
     for (;;) {
-        if (!pl->fast) {
+        if (pl->path == PATH_GENERAL) {
             int64_t tp = (a->n + 31) / 32 * 32;
             if (tp > 1024 / p.G)
                 tp = 1024 / p.G;
@@ -242,18 +274,19 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
         }
         pl->threads = p.tpr * p.G;
         size_t comb = p.G > 1 ? (size_t)p.G * (size_t)a->n * 4 : 0;
-        size_t tile = p.dw ? (size_t)(p.nchunks < FIN_BATCH ? p.nchunks : FIN_BATCH) * FIN_COLS * 4 : 0;
+        size_t tile = p.dw ? (size_t)(p.nchunks < FIN_BATCH ? p.nchunks : FIN_BATCH) * FIN_COLS * 4
+                           : 0;
         pl->smem = comb > tile ? comb : tile;
-        if (pl->fast) /* the row ring (bwd_kernel.cuh), which comb and tile reuse, and w */
+        if (pl->path == PATH_RING) /* the row ring (bwd_kernel.cuh), which comb and tile reuse, w */
             pl->smem = fast_smem(*pl, pl->smem);
         /* 4 KiB: the static arrays (2.5 KiB with fp64 row sums).  A ring
          * too large for one block: the general path, which stages nothing. */
         if (pl->smem + 4096 <= (size_t)dev->smem_per_block)
             break;
-        if (!pl->fast)
+        if (pl->path == PATH_GENERAL)
             return einval(msg, msglen, "n: %lld needs %zu bytes of shared memory",
                           (long long)a->n, pl->smem);
-        pl->fast = false;
+        pl->path = PATH_GENERAL;
         p.wsp = 0;
     }
     return RNK_OK;
@@ -296,30 +329,47 @@ int rnk::grid_for(rnk_device *dev, const void *fn, const Plan &pl, char *msg, si
     return RNK_OK;
 }
 
+/* Ring path kernels (main's): every row dtype at NV 1, 2, 4. */
 template <class T, class TW>
-static const void *fast_fn(int nv)
+static const void *ring_fn(int nv)
 {
     return nv == 1   ? (const void *)fast_kernel<T, TW, 1, MODE_FUSED>
            : nv == 2 ? (const void *)fast_kernel<T, TW, 2, MODE_FUSED>
                      : (const void *)fast_kernel<T, TW, 4, MODE_FUSED>;
 }
 
+/* S kernels: the interleaved order's n > 256 gives 64 threads a row or more. */
 template <class T>
-static const void *fast_fn_w(int wdt, int nv)
+static const void *s_fn(int tpr)
 {
-    if (wdt == RNK_F32)
-        return fast_fn<T, float>(nv);
-    return fast_fn<T, T>(nv); /* weight of the rows' type, or none */
+    switch (tpr) {
+    case 64: return (const void *)s_kernel<T, 64, MODE_FUSED>;
+    case 128: return (const void *)s_kernel<T, 128, MODE_FUSED>;
+    case 256: return (const void *)s_kernel<T, 256, MODE_FUSED>;
+    case 512: return (const void *)s_kernel<T, 512, MODE_FUSED>;
+    default: return (const void *)s_kernel<T, 1024, MODE_FUSED>;
+    }
+}
+
+/* S: one kernel for every weight dtype; the ring: the weight of fp32 or of
+ * the rows' type (or none). */
+template <class T>
+static const void *path_fn(const Plan &pl)
+{
+    if constexpr (sizeof(T) == 2) /* (fp32 rows never take S) */
+        if (pl.path == PATH_S)
+            return s_fn<T>(pl.p.tpr);
+    return pl.p.w_dt == RNK_F32 ? ring_fn<T, float>(pl.nv) : ring_fn<T, T>(pl.nv);
 }
 
 const void *rnk::production_fn(const Plan &pl)
 {
-    if (!pl.fast)
-        return (const void *)general_kernel;
+    if (pl.path == PATH_GENERAL)
+        return pl.il ? (const void *)general_kernel<true> : (const void *)general_kernel<false>;
     switch (pl.p.x_dt) {
-    case RNK_BF16: return fast_fn_w<__nv_bfloat16>(pl.p.w_dt, pl.nv);
-    case RNK_F16: return fast_fn_w<__half>(pl.p.w_dt, pl.nv);
-    default: return fast_fn_w<float>(pl.p.w_dt, pl.nv);
+    case RNK_BF16: return path_fn<__nv_bfloat16>(pl);
+    case RNK_F16: return path_fn<__half>(pl);
+    default: return path_fn<float>(pl);
     }
 }
 
@@ -420,8 +470,10 @@ extern "C" int rnk_cuda_describe(rnk_device *dev, const rnk_bwd_args *a, char *b
     rc = grid_for(dev, production_fn(pl), pl, buf, len, &grid);
     if (rc)
         return rc;
-    snprintf(buf, len, "%s nv=%d block=%d (G=%d x %d) grid=%d chunk=%lld nchunks=%d smem=%zu",
-             pl.fast ? "fast" : "general", pl.fast ? pl.nv : 0, pl.threads, pl.p.G, pl.p.tpr, grid,
-             (long long)pl.p.C, pl.p.nchunks, pl.smem);
+    static const char *const names[] = {"general", "ring", "s"};
+    snprintf(buf, len, "%s nv=%d block=%d (G=%d x %d) grid=%d %s chunk=%lld nchunks=%d smem=%zu",
+             names[pl.path], pl.path == PATH_GENERAL ? 0 : pl.path == PATH_S ? 1 : pl.nv,
+             pl.threads, pl.p.G, pl.p.tpr, grid, pl.il ? "il" : "contig", (long long)pl.p.C,
+             pl.p.nchunks, pl.smem);
     return RNK_OK;
 }

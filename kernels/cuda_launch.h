@@ -11,14 +11,22 @@
 #include <new>
 
 #include "bwd_kernel.cuh"
+#include "bwd_s.cuh"
 
 namespace rnk {
+
+/* The three paths (cuda_bwd.cu's plan picks one): S, the aligned rows of
+ * rnk.h's interleaved order through registers (bwd_s.cuh); RING, the
+ * aligned rows of one dtype of the contiguous order through a shared-memory
+ * ring (bwd_kernel.cuh); GENERAL, anything else, under either order. */
+enum Path { PATH_GENERAL = 0, PATH_RING = 1, PATH_S = 2 };
 
 /* What one call will launch: parameters, path, block shape, shared memory. */
 struct Plan {
     Params p;
-    bool fast;      /* aligned rows through the shared-memory ring (else the general path) */
-    int nv;         /* fast path: 16-byte vectors per thread per row */
+    int path;       /* Path */
+    bool il;        /* rnk.h's interleaved order (else the contiguous one) */
+    int nv;         /* ring path: 16-byte vectors per thread per row */
     int threads;    /* block size: G stripes of tpr threads */
     size_t smem;    /* dynamic shared memory */
 };
@@ -36,12 +44,12 @@ int ck(cudaError_t e, const char *file, int line, const char *what, char *msg, s
     } while (0)
 
 size_t ws_bytes(int64_t m, int64_t n);
-/* Fast path: bytes of the row ring (bwd_kernel.cuh: ring_slots per thread). */
+/* Ring path: bytes of the row ring (bwd_kernel.cuh: ring_slots per thread). */
 inline size_t ring_bytes(const Plan &pl)
 {
     return (size_t)pl.threads * (size_t)ring_slots(pl.nv) * 16;
 }
-/* Fast path: the dynamic shared memory, w + weight_offset (p.wsp floats,
+/* Ring path: the dynamic shared memory, w + weight_offset (p.wsp floats,
  * none when it is held in registers) and then the ring, which `reuse` bytes
  * (the stripe combine, the finish's tile) share. */
 inline size_t fast_smem(const Plan &pl, size_t reuse)

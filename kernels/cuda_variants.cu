@@ -8,7 +8,7 @@
  *   ATOMIC:   chunk partials added into an fp32 accumulator with atomics,
  *             converted by whichever block completes the last chunk (the
  *             seed's fused, non-deterministic path).
- * Both reuse the production kernel's code (bwd_kernel.cuh) so that the
+ * Both reuse the production kernels (bwd_s.cuh, bwd_kernel.cuh) so that the
  * comparison measures only the way dw is finished.
  */
 #include "cuda_launch.h"
@@ -27,9 +27,25 @@ extern "C" size_t rnk_cuda_variant_workspace_size(const rnk_device *dev, int64_t
 #ifdef RNK_BENCH_VARIANTS
 
 template <int MODE>
+static const void *variant_s_fn(int tpr)
+{
+    switch (tpr) {
+    case 64: return (const void *)s_kernel<__nv_bfloat16, 64, MODE>;
+    case 128: return (const void *)s_kernel<__nv_bfloat16, 128, MODE>;
+    case 256: return (const void *)s_kernel<__nv_bfloat16, 256, MODE>;
+    case 512: return (const void *)s_kernel<__nv_bfloat16, 512, MODE>;
+    default: return (const void *)s_kernel<__nv_bfloat16, 1024, MODE>;
+    }
+}
+
+/* The production kernel of the plan's path (bf16 rows: S under the
+ * interleaved order, the ring under the contiguous one) in another MODE. */
+template <int MODE>
 static const void *variant_fn(const Plan &pl)
 {
     const bool wf = pl.p.w_dt == RNK_F32;
+    if (pl.path == PATH_S)
+        return variant_s_fn<MODE>(pl.p.tpr);
     if (pl.nv == 1)
         return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 1, MODE>
                   : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 1, MODE>;
@@ -50,24 +66,29 @@ extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void
     int rc = plan(dev, a, ws, wsb, &pl, msg, msglen);
     if (rc || a->m == 0)
         return rc;
-    if (!pl.fast || a->x_dtype != RNK_BF16 || !pl.p.dw) {
+    if (pl.path == PATH_GENERAL || a->x_dtype != RNK_BF16 || !pl.p.dw) {
         snprintf(msg, msglen, "variant: only bf16 fast-path shapes with dw");
         return RNK_EINVAL;
     }
     cudaStream_t st = (cudaStream_t)stream;
     if (variant == RNK_VARIANT_SEPARATE) {
-        /* First kernel: no finish tile needed, only w, the ring and the
-         * stripe combine (which reuses the ring). */
+        /* First kernel: no finish tile needed (ring: only w, the ring and the
+         * stripe combine, which reuses the ring; S: nothing dynamic). */
         size_t comb = pl.p.G > 1 ? (size_t)pl.p.G * (size_t)a->n * 4 : 0;
-        pl.smem = fast_smem(pl, comb);
+        if (pl.path == PATH_RING)
+            pl.smem = fast_smem(pl, comb);
         rc = launch(dev, variant_fn<MODE_PARTIALS_ONLY>(pl), pl, st, msg, msglen);
         if (rc)
             return rc;
         int grid = pl.p.nslices < 4 * rnk_cuda_sm_count(dev) ? pl.p.nslices
                                                               : 4 * rnk_cuda_sm_count(dev);
         void *args[] = {&pl.p};
-        CK(cudaLaunchKernel((const void *)finish_kernel, dim3(grid), dim3(256), args,
-                            (size_t)(pl.p.nchunks < FIN_BATCH ? pl.p.nchunks : FIN_BATCH) * FIN_COLS * 4, st));
+        const size_t tile = pl.il ? 0
+                                  : (size_t)(pl.p.nchunks < FIN_BATCH ? pl.p.nchunks : FIN_BATCH) *
+                                        FIN_COLS * 4;
+        CK(cudaLaunchKernel(pl.il ? (const void *)finish_kernel<true>
+                                  : (const void *)finish_kernel<false>,
+                            dim3(grid), dim3(256), args, tile, st));
         CK(cudaGetLastError());
         return RNK_OK;
     }
@@ -77,8 +98,9 @@ extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void
             return RNK_EINVAL;
         }
         pl.p.acc = (float *)((char *)ws + ws_bytes(a->m, a->n));
-        /* The stripe combine runs through shared memory for every G here. */
-        pl.smem = fast_smem(pl, (size_t)pl.p.G * (size_t)a->n * 4);
+        /* The ring's stripe combine runs through shared memory for every G here. */
+        if (pl.path == PATH_RING)
+            pl.smem = fast_smem(pl, (size_t)pl.p.G * (size_t)a->n * 4);
         return launch(dev, variant_fn<MODE_ATOMIC>(pl), pl, st, msg, msglen);
     }
     snprintf(msg, msglen, "variant: %d unknown", variant);

@@ -12,7 +12,10 @@
  *   cpu_twin.c      the CPU backend (pthreads), same dw order as the GPU
  *   rnk_verify.c    issue 3's accuracy rules, shared by every test (rnk_test.h)
  *   cuda_bwd.cu     per-device init, workspace, the one-launch entry point
- *   bwd_kernel.cuh  the device code of the two paths (fast and general)
+ *   bwd_s.cuh       the fast path of the interleaved order (bf16/fp16 rows of
+ *                   257-8192 columns, large shapes): rows in registers
+ *   bwd_kernel.cuh  the ring path (aligned rows, contiguous order) and the
+ *                   general path (any rows, either order)
  *   bwd_common.cuh  the device code both share (row sums, claims, dw finish)
  *   cuda_launch.h   internal C++ glue between the .cu files
  *   cuda_variants.cu  benchmark-only variants (-DRNK_BENCH_VARIANTS=1; rnk_test.h)
@@ -84,11 +87,35 @@ size_t rnk_dtype_size(rnk_dtype dt);
 int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen);
 
 /*
- * The deterministic row-chunk size for dw's partial sums.  Depends only on
- * (m, n), never on the grid, the SM count or the thread count: the CPU twin
- * and the GPU kernel both sum rows [k*C, (k+1)*C) into partial k, then add the
- * partials in a fixed order (groups of RNK_DW_GROUP chunks, below).
+ * dw's row chunks.  dw is summed per chunk of rows into partials, then the
+ * partials are added in a fixed order (groups of RNK_DW_GROUP chunks, below).
+ * The chunks depend only on (m, n) and the rows' dtypes, never on pointers,
+ * strides, the grid, the device, its SM count or the thread count.  Two
+ * orders:
+ *   interleaved, when rnk_chunk_interleaved(m, n, x, dy, dx): x, dy and dx
+ *     all bf16 or all fp16, 256 < n <= 8192, m >= n and m * n >= 2^24.
+ *     P = 132 * k chunks (k = 8 for n <= 1024, 4 for n <= 2048, else 2),
+ *     at most m / 16; chunk c holds the rows c, c + P, c + 2P, ... below m;
+ *     G = 2 stripes for n <= 512, else 1.
+ *   contiguous, everywhere else: C = rnk_chunk_rows(m, n) rows a chunk, P =
+ *     ceil(m / C) chunks, chunk c holds rows c*C .. min((c+1)*C, m)-1;
+ *     G = rnk_chunk_stripes(n) stripes.
+ * rnk_chunking_of() gives the order, P, C and G of a call.
  */
+typedef struct rnk_chunking {
+    int interleaved;   /* 1: the interleaved order, 0: the contiguous one */
+    int stripes;       /* G */
+    int64_t nchunks;   /* P */
+    int64_t rows;      /* contiguous: C (the last chunk may have fewer); interleaved: 0 */
+} rnk_chunking;
+
+int rnk_chunk_interleaved(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx);
+void rnk_chunking_of(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx,
+                     rnk_chunking *c);
+
+/* The contiguous order's rows per chunk C: with L = min(256, max(1,
+ * 2^26 / (n * G))) (G = rnk_chunk_stripes(n)), c = ceil(m / L); c < 32: c =
+ * min(m, 32); then c > 8: c rounded up to a multiple of 8.  1 for m <= 0. */
 int64_t rnk_chunk_rows(int64_t m, int64_t n);
 
 /* dw's step per row (see below): with RNK_DW_FMA = 1, acc = fma(dy, xhat,
@@ -102,25 +129,35 @@ int64_t rnk_chunk_rows(int64_t m, int64_t n);
 #define RNK_DW_GROUP 16
 
 /*
- * Inside a chunk, rows are dealt round-robin to G = rnk_chunk_stripes(n)
- * stripes (row r of the chunk goes to stripe r % G, so a GPU block works on G
- * rows at once).  Exact order of dw's fp32 sums, shared by both backends:
+ * Exact order of dw's fp32 sums, shared by every path of both backends, for
+ * either order (P, G and chunk c's rows as above): chunk c's j-th row (j = 0,
+ * 1, ... in row order) goes to stripe j % G.
  *   stripe s:  acc = +0.0f; for each row of the stripe, in row order:
  *              acc = acc + (dy * (x * rstd))      (each operation rounded once;
  *              with RNK_DW_FMA, acc = fma(dy, x * rstd, acc))
- *   partial k: p = +0.0f; for s = 0 .. G-1: p = p + stripe_s
- *   group q:   g = +0.0f; for k = q*RNK_DW_GROUP .. min((q+1)*RNK_DW_GROUP,
- *              nchunks)-1: g = g + partial_k
+ *   partial c: p = +0.0f; for s = 0 .. G-1: p = p + stripe_s
+ *   group q:   g = +0.0f; for c = q*RNK_DW_GROUP .. min((q+1)*RNK_DW_GROUP,
+ *              P)-1: g = g + partial_c
  *   dw:        d = +0.0f; for q = 0, 1, ...: d = d + group_q;
  *              rounded once to dw's dtype.
+ * x, dy and rstd are the stored values, upcast to fp32 exactly; rstd is the
+ * given one, or the recomputed one (below).  Examples: bf16 rows, m = 100000,
+ * n = 1024: interleaved, P = 1056, G = 1, chunk 5 adds rows 5, 1061, 2117,
+ * ... in that order; the same shape in fp32: contiguous, C = 392, P = 256,
+ * G = 8, chunk 5 = rows 1960 .. 2351, stripe 3 = rows 1963, 1971, ...
  * (Groups of 16 chunks cut the GPU's dependent chain of additions per column
- * from nchunks to 16 + nchunks/16; the order is still fixed.)
- * With rstd given, the CPU twin's dw is bitwise the GPU kernel's dw.  With
- * rstd recomputed, and for dx always, the per-row sums (sum of x^2, sum of
- * xhat * g) are added in a different order on each backend, so those results
- * agree within rounding, not bitwise.  NaN results are NaN on both backends,
- * but not always with the same bits (the CPU keeps sign and payload, CUDA
- * returns its canonical NaN).
+ * from P to 16 + P/16; the order is still fixed.)
+ * With rstd given, the CPU twin's dw is bitwise the GPU kernel's dw, whichever
+ * GPU path ran and whatever the grid.  With rstd recomputed, and for dx
+ * always, the per-row sums (sum of x^2, sum of xhat * g) are added in a
+ * different order on each backend and path, so those results agree within
+ * rounding, not bitwise.  NaN results are NaN on both backends, but not always
+ * with the same bits (the CPU keeps sign and payload, CUDA returns its
+ * canonical NaN).
+ *
+ * rnk_chunk_stripes: the contiguous order's G, the largest power of two g <=
+ * 8 with g * n <= 8192 (8 up to n = 1024, 4 up to 2048, 2 up to 4095), and
+ * 1 from n = 4096 on.
  */
 int rnk_chunk_stripes(int64_t n);
 
@@ -158,7 +195,8 @@ int rnk_cuda_init(int device, rnk_device **out, char *msg, size_t msglen);
 void rnk_cuda_fini(rnk_device *dev);            /* NULL is fine */
 
 /*
- * Bytes of device workspace a launch of (m, n) needs.  The workspace must be
+ * Bytes of device workspace a launch of (m, n) needs, whatever its dtypes
+ * (the larger of the two orders' partials where both may apply).  The workspace must be
  * zeroed once after allocation (rnk_cuda_workspace_init); every launch leaves
  * its coordination counters zeroed again, so no per-launch memset is needed
  * and launches can be captured in CUDA graphs.  One workspace must not be used
@@ -173,8 +211,10 @@ int rnk_cuda_workspace_init(void *ws, size_t bytes, void *stream, char *msg, siz
  * Exactly one kernel launch.  Returns 0 or RNK_EINVAL / RNK_ECUDA with msg.
  *
  * Determinism: the same inputs at the same addresses give the same dx and dw
- * bits on every run, whatever the grid.  The 16-byte fast path is chosen from
- * the tensors' alignment, and it reduces each row in another order than the
+ * bits on every run, whatever the grid and the device's SM count; with rstd
+ * given, dw's bits are also the same on every path and on the CPU twin
+ * (rnk.h's order above).  The 16-byte fast paths are chosen from the
+ * tensors' alignment, and they reduce each row in another order than the
  * general path: moving a tensor to a differently aligned address can change
  * dx's last bits (and dw's when rstd is recomputed).  m == 0 writes nothing,
  * dw included.

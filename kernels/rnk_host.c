@@ -114,9 +114,10 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen)
 
 /*
  * Chunk geometry; both backends follow it, so dw is the same on both.
+ * Which order a call takes: rnk_chunking (the end of this block).
  *
- * At most RNK_MAX_CHUNKS = 256 chunks: enough to give every multiprocessor of
- * a 132-SM H200 about two on small M, while the partial rows (written and
+ * The contiguous order.  At most RNK_MAX_CHUNKS = 256 chunks: enough to give
+ * every multiprocessor of a 132-SM H200 about two on small M, while the partial rows (written and
  * read once, 8 bytes per column per chunk, mostly in L2) stay a small
  * fraction of the 6 bytes per element of the main pass: 4/(3C), 0.5 % at
  * C = 256.  (Measured on the H200: 512 chunks were 10-25 % slower at M <=
@@ -179,6 +180,49 @@ int rnk_chunk_stripes(int64_t n)
     while (g < RNK_MAX_STRIPES && n < RNK_WIDE_ROW && n * g * 2 <= RNK_STRIPE_COLS)
         g *= 2;
     return g;
+}
+
+/*
+ * The interleaved order (bwd_s.cuh's, issue 15's twelfth attempt, measured on
+ * the H200: bench/RESULTS.md): P = 132 * k(n) chunks (k = 8 up to n = 1024,
+ * 4 up to 2048, 2 beyond: one chunk per resident S block of a 132-SM H200,
+ * a constant everywhere else), at most m / RNK_IL_MIN_ROWS; chunk c holds
+ * rows c, c + P, ... (every chunk sees the same mix of the tensor, and a
+ * block walks its rows with one stride); G = 2 at n <= 512, else 1.
+ *
+ * It applies to bf16 or fp16 rows (x, dy, dx of one of those), 256 < n <=
+ * 8192, m >= n and m * n >= 2^24: where S was faster than the ring kernel
+ * under the contiguous order on the quick grid (4-12 % from 16384 rows and n
+ * >= 1024, 2-3 % at 4096 x 4096); 6-15 % slower at n = 256 and at 4096 x
+ * 1024, 2-3 % at 4096 x 8192, equal at 4096 x 2048, which stay contiguous.
+ */
+#ifndef RNK_IL_MIN_ROWS
+#define RNK_IL_MIN_ROWS 16
+#endif
+
+int rnk_chunk_interleaved(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx)
+{
+    return (x == RNK_BF16 || x == RNK_F16) && dy == x && dx == x && n > 256 && n <= 8192 &&
+           m >= n && m * n >= ((int64_t)1 << 24);
+}
+
+void rnk_chunking_of(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx,
+                     rnk_chunking *c)
+{
+    if (m > 0 && rnk_chunk_interleaved(m, n, x, dy, dx)) {
+        int64_t p = 132 * (n <= 1024 ? 8 : n <= 2048 ? 4 : 2);
+        if (p > m / RNK_IL_MIN_ROWS)
+            p = m / RNK_IL_MIN_ROWS; /* (m >= 2048 here: p >= 128) */
+        c->interleaved = 1;
+        c->stripes = n <= 512 ? 2 : 1;
+        c->nchunks = p;
+        c->rows = 0;
+        return;
+    }
+    c->interleaved = 0;
+    c->stripes = rnk_chunk_stripes(n);
+    c->rows = rnk_chunk_rows(m, n);
+    c->nchunks = m > 0 ? (m + c->rows - 1) / c->rows : 1;
 }
 
 float rnk_load(rnk_dtype dt, const void *base, int64_t i)

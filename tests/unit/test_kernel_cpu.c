@@ -372,8 +372,9 @@ static void test_check_args(void **state)
 static void test_chunk_geometry(void **state)
 {
     (void)state;
+    /* The contiguous order (main's): rnk_chunk_rows, rnk_chunk_stripes. */
     int64_t ms[] = {1, 7, 199, 255, 256, 257, 4096, 8192, 65536, 65537, 1 << 22};
-    int64_t ns[] = {1, 256, 4096, 65536, 1 << 20};
+    int64_t ns[] = {1, 256, 257, 512, 1024, 2048, 4096, 8192, 8193, 65536, 1 << 20};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
         for (size_t j = 0; j < sizeof ns / sizeof ns[0]; j++) {
             int64_t c = rnk_chunk_rows(ms[i], ns[j]);
@@ -384,15 +385,62 @@ static void test_chunk_geometry(void **state)
                             (256u << 20) ||
                         nch == 1);
             assert_int_equal(c, rnk_chunk_rows(ms[i], ns[j]));
+            /* Which order: fp32 and mixed rows always contiguous; 16-bit rows
+             * interleaved from 257 to 8192 columns, m >= n, m * n >= 2^24. */
+            const int64_t m = ms[i], n = ns[j];
+            const int il = n > 256 && n <= 8192 && m >= n && m * n >= ((int64_t)1 << 24);
+            rnk_chunking ch;
+            rnk_chunking_of(m, n, RNK_F32, RNK_F32, RNK_F32, &ch);
+            assert_int_equal(ch.interleaved, 0);
+            assert_int_equal(ch.rows, c);
+            assert_int_equal(ch.nchunks, nch);
+            assert_int_equal(ch.stripes, rnk_chunk_stripes(n));
+            rnk_chunking_of(m, n, RNK_BF16, RNK_BF16, RNK_F32, &ch);
+            assert_int_equal(ch.interleaved, 0);
+            rnk_chunking_of(m, n, RNK_BF16, RNK_F16, RNK_BF16, &ch);
+            assert_int_equal(ch.interleaved, 0);
+            for (int t = 0; t < 2; t++) {
+                const rnk_dtype dt = t ? RNK_F16 : RNK_BF16;
+                assert_int_equal(rnk_chunk_interleaved(m, n, dt, dt, dt), il);
+                rnk_chunking_of(m, n, dt, dt, dt, &ch);
+                assert_int_equal(ch.interleaved, il);
+                if (!il) {
+                    assert_int_equal(ch.rows, c);
+                    assert_int_equal(ch.nchunks, nch);
+                    assert_int_equal(ch.stripes, rnk_chunk_stripes(n));
+                    continue;
+                }
+                assert_int_equal(ch.rows, 0);
+                assert_true(ch.nchunks >= 1 && ch.nchunks <= 1056);
+                assert_true(m / ch.nchunks >= 16); /* at least 16 rows a chunk */
+                assert_int_equal(ch.stripes, n <= 512 ? 2 : 1);
+            }
         }
     assert_int_equal(rnk_chunk_rows(4096, 4096), 32);   /* RNK_MIN_CHUNK_ROWS */
     assert_int_equal(rnk_chunk_rows(7, 4096), 7);        /* all of a small m */
     assert_int_equal(rnk_chunk_rows(65536, 4096), 256);
+    assert_int_equal(rnk_chunk_rows(100000, 1024), 392); /* rnk.h's example */
     assert_int_equal(rnk_chunk_stripes(256), 8);
     assert_int_equal(rnk_chunk_stripes(1), 8);
     assert_int_equal(rnk_chunk_stripes(1024), 8);
     assert_int_equal(rnk_chunk_stripes(2048), 4);
     assert_int_equal(rnk_chunk_stripes(4096), 1);
+    /* The interleaved order's P: 132 * 8 / 4 / 2, at most m / 16. */
+    static const int64_t ilp[][3] = {{65536, 1024, 1056}, {65536, 2048, 528}, {65536, 4096, 264},
+                                     {65536, 8192, 264},  {16384, 1024, 1024}, {4096, 4096, 256},
+                                     {32768, 512, 1056},  {100000, 1024, 1056}};
+    for (size_t i = 0; i < sizeof ilp / sizeof ilp[0]; i++) {
+        rnk_chunking ch;
+        rnk_chunking_of(ilp[i][0], ilp[i][1], RNK_BF16, RNK_BF16, RNK_BF16, &ch);
+        assert_int_equal(ch.interleaved, 1);
+        assert_int_equal(ch.nchunks, ilp[i][2]);
+    }
+    /* The rule's edges: n = 256, 8193, m < n, m * n < 2^24 stay contiguous. */
+    assert_int_equal(rnk_chunk_interleaved(65536, 256, RNK_BF16, RNK_BF16, RNK_BF16), 0);
+    assert_int_equal(rnk_chunk_interleaved(65536, 8193, RNK_BF16, RNK_BF16, RNK_BF16), 0);
+    assert_int_equal(rnk_chunk_interleaved(4096, 8192, RNK_BF16, RNK_BF16, RNK_BF16), 0);
+    assert_int_equal(rnk_chunk_interleaved(8192, 1024, RNK_F16, RNK_F16, RNK_F16), 0);
+    assert_int_equal(rnk_chunk_interleaved(8192, 2048, RNK_F16, RNK_F16, RNK_F16), 1);
 }
 
 /* ---- accuracy ---------------------------------------------------------------- */
@@ -551,25 +599,41 @@ static void test_thread_invariance(void **state)
 static void test_dw_documented_order(void **state)
 {
     (void)state;
-    /* 1000 x 256: 250 chunks, so 15 full groups of RNK_DW_GROUP and one of 10 */
-    int64_t shapes[][2] = {{1000, 256}, {3000, 1024}, {77, 3000}, {9, 5}};
-    for (size_t si = 0; si < 4; si++) {
-        int64_t m = shapes[si][0], n = shapes[si][1];
-        pspec s = spec(m, n, RNK_BF16, RNK_F32, RNK_F32);
+    /* Contiguous: 1000 x 256: 250 chunks, so 15 full groups of RNK_DW_GROUP
+     * and one of 10; 3000 x 1024 bf16 (too small to interleave), fp32 rows.
+     * Interleaved: 4096 x 4096 bf16 (P = 256, G = 1), 32768 x 512 fp16
+     * (P = 1056, G = 2: 31 or 32 rows a chunk). */
+    static const struct {
+        int64_t m, n;
+        rnk_dtype t;
+        int il;
+    } shapes[] = {{1000, 256, RNK_BF16, 0},  {3000, 1024, RNK_BF16, 0}, {77, 3000, RNK_BF16, 0},
+                  {9, 5, RNK_BF16, 0},       {5000, 4096, RNK_F32, 0},  {4096, 4096, RNK_BF16, 1},
+                  {32768, 512, RNK_F16, 1}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t m = shapes[si].m, n = shapes[si].n;
+        const rnk_dtype t = shapes[si].t;
+        pspec s = spec(m, n, t, RNK_F32, RNK_F32);
         prob p;
         prob_init(&p, &s);
         assert_int_equal(rnk_cpu_bwd(&p.a, 3, NULL, 0), 0);
-        int64_t C = rnk_chunk_rows(m, n), G = rnk_chunk_stripes(n);
-        int64_t nch = (m + C - 1) / C;
+        rnk_chunking ch;
+        rnk_chunking_of(m, n, t, t, t, &ch);
+        assert_int_equal(ch.interleaved, shapes[si].il);
+        /* chunk k: rows r0, r0 + rs, ... below r1 (rnk.h) */
+        const int64_t nch = ch.nchunks, G = ch.stripes, C = ch.rows;
+        const int64_t rs = ch.interleaved ? nch : 1;
         for (int64_t j = 0; j < n; j++) {
             float d = 0.0f, grp = 0.0f;
             for (int64_t k = 0; k < nch; k++) {
+                const int64_t r0 = ch.interleaved ? k : k * C;
+                const int64_t r1 = ch.interleaved || (k + 1) * C > m ? m : (k + 1) * C;
                 float part = 0.0f;
                 for (int64_t g = 0; g < G; g++) {
                     float acc = 0.0f;
-                    for (int64_t r = k * C + g; r < (k + 1) * C && r < m; r += G) {
-                        float xh = rnk_load(RNK_BF16, p.x, r * n + j) * p.rstd[r];
-                        float prod = rnk_load(RNK_BF16, p.dy, r * n + j) * xh;
+                    for (int64_t r = r0 + g * rs; r < r1; r += G * rs) {
+                        float xh = rnk_load(t, p.x, r * n + j) * p.rstd[r];
+                        float prod = rnk_load(t, p.dy, r * n + j) * xh;
                         acc = acc + prod;
                     }
                     part = part + acc;

@@ -1,0 +1,273 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bwd_s.cuh - the fast path of the fused, deterministic RMSNorm backward for
+ * the shapes under rnk.h's interleaved order (bf16 or fp16 rows of 257 to
+ * 8192 columns, large enough; rnk_chunking): rows straight from global memory
+ * into registers (16-byte loads, the next row in flight while one is
+ * reduced), one row per TPR threads, dw summed in registers, the chunk
+ * partials finished in the same launch (bwd_common.cuh).
+ *
+ * A thread holds one 16-byte vector (8 columns) of a row: TPR = the fewest
+ * threads, at least a warp, that cover n (32 up to n = 256, then 64, 128,
+ * 256, 512, 1024 at n = 8192).  A block of BT = max(128, TPR) threads works
+ * on R = BT / TPR rows at once (R = the interleaved order's G: 2 rows of two
+ * warps each at n <= 512, else 1; the template also has R = 4 rows of a warp
+ * for n <= 256, which no order uses now), one stripe each, in lockstep:
+ * row j of a chunk goes to stripe j % R, as rnk.h's order says.  Blocks claim
+ * chunks (rnk.h: chunk c = rows c, c + P, ...) from an atomic counter; with
+ * the default grid each block takes one or two.  A row's two sums (sum of
+ * x * g, and of x^2 when rstd is recomputed) meet in a fixed shuffle tree,
+ * then, for rows of several warps, at one block barrier per row through a
+ * double-buffered array, added over the warps by the same shuffle tree.
+ *
+ * The weight (none, fp32 or the rows' dtype) is read once per block by its
+ * dtype at run time: one kernel serves all three.
+ *
+ * Loads: x, rstd and (when dx is not dy) dy through the read-only path, dy
+ * through plain loads when dx aliases it (each row is read whole, by the
+ * threads that write it, before any of its dx is stored).
+ */
+#ifndef RNK_BWD_S_CUH
+#define RNK_BWD_S_CUH
+
+#include "bwd_common.cuh"
+
+namespace rnk {
+
+/* Block shape of TPR threads a row: BT threads, R rows at once, MINB blocks
+ * a SM (32 warps: 64 registers a thread). */
+template <int TPR> struct SShape {
+    static constexpr int BT = TPR < 128 ? 128 : TPR;
+    static constexpr int R = BT / TPR;
+    static constexpr int WPR = TPR / 32;
+    static constexpr int MINB = 1024 / BT;
+};
+/* The block's shared arrays: the row sums of each warp (double-buffered by
+ * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag. */
+template <int TPR, int VEC> struct SShared {
+    float red[2][SShape<TPR>::R][SShape<TPR>::WPR][2];
+    float comb[SShape<TPR>::R > 1 ? (SShape<TPR>::R - 1) * TPR * VEC : 1];
+    int claim[2], last;
+};
+/* The fast path's widest row: 1024 threads of 8 columns. */
+enum { S_MAX_N = 8192 };
+
+/* Threads a row for n columns (n <= S_MAX_N): the host's plan and the
+ * variants use it. */
+__host__ __device__ constexpr int s_tpr(int64_t n)
+{
+    return n <= 256 ? 32 : n <= 512 ? 64 : n <= 1024 ? 128 : n <= 2048 ? 256 : n <= 4096 ? 512
+                                                                                           : 1024;
+}
+
+__device__ __forceinline__ uint4 ldnc16(const void *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+/* One row's share of a thread: x, dy, dres vectors and rstd (zeros when the
+ * row is past the chunk or the vector past n). */
+struct SRow {
+    uint4 x, y, r;
+    float rs;
+};
+
+template <class T, bool RS, bool DRES>
+__device__ __forceinline__ void s_load(const Params &p, SRow &d, int64_t row, bool on, int col,
+                                       bool ok, bool nc)
+{
+    constexpr int64_t ES = (int64_t)sizeof(T);
+    d.x = d.y = d.r = make_uint4(0u, 0u, 0u, 0u);
+    d.rs = 0.0f;
+    if (!on)
+        return;
+    if (ok) {
+        d.x = ldnc16((const char *)p.x + (row * p.xs + col) * ES);
+        const char *yp = (const char *)p.dy + (row * p.dys + col) * ES;
+        d.y = nc ? ldnc16(yp) : ld16(yp);
+        if (DRES)
+            d.r = ld16((const char *)p.dres + (row * p.drs + col) * ES);
+    }
+    if (RS)
+        d.rs = __ldg(p.rstd + row);
+}
+
+/*
+ * The claim loop from the block's first chunk k0 on: rows, dx, the chunk's
+ * partial (stripes added in order: p = +0 + stripe_0 + ... + stripe_{R-1})
+ * and its publication.  RS: rstd given; DRES: dresidual_out added.
+ */
+template <class T, int TPR, int MODE, bool RS, bool DRES>
+__device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N> &sh)
+{
+    using S = SShape<TPR>;
+    constexpr int R = S::R, WPR = S::WPR, VEC = Vec<T>::N, W = TPR * VEC;
+    constexpr int64_t ES = (int64_t)sizeof(T);
+    auto &red = sh.red;
+    float *comb = sh.comb;
+    int *s_claim = sh.claim;
+    const int tid = threadIdx.x, grp = tid / TPR, lt = tid % TPR;
+    const int lane = tid & 31, wir = lt >> 5;
+    const int col = lt * VEC;
+    const bool ok = col < p.n;
+    const bool nc = p.dx != p.dy;
+    const int64_t P = p.nchunks;
+    float wv[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; e++)
+        wv[e] = ok ? (p.w ? ld_any(p.w_dt, p.w, col + e) + p.offset : 1.0f) : 0.0f;
+
+    int it = 0, par = 0;
+    for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
+        unsigned nxt = claim_issue(p);
+        const int64_t cnt = chunk_len(p, k);
+        const int64_t iters = (cnt + R - 1) / R;
+        float acc[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            acc[e] = 0.0f;
+        SRow cur;
+        s_load<T, RS, DRES>(p, cur, k + grp * P, grp < cnt, col, ok, nc);
+#pragma unroll 1
+        for (int64_t t = 0; t < iters; t++) {
+            const int64_t j = t * R + grp, jn = j + R;
+            SRow nx;
+            s_load<T, RS, DRES>(p, nx, k + jn * P, jn < cnt, col, ok, nc);
+            float xf[VEC], yf[VEC];
+            Vec<T>::unpack(cur.x, xf);
+            Vec<T>::unpack(cur.y, yf);
+            float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                if (!RS)
+                    s1 += xf[e] * xf[e];
+                s2 += xf[e] * (yf[e] * wv[e]);
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                if (!RS)
+                    s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+                s2 += __shfl_xor_sync(0xffffffffu, s2, o);
+            }
+            if (WPR > 1) {
+                if (lane == 0) {
+                    red[par][grp][wir][0] = s1;
+                    red[par][grp][wir][1] = s2;
+                }
+                __syncthreads();
+                /* Lane i takes warp i's sums (zeros past the row's warps),
+                 * then the same fixed shuffle tree: every lane ends with the
+                 * row's sums. */
+                s1 = !RS && lane < WPR ? red[par][grp][lane][0] : 0.0f;
+                s2 = lane < WPR ? red[par][grp][lane][1] : 0.0f;
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {
+                    if (!RS)
+                        s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+                    s2 += __shfl_xor_sync(0xffffffffu, s2, o);
+                }
+                par ^= 1;
+            }
+            if (j < cnt) {
+                const float rstd = RS ? cur.rs : 1.0f / sqrtf(s1 * p.inv_n + p.eps);
+                const float c = rstd * (s2 * p.inv_n);
+                float rf[VEC], d[VEC];
+                if (DRES)
+                    Vec<T>::unpack(cur.r, rf);
+#pragma unroll
+                for (int e = 0; e < VEC; e++) {
+                    const float xh = __fmul_rn(xf[e], rstd);
+                    d[e] = rstd * (yf[e] * wv[e] - xh * c);
+                    if (DRES)
+                        d[e] += rf[e];
+#if RNK_DW_FMA
+                    acc[e] = __fmaf_rn(yf[e], xh, acc[e]);
+#else
+                    acc[e] = __fadd_rn(acc[e], __fmul_rn(yf[e], xh));
+#endif
+                }
+                if (ok)
+                    st16((char *)p.dx + ((k + j * P) * p.dxs + col) * ES, Vec<T>::pack(d));
+            }
+            cur = nx;
+        }
+        if (tid == 0)
+            s_claim[(it + 1) & 1] = (int)nxt;
+        if (!p.dw) {
+            __syncthreads();
+            trace_chunk(p, s_claim[it & 1]);
+            continue;
+        }
+        if (R > 1) {
+            if (grp > 0 && ok)
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    comb[(grp - 1) * W + col + e] = acc[e];
+            __syncthreads();
+        }
+        if (grp == 0 && ok) {
+            float q[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                q[e] = __fadd_rn(0.0f, acc[e]);
+#pragma unroll
+                for (int g = 1; g < R; g++)
+                    q[e] = __fadd_rn(q[e], comb[(g - 1) * W + col + e]);
+            }
+            if (MODE == MODE_ATOMIC) {
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    atomicAdd(p.acc + col + e, q[e]);
+            } else {
+                float *part = p.part + (int64_t)k * p.cs + col;
+#pragma unroll
+                for (int e = 0; e < VEC; e += 4)
+                    __stcg(reinterpret_cast<float4 *>(part + e),
+                           make_float4(q[e], q[e + 1], q[e + 2], q[e + 3]));
+            }
+        }
+        if (MODE == MODE_ATOMIC)
+            atomic_tail(p, &sh.last);
+        else if (MODE == MODE_FUSED)
+            publish_chunk(p);
+        else
+            __syncthreads();
+        trace_chunk(p, s_claim[it & 1]);
+    }
+    trace_rows_done(p, it);
+}
+
+template <class T, int TPR, int MODE>
+__global__ void __launch_bounds__(SShape<TPR>::BT, SShape<TPR>::MINB) s_kernel(Params p)
+{
+    __shared__ SShared<TPR, Vec<T>::N> sh;
+    trace_start(p, 3u);
+    /* The first claim goes out before the cancel word is known, as on the
+     * other paths (bwd_kernel.cuh). */
+    const unsigned nxt = claim_issue(p);
+    if (cancelled(p)) {
+        finish_and_exit<true, SShape<TPR>::BT>(p, nullptr, false);
+        return;
+    }
+    if (threadIdx.x == 0)
+        sh.claim[0] = (int)nxt;
+    __syncthreads();
+    trace_mark(p, 1, 1);
+    if (p.rstd && !p.dres)
+        s_chunks<T, TPR, MODE, true, false>(p, sh);
+    else if (p.rstd)
+        s_chunks<T, TPR, MODE, true, true>(p, sh);
+    else if (!p.dres)
+        s_chunks<T, TPR, MODE, false, false>(p, sh);
+    else
+        s_chunks<T, TPR, MODE, false, true>(p, sh);
+    finish_and_exit<true, SShape<TPR>::BT>(p, nullptr, MODE == MODE_FUSED);
+}
+
+} /* namespace rnk */
+
+#endif
