@@ -694,6 +694,21 @@ static void test_ring_shrunk(void **state)
     RNH_PASS(d);
 }
 
+/* The surviving client after kills: n checked calls, then its close frees
+ * every region; the test passes. */
+static void serve_then_close(rnh_daemon *d, rn_client *c, laid *l, int n, const char *what)
+{
+    for (int i = 0; i < n; i++) {
+        rnv_poison(&l->a);
+        assert_int_equal(rn_rmsnorm_bwd_host(c, &l->a, NULL), 0);
+        check(l, what);
+    }
+    unlay(c, l);
+    rn_close(c);
+    assert_int_equal(rnh_wait_stat(d, "regions.active", 0, WAIT_MS), 0);
+    RNH_PASS(d);
+}
+
 /* kill -9 of clients with slots pending: one whose slots wait for a ready
  * word that never comes, one busy in a loop.  The daemon cancels and
  * releases everything of theirs; another client goes on undisturbed. */
@@ -732,15 +747,7 @@ static void test_kill9(void **state)
     assert_int_equal(rnh_stat(d, "fast.rings"), 1);
     assert_int_equal(rnh_stat(d, "clients.died"), 2);
     assert_int_equal(rnh_stat(d, "regions.active"), 2);   /* this client's buffer and ring */
-    for (int i = 0; i < 20; i++) {
-        rnv_poison(&l.a);
-        assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0);
-        check(&l, "after the kills");
-    }
-    unlay(c, &l);
-    rn_close(c);
-    assert_int_equal(rnh_wait_stat(d, "regions.active", 0, WAIT_MS), 0);
-    RNH_PASS(d);
+    serve_then_close(d, c, &l, 20, "after the kills");
 }
 
 /* SIGTERM with a ring open: the slot that ran keeps its result, the slot
@@ -839,15 +846,7 @@ static void test_kill9_prepared(void **state)
     assert_int_equal(rnh_wait_stat(d, "sessions.active", 1, WAIT_MS), 0);
     assert_int_equal(rnh_wait_stat(d, "regions.active", 2, WAIT_MS), 0);
     assert_int_equal(rnh_stat(d, "fast.slots"), 1);
-    for (int i = 0; i < 5; i++) {
-        rnv_poison(&l.a);
-        assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0);
-        check(&l, "after the kill");
-    }
-    unlay(c, &l);
-    rn_close(c);
-    assert_int_equal(rnh_wait_stat(d, "regions.active", 0, WAIT_MS), 0);
-    RNH_PASS(d);
+    serve_then_close(d, c, &l, 5, "after the kill");
 }
 
 static void test_bye_pending_host(void **state)
