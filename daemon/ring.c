@@ -623,7 +623,8 @@ int rnd_op_ring_close(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_
     rnd_ring *g = s->ring;
 
     if (!g || g->id != req->u.ring_close.ring)
-        return rnp_fail(err, RN_INVALID_ARGUMENT, "ring_close.ring: no ring %u open in this session",
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "ring_close.ring: no ring %u open in this session",
                         (unsigned)req->u.ring_close.ring);
     /* Slots published before RING_CLOSE are taken and answered. */
     take(g, true);
