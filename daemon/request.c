@@ -429,26 +429,36 @@ static void bwd(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_request
         return;
     }
     rnd_req_translate(r, b);
-    /* On the running queue before submit: a backend's events never run
-     * inside submit, and a copy arriving from now on waits for this one. */
-    rn_queue_push_back(&s->running, &r->run.link);
-    rnd_req_count(r);
-    ctx->held_total++;
-    r->state = REQ_SUBMITTED;
-    if (ctx->be->ops->submit(ctx->be, &r->job, &err) != 0) {
-        /* Never reached the backend: back to PINNED so release undoes
-         * exactly what was done. */
-        rn_queue_remove(&r->run.link);
-        rnd_req_uncount(r);
-        ctx->held_total--;
-        r->state = REQ_PINNED;
+    if (rnd_req_submit(r, &err) != 0) {
         if (err.code == RN_BUSY)   /* the backend's queue: daemon-wide */
             ctx->last_busy_ns = rnd_now_ns();
         fail(r, &err);
-        return;
+    }
+}
+
+int rnd_req_submit(req *r, rnp_error *err)
+{
+    rnd_ctx *ctx = r->ctx;
+    req_state before = r->state;
+
+    /* On the running queue before submit: a backend's events never run
+     * inside submit, and a copy arriving from now on waits for this one. */
+    rn_queue_push_back(&r->sess->running, &r->run.link);
+    rnd_req_count(r);
+    ctx->held_total++;
+    r->state = REQ_SUBMITTED;
+    if (ctx->be->ops->submit(ctx->be, &r->job, err) != 0) {
+        /* Never reached the backend: back to the state before, so that
+         * release undoes exactly what was done. */
+        rn_queue_remove(&r->run.link);
+        rnd_req_uncount(r);
+        ctx->held_total--;
+        r->state = before;
+        return -1;
     }
     if (ctx->inflight_total > ctx->stats.inflight_max)
         ctx->stats.inflight_max = ctx->inflight_total;
+    return 0;
 }
 
 /* ---- receipt and the op table --------------------------------------------------------- */

@@ -47,6 +47,9 @@ void rnd_req_release(req *r);
 /* Validate b against the session's regions, each looked up once and
  * referenced (PINNED); 0 or an rn_status with err. */
 int rnd_req_pin(req *r, const rnp_bwd_req *b, rnp_bwd_plan *plan, rnp_error *err);
+/* Hand r to the backend: on the session's running queue, counted in flight,
+ * SUBMITTED.  0, or -1 with err and r back as it was (state included). */
+int rnd_req_submit(req *r, rnp_error *err);
 /* The wire request in the kernel's terms, pointers inside the mappings. */
 void rnd_req_translate(req *r, const rnp_bwd_req *b);
 /* The backend's events (backend.h). */

@@ -96,18 +96,9 @@ int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const r
         return 0;
     }
 submit:
-    rn_queue_push_back(&s->running, &r->run.link);
-    rnd_req_count(r);
-    ctx->held_total++;
-    req_state before = r->state;
-    r->state = REQ_SUBMITTED;
-    if (ctx->be->ops->submit(ctx->be, &r->job, &err) != 0) {
+    if (rnd_req_submit(r, &err) != 0) {
         /* Not taken: the slot stays in the ring, to be taken again (a
          * prepared one as it is, at a limit). */
-        rn_queue_remove(&r->run.link);
-        rnd_req_uncount(r);
-        ctx->held_total--;
-        r->state = before;
         if (err.code == RN_BUSY)
             ctx->stats.fast_deferred++;
         if (!(at->prep && err.code == RN_BUSY)) {
@@ -120,8 +111,6 @@ submit:
     }
     if (at->prep)
         *at->prep = NULL;
-    if (ctx->inflight_total > ctx->stats.inflight_max)
-        ctx->stats.inflight_max = ctx->inflight_total;
     return 0;
 }
 

@@ -338,19 +338,6 @@ static const void *ring_fn(int nv)
                      : (const void *)fast_kernel<T, TW, 4, MODE_FUSED>;
 }
 
-/* S kernels: the interleaved order's n > 256 gives 64 threads a row or more. */
-template <class T>
-static const void *s_fn(int tpr)
-{
-    switch (tpr) {
-    case 64: return (const void *)s_kernel<T, 64, MODE_FUSED>;
-    case 128: return (const void *)s_kernel<T, 128, MODE_FUSED>;
-    case 256: return (const void *)s_kernel<T, 256, MODE_FUSED>;
-    case 512: return (const void *)s_kernel<T, 512, MODE_FUSED>;
-    default: return (const void *)s_kernel<T, 1024, MODE_FUSED>;
-    }
-}
-
 /* S: one kernel for every weight dtype; the ring: the weight of fp32 or of
  * the rows' type (or none). */
 template <class T>
@@ -358,7 +345,7 @@ static const void *path_fn(const Plan &pl)
 {
     if constexpr (sizeof(T) == 2) /* (fp32 rows never take S) */
         if (pl.path == PATH_S)
-            return s_fn<T>(pl.p.tpr);
+            return s_fn<T, MODE_FUSED>(pl.p.tpr);
     return pl.p.w_dt == RNK_F32 ? ring_fn<T, float>(pl.nv) : ring_fn<T, T>(pl.nv);
 }
 

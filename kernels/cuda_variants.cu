@@ -26,18 +26,6 @@ extern "C" size_t rnk_cuda_variant_workspace_size(const rnk_device *dev, int64_t
 
 #ifdef RNK_BENCH_VARIANTS
 
-template <int MODE>
-static const void *variant_s_fn(int tpr)
-{
-    switch (tpr) {
-    case 64: return (const void *)s_kernel<__nv_bfloat16, 64, MODE>;
-    case 128: return (const void *)s_kernel<__nv_bfloat16, 128, MODE>;
-    case 256: return (const void *)s_kernel<__nv_bfloat16, 256, MODE>;
-    case 512: return (const void *)s_kernel<__nv_bfloat16, 512, MODE>;
-    default: return (const void *)s_kernel<__nv_bfloat16, 1024, MODE>;
-    }
-}
-
 /* The production kernel of the plan's path (bf16 rows: S under the
  * interleaved order, the ring under the contiguous one) in another MODE. */
 template <int MODE>
@@ -45,7 +33,7 @@ static const void *variant_fn(const Plan &pl)
 {
     const bool wf = pl.p.w_dt == RNK_F32;
     if (pl.path == PATH_S)
-        return variant_s_fn<MODE>(pl.p.tpr);
+        return s_fn<__nv_bfloat16, MODE>(pl.p.tpr);
     if (pl.nv == 1)
         return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 1, MODE>
                   : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 1, MODE>;
