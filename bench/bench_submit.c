@@ -19,7 +19,8 @@
  * (its plan, grid and launch).
  *
  * Each job goes to an idle stream (the previous one synchronised), as a
- * host-mode job does; 4096x256 bf16 rows, fp32 weight and dw.  Prints the
+ * host-mode job does; bench_e2e_cuda's problem at 4096x256 (bench_problem.h:
+ * bf16 rows and weight, fp32 dw, random inputs).  Prints the
  * mean and p50 of each call in us, and the total per job; run with and
  * without MPS.
  *
@@ -34,8 +35,9 @@
 #include <time.h>
 
 #include "gpu/e2e_cuda.h"
-#include "rnk.h"
+#include "bench_problem.h"
 #include "bench_util.h"
+#include "rnk.h"
 
 #define CK(call) RNE_CK(call)
 
@@ -109,38 +111,23 @@ int main(int argc, char **argv)
         return 1;
     }
     const int64_t m = 4096, n = 256;
-    void *x, *dy, *dx, *w, *dw, *ws;
-    float *rstd;
+    size_t bytes[BP_PARTS];
+    char *base[BP_PARTS] = {NULL};
+    void *ws;
     uint64_t *words;
     size_t wsb = rnk_cuda_workspace_size(dev, m, n);
-    CK(cudaMalloc(&x, (size_t)(m * n * 2)));
-    CK(cudaMalloc(&dy, (size_t)(m * n * 2)));
-    CK(cudaMalloc(&dx, (size_t)(m * n * 2)));
-    CK(cudaMalloc(&w, (size_t)n * 4));
-    CK(cudaMalloc(&dw, (size_t)n * 4));
-    CK(cudaMalloc((void **)&rstd, (size_t)m * 4));
+    bp_parts(m, n, 0, bytes); /* (one allocation: bytes[0]) */
+    CK(cudaMalloc((void **)&base[0], bytes[0]));
     CK(cudaMalloc(&ws, wsb));
     CK(cudaMemset(ws, 0, wsb));
     CK(cudaMalloc((void **)&words, 2 * sizeof *words));
-    /* Inputs: any finite values (the kernel's time is not measured here). */
-    CK(cudaMemset(x, 0x3c, (size_t)(m * n * 2)));
-    CK(cudaMemset(dy, 0x3c, (size_t)(m * n * 2)));
-    CK(cudaMemset(w, 0, (size_t)n * 4));
-    CK(cudaMemset(rstd, 0, (size_t)m * 4));
-    rnk_bwd_args a = {0};
-    a.m = m;
-    a.n = n;
-    a.x_dtype = a.dy_dtype = a.dx_dtype = RNK_BF16;
-    a.w_dtype = a.dw_dtype = RNK_F32;
-    a.dres_dtype = RNK_NONE;
-    a.x = x;
-    a.dy = dy;
-    a.dx = dx;
-    a.w = w;
-    a.dw = dw;
-    a.rstd = rstd;
-    a.x_stride = a.dy_stride = a.dx_stride = n;
-    a.eps = 1e-6f;
+    rnk_bwd_args a;
+    bp_place(&a, base, m, n, 0);
+    if (bp_fill(&a, 7, NULL, msg, sizeof msg) != 0) {
+        fprintf(stderr, "inputs: %s\n", msg);
+        return 1;
+    }
+    CK(cudaDeviceSynchronize()); /* (filled on the default stream; ours does not wait on it) */
 
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
