@@ -388,7 +388,8 @@ static int admit_load(rnd_ctx *ctx, rnd_session *s, rnp_error *err)
                         s->inflight);
     if (ctx->inflight_total >= ctx->cfg.max_inflight_total) {
         ctx->last_busy_ns = rnd_now_ns();
-        return rnp_fail(err, RN_BUSY, "bwd: %u requests in flight, the limit (--max-inflight-total)",
+        return rnp_fail(err, RN_BUSY,
+                        "bwd: %u requests in flight, the limit (--max-inflight-total)",
                         ctx->inflight_total);
     }
     return 0;
