@@ -34,34 +34,19 @@
 
 namespace rnk {
 
-/* Rows in flight ahead of the one reduced (a benchmark knob; 1 in
- * production), and the warps a SM the launch bounds ask for. */
-#ifndef RNK_S_AHEAD
-#define RNK_S_AHEAD 1
-#endif
-#ifndef RNK_S_WARPS
-#define RNK_S_WARPS 32
-#endif
-/* 16-byte vectors of a row a thread holds (a benchmark knob; 1 in
- * production): vector v of thread lt at column (lt + v * TPR) * 8. */
-#ifndef RNK_S_VPT
-#define RNK_S_VPT 1
-#endif
-enum { S_VPT = RNK_S_VPT };
-
 /* Block shape of TPR threads a row: BT threads, R rows at once, MINB blocks
  * a SM (32 warps: 64 registers a thread). */
 template <int TPR> struct SShape {
-    static constexpr int BT = TPR < 128 / S_VPT ? 128 / S_VPT : TPR;
+    static constexpr int BT = TPR < 128 ? 128 : TPR;
     static constexpr int R = BT / TPR;
     static constexpr int WPR = TPR / 32;
-    static constexpr int MINB = (RNK_S_WARPS * 32 / BT) > 0 ? RNK_S_WARPS * 32 / BT : 1;
+    static constexpr int MINB = 1024 / BT;
 };
 /* The block's shared arrays: the row sums of each warp (double-buffered by
  * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag. */
 template <int TPR, int VEC> struct SShared {
     float red[2][SShape<TPR>::R][SShape<TPR>::WPR][2];
-    float comb[SShape<TPR>::R > 1 ? (SShape<TPR>::R - 1) * TPR * VEC * S_VPT : 1];
+    float comb[SShape<TPR>::R > 1 ? (SShape<TPR>::R - 1) * TPR * VEC : 1];
     int claim[2], last;
 };
 /* The fast path's widest row: 1024 threads of 8 columns. */
@@ -71,17 +56,8 @@ enum { S_MAX_N = 8192 };
  * variants use it. */
 __host__ __device__ constexpr int s_tpr(int64_t n)
 {
-    return n <= 256 * S_VPT    ? 32
-           : n <= 512 * S_VPT  ? 64
-           : n <= 1024 * S_VPT ? 128
-           : n <= 2048 * S_VPT ? 256
-           : n <= 4096 * S_VPT ? 512
-                               : 1024;
-}
-/* The block size of tpr threads a row (SShape<tpr>::BT, for the host). */
-__host__ __device__ constexpr int s_block(int tpr)
-{
-    return tpr < 128 / S_VPT ? 128 / S_VPT : tpr;
+    return n <= 256 ? 32 : n <= 512 ? 64 : n <= 1024 ? 128 : n <= 2048 ? 256 : n <= 4096 ? 512
+                                                                                           : 1024;
 }
 
 __device__ __forceinline__ uint4 ldnc16(const void *p)
@@ -96,32 +72,25 @@ __device__ __forceinline__ uint4 ldnc16(const void *p)
 /* One row's share of a thread: x, dy, dres vectors and rstd (zeros when the
  * row is past the chunk or the vector past n). */
 struct SRow {
-    uint4 x[S_VPT], y[S_VPT], r[S_VPT];
+    uint4 x, y, r;
     float rs;
 };
 
-template <class T, int TPR, bool RS, bool DRES>
+template <class T, bool RS, bool DRES>
 __device__ __forceinline__ void s_load(const Params &p, SRow &d, int64_t row, bool on, int col,
-                                       bool nc)
+                                       bool ok, bool nc)
 {
     constexpr int64_t ES = (int64_t)sizeof(T);
-    constexpr int SPAN = TPR * Vec<T>::N;
-#pragma unroll
-    for (int v = 0; v < S_VPT; v++)
-        d.x[v] = d.y[v] = d.r[v] = make_uint4(0u, 0u, 0u, 0u);
+    d.x = d.y = d.r = make_uint4(0u, 0u, 0u, 0u);
     d.rs = 0.0f;
     if (!on)
         return;
-#pragma unroll
-    for (int v = 0; v < S_VPT; v++) {
-        const int c = col + v * SPAN;
-        if (c < p.n) {
-            d.x[v] = ldnc16((const char *)p.x + (row * p.xs + c) * ES);
-            const char *yp = (const char *)p.dy + (row * p.dys + c) * ES;
-            d.y[v] = nc ? ldnc16(yp) : ld16(yp);
-            if (DRES)
-                d.r[v] = ld16((const char *)p.dres + (row * p.drs + c) * ES);
-        }
+    if (ok) {
+        d.x = ldnc16((const char *)p.x + (row * p.xs + col) * ES);
+        const char *yp = (const char *)p.dy + (row * p.dys + col) * ES;
+        d.y = nc ? ldnc16(yp) : ld16(yp);
+        if (DRES)
+            d.r = ld16((const char *)p.dres + (row * p.drs + col) * ES);
     }
     if (RS)
         d.rs = __ldg(p.rstd + row);
@@ -136,9 +105,7 @@ template <class T, int TPR, int MODE, bool RS, bool DRES>
 __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N> &sh)
 {
     using S = SShape<TPR>;
-    /* E columns a thread: vector v's element e is column col + v * SPAN + e. */
-    constexpr int R = S::R, WPR = S::WPR, VEC = Vec<T>::N, SPAN = TPR * VEC;
-    constexpr int E = VEC * S_VPT, W = SPAN * S_VPT;
+    constexpr int R = S::R, WPR = S::WPR, VEC = Vec<T>::N, W = TPR * VEC;
     constexpr int64_t ES = (int64_t)sizeof(T);
     auto &red = sh.red;
     float *comb = sh.comb;
@@ -146,47 +113,39 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
     const int tid = threadIdx.x, grp = tid / TPR, lt = tid % TPR;
     const int lane = tid & 31, wir = lt >> 5;
     const int col = lt * VEC;
+    const bool ok = col < p.n;
     const bool nc = p.dx != p.dy;
     const int64_t P = p.nchunks;
-    float wv[E];
+    float wv[VEC];
 #pragma unroll
-    for (int a = 0; a < E; a++) {
-        const int c = col + a / VEC * SPAN + a % VEC;
-        wv[a] = c < p.n ? (p.w ? ld_any(p.w_dt, p.w, c) + p.offset : 1.0f) : 0.0f;
-    }
+    for (int e = 0; e < VEC; e++)
+        wv[e] = ok ? (p.w ? ld_any(p.w_dt, p.w, col + e) + p.offset : 1.0f) : 0.0f;
 
     int it = 0, par = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
         unsigned nxt = claim_issue(p);
         const int64_t cnt = chunk_len(p, k);
         const int64_t iters = (cnt + R - 1) / R;
-        float acc[E];
+        float acc[VEC];
 #pragma unroll
-        for (int a = 0; a < E; a++)
-            acc[a] = 0.0f;
+        for (int e = 0; e < VEC; e++)
+            acc[e] = 0.0f;
         SRow cur;
-        s_load<T, TPR, RS, DRES>(p, cur, k + grp * P, grp < cnt, col, nc);
-#if RNK_S_AHEAD > 1
-        SRow n1;
-        s_load<T, TPR, RS, DRES>(p, n1, k + (grp + R) * P, grp + R < cnt, col, nc);
-#endif
+        s_load<T, RS, DRES>(p, cur, k + grp * P, grp < cnt, col, ok, nc);
 #pragma unroll 1
         for (int64_t t = 0; t < iters; t++) {
-            const int64_t j = t * R + grp, jn = j + RNK_S_AHEAD * R;
+            const int64_t j = t * R + grp, jn = j + R;
             SRow nx;
-            s_load<T, TPR, RS, DRES>(p, nx, k + jn * P, jn < cnt, col, nc);
-            float xf[E], yf[E];
-#pragma unroll
-            for (int v = 0; v < S_VPT; v++) {
-                Vec<T>::unpack(cur.x[v], *reinterpret_cast<float(*)[VEC]>(xf + v * VEC));
-                Vec<T>::unpack(cur.y[v], *reinterpret_cast<float(*)[VEC]>(yf + v * VEC));
-            }
+            s_load<T, RS, DRES>(p, nx, k + jn * P, jn < cnt, col, ok, nc);
+            float xf[VEC], yf[VEC];
+            Vec<T>::unpack(cur.x, xf);
+            Vec<T>::unpack(cur.y, yf);
             float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
-            for (int a = 0; a < E; a++) {
+            for (int e = 0; e < VEC; e++) {
                 if (!RS)
-                    s1 += xf[a] * xf[a];
-                s2 += xf[a] * (yf[a] * wv[a]);
+                    s1 += xf[e] * xf[e];
+                s2 += xf[e] * (yf[e] * wv[e]);
             }
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) {
@@ -216,35 +175,25 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
             if (j < cnt) {
                 const float rstd = RS ? cur.rs : 1.0f / sqrtf(s1 * p.inv_n + p.eps);
                 const float c = rstd * (s2 * p.inv_n);
+                float rf[VEC], d[VEC];
+                if (DRES)
+                    Vec<T>::unpack(cur.r, rf);
 #pragma unroll
-                for (int v = 0; v < S_VPT; v++) {
-                    float rf[VEC], d[VEC];
+                for (int e = 0; e < VEC; e++) {
+                    const float xh = __fmul_rn(xf[e], rstd);
+                    d[e] = rstd * (yf[e] * wv[e] - xh * c);
                     if (DRES)
-                        Vec<T>::unpack(cur.r[v], rf);
-#pragma unroll
-                    for (int e = 0; e < VEC; e++) {
-                        const int a = v * VEC + e;
-                        const float xh = __fmul_rn(xf[a], rstd);
-                        d[e] = rstd * (yf[a] * wv[a] - xh * c);
-                        if (DRES)
-                            d[e] += rf[e];
+                        d[e] += rf[e];
 #if RNK_DW_FMA
-                        acc[a] = __fmaf_rn(yf[a], xh, acc[a]);
+                    acc[e] = __fmaf_rn(yf[e], xh, acc[e]);
 #else
-                        acc[a] = __fadd_rn(acc[a], __fmul_rn(yf[a], xh));
+                    acc[e] = __fadd_rn(acc[e], __fmul_rn(yf[e], xh));
 #endif
-                    }
-                    const int cv = col + v * SPAN;
-                    if (cv < p.n)
-                        st16((char *)p.dx + ((k + j * P) * p.dxs + cv) * ES, Vec<T>::pack(d));
                 }
+                if (ok)
+                    st16((char *)p.dx + ((k + j * P) * p.dxs + col) * ES, Vec<T>::pack(d));
             }
-#if RNK_S_AHEAD > 1
-            cur = n1;
-            n1 = nx;
-#else
             cur = nx;
-#endif
         }
         if (tid == 0)
             s_claim[(it + 1) & 1] = (int)nxt;
@@ -254,40 +203,31 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
             continue;
         }
         if (R > 1) {
-            if (grp > 0)
+            if (grp > 0 && ok)
 #pragma unroll
-                for (int v = 0; v < S_VPT; v++)
-                    if (col + v * SPAN < p.n)
-#pragma unroll
-                        for (int e = 0; e < VEC; e++)
-                            comb[(grp - 1) * W + col + v * SPAN + e] = acc[v * VEC + e];
+                for (int e = 0; e < VEC; e++)
+                    comb[(grp - 1) * W + col + e] = acc[e];
             __syncthreads();
         }
-        if (grp == 0) {
+        if (grp == 0 && ok) {
+            float q[VEC];
 #pragma unroll
-            for (int v = 0; v < S_VPT; v++) {
-                const int cv = col + v * SPAN;
-                if (cv >= p.n)
-                    continue;
-                float q[VEC];
+            for (int e = 0; e < VEC; e++) {
+                q[e] = __fadd_rn(0.0f, acc[e]);
 #pragma unroll
-                for (int e = 0; e < VEC; e++) {
-                    q[e] = __fadd_rn(0.0f, acc[v * VEC + e]);
+                for (int g = 1; g < R; g++)
+                    q[e] = __fadd_rn(q[e], comb[(g - 1) * W + col + e]);
+            }
+            if (MODE == MODE_ATOMIC) {
 #pragma unroll
-                    for (int g = 1; g < R; g++)
-                        q[e] = __fadd_rn(q[e], comb[(g - 1) * W + cv + e]);
-                }
-                if (MODE == MODE_ATOMIC) {
+                for (int e = 0; e < VEC; e++)
+                    atomicAdd(p.acc + col + e, q[e]);
+            } else {
+                float *part = p.part + (int64_t)k * p.cs + col;
 #pragma unroll
-                    for (int e = 0; e < VEC; e++)
-                        atomicAdd(p.acc + cv + e, q[e]);
-                } else {
-                    float *part = p.part + (int64_t)k * p.cs + cv;
-#pragma unroll
-                    for (int e = 0; e < VEC; e += 4)
-                        __stcg(reinterpret_cast<float4 *>(part + e),
-                               make_float4(q[e], q[e + 1], q[e + 2], q[e + 3]));
-                }
+                for (int e = 0; e < VEC; e += 4)
+                    __stcg(reinterpret_cast<float4 *>(part + e),
+                           make_float4(q[e], q[e + 1], q[e + 2], q[e + 3]));
             }
         }
         if (MODE == MODE_ATOMIC)

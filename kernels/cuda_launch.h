@@ -50,9 +50,6 @@ template <class T, int MODE>
 inline const void *s_fn(int tpr)
 {
     switch (tpr) {
-#if RNK_S_VPT > 1
-    case 32: return (const void *)s_kernel<T, 32, MODE>;
-#endif
     case 64: return (const void *)s_kernel<T, 64, MODE>;
     case 128: return (const void *)s_kernel<T, 128, MODE>;
     case 256: return (const void *)s_kernel<T, 256, MODE>;
