@@ -93,7 +93,7 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen);
  * strides, the grid, the device, its SM count or the thread count.  Two
  * orders:
  *   interleaved, when rnk_chunk_interleaved(m, n, x, dy, dx): x, dy and dx
- *     all bf16 or all fp16, 256 < n <= 8192, m >= n and m * n >= 2^24.
+ *     all bf16 or all fp16, 256 < n <= 8192, m >= n and m * n >= 2^23.
  *     P = 132 * k chunks (k = 8 for n <= 1024, 4 for n <= 2048, else 2),
  *     at most m / 16; chunk c holds the rows c, c + P, c + 2P, ... below m;
  *     G = 2 stripes for n <= 512, else 1.

@@ -191,19 +191,26 @@ int rnk_chunk_stripes(int64_t n)
  * block walks its rows with one stride); G = 2 at n <= 512, else 1.
  *
  * It applies to bf16 or fp16 rows (x, dy, dx of one of those), 256 < n <=
- * 8192, m >= n and m * n >= 2^24: where S was faster than the ring kernel
- * under the contiguous order on the quick grid (4-12 % from 16384 rows and n
- * >= 1024, 2-3 % at 4096 x 4096); 6-15 % slower at n = 256 and at 4096 x
- * 1024, 2-3 % at 4096 x 8192, equal at 4096 x 2048, which stay contiguous.
+ * 8192, m >= n and m * n >= 2^23: where S was faster than the ring kernel
+ * under the contiguous order (4-12 % from 16384 rows and n >= 1024, 2-3 % at
+ * 4096 x 4096, 11 % at 8192 x 1024; equal at 4096 x 2048 and 16384 x 512);
+ * 6-15 % slower at n = 256 and at 4096 x 1024, 2-3 % at 4096 x 8192, which
+ * stay contiguous.
  */
 #ifndef RNK_IL_MIN_ROWS
 #define RNK_IL_MIN_ROWS 16
 #endif
 
+/* log2 of the fewest elements m * n (a knob for measuring the rule; the
+ * order it gives is production's only at 23) */
+#ifndef RNK_IL_MIN_LOG2
+#define RNK_IL_MIN_LOG2 23
+#endif
+
 int rnk_chunk_interleaved(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx)
 {
     return (x == RNK_BF16 || x == RNK_F16) && dy == x && dx == x && n > 256 && n <= 8192 &&
-           m >= n && m * n >= ((int64_t)1 << 24);
+           m >= n && m * n >= ((int64_t)1 << RNK_IL_MIN_LOG2);
 }
 
 void rnk_chunking_of(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx,

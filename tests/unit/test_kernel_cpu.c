@@ -386,9 +386,9 @@ static void test_chunk_geometry(void **state)
                         nch == 1);
             assert_int_equal(c, rnk_chunk_rows(ms[i], ns[j]));
             /* Which order: fp32 and mixed rows always contiguous; 16-bit rows
-             * interleaved from 257 to 8192 columns, m >= n, m * n >= 2^24. */
+             * interleaved from 257 to 8192 columns, m >= n, m * n >= 2^23. */
             const int64_t m = ms[i], n = ns[j];
-            const int il = n > 256 && n <= 8192 && m >= n && m * n >= ((int64_t)1 << 24);
+            const int il = n > 256 && n <= 8192 && m >= n && m * n >= ((int64_t)1 << 23);
             rnk_chunking ch;
             rnk_chunking_of(m, n, RNK_F32, RNK_F32, RNK_F32, &ch);
             assert_int_equal(ch.interleaved, 0);
@@ -428,19 +428,21 @@ static void test_chunk_geometry(void **state)
     /* The interleaved order's P: 132 * 8 / 4 / 2, at most m / 16. */
     static const int64_t ilp[][3] = {{65536, 1024, 1056}, {65536, 2048, 528}, {65536, 4096, 264},
                                      {65536, 8192, 264},  {16384, 1024, 1024}, {4096, 4096, 256},
-                                     {32768, 512, 1056},  {100000, 1024, 1056}};
+                                     {32768, 512, 1056},  {100000, 1024, 1056}, {8192, 1024, 512}};
     for (size_t i = 0; i < sizeof ilp / sizeof ilp[0]; i++) {
         rnk_chunking ch;
         rnk_chunking_of(ilp[i][0], ilp[i][1], RNK_BF16, RNK_BF16, RNK_BF16, &ch);
         assert_int_equal(ch.interleaved, 1);
         assert_int_equal(ch.nchunks, ilp[i][2]);
     }
-    /* The rule's edges: n = 256, 8193, m < n, m * n < 2^24 stay contiguous. */
+    /* The rule's edges: n = 256, 8193, m < n, m * n < 2^23 stay contiguous. */
     assert_int_equal(rnk_chunk_interleaved(65536, 256, RNK_BF16, RNK_BF16, RNK_BF16), 0);
     assert_int_equal(rnk_chunk_interleaved(65536, 8193, RNK_BF16, RNK_BF16, RNK_BF16), 0);
     assert_int_equal(rnk_chunk_interleaved(4096, 8192, RNK_BF16, RNK_BF16, RNK_BF16), 0);
-    assert_int_equal(rnk_chunk_interleaved(8192, 1024, RNK_F16, RNK_F16, RNK_F16), 0);
-    assert_int_equal(rnk_chunk_interleaved(8192, 2048, RNK_F16, RNK_F16, RNK_F16), 1);
+    assert_int_equal(rnk_chunk_interleaved(4096, 1024, RNK_F16, RNK_F16, RNK_F16), 0);
+    assert_int_equal(rnk_chunk_interleaved(8192, 512, RNK_F16, RNK_F16, RNK_F16), 0);
+    assert_int_equal(rnk_chunk_interleaved(8192, 1024, RNK_F16, RNK_F16, RNK_F16), 1);
+    assert_int_equal(rnk_chunk_interleaved(4096, 2048, RNK_BF16, RNK_BF16, RNK_BF16), 1);
 }
 
 /* ---- accuracy ---------------------------------------------------------------- */
