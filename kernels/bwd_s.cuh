@@ -36,11 +36,8 @@ namespace rnk {
 
 /* Block shape of TPR threads a row: BT threads, R rows at once, MINB blocks
  * a SM (32 warps: 64 registers a thread). */
-#ifndef RNK_S_LOCKSTEP
-#define RNK_S_LOCKSTEP 0 /* (a benchmark knob: blocks of 1024 threads, rnk_host.c) */
-#endif
 template <int TPR> struct SShape {
-    static constexpr int BT = RNK_S_LOCKSTEP ? 1024 : TPR < 128 ? 128 : TPR;
+    static constexpr int BT = TPR < 128 ? 128 : TPR;
     static constexpr int R = BT / TPR;
     static constexpr int WPR = TPR / 32;
     static constexpr int MINB = 1024 / BT;

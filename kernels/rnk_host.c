@@ -217,20 +217,11 @@ void rnk_chunking_of(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype 
                      rnk_chunking *c)
 {
     if (m > 0 && rnk_chunk_interleaved(m, n, x, dy, dx)) {
-#if RNK_S_LOCKSTEP
-        /* (a benchmark knob: one block of 1024 threads a SM, its rows in
-         * lockstep: 1024 / tpr stripes, 132 chunks up to n = 4096) */
-        const int tpr = n <= 512 ? 64 : n <= 1024 ? 128 : n <= 2048 ? 256 : n <= 4096 ? 512 : 1024;
-        int64_t p = n <= 4096 ? 132 : 264;
-        const int stripes = 1024 / tpr;
-#else
         int64_t p = 132 * (n <= 1024 ? 8 : n <= 2048 ? 4 : 2);
-        const int stripes = n <= 512 ? 2 : 1;
-#endif
         if (p > m / RNK_IL_MIN_ROWS)
             p = m / RNK_IL_MIN_ROWS; /* (m >= 2048 here: p >= 128) */
         c->interleaved = 1;
-        c->stripes = stripes;
+        c->stripes = n <= 512 ? 2 : 1;
         c->nchunks = p;
         c->rows = 0;
         return;
