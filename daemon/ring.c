@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ring.c - the fast path's rings: RING_OPEN and RING_CLOSE, the doorbell
- * thread, and the loop's taking of new slots (ring.h says who does what).
+ * thread, and when the loop takes new slots (ring.h says who does what;
+ * ring_take.c how).
  * Graph slots (PROTOCOL.md 13.8) are ring_graph.c's: this file calls it to
  * poll their generation words and take their replays.
  */
@@ -48,8 +49,6 @@
  * after READY_SLOW_NS at POLL_NS (short_sleep_ns). */
 #define READY_SPIN_NS 1000000ull
 #define READY_SLOW_NS 20000000ull
-/* A slot the loop left this long before taking it is logged (debug). */
-#define SLOW_TAKE_NS 5000000ull
 
 struct waitv {
     uint64_t val, uaddr;
@@ -250,156 +249,6 @@ static void on_released(void *owner)
     uv_async_send(&g->tab->async);
 }
 
-/* Whether prod (g's producer word) publishes a slot after the last one
- * taken that may be taken.  A client may be at most a ring's worth of slots
- * ahead of the answers, so of the slots taken: a producer word further on
- * is garbage, and what it claims is never taken. */
-static bool takeable(const rnd_ring *g, uint64_t prod)
-{
-    return !rnp_seq_reached(g->cons, prod) && prod - g->cons <= g->slots;
-}
-
-/* A slot stays in g for now (its ready word, a limit): since when. */
-static void left(rnd_ring *g, const char *why)
-{
-    if (!g->left_ns) {
-        g->left_ns = rnd_now_ns();
-        g->left_why = why;
-    }
-}
-
-/* Slot seq's descriptor copied out once and decoded (0), or its error. */
-static int copy_slot(rnd_ring *g, uint64_t seq, rnp_bwd_req *b, rnp_error *err)
-{
-    uint8_t desc[RNP_RING_DESC];
-
-    /* Once: everything after reads the private copy. */
-    memcpy(desc, g->base + rnp_ring_slot_off(seq, g->slots), sizeof desc);
-    return rnp_ring_decode(desc, seq, b, err);
-}
-
-/* A slot left for its ready word (--ring-ready=host) is prepared meanwhile
- * (copied, decoded, validated, pinned: 4-6 us of the loop's on the H200),
- * so that its submission alone follows ready.  Not while the daemon drains
- * or fails, nor in a session that ends: those slots are answered with an
- * error when taken. */
-static void prepare(rnd_ring *g, uint64_t seq)
-{
-    rnd_rings *tab = g->tab;
-    rnd_ctx *ctx = tab->ctx;
-    rnp_error err = {0};
-    rnp_bwd_req b;
-
-    if (g->prep || !tab->discard || ctx->draining || ctx->failing || g->sess->ending)
-        return;
-    bool ok = copy_slot(g, seq, &b, &err) == 0;
-    rnd_ring_slot at = { g->base, g->base + rnp_ring_slot_off(seq, g->slots), seq, false,
-                         on_released, g, false, false, g->done_dev, &g->prep };
-    (void)tab->submit(ctx, g->sess, ok ? &b : NULL, ok ? NULL : &err, &at, rnd_now_ns());
-}
-
-static void drop_prep(rnd_ring *g)
-{
-    if (g->prep)
-        g->tab->discard(g->prep);
-    g->prep = NULL;
-}
-
-/* Take g's published slots, oldest first, until one cannot be taken now.
- * With force (the ring closes) each slot is taken whatever the limits. */
-static unsigned take(rnd_ring *g, bool force)
-{
-    rnd_rings *tab = g->tab;
-    rnd_session *s = g->sess;
-    unsigned n = 0;
-
-    while (g->sess && !g->stopped) {
-        uint64_t prod = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE);
-        uint64_t seq = g->cons + 1;
-        rnp_error err = {0};
-        rnp_bwd_req b;
-        int rc;
-
-        if (!takeable(g, prod))
-            return n;
-        /* --ring-ready=host (the cuda backend's default): the slot waits
-         * in the ring until its ready word reaches it (the doorbell thread
-         * watches the word and wakes the loop), so that no stream of the
-         * daemon waits on a client.  A stream's wait is the faster hop
-         * (5-8 us less GPU time a call), but while it waits the driver
-         * holds up what shares its hardware queue (the daemon's streams
-         * outnumber its 8: other rings' kernels, bench/RESULTS.md: 8
-         * clients, 8 000-17 000 calls a second against 33 000) and the
-         * CUDA calls that wait for the device (a new ring's streams: 12
-         * clients arriving during one client's 5 s stall waited it out). */
-        bool ready = false;
-        if (!force && tab->ready_mode == RND_RING_READY_HOST) {
-            uint64_t rd = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_READY),
-                                          __ATOMIC_ACQUIRE);
-            if (!rnp_seq_reached(rd, seq)) {
-                prepare(g, seq);
-                left(g, "its ready word");
-                if (__atomic_exchange_n(&g->wait_seq, seq, __ATOMIC_SEQ_CST) != seq) {
-                    tab->ctx->stats.fast_ready_waits++;
-                    /* (from a long sleep, or the kick word's, when the loop polls) */
-                    rnd_rings_kick(tab);
-                }
-                return n;
-            }
-            ready = true;
-            __atomic_store_n(&g->wait_seq, 0, __ATOMIC_SEQ_CST);
-        }
-        uint8_t *slot = g->base + rnp_ring_slot_off(seq, g->slots);
-        uint64_t t0 = rnd_now_ns(); /* (fast.take: the copy, checks, pins, submission) */
-        rnd_ring_slot at = { g->base, slot, seq, force, on_released, g, false, ready, g->done_dev,
-                             NULL };
-        rnd_ctx *ctx = tab->ctx;
-        if (g->prep && (ctx->draining || ctx->failing || s->ending))
-            drop_prep(g); /* (taken afresh below: answered with the error) */
-        if (g->prep) {
-            at.prep = &g->prep;
-            rc = tab->submit(ctx, s, NULL, NULL, &at, t0);
-        } else {
-            bool ok = copy_slot(g, seq, &b, &err) == 0;
-            rc = tab->submit(ctx, s, ok ? &b : NULL, ok ? NULL : &err, &at, t0);
-        }
-        if (rc == RN_BUSY) { /* taken again once a request frees a limit */
-            left(g, "a limit");
-            tab->deferred = true;
-            return n;
-        }
-        if (rc != 0) {
-            rnd_warn("Ring %u of '%s': slot %llu not taken (%s); the ring stops", g->id, s->name,
-                     (unsigned long long)seq, rnp_err_name(rc));
-            g->stopped = true;
-            g->stop_status = rc;
-            return n;
-        }
-        g->cons = seq;
-        g->jobs++;
-        n++;
-        s->last_active_ns = rnd_now_ns();
-        rnd_hist_add(&tab->ctx->stats.fast_take, s->last_active_ns - t0);
-        if (g->left_ns && s->last_active_ns - g->left_ns > SLOW_TAKE_NS)
-            rnd_debug("Ring %u of '%s': slot %llu taken %llu us after the loop first left it "
-                      "for %s", g->id, s->name, (unsigned long long)seq,
-                      (unsigned long long)(s->last_active_ns - g->left_ns) / 1000, g->left_why);
-        g->left_ns = 0;
-    }
-    return n;
-}
-
-/* Every ring's published slots: how many were taken. */
-static unsigned take_all(rnd_rings *tab)
-{
-    unsigned n = 0;
-    rn_queue *q;
-
-    RN_QUEUE_FOREACH(q, &tab->list)
-        n += take(RN_QUEUE_DATA(q, rnd_ring, link), false);
-    return n;
-}
-
 /*
  * The loop's own poll (--ring-spin-us): after it took a slot the loop
  * stays awake for that long, looking at the rings' producer words at every
@@ -418,7 +267,7 @@ static void on_poll(uv_idle_t *h)
     unsigned n = 0;
 
     if (!tab->deferred)
-        n = take_all(tab);
+        n = rnd_rings_take_all(tab);
     if (n) {
         tab->ctx->stats.fast_polled += n;
         tab->poll_until = now + (uint64_t)tab->ctx->cfg.ring_spin_us * 1000u;
@@ -451,7 +300,7 @@ static void on_async(uv_async_t *h)
     rn_queue *q;
 
     tab->deferred = false; /* set again by what stays at a limit */
-    unsigned n = take_all(tab);
+    unsigned n = rnd_rings_take_all(tab);
     RN_QUEUE_FOREACH(q, &tab->list)
         rnd_graphs_take(RN_QUEUE_DATA(q, rnd_ring, link));
     if (n)
@@ -464,8 +313,10 @@ static void ring_close(rnd_ring *g)
 {
     rnd_rings *tab = g->tab;
 
-    drop_prep(g);
+    rnd_ring_drop_prep(g);
     pthread_mutex_lock(&tab->mu);
+    if (tab->start == &g->link)
+        tab->start = g->link.next;
     rn_queue_remove(&g->link);
     tab->open--;
     tab->graphs -= g->ngraphs;
@@ -485,7 +336,8 @@ bool rnd_ring_pending(const rnd_session *s)
 
     if (!g || g->closed || g->stopped)
         return false;
-    return takeable(g, __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE));
+    uint64_t prod = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE);
+    return rnd_ring_takeable(g, prod);
 }
 
 void rnd_ring_session_end(rnd_session *s)
@@ -498,7 +350,7 @@ void rnd_ring_session_end(rnd_session *s)
     /* A client that lives on gets an answer for every slot it published;
      * one that died gets none, and its queued jobs are cancelled. */
     if (!g->gone) {
-        take(g, true);
+        rnd_ring_take(g, true);
         rnd_graphs_end(g, RN_UNKNOWN_SESSION);
     }
     ring_close(g);
@@ -627,7 +479,7 @@ int rnd_op_ring_close(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_
                         "ring_close.ring: no ring %u open in this session",
                         (unsigned)req->u.ring_close.ring);
     /* Slots published before RING_CLOSE are taken and answered. */
-    take(g, true);
+    rnd_ring_take(g, true);
     rnd_graphs_end(g, RN_UNKNOWN_SESSION);
     ring_close(g);
     return 0;

@@ -11,6 +11,7 @@
  * ready word of a slot the loop left has come.  Everything else runs on the
  * loop thread: the loop copies each new slot out once, decodes it, and hands
  * it to the request path (the submit hook, request.c's rnd_request_ring),
+ * the rings taking turns, one slot each (ring_take.c),
  * which validates, pins and submits it like a nanomsg BWD; the backend
  * answers it in the ring (backend.h, rnd_ring_job).  A slot or replay the
  * request path cannot take now (a limit) stays in the ring until a request
@@ -81,6 +82,8 @@ typedef struct rnd_rings {
     bool started;
     pthread_mutex_t mu;            /* list and stop, for the doorbell thread */
     rn_queue list;                 /* open rings */
+    rn_queue *start;               /* the loop's: the ring its next take starts at (NULL or
+                                    * the list's head: the first) */
     bool stop;
     uint32_t kick;                 /* futex word: the loop wakes the thread */
     uint32_t open;                 /* rings open */

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ring_int.h - what ring.c (rings, the doorbell thread) and ring_graph.c
- * (graph slots, PROTOCOL.md 13.8) share: the ring and graph slot objects,
- * and the graph slots' entries for ring.c.  Calls go one way: ring.c calls
- * ring_graph.c; a graph replay's release reaches its ring through the
- * ring's released pointer, which ring.c set.
+ * ring_int.h - what ring.c (rings, the doorbell thread), ring_take.c (the
+ * loop's taking of slots) and ring_graph.c (graph slots, PROTOCOL.md 13.8)
+ * share: the ring and graph slot objects, and the entries between them.
+ * ring.c calls ring_take.c and ring_graph.c; a graph replay's release
+ * reaches its ring through the ring's released pointer, which ring.c set.
  *
  * Threads: fields marked "under mu" are read by the doorbell thread and
  * changed by the loop with the rings' mutex held; everything else is the
@@ -66,6 +66,7 @@ typedef struct rnd_ring {
     uint64_t left_ns;              /* when the loop first left a slot it could not take
                                     * yet (ready not there, a limit), 0 if none */
     const char *left_why;          /* which of them, first */
+    bool more;                     /* rnd_rings_take_all: took a slot in its last round */
     rn_queue link;                 /* on tab->list while open (under mu) */
     rn_queue graphs;               /* its open graph slots (under mu) */
     uint32_t ngraphs, next_graph;
@@ -74,6 +75,17 @@ typedef struct rnd_ring {
      * a graph replay's release ends with it. */
     void (*released)(void *ring);
 } rnd_ring;
+
+/* ring_take.c, for ring.c.  Whether prod (g's producer word) publishes a
+ * slot after the last one taken that may be taken. */
+bool rnd_ring_takeable(const rnd_ring *g, uint64_t prod);
+/* Take g's published slots, oldest first, until one cannot be taken now
+ * (force: the ring closes, every slot whatever the limits): how many. */
+unsigned rnd_ring_take(rnd_ring *g, bool force);
+/* Every ring's published slots, the rings taking turns: how many. */
+unsigned rnd_rings_take_all(rnd_rings *tab);
+/* Free g's prepared slot, if any, unsubmitted. */
+void rnd_ring_drop_prep(rnd_ring *g);
 
 /* Wake the doorbell thread (from a long sleep: a ring or graph slot came). */
 static inline void rnd_rings_kick(rnd_rings *tab)

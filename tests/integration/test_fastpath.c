@@ -315,6 +315,52 @@ static void test_ready_late(void **state)
     RNH_PASS(d);
 }
 
+/* Two rings with every slot published before its inputs are ready, and
+ * room for one request in flight (--max-inflight-total 1): once the inputs
+ * are ready the loop takes the rings' slots in turn, so the second ring's
+ * first call is answered long before the first ring's last (the rings
+ * take turns; taking each ring's slots all at once answered the first
+ * ring's N calls first). */
+static void test_rings_take_turns(void **state)
+{
+    rnh_daemon *d = *state;
+    enum { N = 6 };
+    raw_case a, b;
+    uint64_t sa[N], sb[N];
+
+    rnh_arg(d, "--max-inflight-total");
+    rnh_arg(d, "1");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &a, 8, 5);
+    raw_open(d, &b, 8, 6);
+    for (int i = 0; i < N; i++)
+        sa[i] = rnr_ring_publish(&a.g, &a.b, NULL, false);
+    for (int i = 0; i < N; i++)
+        sb[i] = rnr_ring_publish(&b.g, &b.b, NULL, false);
+    /* a's first slot is in flight (its worker waits for ready), the rest
+     * wait at the limit. */
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);
+    rnr_ring_ready(&a.g, sa[N - 1]);
+    rnr_ring_ready(&b.g, sb[N - 1]);
+    assert_int_equal(rnr_ring_wait(&b.g, sb[0], WAIT_MS), 0);
+    uint64_t a_done = rnr_ring_done(&a.g);
+    if (a_done >= sa[N - 1])
+        fail_msg("ring b's first call was answered after all %d of ring a's", N);
+    assert_true(a_done <= sa[2]);
+    assert_int_equal(rnr_ring_wait(&a.g, sa[N - 1], WAIT_MS), 0);
+    assert_int_equal(rnr_ring_wait(&b.g, sb[N - 1], WAIT_MS), 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(rnr_ring_status(&a.g, sa[i], NULL, 0), 0);
+        assert_int_equal(rnr_ring_status(&b.g, sb[i], NULL, 0), 0);
+    }
+    assert_int_equal(rnh_stat(d, "fast.ok"), 2 * N);
+    rnv_expect_fini(&a.e);
+    rnv_expect_fini(&b.e);
+    rnr_ring_close(&a.g);
+    rnr_ring_close(&b.g);
+    RNH_PASS(d);
+}
+
 /* The ring's sleeping flag once it reads want, or at timeout_ms. */
 static uint32_t sleeping(const rnr_ring *g, uint32_t want, int timeout_ms)
 {
@@ -965,6 +1011,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pipelined_two_clients, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_errors_surface, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ready_late, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_rings_take_turns, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_loop_polls, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_loop_polls_off, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bad_slots, rnh_setup, rnh_teardown),
