@@ -168,9 +168,9 @@ unsigned rnd_ring_take(rnd_ring *g, bool force)
  * from the ring after the one the last call started at.  A ring whose
  * client ran ahead does not hold up the others' calls behind all of its
  * own (a submission is 10-20 us of the loop's), nor does the first ring of
- * the list come first every time (with eight clients calling back to back
- * the first rings finished their calls up to 60 % sooner than the last;
- * at a limit, one slot taken a call, the first ring took them all).
+ * the list come first every time (at a limit, one slot taken a call, it
+ * took them all; with eight clients calling back to back the first client
+ * done finished up to 40 % sooner than the last, bench/RESULTS.md).
  * Returns how many were taken.
  */
 unsigned rnd_rings_take_all(rnd_rings *tab)
