@@ -50,7 +50,11 @@ enum { FIN_COLS = 32, FIN_COLS_IL = 8 };
 #endif
 enum { FIN_BATCH = RNK_FIN_BATCH };
 /* The most chunks the interleaved order has (rnk.h: 8 * 132), and their groups. */
-enum { MAX_CHUNKS_IL = 1056, MAX_GROUPS_IL = (MAX_CHUNKS_IL + RNK_DW_GROUP - 1) / RNK_DW_GROUP };
+#ifndef RNK_IL_TAIL
+#define RNK_IL_TAIL 0 /* (a benchmark knob: tail chunks, rnk.h's rnk_il_chunk) */
+#endif
+enum { MAX_CHUNKS_IL = RNK_IL_TAIL ? 2 * 1056 : 1056,
+       MAX_GROUPS_IL = (MAX_CHUNKS_IL + RNK_DW_GROUP - 1) / RNK_DW_GROUP };
 static constexpr size_t WS_HEADER = CTR_WORDS * 4;
 
 /*
@@ -96,6 +100,9 @@ struct Params {
     const unsigned *cancel; /* rnk_bwd_args.cancel: NULL or the word read first */
     int64_t xstep, ystep, dstep, drstep; /* ring path: bytes between a stripe's rows */
     float inv_n;      /* 1 / n (RNK_LEAN's row means) */
+#if RNK_IL_TAIL
+    int64_t il_groups, il_head; /* rnk_chunking's groups and head */
+#endif
 #if RNK_TRACE
     rnk_trace_head *tr_head;  /* NULL: this launch records nothing */
     rnk_trace_block *tr_blk;  /* [tr_nblk] */
@@ -433,6 +440,24 @@ __device__ __forceinline__ unsigned claim_issue(const Params &p)
 __device__ __forceinline__ int64_t chunk_len(const Params &p, int k)
 {
     return (p.m - k + p.nchunks - 1) / p.nchunks;
+}
+
+/* Interleaved order: chunk k's first row *r0, its row count (the return)
+ * and the step between its rows *rs (rnk.h's rnk_il_chunk). */
+__device__ __forceinline__ int64_t il_chunk(const Params &p, int k, int64_t *r0, int64_t *rs)
+{
+#if RNK_IL_TAIL
+    const int64_t gs = p.il_groups, g = k < gs ? k : k - gs;
+    const int64_t len = (p.m - g + gs - 1) / gs;
+    const int64_t h = p.il_head && p.il_head < len ? p.il_head : len;
+    *r0 = k < gs ? g : g + h * gs;
+    *rs = gs;
+    return k < gs ? h : len - h;
+#else
+    *r0 = k;
+    *rs = p.nchunks;
+    return chunk_len(p, k);
+#endif
 }
 
 /*

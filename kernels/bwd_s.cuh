@@ -115,7 +115,11 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
     const int col = lt * VEC;
     const bool ok = col < p.n;
     const bool nc = p.dx != p.dy;
+#if RNK_IL_TAIL
+    const int64_t P = p.il_groups; /* (the row step) */
+#else
     const int64_t P = p.nchunks;
+#endif
     float wv[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; e++)
@@ -124,19 +128,21 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
     int it = 0, par = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
         unsigned nxt = claim_issue(p);
-        const int64_t cnt = chunk_len(p, k);
+        int64_t r0, rstep;
+        const int64_t cnt = il_chunk(p, k, &r0, &rstep);
+        (void)rstep; /* (P) */
         const int64_t iters = (cnt + R - 1) / R;
         float acc[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; e++)
             acc[e] = 0.0f;
         SRow cur;
-        s_load<T, RS, DRES>(p, cur, k + grp * P, grp < cnt, col, ok, nc);
+        s_load<T, RS, DRES>(p, cur, r0 + grp * P, grp < cnt, col, ok, nc);
 #pragma unroll 1
         for (int64_t t = 0; t < iters; t++) {
             const int64_t j = t * R + grp, jn = j + R;
             SRow nx;
-            s_load<T, RS, DRES>(p, nx, k + jn * P, jn < cnt, col, ok, nc);
+            s_load<T, RS, DRES>(p, nx, r0 + jn * P, jn < cnt, col, ok, nc);
             float xf[VEC], yf[VEC];
             Vec<T>::unpack(cur.x, xf);
             Vec<T>::unpack(cur.y, yf);
@@ -191,7 +197,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
 #endif
                 }
                 if (ok)
-                    st16((char *)p.dx + ((k + j * P) * p.dxs + col) * ES, Vec<T>::pack(d));
+                    st16((char *)p.dx + ((r0 + j * P) * p.dxs + col) * ES, Vec<T>::pack(d));
             }
             cur = nx;
         }
