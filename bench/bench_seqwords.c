@@ -18,10 +18,21 @@
  * daemon queues them; an event wait can only be queued after its record, so
  * the event mode hands each record over a pipe (the spin hides that).
  *
- * Usage: bench_seqwords [--iters N] [--spin-us U] [--out FILE]
+ * --wide-us W: the dependency between kernels as wide as a real one
+ * instead (--wide-blocks B of 128 threads, default 1056 = 8 a SM of an H200,
+ * each spinning W us): the client's stream stamps t0, runs one, writes
+ * ready and waits for done, then stamps t2; the daemon's stream waits for
+ * ready, runs one and writes done.  The same two kernels on one stream
+ * between two stamps, in the client's process first, are the in-process
+ * chain; what the two cross-process hops add to a chain of real kernels is
+ * the difference of the two spans (what bench_e2e_cuda calls the GPU time
+ * added, without any daemon).
+ *
+ * Usage: bench_seqwords [--iters N] [--spin-us U] [--wide-us W [--wide-blocks B]]
+ *                       [--out FILE]
  * Prints one line per mode (p50, p90, p99 and max of each hop, in us; the
- * table keeps p50-p99) and appends
- * them to FILE as a markdown table.  Run with and without MPS.
+ * table keeps p50-p99; with --wide-us the spans and their difference) and
+ * appends them to FILE as a markdown table.  Run with and without MPS.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -92,6 +103,16 @@ static void value(pfn_value64 fn, cudaStream_t s, CUdeviceptr a, uint64_t v, uns
 #define W_READY 0
 #define W_DONE 256
 
+/* --wide-us (0: off) and --wide-blocks. */
+static uint64_t wide_ns;
+static unsigned wide_blocks = 1056;
+
+/* A kernel as wide as a real one, wide_ns long. */
+static void wide(const rne_kernels *k, cudaStream_t s)
+{
+    CK(rne_spin_grid(k, wide_ns, wide_blocks, 128, s));
+}
+
 /* The daemon's side of one mode: n iterations; stamps t1 into host memory
  * the parent reads (shared mapping `t1`). */
 static void daemon_side(enum mode m, int n, int to_client, int from_client, uint8_t *host_words,
@@ -126,7 +147,10 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
         xread(from_client, &go, 1);          /* the client has mapped the words */
         for (int i = 1; i <= n; i++) {
             value(wait64, s, words + W_READY, (uint64_t)i, CU_STREAM_WAIT_VALUE_GEQ);
-            CK(rne_stamp(&k, t1 + i - 1, s));
+            if (wide_ns)
+                wide(&k, s);
+            else
+                CK(rne_stamp(&k, t1 + i - 1, s));
             value(write64, s, words + W_DONE, (uint64_t)i, CU_STREAM_WRITE_VALUE_DEFAULT);
         }
     } else {
@@ -143,7 +167,10 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
             char go;
             xread(from_client, &go, 1);       /* the client recorded its event */
             CK(cudaStreamWaitEvent(s, cev, 0));
-            CK(rne_stamp(&k, t1 + i - 1, s));
+            if (wide_ns)
+                wide(&k, s);
+            else
+                CK(rne_stamp(&k, t1 + i - 1, s));
             CK(cudaEventRecord(ev, s));
             xwrite(to_client, &go, 1);
         }
@@ -252,23 +279,35 @@ static void run_mode(enum mode m, int n, uint64_t spin_ns, result *res)
         CK(cudaIpcGetEventHandle(&h, ev));
         xwrite(c2d[1], &h, sizeof h);
     }
-    /* The stamp's own cost: two stamps back to back. */
+    /* The stamp's own cost: two stamps back to back (--wide-us: the
+     * in-process chain, two wide kernels between the stamps). */
     for (int i = 0; i < n; i++) {
-        CK(rne_spin(&k, 2000, s));
+        CK(rne_spin(&k, wide_ns ? spin_ns : 2000, s));
         CK(rne_stamp(&k, base + i, s));
+        if (wide_ns) {
+            wide(&k, s);
+            wide(&k, s);
+        }
         CK(rne_stamp(&k, t2 + i, s));
     }
+    uint64_t *chain_in = NULL;
     CK(cudaStreamSynchronize(s));
     hb = malloc(2 * (size_t)n * sizeof *hb);
     CK(cudaMemcpy(hb, base, (size_t)n * sizeof *hb, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(hb + n, t2, (size_t)n * sizeof *hb, cudaMemcpyDeviceToHost));
     for (int i = 0; i < n; i++)
         hb[i] = hb[n + i] - hb[i];
-    res->stamp = pct(hb, n, 0.5);
+    if (wide_ns) {
+        chain_in = malloc((size_t)n * sizeof *chain_in);
+        memcpy(chain_in, hb, (size_t)n * sizeof *chain_in);
+    }
+    res->stamp = wide_ns ? 0.0 : pct(hb, n, 0.5);
 
     for (int i = 1; i <= n; i++) {
         CK(rne_spin(&k, spin_ns, s));
         CK(rne_stamp(&k, t0 + i - 1, s));
+        if (wide_ns)
+            wide(&k, s);
         if (m == M_EVENT) {
             char go = 'g';
             CK(cudaEventRecord(ev, s));
@@ -297,6 +336,10 @@ static void run_mode(enum mode m, int n, uint64_t spin_ns, result *res)
         uint64_t x = t1_shared[i] - h0[i], y = h2[i] - t1_shared[i];
         a[i] = x > stamp_ns ? x - stamp_ns : 0;
         b[i] = y > stamp_ns ? y - stamp_ns : 0;
+        if (wide_ns) { /* h1: the cross-process chain's span, h2: the in-process one */
+            a[i] = h2[i] - h0[i];
+            b[i] = chain_in[i];
+        }
     }
     const double ps[4] = {0.5, 0.9, 0.99, 1.0};
     for (int j = 0; j < 4; j++) {
@@ -316,6 +359,7 @@ static void run_mode(enum mode m, int n, uint64_t spin_ns, result *res)
     free(h0);
     free(h2);
     free(hb);
+    free(chain_in);
     exit(0);
 }
 
@@ -332,8 +376,13 @@ int main(int argc, char **argv)
             spin_us = atof(argv[++i]);
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
             out = argv[++i];
+        else if (!strcmp(argv[i], "--wide-us") && i + 1 < argc)
+            wide_ns = (uint64_t)(atof(argv[++i]) * 1000.0);
+        else if (!strcmp(argv[i], "--wide-blocks") && i + 1 < argc)
+            wide_blocks = (unsigned)atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [--iters N] [--spin-us U] [--out FILE]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--iters N] [--spin-us U] [--wide-us W [--wide-blocks B]] "
+                            "[--out FILE]\n", argv[0]);
             return 2;
         }
     }
@@ -344,14 +393,37 @@ int main(int argc, char **argv)
     /* No CUDA call before the forks: each process makes its own context. */
     const char *mps = getenv("CUDA_MPS_PIPE_DIRECTORY");
     printf("== bench_seqwords: one dependency client -> daemon (hop 1) and back (hop 2), %d "
-           "iterations, producer spin %.0f us, %s ==\n", n, spin_us, mps ? "MPS pipe set" : "no MPS");
+           "iterations, producer spin %.0f us, %s ==\n",
+           n, spin_us, mps ? "MPS pipe set" : "no MPS");
     FILE *f = out ? fopen(out, "a") : NULL;
-    if (f)
-        fprintf(f, "| means (%s) | hop 1 p50 / p90 / p99 us | hop 2 p50 / p90 / p99 us | stamp us |\n"
-                   "|---|---|---|---|\n", mps ? "MPS" : "no MPS");
+    if (wide_ns) {
+        printf("   wide: %u blocks of 128 threads, %.1f us each; spans of the chain stamp -> "
+               "kernel -> kernel -> stamp\n", wide_blocks, (double)wide_ns / 1000.0);
+        if (f)
+            fprintf(f, "| means (%s), kernels of %u blocks x %.1f us | across processes p50 / p90 "
+                       "/ p99 us | in-process p50 / p90 / p99 us | added p50 / p90 us |\n"
+                       "|---|---|---|---|\n",
+                    mps ? "MPS" : "no MPS", wide_blocks, (double)wide_ns / 1000.0);
+    } else if (f) {
+        fprintf(f, "| means (%s) | hop 1 p50 / p90 / p99 us | hop 2 p50 / p90 / p99 us "
+                   "| stamp us |\n|---|---|---|---|\n", mps ? "MPS" : "no MPS");
+    }
     for (int m = 0; m < M_COUNT; m++) {
         result r;
         run_mode((enum mode)m, n, (uint64_t)(spin_us * 1000.0), &r);
+        if (wide_ns) {
+            printf("mode=\"%s\" cross_p50_us=%.2f cross_p90_us=%.2f cross_p99_us=%.2f "
+                   "inproc_p50_us=%.2f inproc_p90_us=%.2f inproc_p99_us=%.2f added_p50_us=%.2f "
+                   "added_p90_us=%.2f\n",
+                   mode_name[m], r.h1[0], r.h1[1], r.h1[2], r.h2[0], r.h2[1], r.h2[2],
+                   r.h1[0] - r.h2[0], r.h1[1] - r.h2[1]);
+            fflush(stdout);
+            if (f)
+                fprintf(f, "| %s | %.2f / %.2f / %.2f | %.2f / %.2f / %.2f | %.2f / %.2f |\n",
+                        mode_name[m], r.h1[0], r.h1[1], r.h1[2], r.h2[0], r.h2[1], r.h2[2],
+                        r.h1[0] - r.h2[0], r.h1[1] - r.h2[1]);
+            continue;
+        }
         printf("mode=\"%s\" hop1_p50_us=%.2f hop1_p90_us=%.2f hop1_p99_us=%.2f hop1_max_us=%.1f "
                "hop2_p50_us=%.2f hop2_p90_us=%.2f hop2_p99_us=%.2f hop2_max_us=%.1f "
                "stamp_us=%.2f\n",

@@ -80,6 +80,16 @@ static inline cudaError_t rne_spin(const rne_kernels *k, uint64_t ns, cudaStream
     return cudaLaunchKernel((const void *)k->spin, one, one, args, 0, st);
 }
 
+/* rn_spin in every thread of blocks blocks of threads threads: a kernel as
+ * wide as a real one that takes ns nanoseconds. */
+static inline cudaError_t rne_spin_grid(const rne_kernels *k, uint64_t ns, unsigned blocks,
+                                        unsigned threads, cudaStream_t st)
+{
+    dim3 g = {blocks, 1, 1}, b = {threads, 1, 1};
+    void *args[] = {&ns};
+    return cudaLaunchKernel((const void *)k->spin, g, b, args, 0, st);
+}
+
 static inline cudaError_t rne_stamp(const rne_kernels *k, uint64_t *dev_out, cudaStream_t st)
 {
     dim3 one = {1, 1, 1};
