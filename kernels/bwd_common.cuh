@@ -436,14 +436,9 @@ __device__ __forceinline__ unsigned claim_issue(const Params &p)
     return threadIdx.x == 0 ? atomicAdd(&p.ctr[CTR_CLAIM], 1u) : 0u;
 }
 
-/* Interleaved order: the rows of chunk k, k + P, ... below m. */
-__device__ __forceinline__ int64_t chunk_len(const Params &p, int k)
-{
-    return (p.m - k + p.nchunks - 1) / p.nchunks;
-}
-
 /* Interleaved order: chunk k's first row *r0, its row count (the return)
- * and the step between its rows *rs (rnk.h's rnk_il_chunk). */
+ * and the step between its rows *rs (rnk.h's rnk_il_chunk; without tails
+ * rows k, k + P, ... below m). */
 __device__ __forceinline__ int64_t il_chunk(const Params &p, int k, int64_t *r0, int64_t *rs)
 {
 #if RNK_IL_TAIL
@@ -456,7 +451,7 @@ __device__ __forceinline__ int64_t il_chunk(const Params &p, int k, int64_t *r0,
 #else
     *r0 = k;
     *rs = p.nchunks;
-    return chunk_len(p, k);
+    return (p.m - k + p.nchunks - 1) / p.nchunks;
 #endif
 }
 
