@@ -42,7 +42,10 @@ enum { CANCEL_UNKNOWN = 0, CANCEL_READING = 1, CANCEL_CLEAR = 2, CANCEL_SET = 3 
 /* The finish's slices: 32 columns under the contiguous order (finish_slice,
  * at most RNK_MAX_CHUNKS = 256 chunks), 8 (two float4 of each partial row)
  * under the interleaved one (finish_slices_il, up to MAX_CHUNKS_IL). */
-enum { FIN_COLS = 32, FIN_COLS_IL = 8 };
+#ifndef RNK_FIN_COLS_IL /* (a benchmark knob: 4 or 8) */
+#define RNK_FIN_COLS_IL 8
+#endif
+enum { FIN_COLS = 32, FIN_COLS_IL = RNK_FIN_COLS_IL, FIN_V = FIN_COLS_IL / 4 };
 /* Chunks' partials the contiguous finish stages in shared memory at a time
  * (its tile: FIN_BATCH * FIN_COLS floats). */
 #ifndef RNK_FIN_BATCH
@@ -60,16 +63,14 @@ static constexpr size_t WS_HEADER = CTR_WORDS * 4;
 /*
  * Issue 15, ninth attempt (bench/RESULTS.md), both on by default (=0 puts
  * back the full fences, for comparison):
- *   RNK_LEAN_SYNC        release / acquire instead of full fences: the chunk
- *                        publish is one red.release, no fence after the
- *                        acquiring wait, the exit count one atom.acq_rel, and
- *                        the last block resets the counters with plain
- *                        stores (the launch's end orders them before the next
- *                        launch): about 1 us a launch;
- *   RNK_EARLY_EXIT       a block counts itself out (CTR_EXIT) as soon as it
- *                        has seen every chunk done, its last use of the
- *                        counters, so that the count's round trip overlaps
- *                        its dw slices instead of following them.
+ *   RNK_LEAN_SYNC   release / acquire instead of full fences: the chunk
+ *                   publish is one red.release, no fence after the acquiring
+ *                   wait, the exit count one atom.acq_rel, and the last block
+ *                   resets the counters with plain stores (the launch's end
+ *                   orders them before the next launch): about 1 us a launch;
+ *   RNK_EARLY_EXIT  a block counts itself out (CTR_EXIT) as soon as it has
+ *                   seen every chunk done, its last use of the counters, so
+ *                   that the count's round trip overlaps its dw slices.
  * (Adding each group of chunk partials in registers at the finish, and a
  * static first chunk per block, were measured too and not kept.)
  */
@@ -442,15 +443,12 @@ __device__ __forceinline__ unsigned claim_issue(const Params &p)
 __device__ __forceinline__ int64_t il_chunk(const Params &p, int k, int64_t *r0, int64_t *rs)
 {
 #if RNK_IL_TAIL
-    const int64_t gs = p.il_groups, g = k < gs ? k : k - gs;
-    const int64_t len = (p.m - g + gs - 1) / gs;
+    const int64_t gs = p.il_groups, g = k < gs ? k : k - gs, len = (p.m - g + gs - 1) / gs;
     const int64_t h = p.il_head && p.il_head < len ? p.il_head : len;
-    *r0 = k < gs ? g : g + h * gs;
-    *rs = gs;
+    *r0 = k < gs ? g : g + h * gs, *rs = gs;
     return k < gs ? h : len - h;
 #else
-    *r0 = k;
-    *rs = p.nchunks;
+    *r0 = k, *rs = p.nchunks;
     return (p.m - k + p.nchunks - 1) / p.nchunks;
 #endif
 }
@@ -503,24 +501,25 @@ __device__ __forceinline__ void finish_slice(const Params &p, int sl, float *til
 }
 
 /*
- * Interleaved order: finish slices of FIN_COLS_IL = 8 columns in rnk.h's
- * two-level order.  A block
- * takes SB slices at a time (SB = blockDim / (2 * groups), at least 1); a
- * thread takes one group of RNK_DW_GROUP partials of one float4 of a slice,
- * loads the group's partials all at once (registers, L2) and adds them in
- * chunk order; then one thread per column adds the group sums in order and
- * rounds once.  MAXT: the kernel's largest block (sizes the group sums).
+ * Interleaved order: finish slices of FIN_COLS_IL = 8 columns (FIN_V = 2
+ * float4) in rnk.h's two-level order.  A block takes SB slices at a time (SB
+ * = blockDim / (FIN_V * groups), at least 1); a thread takes one group of
+ * RNK_DW_GROUP partials of one float4 of a slice, loads them all at once
+ * (registers, L2) and adds them in chunk order; then one thread per column
+ * adds the group sums in order and rounds once.  MAXT: the kernel's largest
+ * block (sizes the group sums).
  */
 template <int MAXT>
 __device__ __forceinline__ void finish_slices_il(const Params &p)
 {
-    constexpr int E = MAXT / 2 > MAX_GROUPS_IL ? MAXT / 2 : MAX_GROUPS_IL;
-    __shared__ float4 gsum[E][2];
+    constexpr int E = MAXT / FIN_V > MAX_GROUPS_IL ? MAXT / FIN_V : MAX_GROUPS_IL;
+    __shared__ float4 gsum[E][FIN_V];
     const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
-    const int T = (int)blockDim.x, SB = T / (2 * Q) > 0 ? T / (2 * Q) : 1;
+    const int T = (int)blockDim.x, SB = T / (FIN_V * Q) > 0 ? T / (FIN_V * Q) : 1;
     for (int base = blockIdx.x * SB; base < p.nslices; base += gridDim.x * SB) {
-        for (int i = threadIdx.x; i < SB * 2 * Q; i += T) {
-            const int so = i / (2 * Q), r = i - so * 2 * Q, cv = r & 1, q = r >> 1;
+        for (int i = threadIdx.x; i < SB * FIN_V * Q; i += T) {
+            const int so = i / (FIN_V * Q), r = i - so * FIN_V * Q;
+            const int cv = r & (FIN_V - 1), q = r >> (FIN_V / 2); /* (FIN_V: 1 or 2) */
             const int64_t col = (int64_t)(base + so) * FIN_COLS_IL + cv * 4;
             float4 g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (base + so < p.nslices && col < p.n) {
@@ -556,7 +555,7 @@ __device__ __forceinline__ void finish_slices_il(const Params &p)
                 const float *gs = reinterpret_cast<const float *>(&gsum[so * Q][c >> 2]) + (c & 3);
                 float d = 0.0f;
                 for (int q = 0; q < Q; q++)
-                    d = __fadd_rn(d, gs[q * 8]); /* gsum[so * Q + q][c >> 2], element c & 3 */
+                    d = __fadd_rn(d, gs[q * 4 * FIN_V]); /* gsum[so * Q + q][c >> 2][c & 3] */
                 st_any(p.dw_dt, p.dw, col, d);
             }
         }
