@@ -69,6 +69,18 @@ __device__ __forceinline__ uint4 ldnc16(const void *p)
     return v;
 }
 
+/* A row's two sums over a warp by a fixed shuffle tree (s1 only when rstd
+ * is recomputed): every lane ends with the warp's sums. */
+template <bool RS> __device__ __forceinline__ void s_warp_sum(float &s1, float &s2)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        if (!RS)
+            s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+        s2 += __shfl_xor_sync(0xffffffffu, s2, o);
+    }
+}
+
 /* One row's share of a thread: x, dy, dres vectors and rstd (zeros when the
  * row is past the chunk or the vector past n). */
 struct SRow {
@@ -153,12 +165,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                     s1 += xf[e] * xf[e];
                 s2 += xf[e] * (yf[e] * wv[e]);
             }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                if (!RS)
-                    s1 += __shfl_xor_sync(0xffffffffu, s1, o);
-                s2 += __shfl_xor_sync(0xffffffffu, s2, o);
-            }
+            s_warp_sum<RS>(s1, s2);
             if (WPR > 1) {
                 if (lane == 0) {
                     red[par][grp][wir][0] = s1;
@@ -170,12 +177,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                  * row's sums. */
                 s1 = !RS && lane < WPR ? red[par][grp][lane][0] : 0.0f;
                 s2 = lane < WPR ? red[par][grp][lane][1] : 0.0f;
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) {
-                    if (!RS)
-                        s1 += __shfl_xor_sync(0xffffffffu, s1, o);
-                    s2 += __shfl_xor_sync(0xffffffffu, s2, o);
-                }
+                s_warp_sum<RS>(s1, s2);
                 par ^= 1;
             }
             if (j < cnt) {
