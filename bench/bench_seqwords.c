@@ -28,8 +28,28 @@
  * the difference of the two spans (what bench_e2e_cuda calls the GPU time
  * added, without any daemon).
  *
+ * --rnk M,N: the daemon's kernel is the production one (rnk_cuda_bwd on a
+ * problem of bench_problem.h in the daemon's own memory) instead of a wide
+ * one, and the in-process chain runs the same kernel on the client's copy:
+ * with no --wide-us this is bench_e2e_cuda's hop loop (one-thread producer
+ * and consumer around the kernel) without the daemon.  --like-daemon: the
+ * daemon's stream holds what rmsnormd's ring_submit queues (daemon/cuda/
+ * submit.c): the wait, a timing event, the kernel reading a cancel word in
+ * pinned host memory, both done words in one cuStreamBatchMemOp (the
+ * ring's host word and the device word), a timing event.  The mode "fast
+ * path words" is the fast path's layout: ready in the shared host memory,
+ * done in device memory the client allocated and the daemon opened by its
+ * CUDA IPC handle (RING_OPEN's done region).  Together they tell what of
+ * bench_e2e_cuda's "GPU time added" the stream's contents explain;
+ * --like-daemon-mask B takes them one by one (1 the events, 2 the cancel
+ * word, 4 the batch; 8: the events without timing, 16: the cancel word in
+ * device memory).  --mode I: only mode I
+ * of host words, device words, fast path words, IPC events (0-3).  --ipc-inputs: the daemon's kernel works on the
+ * client's tensors, opened by their CUDA IPC handle, as rmsnormd's does.
+ *
  * Usage: bench_seqwords [--iters N] [--spin-us U] [--wide-us W [--wide-blocks B]]
- *                       [--out FILE]
+ *                       [--rnk M,N [--like-daemon | --like-daemon-mask B] [--ipc-inputs]]
+ *                       [--mode I] [--out FILE]
  * Prints one line per mode (p50, p90, p99 and max of each hop, in us; the
  * table keeps p50-p99; with --wide-us the spans and their difference) and
  * appends them to FILE as a markdown table.  Run with and without MPS.
@@ -37,6 +57,8 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,15 +69,20 @@
 #include <unistd.h>
 
 #include "gpu/e2e_cuda.h"
+#include "bench_problem.h"
 #include "bench_util.h"
 
 #define CK(call) RNE_CK(call)
 
 typedef CUresult (*pfn_value64)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
+typedef CUresult (*pfn_batch)(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops,
+                              unsigned flags);
 static pfn_value64 wait64, write64;
+static pfn_batch batch;
 
-enum mode { M_HOST, M_DEVICE, M_EVENT, M_COUNT };
-static const char *mode_name[M_COUNT] = {"host words", "device words", "IPC events"};
+enum mode { M_HOST, M_DEVICE, M_FAST, M_EVENT, M_COUNT };
+static const char *mode_name[M_COUNT] = {"host words", "device words", "fast path words",
+                                         "IPC events"};
 
 static void resolve(void)
 {
@@ -64,7 +91,9 @@ static void resolve(void)
                                         cudaEnableDefault, &q));
     CK(cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", (void **)&write64, 12000,
                                         cudaEnableDefault, &q));
-    if (!wait64 || !write64) {
+    CK(cudaGetDriverEntryPointByVersion("cuStreamBatchMemOp", (void **)&batch, 12000,
+                                        cudaEnableDefault, &q));
+    if (!wait64 || !write64 || !batch) {
         fprintf(stderr, "no stream memory operations\n");
         exit(1);
     }
@@ -113,6 +142,82 @@ static void wide(const rne_kernels *k, cudaStream_t s)
     CK(rne_spin_grid(k, wide_ns, wide_blocks, 128, s));
 }
 
+/* --rnk M,N (0: off), --like-daemon (LD_* bits) and --ipc-inputs. */
+static int64_t rnk_m, rnk_n;
+enum { LD_EVENTS = 1, LD_CANCEL = 2, LD_BATCH = 4, LD_ALL = 7, LD_UNTIMED = 8,
+       LD_CANCEL_DEV = 16 };
+static int like_daemon, ipc_inputs, only_mode = -1;
+
+/* The production kernel on a problem in this process's memory. */
+typedef struct kjob {
+    rnk_device *dev;
+    rnk_bwd_args a;
+    void *ws;
+    size_t wsb;
+    unsigned *cancel_host; /* --like-daemon: the cancel word, pinned, 0 */
+} kjob;
+
+/* The problem in this process's memory (fd < 0), or, --ipc-inputs, the
+ * client's (daemon: true), whose CUDA IPC handle goes over fd. */
+static void kjob_init(kjob *j, bool daemon, int fd)
+{
+    char msg[256];
+    size_t bytes[BP_PARTS];
+    char *base[BP_PARTS] = {NULL};
+    cudaIpcMemHandle_t h;
+
+    if (rnk_cuda_init(0, &j->dev, msg, sizeof msg) != 0) {
+        fprintf(stderr, "rnk_cuda_init: %s\n", msg);
+        exit(1);
+    }
+    bp_parts(rnk_m, rnk_n, 0, bytes);
+    if (daemon && ipc_inputs) { /* as the daemon maps a client's tensors */
+        xread(fd, &h, sizeof h);
+        CK(cudaIpcOpenMemHandle((void **)&base[0], h, cudaIpcMemLazyEnablePeerAccess));
+    } else {
+        CK(cudaMalloc((void **)&base[0], bytes[0]));
+    }
+    j->wsb = rnk_cuda_workspace_size(j->dev, rnk_m, rnk_n);
+    CK(cudaMalloc(&j->ws, j->wsb));
+    CK(cudaMemset(j->ws, 0, j->wsb));
+    bp_place(&j->a, base, rnk_m, rnk_n, 0);
+    if (!(daemon && ipc_inputs) && bp_fill(&j->a, 11, NULL, msg, sizeof msg) != 0) {
+        fprintf(stderr, "inputs: %s\n", msg);
+        exit(1);
+    }
+    if (!daemon && ipc_inputs) {
+        CK(cudaDeviceSynchronize());
+        CK(cudaIpcGetMemHandle(&h, base[0]));
+        xwrite(fd, &h, sizeof h);
+    }
+    if (daemon && (like_daemon & LD_CANCEL) && (like_daemon & LD_CANCEL_DEV)) {
+        CK(cudaMalloc((void **)&j->a.cancel, 64));
+        CK(cudaMemset((void *)j->a.cancel, 0, 64));
+    } else if (daemon && (like_daemon & LD_CANCEL)) {
+        void *d;
+        CK(cudaHostAlloc((void **)&j->cancel_host, 64, cudaHostAllocMapped));
+        *j->cancel_host = 0;
+        CK(cudaHostGetDevicePointer(&d, j->cancel_host, 0));
+        j->a.cancel = d;
+    }
+    CK(cudaDeviceSynchronize());
+}
+
+static void kjob_run(const kjob *j, cudaStream_t s)
+{
+    char msg[256];
+    if (rnk_cuda_bwd(j->dev, &j->a, j->ws, j->wsb, s, msg, sizeof msg) != 0) {
+        fprintf(stderr, "rnk_cuda_bwd: %s\n", msg);
+        exit(1);
+    }
+}
+
+/* Spans, not hops: a chain of kernels on each side (--wide-us, --rnk). */
+static int spans(void)
+{
+    return wide_ns || rnk_m;
+}
+
 /* The daemon's side of one mode: n iterations; stamps t1 into host memory
  * the parent reads (shared mapping `t1`). */
 static void daemon_side(enum mode m, int n, int to_client, int from_client, uint8_t *host_words,
@@ -121,37 +226,74 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
     rne_kernels k;
     cudaStream_t s;
     uint64_t *t1;
-    CUdeviceptr words = 0;
+    CUdeviceptr words = 0, ready = 0, done = 0, host_dev = 0;
     void *dptr = NULL;
+    kjob kj;
+    cudaEvent_t ev0, ev1;
 
     CK(cudaSetDevice(0));
     resolve();
     CK(rne_load(&k));
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CK(cudaMalloc((void **)&t1, (size_t)n * sizeof *t1));
-    if (m == M_HOST) {
+    CK(cudaEventCreateWithFlags(&ev0, like_daemon & LD_UNTIMED ? cudaEventDisableTiming : 0));
+    CK(cudaEventCreateWithFlags(&ev1, like_daemon & LD_UNTIMED ? cudaEventDisableTiming : 0));
+    if (rnk_m)
+        kjob_init(&kj, true, from_client);
+    if (m == M_HOST || m == M_FAST || (like_daemon & LD_BATCH)) {
         CK(cudaHostRegister(host_words, 4096, cudaHostRegisterMapped | cudaHostRegisterPortable));
         CK(cudaHostGetDevicePointer(&dptr, host_words, 0));
-        words = (CUdeviceptr)(uintptr_t)dptr;
-    } else if (m == M_DEVICE) {
+        host_dev = (CUdeviceptr)(uintptr_t)dptr;
+        ready = done = host_dev;
+    }
+    if (m == M_DEVICE) {
         cudaIpcMemHandle_t h;
         CK(cudaMalloc(&dptr, 2u << 20));
         CK(cudaMemset(dptr, 0, 4096));
         CK(cudaDeviceSynchronize());
         CK(cudaIpcGetMemHandle(&h, dptr));
         xwrite(to_client, &h, sizeof h);
-        words = (CUdeviceptr)(uintptr_t)dptr;
+        ready = done = (CUdeviceptr)(uintptr_t)dptr;
+    } else if (m == M_FAST) {
+        cudaIpcMemHandle_t h; /* the client's device word */
+        xread(from_client, &h, sizeof h);
+        CK(cudaIpcOpenMemHandle(&dptr, h, cudaIpcMemLazyEnablePeerAccess));
+        done = (CUdeviceptr)(uintptr_t)dptr;
     }
+    words = ready;
     if (m != M_EVENT) {
         char go;
         xread(from_client, &go, 1);          /* the client has mapped the words */
         for (int i = 1; i <= n; i++) {
             value(wait64, s, words + W_READY, (uint64_t)i, CU_STREAM_WAIT_VALUE_GEQ);
-            if (wide_ns)
+            if (like_daemon & LD_EVENTS)
+                CK(cudaEventRecord(ev0, s));
+            if (rnk_m)
+                kjob_run(&kj, s);
+            else if (wide_ns)
                 wide(&k, s);
             else
                 CK(rne_stamp(&k, t1 + i - 1, s));
-            value(write64, s, words + W_DONE, (uint64_t)i, CU_STREAM_WRITE_VALUE_DEFAULT);
+            if (like_daemon & LD_BATCH) {
+                /* the ring's word (host) and the done word, one batch */
+                CUstreamBatchMemOpParams ops[2];
+                memset(ops, 0, sizeof ops);
+                ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+                ops[0].writeValue.address = host_dev + W_DONE + 64;
+                ops[0].writeValue.value64 = (uint64_t)i;
+                ops[0].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+                ops[1] = ops[0];
+                ops[1].writeValue.address = done + W_DONE;
+                CUresult r = batch((CUstream)s, 2, ops, 0);
+                if (r != CUDA_SUCCESS) {
+                    fprintf(stderr, "cuStreamBatchMemOp: %d\n", (int)r);
+                    exit(1);
+                }
+            } else {
+                value(write64, s, done + W_DONE, (uint64_t)i, CU_STREAM_WRITE_VALUE_DEFAULT);
+            }
+            if (like_daemon & LD_EVENTS)
+                CK(cudaEventRecord(ev1, s));
         }
     } else {
         cudaEvent_t ev;
@@ -167,7 +309,9 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
             char go;
             xread(from_client, &go, 1);       /* the client recorded its event */
             CK(cudaStreamWaitEvent(s, cev, 0));
-            if (wide_ns)
+            if (rnk_m)
+                kjob_run(&kj, s);
+            else if (wide_ns)
                 wide(&k, s);
             else
                 CK(rne_stamp(&k, t1 + i - 1, s));
@@ -177,7 +321,9 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
     }
     CK(cudaStreamSynchronize(s));
     CK(cudaMemcpy(t1_shared, t1, (size_t)n * sizeof *t1, cudaMemcpyDeviceToHost));
-    if (m == M_HOST)
+    if (m == M_FAST)
+        CK(cudaIpcCloseMemHandle(dptr));
+    if (host_dev)
         CK(cudaHostUnregister(host_words));
     exit(0);
 }
@@ -249,9 +395,10 @@ static void run_mode(enum mode m, int n, uint64_t spin_ns, result *res)
     rne_kernels k;
     cudaStream_t s;
     uint64_t *t0, *t2, *h0, *h2, *hb;
-    CUdeviceptr words = 0;
-    void *dptr = NULL;
+    CUdeviceptr ready = 0, done = 0;
+    void *dptr = NULL, *own = NULL;
     cudaEvent_t ev = NULL, dev_ev = NULL;
+    kjob kj;
 
     CK(cudaSetDevice(0));
     resolve();
@@ -260,16 +407,29 @@ static void run_mode(enum mode m, int n, uint64_t spin_ns, result *res)
     CK(cudaMalloc((void **)&t0, 3 * (size_t)n * sizeof *t0));
     t2 = t0 + n;
     uint64_t *base = t0 + 2 * n;
-    if (m == M_HOST) {
+    if (rnk_m)
+        kjob_init(&kj, false, c2d[1]);
+    if (m == M_HOST || m == M_FAST) {
         CK(cudaHostRegister(host_words, 4096, cudaHostRegisterMapped | cudaHostRegisterPortable));
         CK(cudaHostGetDevicePointer(&dptr, host_words, 0));
-        words = (CUdeviceptr)(uintptr_t)dptr;
+        ready = done = (CUdeviceptr)(uintptr_t)dptr;
+    }
+    if (m == M_FAST) { /* the done word in this process's device memory */
+        cudaIpcMemHandle_t h;
+        CK(cudaMalloc(&own, 2u << 20));
+        CK(cudaMemset(own, 0, 4096));
+        CK(cudaDeviceSynchronize());
+        CK(cudaIpcGetMemHandle(&h, own));
+        xwrite(c2d[1], &h, sizeof h);
+        done = (CUdeviceptr)(uintptr_t)own;
+    }
+    if (m == M_HOST || m == M_FAST) {
         xwrite(c2d[1], "g", 1);
     } else if (m == M_DEVICE) {
         cudaIpcMemHandle_t h;
         xread(d2c[0], &h, sizeof h);
         CK(cudaIpcOpenMemHandle(&dptr, h, cudaIpcMemLazyEnablePeerAccess));
-        words = (CUdeviceptr)(uintptr_t)dptr;
+        ready = done = (CUdeviceptr)(uintptr_t)dptr;
         xwrite(c2d[1], "g", 1);
     } else {
         cudaIpcEventHandle_t h;
@@ -279,15 +439,17 @@ static void run_mode(enum mode m, int n, uint64_t spin_ns, result *res)
         CK(cudaIpcGetEventHandle(&h, ev));
         xwrite(c2d[1], &h, sizeof h);
     }
-    /* The stamp's own cost: two stamps back to back (--wide-us: the
-     * in-process chain, two wide kernels between the stamps). */
+    /* The stamp's own cost: two stamps back to back (spans: the in-process
+     * chain, the client's kernel and the daemon's between the stamps). */
     for (int i = 0; i < n; i++) {
-        CK(rne_spin(&k, wide_ns ? spin_ns : 2000, s));
+        CK(rne_spin(&k, spans() ? spin_ns : 2000, s));
         CK(rne_stamp(&k, base + i, s));
-        if (wide_ns) {
+        if (wide_ns)
             wide(&k, s);
+        if (rnk_m)
+            kjob_run(&kj, s);
+        else if (wide_ns)
             wide(&k, s);
-        }
         CK(rne_stamp(&k, t2 + i, s));
     }
     uint64_t *chain_in = NULL;
@@ -297,11 +459,11 @@ static void run_mode(enum mode m, int n, uint64_t spin_ns, result *res)
     CK(cudaMemcpy(hb + n, t2, (size_t)n * sizeof *hb, cudaMemcpyDeviceToHost));
     for (int i = 0; i < n; i++)
         hb[i] = hb[n + i] - hb[i];
-    if (wide_ns) {
+    if (spans()) {
         chain_in = malloc((size_t)n * sizeof *chain_in);
         memcpy(chain_in, hb, (size_t)n * sizeof *chain_in);
     }
-    res->stamp = wide_ns ? 0.0 : pct(hb, n, 0.5);
+    res->stamp = spans() ? 0.0 : pct(hb, n, 0.5);
 
     for (int i = 1; i <= n; i++) {
         CK(rne_spin(&k, spin_ns, s));
@@ -315,8 +477,8 @@ static void run_mode(enum mode m, int n, uint64_t spin_ns, result *res)
             xread(d2c[0], &go, 1);
             CK(cudaStreamWaitEvent(s, dev_ev, 0));
         } else {
-            value(write64, s, words + W_READY, (uint64_t)i, CU_STREAM_WRITE_VALUE_DEFAULT);
-            value(wait64, s, words + W_DONE, (uint64_t)i, CU_STREAM_WAIT_VALUE_GEQ);
+            value(write64, s, ready + W_READY, (uint64_t)i, CU_STREAM_WRITE_VALUE_DEFAULT);
+            value(wait64, s, done + W_DONE, (uint64_t)i, CU_STREAM_WAIT_VALUE_GEQ);
         }
         CK(rne_stamp(&k, t2 + i - 1, s));
         CK(cudaStreamSynchronize(s));
@@ -336,7 +498,7 @@ static void run_mode(enum mode m, int n, uint64_t spin_ns, result *res)
         uint64_t x = t1_shared[i] - h0[i], y = h2[i] - t1_shared[i];
         a[i] = x > stamp_ns ? x - stamp_ns : 0;
         b[i] = y > stamp_ns ? y - stamp_ns : 0;
-        if (wide_ns) { /* h1: the cross-process chain's span, h2: the in-process one */
+        if (spans()) { /* h1: the cross-process chain's span, h2: the in-process one */
             a[i] = h2[i] - h0[i];
             b[i] = chain_in[i];
         }
@@ -348,8 +510,10 @@ static void run_mode(enum mode m, int n, uint64_t spin_ns, result *res)
     }
     if (m == M_DEVICE)
         CK(cudaIpcCloseMemHandle(dptr));
-    if (m == M_HOST)
+    if (m == M_HOST || m == M_FAST)
         CK(cudaHostUnregister(host_words));
+    if (own)
+        CK(cudaFree(own));
     if (ev)
         CK(cudaEventDestroy(ev));
     CK(cudaStreamDestroy(s));
@@ -380,11 +544,28 @@ int main(int argc, char **argv)
             wide_ns = (uint64_t)(atof(argv[++i]) * 1000.0);
         else if (!strcmp(argv[i], "--wide-blocks") && i + 1 < argc)
             wide_blocks = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rnk") && i + 1 < argc &&
+                 sscanf(argv[i + 1], "%" SCNd64 ",%" SCNd64, &rnk_m, &rnk_n) == 2 && rnk_m > 0 &&
+                 rnk_n > 0)
+            i++;
+        else if (!strcmp(argv[i], "--like-daemon"))
+            like_daemon = LD_ALL;
+        else if (!strcmp(argv[i], "--like-daemon-mask") && i + 1 < argc)
+            like_daemon = atoi(argv[++i]) & (LD_ALL | LD_UNTIMED | LD_CANCEL_DEV);
+        else if (!strcmp(argv[i], "--mode") && i + 1 < argc)
+            only_mode = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ipc-inputs"))
+            ipc_inputs = 1;
         else {
             fprintf(stderr, "usage: %s [--iters N] [--spin-us U] [--wide-us W [--wide-blocks B]] "
+                            "[--rnk M,N [--like-daemon | --like-daemon-mask B] [--ipc-inputs]] [--mode I] "
                             "[--out FILE]\n", argv[0]);
             return 2;
         }
+    }
+    if ((like_daemon || ipc_inputs) && !rnk_m) {
+        fprintf(stderr, "--like-daemon, --ipc-inputs: with --rnk M,N\n");
+        return 2;
     }
     if (n < 10) {
         fprintf(stderr, "--iters: at least 10\n");
@@ -396,22 +577,37 @@ int main(int argc, char **argv)
            "iterations, producer spin %.0f us, %s ==\n",
            n, spin_us, mps ? "MPS pipe set" : "no MPS");
     FILE *f = out ? fopen(out, "a") : NULL;
-    if (wide_ns) {
-        printf("   wide: %u blocks of 128 threads, %.1f us each; spans of the chain stamp -> "
-               "kernel -> kernel -> stamp\n", wide_blocks, (double)wide_ns / 1000.0);
+    char what[160];
+    int w = snprintf(what, sizeof what, "%s", wide_ns ? "" : "one-thread producer, ");
+    if (wide_ns)
+        w += snprintf(what + w, sizeof what - (size_t)w, "kernels of %u blocks x %.1f us, ",
+                      wide_blocks, (double)wide_ns / 1000.0);
+    if (rnk_m)
+        snprintf(what + w, sizeof what - (size_t)w, "rnk %" PRId64 "x%" PRId64 "%s%s%s%s%s, ",
+                 rnk_m, rnk_n, like_daemon ? " like the daemon:" : "",
+                 like_daemon & LD_EVENTS ? (like_daemon & LD_UNTIMED ? " untimed events"
+                                                                      : " events")
+                                         : "", like_daemon & LD_CANCEL ? (like_daemon & LD_CANCEL_DEV ? " cancel (device)"
+                                                                      : " cancel")
+                                         : "",
+                 like_daemon & LD_BATCH ? " batch" : "", ipc_inputs ? ", inputs by IPC" : "");
+    if (spans()) {
+        printf("   %sspans of the chain stamp -> kernel -> kernel -> stamp\n", what);
         if (f)
-            fprintf(f, "| means (%s), kernels of %u blocks x %.1f us | across processes p50 / p90 "
+            fprintf(f, "| means (%s), %s | across processes p50 / p90 "
                        "/ p99 us | in-process p50 / p90 / p99 us | added p50 / p90 us |\n"
                        "|---|---|---|---|\n",
-                    mps ? "MPS" : "no MPS", wide_blocks, (double)wide_ns / 1000.0);
+                    mps ? "MPS" : "no MPS", what);
     } else if (f) {
         fprintf(f, "| means (%s) | hop 1 p50 / p90 / p99 us | hop 2 p50 / p90 / p99 us "
                    "| stamp us |\n|---|---|---|---|\n", mps ? "MPS" : "no MPS");
     }
     for (int m = 0; m < M_COUNT; m++) {
         result r;
+        if (only_mode >= 0 && m != only_mode)
+            continue;
         run_mode((enum mode)m, n, (uint64_t)(spin_us * 1000.0), &r);
-        if (wide_ns) {
+        if (spans()) {
             printf("mode=\"%s\" cross_p50_us=%.2f cross_p90_us=%.2f cross_p99_us=%.2f "
                    "inproc_p50_us=%.2f inproc_p90_us=%.2f inproc_p99_us=%.2f added_p50_us=%.2f "
                    "added_p90_us=%.2f\n",
