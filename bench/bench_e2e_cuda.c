@@ -41,7 +41,8 @@
  *     itself: its time is taken to be the in-process kernel's; beside it the
  *     daemon's own means over these calls (fast path: hop_take_us, its
  *     fast.take, the loop's copy of a slot to its submission; hop_kernel_us,
- *     its fast.compute, its kernel between events);
+ *     its fast.compute, its kernel between events; the daemon times one
+ *     kernel in 16, so these are means over that sample);
  *  4. throughput with K = 1, 2, 4, 8 client processes at once (and when the
  *     first client finished, against the last: whether they share evenly);
  *  5. the kernel itself per shape (the "kernel" line): in this process,

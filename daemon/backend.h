@@ -153,7 +153,8 @@ struct rnd_job {
     char msg[RNP_MAX_ERRMSG];          /* when status != 0 */
     int32_t done_slot;                 /* -1: none */
     uint64_t start_ns, end_ns;         /* compute began and ended, CLOCK_MONOTONIC;
-                                        * at acked: both the acknowledgement time */
+                                        * at acked: both the acknowledgement time;
+                                        * a ring job's end_ns 0: not timed */
     /* private to the backend */
     void *priv;
     rn_queue link;

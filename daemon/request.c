@@ -109,8 +109,10 @@ static void answer_ring(req *r)
     }
     uint64_t start = job->start_ns > r->run.recv_ns ? job->start_ns : r->run.recv_ns;
     st->fast_ok++;
-    rnd_hist_add(&st->fast_queue, start - r->run.recv_ns);
-    rnd_hist_add(&st->fast_compute, job->end_ns > start ? job->end_ns - start : 0);
+    if (job->end_ns) { /* (the CUDA backend times a sample: cuda_int.h) */
+        rnd_hist_add(&st->fast_queue, start - r->run.recv_ns);
+        rnd_hist_add(&st->fast_compute, job->end_ns > start ? job->end_ns - start : 0);
+    }
     rnd_hist_add(&st->fast_total, rnd_now_ns() - r->run.recv_ns);
 }
 

@@ -256,7 +256,7 @@ static void complete(rnd_cuda *b, rnd_cuda_gjob *g)
         if (g->ring_timed)
             sync_times(g, job);
         else
-            job->start_ns = job->end_ns = rnd_now_ns();
+            job->start_ns = job->end_ns = 0; /* not timed (RND_CUDA_TIME_EVERY) */
         rnd_cuda_ring_wake(job);
     } else if (job->mode == RNP_MODE_SYNC) {
         sync_times(g, job);

@@ -69,6 +69,12 @@
 /* The gate (gate.c): a stream's wait on a client not satisfied for longer
  * than this holds closes (RMSNORMD_DEBUG_CLOSE_GATE_MS; 0: any wait). */
 #define RND_CUDA_GATE_GRACE_MS 50
+/* One ring job in this many that runs a kernel is timed (its start and
+ * completion events with timing): a timing event costs the GPU about 2 us
+ * a kernel, an event without timing nothing measurable (bench_seqwords
+ * --like-daemon-mask, bench/RESULTS.md).  fast.queue and fast.compute are
+ * that sample. */
+#define RND_CUDA_TIME_EVERY 16
 /* Closes wait for a quiet moment (gate.c): nothing of ours on the GPU and
  * no submission for RND_CUDA_QUIET_NS; while the work goes on, at most
  * RND_CUDA_BUSY_DEFER_MS (RMSNORMD_DEBUG_CLOSE_DEFER_MS; 0: no wait), and
@@ -130,10 +136,10 @@ typedef struct rnd_cuda_gjob {
     bool unready_warned;           /* "inputs not ready" logged (once per job) */
     bool acked;                    /* the acked event ran */
     bool in_fifo;                  /* handed to its stream's completion thread */
-    bool ring_timed;               /* a ring job whose kernel was launched (timed) */
+    bool ring_timed;               /* a timed ring job whose kernel was launched */
     bool ready_forced;             /* a cancelled ring job: the daemon wrote ready */
     bool ends_timed;               /* a ring job's started and fin time its kernel (and its
-                                    * done words): no t0, t1 of their own */
+                                    * done words; one in RND_CUDA_TIME_EVERY): no t0, t1 */
     cudaEvent_t started;           /* recorded after the wait on the ready event */
     cudaEvent_t t0, t1;            /* sync mode: kernel timing; else NULL */
     cudaEvent_t fin;               /* completion, waited on by the stream's thread */
@@ -262,6 +268,7 @@ struct rnd_cuda {
     uint64_t deadline_ns;          /* a kernel's, from its start */
     uint64_t watch_ms;
     uint64_t nsubmitted;           /* jobs launched so far */
+    uint64_t ring_runs;            /* ring jobs given events to run (RND_CUDA_TIME_EVERY) */
     uint64_t slow_ring_submits;    /* ring submissions over RND_CUDA_SLOW_SUBMIT_NS not
                                     * said since the last line, at most one a second (loop) */
     uint64_t slow_ring_said_ns;

@@ -68,15 +68,17 @@ fail:
 }
 
 /* A ring job's: start and completion, which time its kernel when it runs
- * (ends_timed), so that the loop records two events a job, not four (each
- * record costs the loop 1-2.5 us; bench_submit). */
+ * and is one in RND_CUDA_TIME_EVERY of those (ends_timed), so that the loop
+ * records two events a job, not four (each record costs the loop 1-2.5 us;
+ * bench_submit), and the GPU pays for timing on a sample only. */
 int rnd_cuda_gjob_events_ring(rnd_cuda *b, rnd_cuda_gjob *g, bool run, rnp_error *err)
 {
     rn_fault f;
 
-    g->ends_timed = run;
-    RN_CUDA_GOTO(pool_get(run ? &b->fins_timed : &b->fins, &g->fin), &f, fail);
-    RN_CUDA_GOTO(pool_get(run ? &b->starts_timed : &b->starts, &g->started), &f, fail);
+    g->ends_timed = run && b->ring_runs++ % RND_CUDA_TIME_EVERY == 0;
+    RN_CUDA_GOTO(pool_get(g->ends_timed ? &b->fins_timed : &b->fins, &g->fin), &f, fail);
+    RN_CUDA_GOTO(pool_get(g->ends_timed ? &b->starts_timed : &b->starts, &g->started), &f,
+                 fail);
     return 0;
 fail:
     return rnd_cuda_fault(b, &f, false, err, "bwd: events");

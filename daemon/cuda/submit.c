@@ -278,7 +278,7 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     job->status = run ? RN_OK : rj->status;
     snprintf(job->msg, sizeof job->msg, "%s", run ? "" : rj->msg);
     job->done_slot = -1;
-    g->ring_timed = run;
+    g->ring_timed = run && g->ends_timed;
     return 0;
 
 fail_queued:
