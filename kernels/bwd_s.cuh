@@ -32,6 +32,10 @@
 
 #include "bwd_common.cuh"
 
+#ifndef RNK_LATE_CLAIM
+#define RNK_LATE_CLAIM 0 /* (a benchmark knob: s_chunks' claims at a chunk's end) */
+#endif
+
 namespace rnk {
 
 /* Block shape of TPR threads a row: BT threads, R rows at once, MINB blocks
@@ -139,7 +143,9 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
 
     int it = 0, par = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
-        unsigned nxt = claim_issue(p);
+        /* (RNK_LATE_CLAIM, a benchmark knob: the next claim at the chunk's
+         * last rows, so that the blocks done first take the tails) */
+        unsigned nxt = RNK_LATE_CLAIM ? 0u : claim_issue(p);
         int64_t r0, rstep;
         const int64_t cnt = il_chunk(p, k, &r0, &rstep);
         (void)rstep; /* (P) */
@@ -154,6 +160,8 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
         for (int64_t t = 0; t < iters; t++) {
             const int64_t j = t * R + grp, jn = j + R;
             SRow nx;
+            if (RNK_LATE_CLAIM && t == iters - 1)
+                nxt = claim_issue(p);
             s_load<T, RS, DRES>(p, nx, r0 + jn * P, jn < cnt, col, ok, nc);
             float xf[VEC], yf[VEC];
             Vec<T>::unpack(cur.x, xf);
@@ -203,6 +211,8 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
             }
             cur = nx;
         }
+        if (RNK_LATE_CLAIM && iters == 0)
+            nxt = claim_issue(p);
         if (tid == 0)
             s_claim[(it + 1) & 1] = (int)nxt;
         if (!p.dw) {
