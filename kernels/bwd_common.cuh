@@ -42,10 +42,7 @@ enum { CANCEL_UNKNOWN = 0, CANCEL_READING = 1, CANCEL_CLEAR = 2, CANCEL_SET = 3 
 /* The finish's slices: 32 columns under the contiguous order (finish_slice,
  * at most RNK_MAX_CHUNKS = 256 chunks), 8 (two float4 of each partial row)
  * under the interleaved one (finish_slices_il, up to MAX_CHUNKS_IL). */
-#ifndef RNK_FIN_COLS_IL /* (a benchmark knob: 4 or 8) */
-#define RNK_FIN_COLS_IL 8
-#endif
-enum { FIN_COLS = 32, FIN_COLS_IL = RNK_FIN_COLS_IL, FIN_V = FIN_COLS_IL / 4 };
+enum { FIN_COLS = 32, FIN_COLS_IL = 8 };
 /* Chunks' partials the contiguous finish stages in shared memory at a time
  * (its tile: FIN_BATCH * FIN_COLS floats). */
 #ifndef RNK_FIN_BATCH
@@ -53,24 +50,22 @@ enum { FIN_COLS = 32, FIN_COLS_IL = RNK_FIN_COLS_IL, FIN_V = FIN_COLS_IL / 4 };
 #endif
 enum { FIN_BATCH = RNK_FIN_BATCH };
 /* The most chunks the interleaved order has (rnk.h: 8 * 132), and their groups. */
-#ifndef RNK_IL_TAIL
-#define RNK_IL_TAIL 0 /* (a benchmark knob: tail chunks, rnk.h's rnk_il_chunk) */
-#endif
-enum { MAX_CHUNKS_IL = RNK_IL_TAIL ? 2 * 1056 : 1056,
-       MAX_GROUPS_IL = (MAX_CHUNKS_IL + RNK_DW_GROUP - 1) / RNK_DW_GROUP };
+enum { MAX_CHUNKS_IL = 1056, MAX_GROUPS_IL = (MAX_CHUNKS_IL + RNK_DW_GROUP - 1) / RNK_DW_GROUP };
 static constexpr size_t WS_HEADER = CTR_WORDS * 4;
 
 /*
  * Issue 15, ninth attempt (bench/RESULTS.md), both on by default (=0 puts
  * back the full fences, for comparison):
- *   RNK_LEAN_SYNC   release / acquire instead of full fences: the chunk
- *                   publish is one red.release, no fence after the acquiring
- *                   wait, the exit count one atom.acq_rel, and the last block
- *                   resets the counters with plain stores (the launch's end
- *                   orders them before the next launch): about 1 us a launch;
- *   RNK_EARLY_EXIT  a block counts itself out (CTR_EXIT) as soon as it has
- *                   seen every chunk done, its last use of the counters, so
- *                   that the count's round trip overlaps its dw slices.
+ *   RNK_LEAN_SYNC        release / acquire instead of full fences: the chunk
+ *                        publish is one red.release, no fence after the
+ *                        acquiring wait, the exit count one atom.acq_rel, and
+ *                        the last block resets the counters with plain
+ *                        stores (the launch's end orders them before the next
+ *                        launch): about 1 us a launch;
+ *   RNK_EARLY_EXIT       a block counts itself out (CTR_EXIT) as soon as it
+ *                        has seen every chunk done, its last use of the
+ *                        counters, so that the count's round trip overlaps
+ *                        its dw slices instead of following them.
  * (Adding each group of chunk partials in registers at the finish, and a
  * static first chunk per block, were measured too and not kept.)
  */
@@ -101,9 +96,6 @@ struct Params {
     const unsigned *cancel; /* rnk_bwd_args.cancel: NULL or the word read first */
     int64_t xstep, ystep, dstep, drstep; /* ring path: bytes between a stripe's rows */
     float inv_n;      /* 1 / n (RNK_LEAN's row means) */
-#if RNK_IL_TAIL
-    int64_t il_groups, il_head; /* rnk_chunking's groups and head */
-#endif
 #if RNK_TRACE
     rnk_trace_head *tr_head;  /* NULL: this launch records nothing */
     rnk_trace_block *tr_blk;  /* [tr_nblk] */
@@ -437,20 +429,10 @@ __device__ __forceinline__ unsigned claim_issue(const Params &p)
     return threadIdx.x == 0 ? atomicAdd(&p.ctr[CTR_CLAIM], 1u) : 0u;
 }
 
-/* Interleaved order: chunk k's first row *r0, its row count (the return)
- * and the step between its rows *rs (rnk.h's rnk_il_chunk; without tails
- * rows k, k + P, ... below m). */
-__device__ __forceinline__ int64_t il_chunk(const Params &p, int k, int64_t *r0, int64_t *rs)
+/* Interleaved order: the rows of chunk k, k + P, ... below m. */
+__device__ __forceinline__ int64_t chunk_len(const Params &p, int k)
 {
-#if RNK_IL_TAIL
-    const int64_t gs = p.il_groups, g = k < gs ? k : k - gs, len = (p.m - g + gs - 1) / gs;
-    const int64_t h = p.il_head && p.il_head < len ? p.il_head : len;
-    *r0 = k < gs ? g : g + h * gs, *rs = gs;
-    return k < gs ? h : len - h;
-#else
-    *r0 = k, *rs = p.nchunks;
     return (p.m - k + p.nchunks - 1) / p.nchunks;
-#endif
 }
 
 /*
@@ -501,25 +483,24 @@ __device__ __forceinline__ void finish_slice(const Params &p, int sl, float *til
 }
 
 /*
- * Interleaved order: finish slices of FIN_COLS_IL = 8 columns (FIN_V = 2
- * float4) in rnk.h's two-level order.  A block takes SB slices at a time (SB
- * = blockDim / (FIN_V * groups), at least 1); a thread takes one group of
- * RNK_DW_GROUP partials of one float4 of a slice, loads them all at once
- * (registers, L2) and adds them in chunk order; then one thread per column
- * adds the group sums in order and rounds once.  MAXT: the kernel's largest
- * block (sizes the group sums).
+ * Interleaved order: finish slices of FIN_COLS_IL = 8 columns in rnk.h's
+ * two-level order.  A block
+ * takes SB slices at a time (SB = blockDim / (2 * groups), at least 1); a
+ * thread takes one group of RNK_DW_GROUP partials of one float4 of a slice,
+ * loads the group's partials all at once (registers, L2) and adds them in
+ * chunk order; then one thread per column adds the group sums in order and
+ * rounds once.  MAXT: the kernel's largest block (sizes the group sums).
  */
 template <int MAXT>
 __device__ __forceinline__ void finish_slices_il(const Params &p)
 {
-    constexpr int E = MAXT / FIN_V > MAX_GROUPS_IL ? MAXT / FIN_V : MAX_GROUPS_IL;
-    __shared__ float4 gsum[E][FIN_V];
+    constexpr int E = MAXT / 2 > MAX_GROUPS_IL ? MAXT / 2 : MAX_GROUPS_IL;
+    __shared__ float4 gsum[E][2];
     const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
-    const int T = (int)blockDim.x, SB = T / (FIN_V * Q) > 0 ? T / (FIN_V * Q) : 1;
+    const int T = (int)blockDim.x, SB = T / (2 * Q) > 0 ? T / (2 * Q) : 1;
     for (int base = blockIdx.x * SB; base < p.nslices; base += gridDim.x * SB) {
-        for (int i = threadIdx.x; i < SB * FIN_V * Q; i += T) {
-            const int so = i / (FIN_V * Q), r = i - so * FIN_V * Q;
-            const int cv = r & (FIN_V - 1), q = r >> (FIN_V / 2); /* (FIN_V: 1 or 2) */
+        for (int i = threadIdx.x; i < SB * 2 * Q; i += T) {
+            const int so = i / (2 * Q), r = i - so * 2 * Q, cv = r & 1, q = r >> 1;
             const int64_t col = (int64_t)(base + so) * FIN_COLS_IL + cv * 4;
             float4 g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (base + so < p.nslices && col < p.n) {
@@ -555,7 +536,7 @@ __device__ __forceinline__ void finish_slices_il(const Params &p)
                 const float *gs = reinterpret_cast<const float *>(&gsum[so * Q][c >> 2]) + (c & 3);
                 float d = 0.0f;
                 for (int q = 0; q < Q; q++)
-                    d = __fadd_rn(d, gs[q * 4 * FIN_V]); /* gsum[so * Q + q][c >> 2][c & 3] */
+                    d = __fadd_rn(d, gs[q * 8]); /* gsum[so * Q + q][c >> 2], element c & 3 */
                 st_any(p.dw_dt, p.dw, col, d);
             }
         }

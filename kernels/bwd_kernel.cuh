@@ -542,8 +542,9 @@ __global__ void __launch_bounds__(1024) general_kernel(Params p)
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
         nxt = claim_issue(p);
         /* The chunk's rows: r0, r0 + rs, ... (cnt of them) */
-        int64_t rs = 1, r0 = (int64_t)k * p.C;
-        const int64_t cnt = IL ? il_chunk(p, k, &r0, &rs) : (r0 + p.C < p.m ? p.C : p.m - r0);
+        const int64_t rs = IL ? (int64_t)p.nchunks : 1;
+        const int64_t r0 = IL ? (int64_t)k : (int64_t)k * p.C;
+        const int64_t cnt = IL ? chunk_len(p, k) : (r0 + p.C < p.m ? p.C : p.m - r0);
         float *slot = p.part + (int64_t)k * p.cs + (int64_t)g * p.pst;
         if (want_dw)
             for (int64_t j = lt; j < n; j += tpr)

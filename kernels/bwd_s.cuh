@@ -32,10 +32,6 @@
 
 #include "bwd_common.cuh"
 
-#ifndef RNK_LATE_CLAIM
-#define RNK_LATE_CLAIM 0 /* (a benchmark knob: s_chunks' claims at a chunk's end) */
-#endif
-
 namespace rnk {
 
 /* Block shape of TPR threads a row: BT threads, R rows at once, MINB blocks
@@ -131,11 +127,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
     const int col = lt * VEC;
     const bool ok = col < p.n;
     const bool nc = p.dx != p.dy;
-#if RNK_IL_TAIL
-    const int64_t P = p.il_groups; /* (the row step) */
-#else
     const int64_t P = p.nchunks;
-#endif
     float wv[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; e++)
@@ -143,26 +135,20 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
 
     int it = 0, par = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
-        /* (RNK_LATE_CLAIM, a benchmark knob: the next claim at the chunk's
-         * last rows, so that the blocks done first take the tails) */
-        unsigned nxt = RNK_LATE_CLAIM ? 0u : claim_issue(p);
-        int64_t r0, rstep;
-        const int64_t cnt = il_chunk(p, k, &r0, &rstep);
-        (void)rstep; /* (P) */
+        unsigned nxt = claim_issue(p);
+        const int64_t cnt = chunk_len(p, k);
         const int64_t iters = (cnt + R - 1) / R;
         float acc[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; e++)
             acc[e] = 0.0f;
         SRow cur;
-        s_load<T, RS, DRES>(p, cur, r0 + grp * P, grp < cnt, col, ok, nc);
+        s_load<T, RS, DRES>(p, cur, k + grp * P, grp < cnt, col, ok, nc);
 #pragma unroll 1
         for (int64_t t = 0; t < iters; t++) {
             const int64_t j = t * R + grp, jn = j + R;
             SRow nx;
-            if (RNK_LATE_CLAIM && t == iters - 1)
-                nxt = claim_issue(p);
-            s_load<T, RS, DRES>(p, nx, r0 + jn * P, jn < cnt, col, ok, nc);
+            s_load<T, RS, DRES>(p, nx, k + jn * P, jn < cnt, col, ok, nc);
             float xf[VEC], yf[VEC];
             Vec<T>::unpack(cur.x, xf);
             Vec<T>::unpack(cur.y, yf);
@@ -207,12 +193,10 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
 #endif
                 }
                 if (ok)
-                    st16((char *)p.dx + ((r0 + j * P) * p.dxs + col) * ES, Vec<T>::pack(d));
+                    st16((char *)p.dx + ((k + j * P) * p.dxs + col) * ES, Vec<T>::pack(d));
             }
             cur = nx;
         }
-        if (RNK_LATE_CLAIM && iters == 0)
-            nxt = claim_issue(p);
         if (tid == 0)
             s_claim[(it + 1) & 1] = (int)nxt;
         if (!p.dw) {

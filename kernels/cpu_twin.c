@@ -33,8 +33,7 @@ typedef struct twin_job {
     const rnk_bwd_args *a;
     int64_t nchunks;     /* P */
     int64_t chunk;       /* contiguous: rows per chunk C (chunk k: rows k*C ..);
-                          * 0: interleaved (rnk_il_chunk: rows k, k + P, k + 2P, ...) */
-    rnk_chunking ch;     /* the order (rnk_chunking_of) */
+                          * 0: interleaved (chunk k: rows k, k + P, k + 2P, ...) */
     int stripes;
     float *partials;     /* [nchunks][n] or NULL when dw is not wanted */
     atomic_llong next;   /* next chunk (phase 1) or column block (phase 2) */
@@ -52,11 +51,8 @@ static void run_chunk(twin_job *job, int64_t k, float *xf, float *yf, float *of,
     const rnk_bwd_args *a = job->a;
     const int64_t n = a->n, G = job->stripes, C = job->chunk;
     /* rows i0, i0 + step, ... below i1 */
-    int64_t i0 = k * C, cnt = 0;
-    if (!C)
-        rnk_il_chunk(&job->ch, a->m, k, &i0, &cnt);
-    const int64_t step = C ? 1 : job->ch.groups;
-    const int64_t i1 = C ? ((k + 1) * C < a->m ? (k + 1) * C : a->m) : i0 + cnt * step;
+    const int64_t step = C ? 1 : job->nchunks, i0 = C ? k * C : k;
+    const int64_t i1 = C && (k + 1) * C < a->m ? (k + 1) * C : a->m;
     if (stripe)
         for (int64_t j = 0; j < G * n; j++)
             stripe[j] = 0.0f;
@@ -206,7 +202,6 @@ int rnk_cpu_bwd(const rnk_bwd_args *a, int nthreads, char *msg, size_t msglen)
     rnk_chunking_of(a->m, a->n, a->x_dtype, a->dy_dtype, a->dx_dtype, &ch);
     job.nchunks = ch.nchunks;
     job.chunk = ch.interleaved ? 0 : ch.rows;
-    job.ch = ch;
     job.stripes = ch.stripes;
     atomic_init(&job.next, 0);
     atomic_init(&job.failed, 0);

@@ -184,10 +184,6 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
     pl->il = ch.interleaved != 0;
     p.C = pl->il ? 0 : ch.rows;
     p.nchunks = (int)ch.nchunks;
-#if RNK_IL_TAIL
-    p.il_groups = ch.groups;
-    p.il_head = ch.head;
-#endif
     p.G = ch.stripes;
     p.pst = (a->n + 3) / 4 * 4;
     p.cs = p.G * p.pst;
@@ -202,7 +198,7 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
         /* Steps between a stripe's rows (the ring path's): G rows, or G * P
          * under the interleaved order. */
         const int64_t es = (int64_t)rnk_dtype_size(a->x_dtype);
-        const int64_t gp = (int64_t)p.G * (pl->il ? ch.groups : 1);
+        const int64_t gp = (int64_t)p.G * (pl->il ? p.nchunks : 1);
         p.xstep = gp * p.xs * es;
         p.ystep = gp * p.dys * es;
         p.dstep = gp * p.dxs * es;

@@ -107,23 +107,7 @@ typedef struct rnk_chunking {
     int stripes;       /* G */
     int64_t nchunks;   /* P */
     int64_t rows;      /* contiguous: C (the last chunk may have fewer); interleaved: 0 */
-    int64_t groups;    /* interleaved: the row step (P, or P / 2 with tails) */
-    int64_t head;      /* interleaved: rows of a group in its head chunk, 0: no tails */
 } rnk_chunking;
-
-/* Interleaved order, chunk k of c: its first row r0 and its row count cnt
- * (rows r0, r0 + c->groups, ...).  Without tails (head 0) chunk k holds
- * group k: rows k, k + P, ... below m.  With tails (the benchmark knob
- * RNK_IL_TAIL, off in production) chunk k < groups holds group k's first
- * head rows and chunk groups + k the rest of them. */
-static inline void rnk_il_chunk(const rnk_chunking *c, int64_t m, int64_t k, int64_t *r0,
-                                int64_t *cnt)
-{
-    const int64_t gs = c->groups, g = k < gs ? k : k - gs;
-    const int64_t len = (m - g + gs - 1) / gs, h = c->head && c->head < len ? c->head : len;
-    *r0 = k < gs ? g : g + h * gs;
-    *cnt = k < gs ? h : len - h;
-}
 
 int rnk_chunk_interleaved(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx);
 void rnk_chunking_of(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx,

@@ -200,9 +200,6 @@ int rnk_chunk_stripes(int64_t n)
 #ifndef RNK_IL_MIN_ROWS
 #define RNK_IL_MIN_ROWS 16
 #endif
-#ifndef RNK_IL_TAIL
-#define RNK_IL_TAIL 0
-#endif
 
 /* log2 of the fewest elements m * n (a knob for measuring the rule; the
  * order it gives is production's only at 23) */
@@ -227,26 +224,12 @@ void rnk_chunking_of(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype 
         c->stripes = n <= 512 ? 2 : 1;
         c->nchunks = p;
         c->rows = 0;
-        c->groups = p;
-        c->head = 0;
-#if RNK_IL_TAIL
-        /* (a benchmark knob: each group's last 1 / RNK_IL_TAIL of its rows,
-         * at least one, in a tail chunk of its own, P more chunks that the
-         * blocks done first take) */
-        const int64_t len = m / p, tail = (len + RNK_IL_TAIL - 1) / RNK_IL_TAIL;
-        if (len > tail) {
-            c->head = len - tail;
-            c->nchunks = 2 * p;
-        }
-#endif
         return;
     }
     c->interleaved = 0;
     c->stripes = rnk_chunk_stripes(n);
     c->rows = rnk_chunk_rows(m, n);
     c->nchunks = m > 0 ? (m + c->rows - 1) / c->rows : 1;
-    c->groups = 0;
-    c->head = 0;
 }
 
 float rnk_load(rnk_dtype dt, const void *base, int64_t i)

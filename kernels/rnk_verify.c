@@ -148,9 +148,7 @@ void rnk_judge(const rnk_bwd_args *a, rnk_verdict *v, const void *dw, const doub
     if (dw && dw_ref && dws) {
         rnk_chunking ch;
         rnk_chunking_of(m, n, a->x_dtype, a->dy_dtype, a->dx_dtype, &ch);
-        /* (rows a chunk at most: a group's, under the interleaved order) */
-        const int64_t nch = ch.nchunks, C = ch.interleaved ? (m + ch.groups - 1) / ch.groups
-                                                           : ch.rows;
+        const int64_t nch = ch.nchunks, C = ch.interleaved ? (m + nch - 1) / nch : ch.rows;
         const double chain = (double)(C + ch.stripes + nch + 8);
         double we2 = 0.0, wr2 = 0.0;
         for (int64_t j = 0; j < n; j++) {

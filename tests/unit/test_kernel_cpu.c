@@ -411,12 +411,8 @@ static void test_chunk_geometry(void **state)
                     continue;
                 }
                 assert_int_equal(ch.rows, 0);
-                assert_true(ch.groups >= 1 && ch.groups <= 1056);
-                assert_true(m / ch.groups >= 16); /* at least 16 rows a group */
-                assert_int_equal(ch.nchunks, ch.head ? 2 * ch.groups : ch.groups);
-#ifndef RNK_IL_TAIL /* (production: no tails) */
-                assert_int_equal(ch.head, 0);
-#endif
+                assert_true(ch.nchunks >= 1 && ch.nchunks <= 1056);
+                assert_true(m / ch.nchunks >= 16); /* at least 16 rows a chunk */
                 assert_int_equal(ch.stripes, n <= 512 ? 2 : 1);
             }
         }
@@ -437,7 +433,7 @@ static void test_chunk_geometry(void **state)
         rnk_chunking ch;
         rnk_chunking_of(ilp[i][0], ilp[i][1], RNK_BF16, RNK_BF16, RNK_BF16, &ch);
         assert_int_equal(ch.interleaved, 1);
-        assert_int_equal(ch.groups, ilp[i][2]);
+        assert_int_equal(ch.nchunks, ilp[i][2]);
     }
     /* The rule's edges: n = 256, 8193, m < n, m * n < 2^23 stay contiguous. */
     assert_int_equal(rnk_chunk_interleaved(65536, 256, RNK_BF16, RNK_BF16, RNK_BF16), 0);
@@ -626,21 +622,14 @@ static void test_dw_documented_order(void **state)
         rnk_chunking ch;
         rnk_chunking_of(m, n, t, t, t, &ch);
         assert_int_equal(ch.interleaved, shapes[si].il);
-        /* chunk k: rows r0, r0 + rs, ... below r1 (rnk.h; interleaved with
-         * tails, a benchmark knob: chunk k < P' = groups holds group k's
-         * first head rows, chunk P' + k the rest of group k) */
-        const int64_t nch = ch.nchunks, G = ch.stripes, C = ch.rows, gs = ch.groups;
-        const int64_t rs = ch.interleaved ? gs : 1;
+        /* chunk k: rows r0, r0 + rs, ... below r1 (rnk.h) */
+        const int64_t nch = ch.nchunks, G = ch.stripes, C = ch.rows;
+        const int64_t rs = ch.interleaved ? nch : 1;
         for (int64_t j = 0; j < n; j++) {
             float d = 0.0f, grp = 0.0f;
             for (int64_t k = 0; k < nch; k++) {
-                int64_t r0 = k * C, r1 = (k + 1) * C > m ? m : (k + 1) * C;
-                if (ch.interleaved) {
-                    const int64_t g = k % gs, len = (m - g + gs - 1) / gs;
-                    const int64_t h = ch.head && ch.head < len ? ch.head : len;
-                    r0 = g + (k < gs ? 0 : h) * gs;
-                    r1 = g + (k < gs ? h : len) * gs;
-                }
+                const int64_t r0 = ch.interleaved ? k : k * C;
+                const int64_t r1 = ch.interleaved || (k + 1) * C > m ? m : (k + 1) * C;
                 float part = 0.0f;
                 for (int64_t g = 0; g < G; g++) {
                     float acc = 0.0f;
