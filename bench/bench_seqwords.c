@@ -43,7 +43,8 @@
  * bench_e2e_cuda's "GPU time added" the stream's contents explain;
  * --like-daemon-mask B takes them one by one (1 the events, 2 the cancel
  * word, 4 the batch; 8: the events without timing, 16: the cancel word in
- * device memory).  --mode I: only mode I
+ * device memory, 32: each completion event a blocking-sync one of its own,
+ * which a thread waits on in order, as the daemon's completion threads do).  --mode I: only mode I
  * of host words, device words, fast path words, IPC events (0-3).  --ipc-inputs: the daemon's kernel works on the
  * client's tensors, opened by their CUDA IPC handle, as rmsnormd's does.
  *
@@ -58,6 +59,7 @@
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -145,7 +147,7 @@ static void wide(const rne_kernels *k, cudaStream_t s)
 /* --rnk M,N (0: off), --like-daemon (LD_* bits) and --ipc-inputs. */
 static int64_t rnk_m, rnk_n;
 enum { LD_EVENTS = 1, LD_CANCEL = 2, LD_BATCH = 4, LD_ALL = 7, LD_UNTIMED = 8,
-       LD_CANCEL_DEV = 16 };
+       LD_CANCEL_DEV = 16, LD_BLOCKING = 32 };
 static int like_daemon, ipc_inputs, only_mode = -1;
 
 /* The production kernel on a problem in this process's memory. */
@@ -212,6 +214,22 @@ static void kjob_run(const kjob *j, cudaStream_t s)
     }
 }
 
+/* --like-daemon-mask 32: the daemon's completion thread, waiting on each
+ * job's completion event in order (cudaEventSynchronize, blocking sync). */
+typedef struct waiter {
+    cudaEvent_t *ev;
+    int n;
+} waiter;
+
+static void *waiter_main(void *arg)
+{
+    const waiter *w = arg;
+    CK(cudaSetDevice(0));
+    for (int i = 0; i < w->n; i++)
+        CK(cudaEventSynchronize(w->ev[i]));
+    return NULL;
+}
+
 /* Spans, not hops: a chain of kernels on each side (--wide-us, --rnk). */
 static int spans(void)
 {
@@ -238,6 +256,14 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
     CK(cudaMalloc((void **)&t1, (size_t)n * sizeof *t1));
     CK(cudaEventCreateWithFlags(&ev0, like_daemon & LD_UNTIMED ? cudaEventDisableTiming : 0));
     CK(cudaEventCreateWithFlags(&ev1, like_daemon & LD_UNTIMED ? cudaEventDisableTiming : 0));
+    waiter wt = {NULL, n};
+    pthread_t wth;
+    if (like_daemon & LD_BLOCKING) {
+        wt.ev = malloc((size_t)n * sizeof *wt.ev);
+        for (int i = 0; i < n; i++)
+            CK(cudaEventCreateWithFlags(&wt.ev[i], cudaEventDisableTiming |
+                                                       cudaEventBlockingSync));
+    }
     if (rnk_m)
         kjob_init(&kj, true, from_client);
     if (m == M_HOST || m == M_FAST || (like_daemon & LD_BATCH)) {
@@ -292,8 +318,15 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
             } else {
                 value(write64, s, done + W_DONE, (uint64_t)i, CU_STREAM_WRITE_VALUE_DEFAULT);
             }
-            if (like_daemon & LD_EVENTS)
+            if (like_daemon & LD_BLOCKING)
+                CK(cudaEventRecord(wt.ev[i - 1], s));
+            else if (like_daemon & LD_EVENTS)
                 CK(cudaEventRecord(ev1, s));
+            if ((like_daemon & LD_BLOCKING) && i == 1 &&
+                pthread_create(&wth, NULL, waiter_main, &wt) != 0) {
+                fprintf(stderr, "pthread_create failed\n");
+                exit(1);
+            }
         }
     } else {
         cudaEvent_t ev;
@@ -320,6 +353,8 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
         }
     }
     CK(cudaStreamSynchronize(s));
+    if (like_daemon & LD_BLOCKING)
+        pthread_join(wth, NULL);
     CK(cudaMemcpy(t1_shared, t1, (size_t)n * sizeof *t1, cudaMemcpyDeviceToHost));
     if (m == M_FAST)
         CK(cudaIpcCloseMemHandle(dptr));
@@ -551,7 +586,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--like-daemon"))
             like_daemon = LD_ALL;
         else if (!strcmp(argv[i], "--like-daemon-mask") && i + 1 < argc)
-            like_daemon = atoi(argv[++i]) & (LD_ALL | LD_UNTIMED | LD_CANCEL_DEV);
+            like_daemon = atoi(argv[++i]) & (LD_ALL | LD_UNTIMED | LD_CANCEL_DEV | LD_BLOCKING);
         else if (!strcmp(argv[i], "--mode") && i + 1 < argc)
             only_mode = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ipc-inputs"))
@@ -583,14 +618,15 @@ int main(int argc, char **argv)
         w += snprintf(what + w, sizeof what - (size_t)w, "kernels of %u blocks x %.1f us, ",
                       wide_blocks, (double)wide_ns / 1000.0);
     if (rnk_m)
-        snprintf(what + w, sizeof what - (size_t)w, "rnk %" PRId64 "x%" PRId64 "%s%s%s%s%s, ",
+        snprintf(what + w, sizeof what - (size_t)w, "rnk %" PRId64 "x%" PRId64 "%s%s%s%s%s%s, ",
                  rnk_m, rnk_n, like_daemon ? " like the daemon:" : "",
                  like_daemon & LD_EVENTS ? (like_daemon & LD_UNTIMED ? " untimed events"
                                                                       : " events")
                                          : "", like_daemon & LD_CANCEL ? (like_daemon & LD_CANCEL_DEV ? " cancel (device)"
                                                                       : " cancel")
                                          : "",
-                 like_daemon & LD_BATCH ? " batch" : "", ipc_inputs ? ", inputs by IPC" : "");
+                 like_daemon & LD_BATCH ? " batch" : "",
+                 like_daemon & LD_BLOCKING ? " blocking completion" : "", ipc_inputs ? ", inputs by IPC" : "");
     if (spans()) {
         printf("   %sspans of the chain stamp -> kernel -> kernel -> stamp\n", what);
         if (f)
