@@ -175,6 +175,20 @@ static void stamp_spans(int iters, uint64_t *span)
         span[i] = hstamps[2 * i + 1] - hstamps[2 * i];
 }
 
+/* RN_E2E_STAMPS=PATH: the hop loop's producer and consumer stamps through
+ * the daemon, a line "m n producer consumer" per call, appended (beside a
+ * daemon run with RMSNORMD_DEBUG_STAMPS; bench/e2e_stamps.py). */
+static void dump_stamps(int64_t m, int64_t n, int iters)
+{
+    const char *path = getenv("RN_E2E_STAMPS");
+    FILE *f = path && *path ? fopen(path, "a") : NULL;
+    for (int i = 0; f && i < iters; i++)
+        fprintf(f, "%lld %lld %llu %llu\n", (long long)m, (long long)n,
+                (unsigned long long)hstamps[2 * i], (unsigned long long)hstamps[2 * i + 1]);
+    if (f)
+        fclose(f);
+}
+
 /*
  * iters iterations of [spin?] stamp -> bwd -> stamp.  Returns GPU time per
  * iteration (events), fills gaps[i] = consumer stamp - producer stamp, and
@@ -329,6 +343,7 @@ int client_single(const char *endpoint, int iters)
         e2e_daemon_hist(cli, "fast.take", &tk0, &tks0);
         e2e_daemon_hist(cli, "fast.compute", &kc0, &kcs0);
         loop(&w, false, iters, 300000, gaps2, NULL);
+        dump_stamps(shapes[s][0], shapes[s][1], iters);
         e2e_daemon_hist(cli, "fast.take", &tk1, &tks1);
         e2e_daemon_hist(cli, "fast.compute", &kc1, &kcs1);
         /* The daemon's own share of the hop loop's calls: its take (copy to

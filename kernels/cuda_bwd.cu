@@ -124,6 +124,23 @@ extern "C" int rnk_cuda_workspace_init(void *ws, size_t bytes, void *stream, cha
     return RNK_OK;
 }
 
+/* rnk_cuda_stamp's kernel: one thread stores the GPU's %globaltimer. */
+static __global__ void stamp_kernel(unsigned long long *dst)
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    *dst = t;
+}
+
+extern "C" int rnk_cuda_stamp(void *dst, void *stream, char *msg, size_t msglen)
+{
+    if (!dst)
+        return einval(msg, msglen, "stamp: dst is NULL");
+    stamp_kernel<<<1, 1, 0, (cudaStream_t)stream>>>((unsigned long long *)dst);
+    CK(cudaGetLastError());
+    return RNK_OK;
+}
+
 /* RNK_RACECHECK=1 (tests/gpu/device_run.sh's racecheck step): launches
  * keep compute-sanitizer racecheck's barrier count even (bwd_kernel.cuh). */
 static bool racecheck_run(void)

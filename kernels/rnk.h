@@ -228,6 +228,13 @@ int rnk_cuda_bwd(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t 
  */
 void rnk_cuda_force_grid(rnk_device *dev, int ctas);
 
+/*
+ * Debug/measurement: a one-thread kernel on stream that stores the GPU's
+ * %globaltimer (ns, one clock for every process on the GPU) as a uint64_t
+ * at dst (device-accessible memory).  The daemon's RMSNORMD_DEBUG_STAMPS.
+ */
+int rnk_cuda_stamp(void *dst, void *stream, char *msg, size_t msglen);
+
 
 #ifdef __cplusplus
 }

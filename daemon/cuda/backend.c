@@ -73,6 +73,7 @@ static void release_all(rnd_cuda *b)
     rnd_cuda_own_streams_giveback(b, true);
     rnd_cuda_close_unmaps(b); /* the device is idle: every fence has completed */
     rnd_cuda_ring_fini(b);
+    rnd_cuda_stamps_fini(b);
     rnd_cuda_pool_free(&b->fins);
     rnd_cuda_pool_free(&b->starts);
     rnd_cuda_pool_free(&b->timing);
@@ -220,6 +221,8 @@ static int cuda_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *er
     if ((rc = open_device(b, o, err)) != 0)
         goto fail;
     rnd_cuda_ring_probe(b, o->cuda_fast_path);
+    if (b->rings)
+        rnd_cuda_stamps_init(b);
     if ((rc = rnd_cuda_closer_start(b, err)) != 0)
         goto fail;
     if ((rc = rnd_cuda_threads_start(b, err)) != 0) {

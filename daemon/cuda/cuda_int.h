@@ -75,6 +75,8 @@
  * --like-daemon-mask, bench/RESULTS.md).  fast.queue and fast.compute are
  * that sample. */
 #define RND_CUDA_TIME_EVERY 16
+/* RMSNORMD_DEBUG_STAMPS (stamps.c): the stamp pairs kept, the last ones. */
+#define RND_CUDA_STAMPS 65536
 /* Closes wait for a quiet moment (gate.c): nothing of ours on the GPU and
  * no submission for RND_CUDA_QUIET_NS; while the work goes on, at most
  * RND_CUDA_BUSY_DEFER_MS (RMSNORMD_DEBUG_CLOSE_DEFER_MS; 0: no wait), and
@@ -269,6 +271,12 @@ struct rnd_cuda {
     uint64_t watch_ms;
     uint64_t nsubmitted;           /* jobs launched so far */
     uint64_t ring_runs;            /* ring jobs given events to run (RND_CUDA_TIME_EVERY) */
+    uint64_t *stamps;              /* RMSNORMD_DEBUG_STAMPS (stamps.c): NULL, or pairs of GPU
+                                    * clock values, pinned and mapped ... */
+    uint64_t *stamps_dev;          /* ... at this device address */
+    int64_t (*stamp_shape)[2];     /* each pair's m and n */
+    char *stamp_path;
+    uint64_t nstamps, stamp_cur;   /* pairs taken; the current one's index */
     uint64_t slow_ring_submits;    /* ring submissions over RND_CUDA_SLOW_SUBMIT_NS not
                                     * said since the last line, at most one a second (loop) */
     uint64_t slow_ring_said_ns;
@@ -447,6 +455,12 @@ void rnd_cuda_region_close_any(rnd_backend *be, void *bsess, rnd_mapping *m);
 int rnd_cuda_device_word(rnd_backend *be, const rnd_mapping *m, uint64_t off, void **out,
                          rnp_error *err);
 void rnd_cuda_ring_fini(rnd_cuda *b);
+/* stamps.c: RMSNORMD_DEBUG_STAMPS (read once, at the backend's start); a
+ * stamp before (after false) and after a ring job's kernel on st; at the
+ * end, the file. */
+void rnd_cuda_stamps_init(rnd_cuda *b);
+int rnd_cuda_stamp(rnd_cuda *b, const rnd_job *job, bool after, cudaStream_t st);
+void rnd_cuda_stamps_fini(rnd_cuda *b);
 /* The rings' memory the server released goes to the closer with the IPC
  * mappings (one backlog): the same as rnd_cuda_flush_unmaps, kept for its
  * callers. */

@@ -255,7 +255,9 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     if (run) {
         /* Read first by the kernel: set if the client dies before ready. */
         job->args.cancel = b->cancel_words ? rnd_cuda_cancel_word(b, cs) : NULL;
+        (void)rnd_cuda_stamp(b, job, false, s->st); /* (RMSNORMD_DEBUG_STAMPS) */
         krc = rnk_cuda_bwd(b->kdev, &job->args, s->ws, s->ws_bytes, s->st, kmsg, sizeof kmsg);
+        (void)rnd_cuda_stamp(b, job, true, s->st);
         if (krc != RNK_OK) {
             launch_err(b, s, krc, kmsg, &kerr);
             put_error(job, kerr.code, kerr.msg);
