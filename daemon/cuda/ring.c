@@ -41,8 +41,9 @@
  * which the watch sets before ready, and skip their work; the kernel reads it once per launch (one block reads
  * it and publishes it to the others through the workspace) and, when set,
  * touches no tensor.  Every block reading it cost 140-430 us per launch; the
- * read once per launch costs nothing measurable (bench/RESULTS.md), so it is
- * on (RMSNORMD_DEBUG_CANCEL_WORD=0 turns it off).  The words live
+ * read once per launch costs 1.5-2 us of GPU time a call, its trip over the
+ * bus before the blocks start (bench/RESULTS.md), and it is on
+ * (RMSNORMD_DEBUG_CANCEL_WORD=0 turns it off).  The words live
  * in pinned host memory the daemon alone writes, with plain stores: setting
  * one needs no stream, so nothing can queue it behind the very wait it is
  * meant to release.  An abandoned slot (the drain, the end of a live
@@ -131,7 +132,7 @@ void rnd_cuda_ring_probe(rnd_cuda *b, bool want)
     memset(words, 0, RND_CUDA_CANCEL_WORDS * sizeof(unsigned));
     b->cancel_host = words;
     /* On unless RMSNORMD_DEBUG_CANCEL_WORD=0: one read of a word in host
-     * memory per launch costs nothing measurable (bench/RESULTS.md). */
+     * memory per launch, 1.5-2 us of GPU time a call (bench/RESULTS.md). */
     const char *cw = getenv("RMSNORMD_DEBUG_CANCEL_WORD");
     b->cancel_words = !(cw && !strcmp(cw, "0"));
     if (!b->cancel_words)
