@@ -113,6 +113,25 @@ static void assert_not_failing(const rnh_daemon *d)
     assert_int_not_equal(h.state, RN_HEALTH_FAILING);
 }
 
+/* The count of histogram `name` in the daemon's STATS, -1 if absent. */
+static int64_t hist_count(const rnh_daemon *d, const char *name)
+{
+    static rn_stats_info si;
+    static rn_hist_buckets b[RN_MAX_HISTS];
+    rn_client *c = rnh_client(d);
+    int64_t v = -1;
+
+    for (unsigned i = 0; i < RN_MAX_HISTS; i++)
+        b[i].struct_size = sizeof b[i];
+    si.struct_size = sizeof si;
+    if (c && rn_stats_hist_buckets(c, &si, b, RN_MAX_HISTS) == 0)
+        for (unsigned i = 0; i < si.nhists && i < RN_MAX_HISTS; i++)
+            if (strcmp(b[i].name, name) == 0 && b[i].present)
+                v = (int64_t)b[i].count;
+    rn_close(c);
+    return v;
+}
+
 /* The daemon was started with the option: does it offer the path?  If the
  * device lacks the stream memory operations the daemon says so, and the
  * tests that need the path skip. */
@@ -205,6 +224,12 @@ static void test_stream_order(void **state)
     need_fast(d);
     e2e_two(d, a, b);
     assert_int_equal(rnh_stat(d, "fast.errors"), 0);
+    /* One kernel in 16 is timed (RND_CUDA_TIME_EVERY): jobs 0, 16, 32, ...
+     * of the daemon's, so fast.compute counts ceil(fast.ok / 16) of them. */
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, 10000), 0);
+    int64_t ok = rnh_stat(d, "fast.ok");
+    assert_true(ok >= 32);
+    assert_int_equal(hist_count(d, "fast.compute"), (ok + 15) / 16);
     RNH_PASS(d);
 }
 
