@@ -44,9 +44,12 @@
  * --like-daemon-mask B takes them one by one (1 the events, 2 the cancel
  * word, 4 the batch; 8: the events without timing, 16: the cancel word in
  * device memory, 32: each completion event a blocking-sync one of its own,
- * which a thread waits on in order, as the daemon's completion threads do).  --mode I: only mode I
- * of host words, device words, fast path words, IPC events (0-3).  --ipc-inputs: the daemon's kernel works on the
- * client's tensors, opened by their CUDA IPC handle, as rmsnormd's does.
+ * which a thread waits on in order, as the daemon's completion threads do).
+ * --mode I: only mode I of host words, device words, fast path words, IPC
+ * events (0-3).  --ipc-inputs: the daemon's kernel works on the client's
+ * tensors, opened by their CUDA IPC handle, as rmsnormd's does.  (Unlike
+ * bench_e2e_cuda's hop loop, the client here waits for each call before
+ * the next.)
  *
  * Usage: bench_seqwords [--iters N] [--spin-us U] [--wide-us W [--wide-blocks B]]
  *                       [--rnk M,N [--like-daemon | --like-daemon-mask B] [--ipc-inputs]]
@@ -244,7 +247,7 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
     rne_kernels k;
     cudaStream_t s;
     uint64_t *t1;
-    CUdeviceptr words = 0, ready = 0, done = 0, host_dev = 0;
+    CUdeviceptr ready = 0, done = 0, host_dev = 0;
     void *dptr = NULL;
     kjob kj;
     cudaEvent_t ev0, ev1;
@@ -286,12 +289,11 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
         CK(cudaIpcOpenMemHandle(&dptr, h, cudaIpcMemLazyEnablePeerAccess));
         done = (CUdeviceptr)(uintptr_t)dptr;
     }
-    words = ready;
     if (m != M_EVENT) {
         char go;
         xread(from_client, &go, 1);          /* the client has mapped the words */
         for (int i = 1; i <= n; i++) {
-            value(wait64, s, words + W_READY, (uint64_t)i, CU_STREAM_WAIT_VALUE_GEQ);
+            value(wait64, s, ready + W_READY, (uint64_t)i, CU_STREAM_WAIT_VALUE_GEQ);
             if (like_daemon & LD_EVENTS)
                 CK(cudaEventRecord(ev0, s));
             if (rnk_m)
