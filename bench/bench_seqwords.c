@@ -135,7 +135,7 @@ static void value(pfn_value64 fn, cudaStream_t s, CUdeviceptr a, uint64_t v, uns
 
 /* Words at byte 0 (ready) and 256 (done) of a shared area. */
 #define W_READY 0
-#define W_DONE 256
+#define W_DONE  256
 
 /* --wide-us (0: off) and --wide-blocks. */
 static uint64_t wide_ns;
@@ -149,8 +149,15 @@ static void wide(const rne_kernels *k, cudaStream_t s)
 
 /* --rnk M,N (0: off), --like-daemon (LD_* bits) and --ipc-inputs. */
 static int64_t rnk_m, rnk_n;
-enum { LD_EVENTS = 1, LD_CANCEL = 2, LD_BATCH = 4, LD_ALL = 7, LD_UNTIMED = 8,
-       LD_CANCEL_DEV = 16, LD_BLOCKING = 32 };
+enum {
+    LD_EVENTS = 1,
+    LD_CANCEL = 2,
+    LD_BATCH = 4,
+    LD_ALL = 7,
+    LD_UNTIMED = 8,
+    LD_CANCEL_DEV = 16,
+    LD_BLOCKING = 32
+};
 static int like_daemon, ipc_inputs, only_mode = -1;
 
 /* The production kernel on a problem in this process's memory. */
@@ -264,8 +271,7 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
     if (like_daemon & LD_BLOCKING) {
         wt.ev = malloc((size_t)n * sizeof *wt.ev);
         for (int i = 0; i < n; i++)
-            CK(cudaEventCreateWithFlags(&wt.ev[i], cudaEventDisableTiming |
-                                                       cudaEventBlockingSync));
+            CK(cudaEventCreateWithFlags(&wt.ev[i], cudaEventDisableTiming | cudaEventBlockingSync));
     }
     if (rnk_m)
         kjob_init(&kj, true, from_client);
@@ -291,7 +297,7 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
     }
     if (m != M_EVENT) {
         char go;
-        xread(from_client, &go, 1);          /* the client has mapped the words */
+        xread(from_client, &go, 1); /* the client has mapped the words */
         for (int i = 1; i <= n; i++) {
             value(wait64, s, ready + W_READY, (uint64_t)i, CU_STREAM_WAIT_VALUE_GEQ);
             if (like_daemon & LD_EVENTS)
@@ -342,7 +348,7 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
         CK(cudaIpcOpenEventHandle(&cev, ch));
         for (int i = 1; i <= n; i++) {
             char go;
-            xread(from_client, &go, 1);       /* the client recorded its event */
+            xread(from_client, &go, 1); /* the client recorded its event */
             CK(cudaStreamWaitEvent(s, cev, 0));
             if (rnk_m)
                 kjob_run(&kj, s);
@@ -372,7 +378,9 @@ static double pct(uint64_t *v, int n, double p)
     return (double)v[i] / 1000.0;
 }
 
-typedef struct result { double h1[4], h2[4], stamp; } result;
+typedef struct result {
+    double h1[4], h2[4], stamp;
+} result;
 
 static void run_mode(enum mode m, int n, uint64_t spin_ns, result *res)
 {
@@ -384,20 +392,20 @@ static void run_mode(enum mode m, int n, uint64_t spin_ns, result *res)
         exit(1);
     }
     uint8_t *host_words = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    uint64_t *t1_shared = mmap(NULL, tbytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                               -1, 0);
+    uint64_t *t1_shared =
+        mmap(NULL, tbytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (host_words == MAP_FAILED || t1_shared == MAP_FAILED) {
         perror("mmap");
         exit(1);
     }
     memset(host_words, 0, 4096);
-    result *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE,
-                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    result *shared =
+        mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (shared == MAP_FAILED) {
         perror("mmap");
         exit(1);
     }
-    fflush(NULL);   /* nothing buffered is written twice by the children */
+    fflush(NULL); /* nothing buffered is written twice by the children */
     pid_t pid = fork();
     if (pid == 0) {
         close(c2d[1]);
@@ -594,9 +602,11 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--ipc-inputs"))
             ipc_inputs = 1;
         else {
-            fprintf(stderr, "usage: %s [--iters N] [--spin-us U] [--wide-us W [--wide-blocks B]] "
-                            "[--rnk M,N [--like-daemon | --like-daemon-mask B] [--ipc-inputs]] [--mode I] "
-                            "[--out FILE]\n", argv[0]);
+            fprintf(stderr,
+                    "usage: %s [--iters N] [--spin-us U] [--wide-us W [--wide-blocks B]] "
+                    "[--rnk M,N [--like-daemon | --like-daemon-mask B] [--ipc-inputs]] [--mode I] "
+                    "[--out FILE]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -620,25 +630,29 @@ int main(int argc, char **argv)
         w += snprintf(what + w, sizeof what - (size_t)w, "kernels of %u blocks x %.1f us, ",
                       wide_blocks, (double)wide_ns / 1000.0);
     if (rnk_m)
-        snprintf(what + w, sizeof what - (size_t)w, "rnk %" PRId64 "x%" PRId64 "%s%s%s%s%s%s, ",
-                 rnk_m, rnk_n, like_daemon ? " like the daemon:" : "",
-                 like_daemon & LD_EVENTS ? (like_daemon & LD_UNTIMED ? " untimed events"
-                                                                      : " events")
-                                         : "", like_daemon & LD_CANCEL ? (like_daemon & LD_CANCEL_DEV ? " cancel (device)"
-                                                                      : " cancel")
-                                         : "",
-                 like_daemon & LD_BATCH ? " batch" : "",
-                 like_daemon & LD_BLOCKING ? " blocking completion" : "", ipc_inputs ? ", inputs by IPC" : "");
+        snprintf(
+            what + w, sizeof what - (size_t)w, "rnk %" PRId64 "x%" PRId64 "%s%s%s%s%s%s, ", rnk_m,
+            rnk_n, like_daemon ? " like the daemon:" : "",
+            like_daemon & LD_EVENTS ? (like_daemon & LD_UNTIMED ? " untimed events" : " events")
+                                    : "",
+            like_daemon & LD_CANCEL ? (like_daemon & LD_CANCEL_DEV ? " cancel (device)" : " cancel")
+                                    : "",
+            like_daemon & LD_BATCH ? " batch" : "",
+            like_daemon & LD_BLOCKING ? " blocking completion" : "",
+            ipc_inputs ? ", inputs by IPC" : "");
     if (spans()) {
         printf("   %sspans of the chain stamp -> kernel -> kernel -> stamp\n", what);
         if (f)
-            fprintf(f, "| means (%s), %s | across processes p50 / p90 "
-                       "/ p99 us | in-process p50 / p90 / p99 us | added p50 / p90 us |\n"
-                       "|---|---|---|---|\n",
+            fprintf(f,
+                    "| means (%s), %s | across processes p50 / p90 "
+                    "/ p99 us | in-process p50 / p90 / p99 us | added p50 / p90 us |\n"
+                    "|---|---|---|---|\n",
                     mps ? "MPS" : "no MPS", what);
     } else if (f) {
-        fprintf(f, "| means (%s) | hop 1 p50 / p90 / p99 us | hop 2 p50 / p90 / p99 us "
-                   "| stamp us |\n|---|---|---|---|\n", mps ? "MPS" : "no MPS");
+        fprintf(f,
+                "| means (%s) | hop 1 p50 / p90 / p99 us | hop 2 p50 / p90 / p99 us "
+                "| stamp us |\n|---|---|---|---|\n",
+                mps ? "MPS" : "no MPS");
     }
     for (int m = 0; m < M_COUNT; m++) {
         result r;
@@ -661,8 +675,8 @@ int main(int argc, char **argv)
         printf("mode=\"%s\" hop1_p50_us=%.2f hop1_p90_us=%.2f hop1_p99_us=%.2f hop1_max_us=%.1f "
                "hop2_p50_us=%.2f hop2_p90_us=%.2f hop2_p99_us=%.2f hop2_max_us=%.1f "
                "stamp_us=%.2f\n",
-               mode_name[m], r.h1[0], r.h1[1], r.h1[2], r.h1[3], r.h2[0], r.h2[1], r.h2[2],
-               r.h2[3], r.stamp);
+               mode_name[m], r.h1[0], r.h1[1], r.h1[2], r.h1[3], r.h2[0], r.h2[1], r.h2[2], r.h2[3],
+               r.stamp);
         fflush(stdout);
         if (f)
             fprintf(f, "| %s | %.2f / %.2f / %.2f | %.2f / %.2f / %.2f | %.2f |\n", mode_name[m],
