@@ -77,8 +77,7 @@ int rnd_cuda_gjob_events_ring(rnd_cuda *b, rnd_cuda_gjob *g, bool run, rnp_error
 
     g->ends_timed = run && b->ring_runs++ % RND_CUDA_TIME_EVERY == 0;
     RN_CUDA_GOTO(pool_get(g->ends_timed ? &b->fins_timed : &b->fins, &g->fin), &f, fail);
-    RN_CUDA_GOTO(pool_get(g->ends_timed ? &b->starts_timed : &b->starts, &g->started), &f,
-                 fail);
+    RN_CUDA_GOTO(pool_get(g->ends_timed ? &b->starts_timed : &b->starts, &g->started), &f, fail);
     return 0;
 fail:
     return rnd_cuda_fault(b, &f, false, err, "bwd: events");

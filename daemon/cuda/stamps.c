@@ -41,7 +41,8 @@ void rnd_cuda_stamps_init(rnd_cuda *b)
     memset(b->stamps, 0, 2 * RND_CUDA_STAMPS * sizeof(uint64_t));
     b->stamps_dev = (uint64_t *)dev;
     rnd_warn("RMSNORMD_DEBUG_STAMPS: two stamp kernels around every fast-path kernel, written "
-             "to %s at the end", path);
+             "to %s at the end",
+             path);
 }
 
 int rnd_cuda_stamp(rnd_cuda *b, const rnd_job *job, bool after, cudaStream_t st)
