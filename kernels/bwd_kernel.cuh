@@ -3,7 +3,8 @@
  * bwd_kernel.cuh - the device code of the fused, deterministic RMSNorm
  * backward kernel, shared by the production entry point (cuda_bwd.cu) and
  * the benchmark-only variants (cuda_variants.cu); the pieces both paths use
- * are in bwd_common.cuh.  C++ templates; nothing here is visible through rnk.h.
+ * are in bwd_common.cuh, the end of a launch (dw's finish) in
+ * bwd_finish.cuh.  C++ templates; nothing here is visible through rnk.h.
  *
  * Two of the three paths are here: the ring path (fast_kernel: aligned rows
  * of one dtype under rnk.h's contiguous order) and the general path
@@ -36,7 +37,7 @@
 #ifndef RNK_BWD_KERNEL_CUH
 #define RNK_BWD_KERNEL_CUH
 
-#include "bwd_common.cuh"
+#include "bwd_finish.cuh"
 
 namespace rnk {
 

@@ -5,7 +5,7 @@
  * 8192 columns, large enough; rnk_chunking): rows straight from global memory
  * into registers (16-byte loads, the next row in flight while one is
  * reduced), one row per TPR threads, dw summed in registers, the chunk
- * partials finished in the same launch (bwd_common.cuh).
+ * partials finished in the same launch (bwd_finish.cuh).
  *
  * A thread holds one 16-byte vector (8 columns) of a row: TPR = the fewest
  * threads, at least a warp, that cover n (32 up to n = 256, then 64, 128,
@@ -30,7 +30,7 @@
 #ifndef RNK_BWD_S_CUH
 #define RNK_BWD_S_CUH
 
-#include "bwd_common.cuh"
+#include "bwd_finish.cuh"
 
 namespace rnk {
 

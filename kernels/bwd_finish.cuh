@@ -1,0 +1,203 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bwd_finish.cuh - the end of a fused launch (bwd_kernel.cuh's step 2-4):
+ * dw's finish from the chunk partials in rnk.h's fixed order (the
+ * contiguous order's and the interleaved one's), the exit count and the
+ * last block's reset of the workspace counters.  C++ templates; nothing
+ * here is visible through rnk.h.
+ */
+#ifndef RNK_BWD_FINISH_CUH
+#define RNK_BWD_FINISH_CUH
+
+#include "bwd_common.cuh"
+
+namespace rnk {
+
+/*
+ * Contiguous order: finish 32 columns [sl*32, sl*32+32): stage up to
+ * FIN_BATCH chunks' partials at a time in shared memory (cp.async, all in
+ * flight at once); each warp adds whole groups of RNK_DW_GROUP partials in
+ * chunk order, then warp 0 adds the group sums in order (rnk.h's two-level
+ * order); round once at the end.  tile: FIN_BATCH * 32 floats.
+ */
+static_assert(FIN_BATCH % RNK_DW_GROUP == 0, "a staged batch holds whole groups");
+__device__ __forceinline__ void finish_slice(const Params &p, int sl, float *tile)
+{
+    __shared__ float gsum[FIN_BATCH / RNK_DW_GROUP][FIN_COLS];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int64_t col = (int64_t)sl * FIN_COLS + lane;
+    const bool ok = col < p.n;
+    float d = 0.0f;
+    for (int base = 0; base < p.nchunks; base += FIN_BATCH) {
+        const int cnt = p.nchunks - base < FIN_BATCH ? p.nchunks - base : FIN_BATCH;
+        /* 8 copies of 16 bytes per chunk, all in flight at once; columns
+         * past n are left as they are and never stored. */
+        for (int it = threadIdx.x; it < cnt * 8; it += blockDim.x) {
+            const int k = it >> 3, q = it & 7;
+            const int64_t c0 = (int64_t)sl * FIN_COLS + 4 * q;
+            if (c0 < p.n)
+                cp_async16(tile + k * FIN_COLS + 4 * q, p.part + (int64_t)(base + k) * p.cs + c0);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        const int ng = (cnt + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
+        for (int q = warp; q < ng; q += nw) {
+            const int k1 = (q + 1) * RNK_DW_GROUP < cnt ? (q + 1) * RNK_DW_GROUP : cnt;
+            float gs = 0.0f;
+            for (int k = q * RNK_DW_GROUP; k < k1; k++)
+                gs = __fadd_rn(gs, tile[k * FIN_COLS + lane]);
+            gsum[q][lane] = gs;
+        }
+        __syncthreads();
+        if (warp == 0) {
+            for (int q = 0; q < ng; q++)
+                d = __fadd_rn(d, gsum[q][lane]);
+        }
+        __syncthreads();
+    }
+    if (warp == 0 && ok)
+        st_any(p.dw_dt, p.dw, col, d);
+}
+
+/*
+ * Interleaved order: finish slices of FIN_COLS_IL = 8 columns in rnk.h's
+ * two-level order.  A block
+ * takes SB slices at a time (SB = blockDim / (2 * groups), at least 1); a
+ * thread takes one group of RNK_DW_GROUP partials of one float4 of a slice,
+ * loads the group's partials all at once (registers, L2) and adds them in
+ * chunk order; then one thread per column adds the group sums in order and
+ * rounds once.  MAXT: the kernel's largest block (sizes the group sums).
+ */
+template <int MAXT>
+__device__ __forceinline__ void finish_slices_il(const Params &p)
+{
+    constexpr int E = MAXT / 2 > MAX_GROUPS_IL ? MAXT / 2 : MAX_GROUPS_IL;
+    __shared__ float4 gsum[E][2];
+    const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
+    const int T = (int)blockDim.x, SB = T / (2 * Q) > 0 ? T / (2 * Q) : 1;
+    for (int base = blockIdx.x * SB; base < p.nslices; base += gridDim.x * SB) {
+        for (int i = threadIdx.x; i < SB * 2 * Q; i += T) {
+            const int so = i / (2 * Q), r = i - so * 2 * Q, cv = r & 1, q = r >> 1;
+            const int64_t col = (int64_t)(base + so) * FIN_COLS_IL + cv * 4;
+            float4 g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (base + so < p.nslices && col < p.n) {
+                /* (columns n .. pst-1 of a partial are padding, never stored) */
+                const float *src = p.part + (int64_t)q * RNK_DW_GROUP * p.cs + col;
+                const int cnt = P - q * RNK_DW_GROUP < RNK_DW_GROUP ? P - q * RNK_DW_GROUP
+                                                                    : RNK_DW_GROUP;
+                /* 8 loads in flight at a time (32 registers), added in order */
+#pragma unroll
+                for (int k0 = 0; k0 < RNK_DW_GROUP; k0 += 8) {
+                    float4 v[8];
+#pragma unroll
+                    for (int k = 0; k < 8; k++)
+                        if (k0 + k < cnt)
+                            v[k] = __ldcg(reinterpret_cast<const float4 *>(src + (k0 + k) * p.cs));
+#pragma unroll
+                    for (int k = 0; k < 8; k++)
+                        if (k0 + k < cnt) {
+                            g.x = __fadd_rn(g.x, v[k].x);
+                            g.y = __fadd_rn(g.y, v[k].y);
+                            g.z = __fadd_rn(g.z, v[k].z);
+                            g.w = __fadd_rn(g.w, v[k].w);
+                        }
+                }
+            }
+            gsum[so * Q + q][cv] = g;
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < SB * FIN_COLS_IL; i += T) {
+            const int so = i / FIN_COLS_IL, c = i % FIN_COLS_IL;
+            const int64_t col = (int64_t)(base + so) * FIN_COLS_IL + c;
+            if (base + so < p.nslices && col < p.n) {
+                const float *gs = reinterpret_cast<const float *>(&gsum[so * Q][c >> 2]) + (c & 3);
+                float d = 0.0f;
+                for (int q = 0; q < Q; q++)
+                    d = __fadd_rn(d, gs[q * 8]); /* gsum[so * Q + q][c >> 2], element c & 3 */
+                st_any(p.dw_dt, p.dw, col, d);
+            }
+        }
+        __syncthreads();
+    }
+}
+
+/* A counter's reset by the launch's last block (RNK_LEAN_SYNC: a plain store). */
+__device__ __forceinline__ void reset_word(unsigned *w, unsigned v)
+{
+#if RNK_LEAN_SYNC
+    st_relaxed(w, v);
+#else
+    atomicExch(w, v);
+#endif
+}
+
+/* Thread 0: count the block out; the value before (grid - 1: the last). */
+__device__ __forceinline__ unsigned exit_count(const Params &p)
+{
+#if RNK_LEAN_SYNC
+    /* acq_rel: every block's reads of the counters come before the last
+     * block's resets. */
+    return atom_acq_rel_add(&p.ctr[CTR_EXIT], 1u);
+#else
+    __threadfence();
+    return atomicAdd(&p.ctr[CTR_EXIT], 1u);
+#endif
+}
+
+/* Steps 2-4 of the fused launch.  Slices are dealt to blocks statically:
+ * once every chunk is done nothing waits any more, so a block that starts
+ * late still finishes its slices.  IL: the interleaved order's finish
+ * (finish_slices_il, MAXT: the kernel's largest block); else the contiguous
+ * one's (finish_slice through tile, FIN_BATCH * FIN_COLS floats). */
+template <bool IL = false, int MAXT = 1024>
+__device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bool fused)
+{
+    unsigned prev = 0;
+    if (fused && p.dw) {
+        if (threadIdx.x == 0) {
+            while (ld_acquire(&p.ctr[CTR_DONE]) < (unsigned)p.nchunks)
+                __nanosleep(64);
+#if !RNK_LEAN_SYNC /* (the acquiring load alone orders the reads that follow) */
+            __threadfence();
+#endif
+        }
+#if RNK_EARLY_EXIT
+        /* Nothing below reads a counter: the last block's resets may come
+         * while the others still add their slices. */
+        if (threadIdx.x == 0)
+            prev = exit_count(p);
+#endif
+        __syncthreads();
+        trace_mark(p, 3, 3);
+        if constexpr (IL)
+            finish_slices_il<MAXT>(p);
+        else
+            for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
+                finish_slice(p, sl, tile);
+    }
+    __syncthreads();
+    trace_mark(p, fused && p.dw ? 4 : 3, 4);
+    if (threadIdx.x == 0) {
+        if (!(RNK_EARLY_EXIT && fused && p.dw))
+            prev = exit_count(p);
+        if (prev == gridDim.x - 1) {
+            /* Everyone else has exited its claim loops: nothing reads the
+             * counters any more in this launch (RNK_LEAN_SYNC: and the
+             * launch's end makes plain stores visible to the next launch). */
+            reset_word(&p.ctr[CTR_CLAIM], 0u);
+            reset_word(&p.ctr[CTR_DONE], 0u);
+            reset_word(&p.ctr[CTR_SLICE], 0u);
+            reset_word(&p.ctr[CTR_CANCEL], (unsigned)CANCEL_UNKNOWN);
+#if !RNK_LEAN_SYNC
+            __threadfence();
+#endif
+            reset_word(&p.ctr[CTR_EXIT], 0u);
+        }
+    }
+    trace_mark(p, 5, 5);
+}
+
+} /* namespace rnk */
+
+#endif
