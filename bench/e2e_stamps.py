@@ -5,8 +5,10 @@ the daemon, its client's producer and consumer stamps (RN_E2E_STAMPS=CLIENT)
 set beside the daemon's stamps just before and after its kernel
 (RMSNORMD_DEBUG_STAMPS=DAEMON; daemon/cuda/stamps.c).  All stamps are the
 GPU's %globaltimer, one clock for every process.  Per shape, the hop loop's
-calls are the client file's lines of that shape and the daemon's last lines
-of that shape, in order (the hop loop is a shape's last run of calls).
+calls are the last ITERS lines of that shape in each file, in order: the hop
+loop is a shape's last run of calls in the daemon, and its client appends
+(a client file kept over several runs, or one with the classic path's run
+before the fast path's, still ends with the last run's fast-path calls).
 
 Prints per shape the p50 / p90 in us of
   to kernel    producer stamp -> the daemon's stamp before its kernel
@@ -16,7 +18,8 @@ Prints per shape the p50 / p90 in us of
                (the done words, the client's wait, its consumer's start)
   span         producer -> consumer
 
-Usage: e2e_stamps.py CLIENT DAEMON [--out FILE]   (FILE: a markdown table, appended)
+Usage: e2e_stamps.py CLIENT DAEMON [--iters ITERS] [--out FILE]
+  ITERS: bench_e2e_cuda's --iters (default 300); FILE: a markdown table, appended
 """
 import sys
 
@@ -38,10 +41,11 @@ def pct(v, q):
 
 def main(argv):
     if len(argv) < 3:
-        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        print("\n".join(__doc__.strip().splitlines()[-2:]), file=sys.stderr)
         return 2
     client, daemon = read(argv[1]), read(argv[2])
     out = argv[argv.index("--out") + 1] if "--out" in argv else None
+    iters = int(argv[argv.index("--iters") + 1]) if "--iters" in argv else 300
     shapes = []
     for m, n, _, _ in client:
         if (m, n) not in shapes:
@@ -49,11 +53,11 @@ def main(argv):
     lines = ["| shape | calls | to kernel p50 / p90 us | kernel p50 / p90 us | back p50 / p90 us "
              "| span p50 / p90 us |", "|---|---|---|---|---|---|"]
     for m, n in shapes:
-        c = [r for r in client if (r[0], r[1]) == (m, n)]
-        d = [r for r in daemon if (r[0], r[1]) == (m, n)][-len(c):]
-        if len(d) < len(c):
-            print("%dx%d: %d client calls, only %d daemon stamps" % (m, n, len(c), len(d)),
-                  file=sys.stderr)
+        c = [r for r in client if (r[0], r[1]) == (m, n)][-iters:]
+        d = [r for r in daemon if (r[0], r[1]) == (m, n)][-iters:]
+        if len(c) < iters or len(d) < iters:
+            print("%dx%d: %d client calls and %d daemon stamps, %d wanted (--iters)"
+                  % (m, n, len(c), len(d), iters), file=sys.stderr)
             return 1
         to = [dd[2] - cc[2] for cc, dd in zip(c, d)]
         kern = [dd[3] - dd[2] for dd in d]

@@ -246,6 +246,7 @@ static int cuda_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *er
     return 0;
 
 fail:
+    rnd_cuda_stamps_fini(b); /* (nothing ran: no file) */
     release_streams(b);
     rnk_cuda_fini(b->kdev);
     (void)cudaGetLastError();
@@ -303,6 +304,9 @@ static void cuda_fini(rnd_backend *be)
         /* The closer closes nothing more: a close in progress gets the same
          * time as the completion threads, then it is left running too. */
         (void)rnd_cuda_closer_stop(b, RND_CUDA_JOIN_MS);
+        if (b->stamps)
+            rnd_warn("RMSNORMD_DEBUG_STAMPS: the GPU was not idle at the end; %s not written",
+                     b->stamp_path);
         pthread_mutex_lock(&b->mu);
         b->gone = true;
         pthread_mutex_unlock(&b->mu);

@@ -63,10 +63,11 @@ int rnd_cuda_stamp(rnd_cuda *b, const rnd_job *job, bool after, cudaStream_t st)
     return 0;
 }
 
-/* (The device is idle here: every stamp has landed.) */
+/* (The device is idle here: every stamp has landed.  No file when no
+ * kernel was stamped.) */
 void rnd_cuda_stamps_fini(rnd_cuda *b)
 {
-    if (b->stamps && b->stamp_shape && b->stamp_path && !b->failed) {
+    if (b->stamps && b->stamp_shape && b->stamp_path && !b->failed && b->nstamps) {
         FILE *f = fopen(b->stamp_path, "w");
         uint64_t n = b->nstamps < RND_CUDA_STAMPS ? b->nstamps : RND_CUDA_STAMPS;
         for (uint64_t i = 0; f && i < n; i++) {
