@@ -246,6 +246,7 @@ static int cuda_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *er
     return 0;
 
 fail:
+    rnd_cuda_ring_fini(b); /* (its pinned cancel words; no ring was open) */
     rnd_cuda_stamps_fini(b); /* (nothing ran: no file) */
     release_streams(b);
     rnk_cuda_fini(b->kdev);
