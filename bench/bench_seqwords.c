@@ -246,6 +246,18 @@ static int spans(void)
     return wide_ns || rnk_m;
 }
 
+/* The daemon's side of one call on s: the production kernel (--rnk), a wide
+ * one (--wide-us), or else the stamp t1. */
+static void daemon_work(const kjob *kj, const rne_kernels *k, uint64_t *t1, cudaStream_t s)
+{
+    if (rnk_m)
+        kjob_run(kj, s);
+    else if (wide_ns)
+        wide(k, s);
+    else
+        CK(rne_stamp(k, t1, s));
+}
+
 /* The daemon's side of one mode: n iterations; stamps t1 into host memory
  * the parent reads (shared mapping `t1`). */
 static void daemon_side(enum mode m, int n, int to_client, int from_client, uint8_t *host_words,
@@ -302,12 +314,7 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
             value(wait64, s, ready + W_READY, (uint64_t)i, CU_STREAM_WAIT_VALUE_GEQ);
             if (like_daemon & LD_EVENTS)
                 CK(cudaEventRecord(ev0, s));
-            if (rnk_m)
-                kjob_run(&kj, s);
-            else if (wide_ns)
-                wide(&k, s);
-            else
-                CK(rne_stamp(&k, t1 + i - 1, s));
+            daemon_work(&kj, &k, t1 + i - 1, s);
             if (like_daemon & LD_BATCH) {
                 /* the ring's word (host) and the done word, one batch */
                 CUstreamBatchMemOpParams ops[2];
@@ -350,12 +357,7 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
             char go;
             xread(from_client, &go, 1); /* the client recorded its event */
             CK(cudaStreamWaitEvent(s, cev, 0));
-            if (rnk_m)
-                kjob_run(&kj, s);
-            else if (wide_ns)
-                wide(&k, s);
-            else
-                CK(rne_stamp(&k, t1 + i - 1, s));
+            daemon_work(&kj, &k, t1 + i - 1, s);
             CK(cudaEventRecord(ev, s));
             xwrite(to_client, &go, 1);
         }
