@@ -10,7 +10,7 @@ set -u
 build=${1:?usage: device_run.sh BUILD_DIR OUT_DIR}
 out=${2:?usage: device_run.sh BUILD_DIR OUT_DIR}
 mkdir -p "$out"
-export RN_BUILD=$PWD/$build
+export RN_BUILD=$(realpath "$build")
 t=$build/tests/gpu/test_kernel_gpu
 summary=()
 step() { # step NAME LOG COMMAND...: run, keep the log, note pass or fail

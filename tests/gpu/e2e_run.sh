@@ -29,7 +29,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --fo
 "$build/tests/gpu/prog_probe" | tee -a "$out/gpu.txt"
 
 case " $steps " in *" tests "*)
-    export RN_BUILD=$PWD/$build
+    export RN_BUILD=$(realpath "$build")
     step "test_e2e_cuda (no MPS)" e2e-nomps.log timeout 280 "$build/tests/gpu/test_e2e_cuda"
     if mps_start e2e; then
         step "test_e2e_cuda (MPS)" e2e-mps.log env RN_EXPECT_MPS=1 timeout 280 \
@@ -44,7 +44,7 @@ esac
 # The CUDA fast path's own tests and its benchmark beside the classic path
 # (both paths in one run): E2E_STEPS="fast" (or "tests bench fast").
 case " $steps " in *" fast "*)
-    export RN_BUILD=$PWD/$build
+    export RN_BUILD=$(realpath "$build")
     step "test_fastpath_cuda (no MPS)" fast-nomps.log timeout 280 \
         "$build/tests/gpu/test_fastpath_cuda"
     if mps_start e2e; then
@@ -65,7 +65,7 @@ esac
 # word in device memory; the kill tests are what show the raise of either
 # when a session is lost), without and with MPS: E2E_STEPS="hostword".
 case " $steps " in *" hostword "*)
-    export RN_BUILD=$PWD/$build RMSNORMD_DONE_WORD=host
+    export RN_BUILD=$(realpath "$build") RMSNORMD_DONE_WORD=host
     step "test_fastpath_cuda hostword (no MPS)" hostword-fast-nomps.log timeout 280 \
         "$build/tests/gpu/test_fastpath_cuda"
     step "test_e2e_cuda hostword (no MPS)" hostword-e2e-nomps.log timeout 280 \

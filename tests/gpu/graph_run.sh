@@ -13,7 +13,7 @@ set -u
 pack=${1:?usage: graph_run.sh PACK OUT}
 out=${2:?usage: graph_run.sh PACK OUT}
 mkdir -p "$out"
-export RN_BUILD=$PWD/$pack
+export RN_BUILD=$(realpath "$pack")
 summary=()
 . "$(dirname "$0")/run_lib.sh"
 pytests() {
