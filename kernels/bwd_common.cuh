@@ -36,11 +36,8 @@ enum Mode {
 /* Counter words, each on its own 128-byte line of the workspace header
  * (the cancel state shares the exit counter's line: each block touches
  * them at its start and at its end only). */
-#ifndef RNK_PROG_FINISH
-#define RNK_PROG_FINISH 0 /* (a benchmark knob: bwd_finish.cuh's progressive finish) */
-#endif
 enum { CTR_CLAIM = 0, CTR_DONE = 32, CTR_SLICE = 64, CTR_EXIT = 96, CTR_CANCEL = 112,
-       CTR_GROUPS = 128, CTR_WORDS = RNK_PROG_FINISH ? 256 : 128 };
+       CTR_WORDS = 128 };
 /* CTR_CANCEL: what this launch knows of the cancel word. */
 enum { CANCEL_UNKNOWN = 0, CANCEL_READING = 1, CANCEL_CLEAR = 2, CANCEL_SET = 3 };
 /* The finish's slices: 32 columns under the contiguous order (finish_slice,
@@ -420,19 +417,6 @@ __device__ __forceinline__ void publish_chunk(const Params &p)
 #endif
     }
 }
-
-#if RNK_PROG_FINISH
-/* (RNK_PROG_FINISH: the chunk's group of RNK_DW_GROUP chunks is counted
- * too, CTR_GROUPS + group, which the progressive finish waits on.) */
-__device__ __forceinline__ void publish_chunk_group(const Params &p, int k)
-{
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        red_release_add(&p.ctr[CTR_DONE], 1u);
-        red_release_add(&p.ctr[CTR_GROUPS + k / RNK_DW_GROUP], 1u);
-    }
-}
-#endif
 
 /*
  * Chunk claims.  Thread 0 asks for the block's next chunk as soon as it

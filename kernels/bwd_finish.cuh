@@ -60,18 +60,6 @@ __device__ __forceinline__ void finish_slice(const Params &p, int sl, float *til
         st_any(p.dw_dt, p.dw, col, d);
 }
 
-#if RNK_PROG_FINISH
-/* (RNK_PROG_FINISH: until group q's cnt chunks are published.) */
-__device__ __forceinline__ void wait_group(const Params &p, int q, int cnt)
-{
-    unsigned ns = 64;
-    while (ld_acquire(&p.ctr[CTR_GROUPS + q]) < (unsigned)cnt) {
-        __nanosleep(ns);
-        ns = ns < 512 ? 2 * ns : 512;
-    }
-}
-#endif
-
 /*
  * Interleaved order: finish slices of FIN_COLS_IL = 8 columns in rnk.h's
  * two-level order.  A block
@@ -80,11 +68,8 @@ __device__ __forceinline__ void wait_group(const Params &p, int q, int cnt)
  * loads the group's partials all at once (registers, L2) and adds them in
  * chunk order; then one thread per column adds the group sums in order and
  * rounds once.  MAXT: the kernel's largest block (sizes the group sums).
- * PROG (the benchmark knob RNK_PROG_FINISH): a thread waits for its group's
- * chunks alone (publish_chunk_group), not for every chunk, so that the
- * groups done early are added while the last chunks still run.
  */
-template <int MAXT, bool PROG = false>
+template <int MAXT>
 __device__ __forceinline__ void finish_slices_il(const Params &p)
 {
     constexpr int E = MAXT / 2 > MAX_GROUPS_IL ? MAXT / 2 : MAX_GROUPS_IL;
@@ -101,10 +86,6 @@ __device__ __forceinline__ void finish_slices_il(const Params &p)
                 const float *src = p.part + (int64_t)q * RNK_DW_GROUP * p.cs + col;
                 const int cnt = P - q * RNK_DW_GROUP < RNK_DW_GROUP ? P - q * RNK_DW_GROUP
                                                                     : RNK_DW_GROUP;
-#if RNK_PROG_FINISH
-                if (PROG)
-                    wait_group(p, q, cnt);
-#endif
                 /* 8 loads in flight at a time (32 registers), added in order */
 #pragma unroll
                 for (int k0 = 0; k0 < RNK_DW_GROUP; k0 += 8) {
@@ -169,14 +150,12 @@ __device__ __forceinline__ unsigned exit_count(const Params &p)
  * late still finishes its slices.  IL: the interleaved order's finish
  * (finish_slices_il, MAXT: the kernel's largest block); else the contiguous
  * one's (finish_slice through tile, FIN_BATCH * FIN_COLS floats). */
-template <bool IL = false, int MAXT = 1024, bool PROG = false>
+template <bool IL = false, int MAXT = 1024>
 __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bool fused)
 {
     unsigned prev = 0;
     if (fused && p.dw) {
-        /* (PROG: no wait here; finish_slices_il waits for each group, and a
-         * block without a slice goes straight out) */
-        if (!PROG && threadIdx.x == 0) {
+        if (threadIdx.x == 0) {
             while (ld_acquire(&p.ctr[CTR_DONE]) < (unsigned)p.nchunks)
                 __nanosleep(64);
 #if !RNK_LEAN_SYNC /* (the acquiring load alone orders the reads that follow) */
@@ -186,13 +165,13 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
 #if RNK_EARLY_EXIT
         /* Nothing below reads a counter: the last block's resets may come
          * while the others still add their slices. */
-        if (!PROG && threadIdx.x == 0)
+        if (threadIdx.x == 0)
             prev = exit_count(p);
 #endif
         __syncthreads();
         trace_mark(p, 3, 3);
         if constexpr (IL)
-            finish_slices_il<MAXT, PROG>(p);
+            finish_slices_il<MAXT>(p);
         else
             for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
                 finish_slice(p, sl, tile);
@@ -200,7 +179,7 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
     __syncthreads();
     trace_mark(p, fused && p.dw ? 4 : 3, 4);
     if (threadIdx.x == 0) {
-        if (!(RNK_EARLY_EXIT && fused && p.dw && !PROG))
+        if (!(RNK_EARLY_EXIT && fused && p.dw))
             prev = exit_count(p);
         if (prev == gridDim.x - 1) {
             /* Everyone else has exited its claim loops: nothing reads the
@@ -210,10 +189,6 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
             reset_word(&p.ctr[CTR_DONE], 0u);
             reset_word(&p.ctr[CTR_SLICE], 0u);
             reset_word(&p.ctr[CTR_CANCEL], (unsigned)CANCEL_UNKNOWN);
-#if RNK_PROG_FINISH
-            for (int q = 0; q < (p.nchunks + RNK_DW_GROUP - 1) / RNK_DW_GROUP; q++)
-                reset_word(&p.ctr[CTR_GROUPS + q], 0u);
-#endif
 #if !RNK_LEAN_SYNC
             __threadfence();
 #endif

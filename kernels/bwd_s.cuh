@@ -235,11 +235,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
         if (MODE == MODE_ATOMIC)
             atomic_tail(p, &sh.last);
         else if (MODE == MODE_FUSED)
-#if RNK_PROG_FINISH
-            publish_chunk_group(p, k);
-#else
             publish_chunk(p);
-#endif
         else
             __syncthreads();
         trace_chunk(p, s_claim[it & 1]);
@@ -271,7 +267,7 @@ __global__ void __launch_bounds__(SShape<TPR>::BT, SShape<TPR>::MINB) s_kernel(P
         s_chunks<T, TPR, MODE, false, false>(p, sh);
     else
         s_chunks<T, TPR, MODE, false, true>(p, sh);
-    finish_and_exit<true, SShape<TPR>::BT, RNK_PROG_FINISH != 0>(p, nullptr, MODE == MODE_FUSED);
+    finish_and_exit<true, SShape<TPR>::BT>(p, nullptr, MODE == MODE_FUSED);
 }
 
 } /* namespace rnk */
