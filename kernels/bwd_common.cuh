@@ -37,7 +37,7 @@ enum Mode {
  * (the cancel state shares the exit counter's line: each block touches
  * them at its start and at its end only). */
 enum { CTR_CLAIM = 0, CTR_DONE = 32, CTR_SLICE = 64, CTR_EXIT = 96, CTR_CANCEL = 112,
-       CTR_WORDS = 128 };
+       CTR_END = 120, CTR_WORDS = 128 };
 /* CTR_CANCEL: what this launch knows of the cancel word. */
 enum { CANCEL_UNKNOWN = 0, CANCEL_READING = 1, CANCEL_CLEAR = 2, CANCEL_SET = 3 };
 /* The finish's slices: 32 columns under the contiguous order (finish_slice,
@@ -95,6 +95,7 @@ struct Params {
     float *part;      /* chunk k, stripe slot g at part + k * cs + g * pst */
     float *acc;       /* MODE_ATOMIC: fp32 accumulator [n], zero between launches */
     const unsigned *cancel; /* rnk_bwd_args.cancel: NULL or the word read first */
+    unsigned long long *done0, *done1, done_v; /* rnk_bwd_args.done, done_value */
     int64_t xstep, ystep, dstep, drstep; /* ring path: bytes between a stripe's rows */
     float inv_n;      /* 1 / n (RNK_LEAN's row means) */
 #if RNK_TRACE
@@ -224,6 +225,11 @@ __device__ __forceinline__ unsigned atom_acq_rel_add(unsigned *p, unsigned v)
 __device__ __forceinline__ void st_relaxed(unsigned *p, unsigned v)
 {
     asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void st_release_sys64(unsigned long long *p, unsigned long long v)
+{
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 /* Asynchronous 16-byte copies, global to shared (sm_80 and later). */

@@ -145,6 +145,25 @@ __device__ __forceinline__ unsigned exit_count(const Params &p)
 #endif
 }
 
+/* Thread 0, after its block's last write (rnk_bwd_args.done): the block
+ * that counts itself out last (CTR_END, after any finish) writes the done
+ * words.  Each block's fence orders its writes (its threads' before the
+ * barrier that precedes this) before its count; the last block's
+ * system-scope fence orders everything it counted before the stores, the
+ * first word before the second (release).  CTR_END's reset is a plain store:
+ * the next launch comes after this one's end. */
+__device__ __forceinline__ void write_done(const Params &p)
+{
+    __threadfence();
+    if (atomicAdd(&p.ctr[CTR_END], 1u) != gridDim.x - 1)
+        return;
+    __threadfence_system();
+    st_release_sys64(p.done0, p.done_v);
+    if (p.done1)
+        st_release_sys64(p.done1, p.done_v);
+    p.ctr[CTR_END] = 0u;
+}
+
 /* Steps 2-4 of the fused launch.  Slices are dealt to blocks statically:
  * once every chunk is done nothing waits any more, so a block that starts
  * late still finishes its slices.  IL: the interleaved order's finish
@@ -194,6 +213,8 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
 #endif
             reset_word(&p.ctr[CTR_EXIT], 0u);
         }
+        if (p.done0)
+            write_done(p);
     }
     trace_mark(p, 5, 5);
 }

@@ -210,6 +210,9 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
     p.part = (float *)((char *)ws + WS_HEADER);
     p.acc = nullptr; /* the ATOMIC benchmark variant's, set there */
     p.cancel = a->cancel;
+    p.done0 = (unsigned long long *)a->done[0];
+    p.done1 = p.done0 ? (unsigned long long *)a->done[1] : nullptr;
+    p.done_v = a->done_value;
     p.even_bars = racecheck_run() ? 1 : 0;
     {
         /* Steps between a stripe's rows (the ring path's): G rows, or G * P

@@ -58,6 +58,10 @@ extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void
         snprintf(msg, msglen, "variant: only bf16 fast-path shapes with dw");
         return RNK_EINVAL;
     }
+    if (a->done[0]) {
+        snprintf(msg, msglen, "variant: done words are the production kernel's only");
+        return RNK_EINVAL;
+    }
     cudaStream_t st = (cudaStream_t)stream;
     if (variant == RNK_VARIANT_SEPARATE) {
         /* First kernel: no finish tile needed (ring: only w, the ring and the

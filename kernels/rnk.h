@@ -75,6 +75,16 @@ typedef struct rnk_bwd_args {
      * Set after the read, the launch runs as usual.  Either way it ends
      * and leaves the workspace clean for the next one. */
     const unsigned *cancel;
+    /* NULL, or where the launch tells a waiter that its work is over (the
+     * fast path's done words, daemon/cuda/ring.c): the launch's last block,
+     * after every other write of the launch and a system-scope fence, stores
+     * done_value into done[0], then into done[1] when not NULL; device
+     * addresses (device memory, or host memory mapped for the device), 8-byte
+     * aligned.  The caller's stream then needs no write after the kernel for
+     * them.  A cancelled launch writes them too; m = 0 launches nothing and
+     * writes nothing. */
+    uint64_t *done[2];
+    uint64_t done_value;
 } rnk_bwd_args;
 
 /* Bytes per element; 0 for NONE. */

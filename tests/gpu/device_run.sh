@@ -32,7 +32,8 @@ step "gpu tests (full)" full.log timeout 240 "$t"
 # barriers even (bwd_kernel.cuh: else it reports races that are none).
 export RNK_GPU_QUICK=1
 step "memcheck (quick)" memcheck.log timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    env RNK_GPU_TESTS='ref64,bad_args,m_zero,dtype,strides,no_weight,repeat,grid_invariance,graph,back_to_back,cancel,test_grid' "$t"
+    env RNK_GPU_TESTS='ref64,bad_args,m_zero,dtype,strides,no_weight,repeat,grid_invariance,'\
+'graph,back_to_back,cancel,done_words,test_grid' "$t"
 step "racecheck (quick)" racecheck.log timeout 90 env RNK_RACECHECK=1 compute-sanitizer --tool racecheck --error-exitcode 9 \
     env RNK_GPU_TESTS='graph,m_zero' "$t"
 
@@ -43,7 +44,8 @@ mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 if nvidia-cuda-mps-control -d; then
     export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25
     step "MPS 25% no deadlock" mps.log timeout 60 \
-        env RNK_GPU_TESTS='no_deadlock_process,repeat,grid_invariance,graph,back_to_back' "$t"
+        env RNK_GPU_TESTS='no_deadlock_process,repeat,grid_invariance,graph,back_to_back,'\
+'done_words' "$t"
     unset CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
     echo quit | nvidia-cuda-mps-control
     cp "$CUDA_MPS_LOG_DIRECTORY"/control.log "$out/mps-control.log" 2>/dev/null

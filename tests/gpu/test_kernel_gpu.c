@@ -607,6 +607,115 @@ static void test_cancel_word(void **state)
     cudaFree(dword);
 }
 
+/* Bits of dx and dw read on another stream (no wait for st). */
+static void snap_on(const gprob *p, cudaStream_t s2, void **dx, void **dw)
+{
+    *dx = malloc(p->dxb);
+    *dw = p->dw ? malloc(p->dwb) : NULL;
+    assert_non_null(*dx);
+    CU(cudaMemcpyAsync(*dx, p->dx, p->dxb, cudaMemcpyDeviceToHost, s2));
+    if (p->dw)
+        CU(cudaMemcpyAsync(*dw, p->dw, p->dwb, cudaMemcpyDeviceToHost, s2));
+    CU(cudaStreamSynchronize(s2));
+}
+
+/* rnk_bwd_args.done: the launch's last block writes the words, the second
+ * after the first, both after every output: a host that sees the word in
+ * mapped memory and reads the outputs on another stream, without waiting
+ * for the launch's stream, finds them complete.  Cancelled launches write
+ * them too, m = 0 does not, and every launch path counts its blocks out
+ * again (CTR_END is reset): several launches in a row, grids of 1 to 500. */
+static void test_done_words(void **state)
+{
+    (void)state;
+    gspec specs[] = {gs(4096, 4096, RNK_BF16, RNK_F32, RNK_F32),
+                     gs(8192, 256, RNK_BF16, RNK_BF16, RNK_BF16),
+                     gs(199, 33, RNK_F16, RNK_F32, RNK_F32),
+                     gs(16384, 1024, RNK_BF16, RNK_F32, RNK_F32)};
+    static const int grids[] = {0, 1, 7, 500};
+    uint64_t *dword = dalloc(sizeof(uint64_t)), *hword = NULL, *hdev = NULL, v = 0, got = 0;
+    unsigned *cword = NULL, *cdev = NULL;
+    cudaStream_t s2;
+    CU(cudaHostAlloc((void **)&hword, sizeof(uint64_t), cudaHostAllocMapped));
+    CU(cudaHostGetDevicePointer((void **)&hdev, hword, 0));
+    CU(cudaHostAlloc((void **)&cword, sizeof(unsigned), cudaHostAllocMapped));
+    CU(cudaHostGetDevicePointer((void **)&cdev, cword, 0));
+    CU(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+        gprob p;
+        gp_init(&p, &specs[k]);
+        run(&p);
+        verify_gpu(&p, "done words: none");
+        void *dx0, *dw0;
+        snap(&p, &dx0, &dw0);
+        for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; gi++) {
+            rnk_cuda_force_grid(dev, grids[gi]);
+            for (int c = 0; c < 4; c++) {
+                bool cancel = c == 3, one = c == 2; /* one: done[1] NULL */
+                *(volatile unsigned *)cword = cancel ? 1u : 0u;
+                p.a.cancel = cdev;
+                v = 0x8000000100000000ull + (seq++ << 8) + (uint64_t)c; /* both halves */
+                *(volatile uint64_t *)hword = 0;
+                CU(cudaMemsetAsync(dword, 0, sizeof(uint64_t), st));
+                poison(&p);
+                void *px = NULL, *pw = NULL;
+                if (cancel) {
+                    CU(cudaStreamSynchronize(st));
+                    snap(&p, &px, &pw);
+                }
+                p.a.done[0] = hdev;
+                p.a.done[1] = one ? NULL : dword;
+                p.a.done_value = v;
+                launch(&p);
+                double t0 = now_s();
+                while (*(volatile uint64_t *)hword != v)
+                    if (now_s() - t0 > 20)
+                        FAILF("grid %d: the done word never came (%llx)", grids[gi],
+                              (unsigned long long)*(volatile uint64_t *)hword);
+                void *dx, *dw;
+                snap_on(&p, s2, &dx, &dw);
+                const void *ex = cancel ? px : dx0, *ew = cancel ? pw : dw0;
+                if (memcmp(dx, ex, p.dxb) != 0 || (ew && memcmp(dw, ew, p.dwb) != 0))
+                    FAILF("m=%lld n=%lld grid %d case %d: outputs not complete at done",
+                          (long long)p.s.m, (long long)p.s.n, grids[gi], c);
+                free(dx);
+                free(dw);
+                free(px);
+                free(pw);
+                CU(cudaStreamSynchronize(st));
+                CU(cudaMemcpy(&got, dword, sizeof got, cudaMemcpyDeviceToHost));
+                if (got != (one ? 0 : v))
+                    FAILF("grid %d case %d: device word %llx", grids[gi], c,
+                          (unsigned long long)got);
+                p.a.done[0] = p.a.done[1] = NULL;
+                p.a.cancel = NULL;
+            }
+        }
+        rnk_cuda_force_grid(dev, 0);
+        /* Without words, the same bits as before. */
+        run(&p);
+        expect_same(&p, dx0, dw0, "after the done words");
+        free(dx0);
+        free(dw0);
+        gp_free(&p);
+    }
+    /* m = 0: no launch, no word. */
+    gspec z = gs(0, 64, RNK_BF16, RNK_F32, RNK_F32);
+    gprob p;
+    gp_init(&p, &z);
+    *(volatile uint64_t *)hword = 7;
+    p.a.done[0] = hdev;
+    p.a.done_value = 9;
+    launch(&p);
+    CU(cudaStreamSynchronize(st));
+    assert_int_equal(*(volatile uint64_t *)hword, 7);
+    gp_free(&p);
+    CU(cudaStreamDestroy(s2));
+    CU(cudaFreeHost(hword));
+    CU(cudaFreeHost(cword));
+    cudaFree(dword);
+}
+
 static void test_grid_invariance(void **state)
 {
     (void)state;
@@ -917,6 +1026,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_graph_replay),
         cmocka_unit_test(test_back_to_back),
         cmocka_unit_test(test_cancel_word),
+        cmocka_unit_test(test_done_words),
         cmocka_unit_test(test_grid),
         cmocka_unit_test(test_no_deadlock_stream),
         cmocka_unit_test(test_no_deadlock_process),
