@@ -294,6 +294,7 @@ struct rnd_cuda {
     CUdeviceptr cancel_dev;        /* ... their device address */
     uint8_t *cancel_used;          /* which words a session holds */
     bool cancel_words;             /* kernels get theirs (off: RMSNORMD_DEBUG_CANCEL_WORD=0) */
+    bool kernel_done;              /* kernels write the done words (RMSNORMD_DEBUG_KERNEL_DONE=1) */
 
     bool failed, fatal_pending;
     char fail_msg[RNP_MAX_ERRMSG]; /* for the fatal hook; HEALTH shows the start */

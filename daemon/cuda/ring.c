@@ -19,7 +19,12 @@
  *                 seq (with its memory barrier: the outputs and the status
  *                 are visible before done; the ring's word and the client's
  *                 device word in one cuStreamBatchMemOp); the start and
- *                 completion events (timing) give fast.compute;
+ *                 completion events (timing, one job in
+ *                 RND_CUDA_TIME_EVERY) give fast.compute.  With
+ *                 RMSNORMD_DEBUG_KERNEL_DONE=1 (and m > 0) the kernel's last
+ *                 block writes the done words instead (rnk_bwd_args.done:
+ *                 after a system-scope fence; the ring's word, then the
+ *                 client's), and the stream writes nothing after it;
  *   invalid slot  the host writes status and message into the slot; the
  *                 stream writes done = seq after the previous job, without
  *                 waiting for ready and without a kernel;
@@ -138,6 +143,13 @@ void rnd_cuda_ring_probe(rnd_cuda *b, bool want)
     if (!b->cancel_words)
         rnd_warn("RMSNORMD_DEBUG_CANCEL_WORD=0: a dead client's pending kernels run on memory "
                  "the daemon still maps instead of being skipped");
+    /* Off unless RMSNORMD_DEBUG_KERNEL_DONE=1 (not yet measured on a GPU,
+     * bench/RESULTS.md): the kernel's last block writes the done words, in
+     * place of the stream's writes after it. */
+    const char *kd = getenv("RMSNORMD_DEBUG_KERNEL_DONE");
+    b->kernel_done = kd && !strcmp(kd, "1");
+    if (b->kernel_done)
+        rnd_info("RMSNORMD_DEBUG_KERNEL_DONE=1: the kernel writes the done words");
     b->cancel_dev = (CUdeviceptr)(uintptr_t)dev;
     b->rings = true;
     b->done_words = true;

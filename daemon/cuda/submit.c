@@ -252,24 +252,29 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
      * count the done words' writes too: each record costs the loop 1-2.5
      * us, bench_submit.) */
     RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_queued);
+    bool kdone = run && b->kernel_done && job->args.m > 0; /* the kernel writes done */
     if (run) {
         /* Read first by the kernel: set if the client dies before ready. */
         job->args.cancel = b->cancel_words ? rnd_cuda_cancel_word(b, cs) : NULL;
+        job->args.done[0] = kdone ? (uint64_t *)(uintptr_t)done : NULL;
+        job->args.done[1] = kdone ? (uint64_t *)rj->done_dev : NULL;
+        job->args.done_value = rnd_ring_done_value(rj);
         (void)rnd_cuda_stamp(b, job, false, s->st); /* (RMSNORMD_DEBUG_STAMPS) */
         krc = rnk_cuda_bwd(b->kdev, &job->args, s->ws, s->ws_bytes, s->st, kmsg, sizeof kmsg);
         (void)rnd_cuda_stamp(b, job, true, s->st);
         if (krc != RNK_OK) {
             launch_err(b, s, krc, kmsg, &kerr);
             put_error(job, kerr.code, kerr.msg);
-            run = false;
+            run = kdone = false;
         } else {
             b->nsubmitted++;
         }
     }
     /* The ring's done, then the done word in the client's device memory
      * (RING_OPEN's done_region), which the client's stream waits on: a
-     * stream past its wait finds the ring's word there too (rn_check). */
-    if ((r = write_done(b, s->st, done, rj)) != CUDA_SUCCESS) {
+     * stream past its wait finds the ring's word there too (rn_check).
+     * Written by the kernel when it ran (kdone). */
+    if (!kdone && (r = write_done(b, s->st, done, rj)) != CUDA_SUCCESS) {
         drv_fail(b, s, "cuStreamWriteValue64 (done)", r, &kerr);
         rnd_cuda_mark_failed(b, "writing a ring's done word: %.150s", kerr.msg);
         return 0; /* the failure path answers the job from the host */
