@@ -7,8 +7,8 @@
 #      against rmsnormd.torch.RMSNorm on libclient's default path and on the
 #      classic path, 4096x1024, 16384x4096, 65536x4096, bf16 activations,
 #      bf16 and fp32 weights), then the 4-worker training demo
-#      (python/examples/gpu_cycle.py: train_mp.py with the daemon twice and
-#      with torch.nn.RMSNorm twice, compare_runs.py);
+#      (python/examples/gpu_cycle.py: train_mp.py with the daemon and
+#      with torch.nn.RMSNorm, two pairs in ABBA order, compare_runs.py);
 #   2. MPS stopped: the same again (without the classic path).
 # Each step has a time limit (bench 100 s, training demo 300 s: its four runs
 # start four PyTorch workers each, about 50 s a run under MPS on an H200).

@@ -3,7 +3,8 @@
 """The compact summary of bench/run_torch.sh: reads its work directory
 (bench_{mps,nomps}/bench_torch.json from bench_torch.py and
 train_{mps,nomps}/{daemon1,daemon2,torch,torch2}.json from gpu_cycle.py),
-prints the step time ratio daemon / torch per training run pair and the
+prints the step time ratio daemon / torch per training run pair (the
+pairs ran ABBA: their mean is the verdict), and the
 autograd ratios per shape, and writes all of it as JSON.
 
     torch_summary.py WORKDIR RESULTS.json
@@ -111,9 +112,15 @@ def main():
                                       for p in t["pairs"]),
                             {True: "yes", False: "NO", None: "?"}[t["daemon_runs_identical"]]))
             if tag == "mps":
+                # The pairs ran ABBA (gpu_cycle.py): their mean cancels a
+                # drift of the machine over the cycle; the worst pair alone
+                # carries it.
                 worst = max(p["ratio"] for p in t["pairs"])
-                lines.append("  target <= %.2fx: %s (worst pair %.2fx)"
-                             % (TRAIN_TARGET, "met" if worst <= TRAIN_TARGET else "NOT met", worst))
+                mean = statistics.mean(p["ratio"] for p in t["pairs"])
+                t["mean_ratio"] = round(mean, 3)
+                lines.append("  target <= %.2fx: mean of the pairs %.2fx: %s (worst pair %.2fx)"
+                             % (TRAIN_TARGET, mean, "met" if mean <= TRAIN_TARGET else "NOT met",
+                                worst))
         else:
             lines.append("training demo: no results")
         if b is None:

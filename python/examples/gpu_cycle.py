@@ -76,8 +76,12 @@ def main():
                PYTHONPATH=os.path.join(REPO, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
     failures = []
     try:
-        for name, impl in (("daemon1", "daemon"), ("daemon2", "daemon"), ("torch", "torch"),
-                           ("torch2", "torch")):
+        # ABBA: the pairs (daemon1, torch) and (daemon2, torch2) each run
+        # back to back, in opposite orders, so that a drift of the machine's
+        # speed over the cycle (torch's own step has moved by 20 % between
+        # runs) cancels in the mean of their ratios.
+        for name, impl in (("daemon1", "daemon"), ("torch", "torch"), ("torch2", "torch"),
+                           ("daemon2", "daemon")):
             t0 = time.monotonic()
             r = subprocess.run([sys.executable, os.path.join(HERE, "train_mp.py"), "--impl", impl,
                                 "--out", os.path.join(out, name + ".json")] + extra, env=env)
