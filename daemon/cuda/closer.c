@@ -214,8 +214,8 @@ bool rnd_cuda_streams_waiting(rnd_cuda *b)
 
     RN_QUEUE_FOREACH(q, &b->outstanding) {
         rnd_cuda_gjob *g = RN_QUEUE_DATA(q, rnd_cuda_gjob, link);
-        if (g->start_ns)
-            continue;
+        if (g->start_ns || g->no_start)
+            continue; /* (no_start: it waits for nothing but the jobs before it) */
         cudaError_t e = cudaEventQuery(g->started);
         if (e != cudaSuccess) {
             if (e != cudaErrorNotReady)

@@ -143,6 +143,9 @@ typedef struct rnd_cuda_gjob {
     bool ends_timed;               /* a ring job's started and fin time its kernel (and its
                                     * done words; one in RND_CUDA_TIME_EVERY): no t0, t1 */
     cudaEvent_t started;           /* recorded after the wait on the ready event */
+    bool no_start;                 /* started not recorded: a ring job that waits for
+                                    * nothing and is not timed (RMSNORMD_DEBUG_LEAN_START=1):
+                                    * it starts when the jobs before it on its stream end */
     cudaEvent_t t0, t1;            /* sync mode: kernel timing; else NULL */
     cudaEvent_t fin;               /* completion, waited on by the stream's thread */
     cudaError_t err;               /* what the wait returned (under b->mu) */
@@ -295,6 +298,8 @@ struct rnd_cuda {
     uint8_t *cancel_used;          /* which words a session holds */
     bool cancel_words;             /* kernels get theirs (off: RMSNORMD_DEBUG_CANCEL_WORD=0) */
     bool kernel_done;              /* kernels write the done words (RMSNORMD_DEBUG_KERNEL_DONE=1) */
+    bool lean_start;               /* no start event for ring jobs that wait for nothing
+                                    * and are not timed (RMSNORMD_DEBUG_LEAN_START=1) */
 
     bool failed, fatal_pending;
     char fail_msg[RNP_MAX_ERRMSG]; /* for the fatal hook; HEALTH shows the start */

@@ -150,6 +150,15 @@ void rnd_cuda_ring_probe(rnd_cuda *b, bool want)
     b->kernel_done = kd && !strcmp(kd, "1");
     if (b->kernel_done)
         rnd_info("RMSNORMD_DEBUG_KERNEL_DONE=1: the kernel writes the done words");
+    /* Off unless RMSNORMD_DEBUG_LEAN_START=1 (not yet measured on a GPU):
+     * a ring job taken once its ready word had come (or a graph replay)
+     * and not timed records no start event, one CUDA call less before its
+     * kernel's launch (1-2.5 us of the loop's, bench_submit). */
+    const char *ls = getenv("RMSNORMD_DEBUG_LEAN_START");
+    b->lean_start = ls && !strcmp(ls, "1");
+    if (b->lean_start)
+        rnd_info("RMSNORMD_DEBUG_LEAN_START=1: no start event for ring jobs that wait for "
+                 "nothing");
     b->cancel_dev = (CUdeviceptr)(uintptr_t)dev;
     b->rings = true;
     b->done_words = true;

@@ -84,6 +84,7 @@ void rnd_cuda_on_watch(uv_timer_t *t)
      * a job before that one has started (its kernel runs). */
     const rnd_cuda_gjob *head[RND_CUDA_MAX_STREAMS] = {NULL};
     bool running[RND_CUDA_MAX_STREAMS] = {false};
+    bool earlier[RND_CUDA_MAX_STREAMS] = {false}; /* a job before this one, outstanding */
     rn_queue *q;
 
     if (b->failed || rn_queue_empty(&b->outstanding))
@@ -95,7 +96,14 @@ void rnd_cuda_on_watch(uv_timer_t *t)
     for (q = b->outstanding.next; q != &b->outstanding && !b->failed; q = q->next) {
         rnd_cuda_gjob *g = RN_QUEUE_DATA(q, rnd_cuda_gjob, link);
         int si = g->stream;
-        if (!g->start_ns && !head[si]) {
+        if (!g->start_ns && !head[si] && g->no_start) {
+            /* No start event (submit.c): it waits for nothing but the jobs
+             * before it on its stream, so it runs once it is the oldest. */
+            if (earlier[si])
+                head[si] = g;
+            else
+                g->start_ns = now;
+        } else if (!g->start_ns && !head[si]) {
             cudaError_t e = cudaEventQuery(g->started);
             if (e == cudaSuccess) {
                 g->start_ns = now;
@@ -129,6 +137,7 @@ void rnd_cuda_on_watch(uv_timer_t *t)
             else if (!g->unready_warned)
                 warn_unready(b, g, head[si], running[si], now);
         }
+        earlier[si] = true;
     }
     rnd_cuda_run_fatal(b);
 }
