@@ -34,8 +34,9 @@ enum Mode {
 };
 
 /* Counter words, each on its own 128-byte line of the workspace header
- * (the cancel state shares the exit counter's line: each block touches
- * them at its start and at its end only). */
+ * (the cancel state and CTR_END, rnk_bwd_args.done's count of the blocks
+ * out, share the exit counter's line: each block touches them at its start
+ * and at its end only). */
 enum { CTR_CLAIM = 0, CTR_DONE = 32, CTR_SLICE = 64, CTR_EXIT = 96, CTR_CANCEL = 112,
        CTR_END = 120, CTR_WORDS = 128 };
 /* CTR_CANCEL: what this launch knows of the cancel word. */

@@ -80,9 +80,10 @@ typedef struct rnk_bwd_args {
      * after every other write of the launch and a system-scope fence, stores
      * done_value into done[0], then into done[1] when not NULL; device
      * addresses (device memory, or host memory mapped for the device), 8-byte
-     * aligned.  The caller's stream then needs no write after the kernel for
-     * them.  A cancelled launch writes them too; m = 0 launches nothing and
-     * writes nothing. */
+     * aligned (else RNK_EINVAL, as for done[1] without done[0]).  The
+     * caller's stream then needs no write after the kernel for them.  A
+     * cancelled launch writes them too; m = 0 launches nothing and writes
+     * nothing; rnk_cpu_bwd ignores them (CUDA launches only). */
     uint64_t *done[2];
     uint64_t done_value;
 } rnk_bwd_args;

@@ -624,15 +624,22 @@ static void snap_on(const gprob *p, cudaStream_t s2, void **dx, void **dw)
  * mapped memory and reads the outputs on another stream, without waiting
  * for the launch's stream, finds them complete.  Cancelled launches write
  * them too, m = 0 does not, and every launch path counts its blocks out
- * again (CTR_END is reset): several launches in a row, grids of 1 to 500. */
+ * again (CTR_END is reset): several launches in a row, grids of 1 to 500.
+ * Paths: S, the ring, the general one in both orders (16384 x 1024 with
+ * padded rows: interleaved), a launch without dw.  Quick (the sanitizers):
+ * three of them, two grids. */
 static void test_done_words(void **state)
 {
     (void)state;
-    gspec specs[] = {gs(4096, 4096, RNK_BF16, RNK_F32, RNK_F32),
+    gspec specs[] = {gs(199, 33, RNK_F16, RNK_F32, RNK_F32),
                      gs(8192, 256, RNK_BF16, RNK_BF16, RNK_BF16),
-                     gs(199, 33, RNK_F16, RNK_F32, RNK_F32),
+                     gs(3000, 1024, RNK_BF16, RNK_F32, RNK_NONE),
+                     gs(4096, 4096, RNK_BF16, RNK_F32, RNK_F32),
                      gs(16384, 1024, RNK_BF16, RNK_F32, RNK_F32)};
-    static const int grids[] = {0, 1, 7, 500};
+    specs[4].pad = 3;
+    static const int grids[] = {0, 7, 1, 500};
+    const size_t nspecs = quick ? 3 : sizeof specs / sizeof specs[0];
+    const size_t ngrids = quick ? 2 : sizeof grids / sizeof grids[0];
     uint64_t *dword = dalloc(sizeof(uint64_t)), *hword = NULL, *hdev = NULL, v = 0, got = 0;
     unsigned *cword = NULL, *cdev = NULL;
     cudaStream_t s2;
@@ -641,19 +648,20 @@ static void test_done_words(void **state)
     CU(cudaHostAlloc((void **)&cword, sizeof(unsigned), cudaHostAllocMapped));
     CU(cudaHostGetDevicePointer((void **)&cdev, cword, 0));
     CU(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
-    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+    for (size_t k = 0; k < nspecs; k++) {
         gprob p;
         gp_init(&p, &specs[k]);
         run(&p);
         verify_gpu(&p, "done words: none");
         void *dx0, *dw0;
         snap(&p, &dx0, &dw0);
-        for (size_t gi = 0; gi < sizeof grids / sizeof grids[0]; gi++) {
+        for (size_t gi = 0; gi < ngrids; gi++) {
             rnk_cuda_force_grid(dev, grids[gi]);
             for (int c = 0; c < 4; c++) {
-                bool cancel = c == 3, one = c == 2; /* one: done[1] NULL */
+                /* 0: no cancel word; 1: a clear one; 2: done[1] NULL; 3: cancelled */
+                bool cancel = c == 3, one = c == 2;
                 *(volatile unsigned *)cword = cancel ? 1u : 0u;
-                p.a.cancel = cdev;
+                p.a.cancel = c ? cdev : NULL;
                 v = 0x8000000100000000ull + (seq++ << 8) + (uint64_t)c; /* both halves */
                 *(volatile uint64_t *)hword = 0;
                 CU(cudaMemsetAsync(dword, 0, sizeof(uint64_t), st));

@@ -362,6 +362,13 @@ static void test_check_args(void **state)
     b = a; b.dx = (void *)b.x; expect_einval(b, "dx");
     b = a; b.dx = (void *)b.dy; b.dx_dtype = RNK_F32; expect_einval(b, "dx");
     b = a; b.m = INT64_MAX / 4; expect_einval(b, "m");
+    uint64_t words[2];
+    b = a; b.done[1] = &words[1]; expect_einval(b, "done");
+    b = a; b.done[0] = (uint64_t *)((char *)words + 4); expect_einval(b, "done");
+    b = a; b.done[0] = &words[0]; b.done[1] = (uint64_t *)((char *)words + 12);
+    expect_einval(b, "done");
+    b = a; b.done[0] = &words[0]; b.done[1] = &words[1];
+    assert_int_equal(rnk_check_args(&b, msg, sizeof msg), 0);
     /* A rejected call writes nothing. */
     for (int64_t i = 0; i < a.m * a.n; i++)
         assert_true(isnan(rnk_load(a.dx_dtype, a.dx, i)));
