@@ -157,8 +157,8 @@ __device__ __forceinline__ void write_done(const Params &p)
     __threadfence();
     if (atomicAdd(&p.ctr[CTR_END], 1u) != gridDim.x - 1)
         return;
-    __threadfence_system();
-    st_release_sys64(p.done0, p.done_v);
+    __threadfence_system(); /* (after the count: the acquire, and the release of done0) */
+    st_relaxed_sys64(p.done0, p.done_v);
     if (p.done1)
         st_release_sys64(p.done1, p.done_v);
     p.ctr[CTR_END] = 0u;
