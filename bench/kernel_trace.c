@@ -300,6 +300,29 @@ int kt_report(int64_t m, int64_t n, const char *w, const char *plan, int sms, co
         mmm("chunks a block", x, c);
     }
 
+    /* the finish, in the blocks that had slices: their group sums (tg), then
+     * the column sums; and the block that finished last */
+    {
+        int c = 0, lastf = -1;
+        for (int b = 0; b < v.nb; b++)
+            if (v.b[b].tg && v.b[b].t[3])
+                x[c++] = (double)(v.b[b].tg - v.b[b].t[3]) * 1e-3;
+        mmm("groups tg-T3 (finishers)", x, c);
+        c = 0;
+        for (int b = 0; b < v.nb; b++)
+            if (v.b[b].tg && v.b[b].t[4]) {
+                x[c++] = (double)(v.b[b].t[4] - v.b[b].tg) * 1e-3;
+                if (lastf < 0 || v.b[b].t[4] > v.b[lastf].t[4])
+                    lastf = b;
+            }
+        mmm("sums T4-tg (finishers)", x, c);
+        if (lastf >= 0)
+            printf("  last T4: block %d (SM %u): T3 %.2f, groups %.2f, T4 %.2f, T5 %.2f us\n", lastf,
+                   v.b[lastf].smid, (double)(v.b[lastf].t[3] - v.t0) * 1e-3,
+                   (double)(v.b[lastf].tg - v.t0) * 1e-3, (double)(v.b[lastf].t[4] - v.t0) * 1e-3,
+                   v.b[lastf].t[5] ? (double)(v.b[lastf].t[5] - v.t0) * 1e-3 : -1.0);
+    }
+
     /* the block whose claim loop ended last holds everyone's T3 */
     int last = -1;
     for (int b = 0; b < v.nb; b++)

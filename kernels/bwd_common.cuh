@@ -367,6 +367,17 @@ __device__ __forceinline__ void trace_start(const Params &p, unsigned kind)
 #endif
 }
 
+/* The block's finish has its group sums (rnk_trace_block.tg). */
+__device__ __forceinline__ void trace_groups(const Params &p)
+{
+#if RNK_TRACE
+    if (p.tr_head != nullptr && threadIdx.x == 0 && (int)blockIdx.x < p.tr_nblk)
+        p.tr_blk[blockIdx.x].tg = trace_now();
+#else
+    (void)p;
+#endif
+}
+
 /* T[first] .. T[last] = now (one reading). */
 __device__ __forceinline__ void trace_mark(const Params &p, int first, int last)
 {

@@ -50,6 +50,7 @@ __device__ __forceinline__ void finish_slice(const Params &p, int sl, float *til
             gsum[q][lane] = gs;
         }
         __syncthreads();
+        trace_groups(p);
         if (warp == 0) {
             for (int q = 0; q < ng; q++)
                 d = __fadd_rn(d, gsum[q][lane]);
@@ -107,6 +108,7 @@ __device__ __forceinline__ void finish_slices_il(const Params &p)
             gsum[so * Q + q][cv] = g;
         }
         __syncthreads();
+        trace_groups(p);
         for (int i = threadIdx.x; i < SB * FIN_COLS_IL; i += T) {
             const int so = i / FIN_COLS_IL, c = i % FIN_COLS_IL;
             const int64_t col = (int64_t)(base + so) * FIN_COLS_IL + c;

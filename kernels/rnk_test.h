@@ -143,7 +143,9 @@ typedef struct rnk_trace_block {
     uint64_t t[6];    /* %globaltimer at T0 .. T5; 0: not reached */
     uint32_t chunks;  /* chunks the block processed (written at T2) */
     uint32_t smid;    /* %smid (written at T0) */
-    uint32_t pad[2];
+    uint64_t tg;      /* %globaltimer when its finish's group sums were in shared
+                       * memory (its last slice's; 0: it finished none): T3 .. tg
+                       * the groups' loads and sums, tg .. T4 the column sums */
 } rnk_trace_block;
 typedef struct rnk_trace_chunk {
     uint64_t t;       /* %globaltimer just after the chunk's publish (or its end) */
