@@ -639,7 +639,7 @@ static int cpu_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
     if (b->failed)
         return rnp_fail(err, RN_DEVICE_FAILING, "bwd: the backend failed: %.150s", b->fail_msg);
     pthread_mutex_lock(&b->mu);
-    if (b->queued + b->running >= b->max_jobs) {
+    if (b->queued + b->running >= b->max_jobs && !(job->ring && job->ring->force)) {
         pthread_mutex_unlock(&b->mu);
         return rnp_fail(err, RN_BUSY, "bwd: the cpu backend's queue is full (%u jobs)",
                         b->max_jobs);

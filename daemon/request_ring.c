@@ -47,7 +47,7 @@ int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const r
         return RN_BUSY;
     }
     if (r) {
-        r->at.force = at->force;
+        r->at.force = r->rj.force = at->force;
         r->at.ready = r->rj.ready_seen = at->ready;
         r->run.recv_ns = recv_ns;
         goto submit;
@@ -62,7 +62,8 @@ int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const r
     r->run.ring = true;
     r->at = *at;
     r->rj = (rnd_ring_job){.ring = at->ring, .slot = at->slot, .seq = at->seq, .graph = at->graph,
-                           .ready_seen = at->ready, .done_dev = at->done_dev};
+                           .ready_seen = at->ready, .done_dev = at->done_dev,
+                           .force = at->force};
     rn_queue_init(&r->dups);
     rn_queue_init(&r->run.link);
 

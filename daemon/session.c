@@ -458,6 +458,7 @@ void rnd_session_end(rnd_session *s, const char *why)
     if (s->ending)
         return;
     s->ending = true;
+    s->in_end = true;
     watch_close(s);
     if (s->chan && s->tab->unbind)
         s->tab->unbind(s);
@@ -474,6 +475,7 @@ void rnd_session_end(rnd_session *s, const char *why)
      * last request completes. */
     while (s->nregions)
         region_unlink_at(s, s->nregions - 1);
+    s->in_end = false;
     rnd_session_maybe_free(s);
 }
 
@@ -481,7 +483,7 @@ void rnd_session_maybe_free(rnd_session *s)
 {
     rnd_sessions *tab = s->tab;
 
-    if (!s->ending || !rn_queue_empty(&s->running))
+    if (!s->ending || s->in_end || !rn_queue_empty(&s->running))
         return;
     rn_queue_remove(&s->link);
     tab->n--;

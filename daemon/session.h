@@ -81,6 +81,8 @@ struct rnd_session {
     rnd_dedupe dedupe;
     uint64_t last_active_ns;
     bool ending;                   /* no new requests; freed once running is empty */
+    bool in_end;                   /* rnd_session_end runs: not freed under it (a request
+                                    * its ring's last takes release may empty running) */
     bool gone;                     /* ended because its client is gone */
     void *ring;                    /* its open ring (ring.c), NULL when none */
     rnd_sessions *tab;

@@ -206,7 +206,7 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
         return rnd_cuda_failed_err(b, err, "bwd");
     if (!ready || !done)
         return rnp_fail(err, RN_INTERNAL, "bwd: the ring's memory is not registered with CUDA");
-    if (b->noutstanding >= b->max_jobs)
+    if (b->noutstanding >= b->max_jobs && !rj->force)
         return rnp_fail(err, RN_BUSY, "bwd: %u requests are queued on the GPU, the limit",
                         b->noutstanding);
     bool put = false; /* the answer is in the slot (a graph slot counts each put in fails) */

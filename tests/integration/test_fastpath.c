@@ -686,6 +686,77 @@ static void test_bye_pending(void **state)
     RNH_PASS(d);
 }
 
+/* A ring that closes while the daemon is at its in-flight limit and the
+ * backend's queue is full (--max-inflight-total 1, held by another
+ * session's slot whose ready word has not come): its published slot is
+ * still taken, past both limits (at most a ring's worth of slots), and
+ * answered: run after RING_CLOSE, UNKNOWN_SESSION after BYE.  Before, the
+ * forced take met the backend's queue limit: after RING_CLOSE the slot was
+ * never answered, and after BYE the refused request freed the session
+ * under its own end (a use after free). */
+static void close_at_queue_limit(void **state, bool bye)
+{
+    rnh_daemon *d = *state;
+    raw_case a, b;
+    char msg[RNP_MAX_ERRMSG];
+    static rnp_request q;
+    static rnp_reply rep;
+
+    rnh_arg(d, "--max-inflight-total");
+    rnh_arg(d, "1");
+    rnh_arg(d, "--ring-ready=gpu"); /* (taken at once: the slot holds the limit) */
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &a, 4, 31);
+    raw_open(d, &b, 4, 32);
+    uint64_t s1 = rnr_ring_publish(&a.g, &a.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);
+    uint64_t t1 = rnr_ring_publish(&b.g, &b.b, NULL, true);
+    assert_int_equal(rnh_wait_stat(d, "fast.deferred", 1, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_done(&b.g), 0);
+    if (bye) {
+        memset(&q, 0, sizeof q);
+        q.op = RN_OP_BYE;
+        q.u.bye = b.g.session;
+        assert_int_equal(rnr_ring_call(&b.g, &q, &rep), 0);
+    } else {
+        assert_int_equal(simple(&b.g, RN_OP_RING_CLOSE, b.g.ring), 0);
+    }
+    /* The other session's slot runs once its inputs are ready; the closed
+     * ring's slot is answered whether or not it waited for that. */
+    rnr_ring_ready(&a.g, s1);
+    assert_int_equal(rnr_ring_wait(&a.g, s1, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&a.g, s1, NULL, 0), 0);
+    assert_int_equal(rnr_ring_wait(&b.g, t1, WAIT_MS), 0);
+    if (bye) {
+        assert_int_equal(rnr_ring_status(&b.g, t1, msg, sizeof msg), RN_UNKNOWN_SESSION);
+        assert_int_equal(rnh_wait_stat(d, "sessions.active", 1, WAIT_MS), 0);
+    } else {
+        assert_int_equal(rnr_ring_status(&b.g, t1, msg, sizeof msg), 0);
+        if (rnv_compare(&b.a, &b.e, true, NULL, msg, sizeof msg) != 0)
+            fail_msg("the closed ring's slot: %s", msg);
+    }
+    assert_int_equal(rnr_ring_state(&b.g), RNP_RING_CLOSED);
+    /* The daemon goes on: the first session's next call runs. */
+    uint64_t s2 = rnr_ring_publish(&a.g, &a.b, NULL, true);
+    assert_int_equal(rnr_ring_wait(&a.g, s2, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&a.g, s2, NULL, 0), 0);
+    rnv_expect_fini(&a.e);
+    rnv_expect_fini(&b.e);
+    rnr_ring_close(&a.g);
+    rnr_ring_close(&b.g);
+    RNH_PASS(d);
+}
+
+static void test_ring_close_at_queue_limit(void **state)
+{
+    close_at_queue_limit(state, false);
+}
+
+static void test_bye_at_queue_limit(void **state)
+{
+    close_at_queue_limit(state, true);
+}
+
 /* The backend fails (--debug-fail-after, as a broken GPU would): the slot
  * that failed it is answered DEVICE_FAILING in order, the ring takes no more,
  * closes, and the daemon exits 2. */
@@ -711,6 +782,38 @@ static void test_backend_fails(void **state)
     assert_int_equal(rnr_ring_state(&r.g), RNP_RING_CLOSED);
     rnv_expect_fini(&r.e);
     rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
+/* The backend fails while a slot waits in the ring for its ready word
+ * (--ring-ready=host): the drain ends the session, whose ring's last take
+ * is refused (DEVICE_FAILING) with nothing of the session running.  The
+ * daemon still exits 2 in order; before, that refusal freed the session
+ * under its own end (the sanitizer build caught the use after free). */
+static void test_backend_fails_waiting(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r, o;
+
+    rnh_arg(d, "--debug-fail-after");
+    rnh_arg(d, "2");
+    rnh_arg(d, "--ring-ready=host");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 8, 19);
+    raw_open(d, &o, 8, 20);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
+    rnr_ring_publish(&r.g, &r.b, NULL, false); /* its ready word never comes */
+    assert_int_equal(rnh_wait_stat(d, "fast.ready_waits", 1, WAIT_MS), 0);
+    /* The other session's call is the backend's second job: it fails it. */
+    uint64_t t1 = rnr_ring_publish(&o.g, &o.b, NULL, true);
+    assert_int_equal(rnh_wait_exit(d, WAIT_MS), 2);
+    assert_int_equal(rnr_ring_status(&r.g, s1, NULL, 0), 0);
+    assert_int_equal(rnr_ring_status(&o.g, t1, NULL, 0), RN_DEVICE_FAILING);
+    rnv_expect_fini(&r.e);
+    rnv_expect_fini(&o.e);
+    rnr_ring_close(&r.g);
+    rnr_ring_close(&o.g);
     RNH_PASS(d);
 }
 
@@ -1019,6 +1122,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_prod_garbage, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bye_pending, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_backend_fails, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_ring_close_at_queue_limit, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_bye_at_queue_limit, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_backend_fails_waiting, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ring_shrunk, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm, rnh_setup, rnh_teardown),
