@@ -260,6 +260,8 @@ static void on_released(void *owner)
  * doorbell thread, and so are slots while one waits at a limit (the
  * request that frees it wakes the rings).
  */
+static void close_finished(rnd_rings *tab);
+
 static void on_poll(uv_idle_t *h)
 {
     rnd_rings *tab = h->data;
@@ -269,6 +271,7 @@ static void on_poll(uv_idle_t *h)
     if (!tab->deferred)
         n = rnd_rings_take_all(tab);
     if (n) {
+        close_finished(tab);
         tab->ctx->stats.fast_polled += n;
         tab->poll_until = now + (uint64_t)tab->ctx->cfg.ring_spin_us * 1000u;
     } else if (now >= tab->poll_until) {
@@ -303,6 +306,7 @@ static void on_async(uv_async_t *h)
     unsigned n = rnd_rings_take_all(tab);
     RN_QUEUE_FOREACH(q, &tab->list)
         rnd_graphs_take(RN_QUEUE_DATA(q, rnd_ring, link));
+    close_finished(tab);
     if (n)
         poll_arm(tab);
 }
@@ -336,8 +340,20 @@ bool rnd_ring_pending(const rnd_session *s)
 
     if (!g || g->closed || g->stopped)
         return false;
-    uint64_t prod = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE);
-    return rnd_ring_takeable(g, prod);
+    return rnd_ring_takeable(g, rnd_ring_prod(g));
+}
+
+/* The loop, after takes: the closing rings that have taken every slot
+ * published before their RING_CLOSE (or that stopped) close now. */
+static void close_finished(rnd_rings *tab)
+{
+    rn_queue *q, *next;
+
+    RN_QUEUE_FOREACH_SAFE(q, next, &tab->list) {
+        rnd_ring *g = RN_QUEUE_DATA(q, rnd_ring, link);
+        if (g->closing && (g->stopped || !rnd_ring_takeable(g, g->close_prod)))
+            ring_close(g);
+    }
 }
 
 void rnd_ring_session_end(rnd_session *s)
@@ -351,7 +367,8 @@ void rnd_ring_session_end(rnd_session *s)
      * one that died gets none, and its queued jobs are cancelled. */
     if (!g->gone) {
         rnd_ring_take(g, true);
-        rnd_graphs_end(g, RN_UNKNOWN_SESSION);
+        if (!g->closing) /* (RING_CLOSE ended them) */
+            rnd_graphs_end(g, RN_UNKNOWN_SESSION);
     }
     ring_close(g);
 }
@@ -408,6 +425,11 @@ int rnd_op_ring_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_r
         return rnp_fail(err, RN_UNSUPPORTED,
                         "ring_open: the %s backend does not offer the fast path yet; use BWD",
                         ctx->dev.backend);
+    if (s->ring && ((rnd_ring *)s->ring)->closing)
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "ring_open: ring %u of the session is closing (slots published before "
+                        "its RING_CLOSE are not all taken yet)",
+                        (unsigned)((rnd_ring *)s->ring)->id);
     if (s->ring)
         return rnp_fail(err, RN_INVALID_ARGUMENT, "ring_open: the session has a ring open");
     if (!(r = o->region.id ? rnd_region_find(s, o->region.id) : NULL))
@@ -478,10 +500,23 @@ int rnd_op_ring_close(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_
         return rnp_fail(err, RN_INVALID_ARGUMENT,
                         "ring_close.ring: no ring %u open in this session",
                         (unsigned)req->u.ring_close.ring);
-    /* Slots published before RING_CLOSE are taken and answered. */
-    rnd_ring_take(g, true);
+    if (g->closing)
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "ring_close.ring: ring %u is closing already",
+                        (unsigned)g->id);
+    /* Slots published before RING_CLOSE are taken and answered as usual,
+     * within the limits (a client whose inputs never come keeps its slots
+     * in the ring, not in flight); slots published later are not taken.
+     * The ring closes once they are all taken (close_finished); until then
+     * the session opens no other ring, but its region may go. */
+    g->closing = true;
+    g->close_prod = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE);
+    if (!rnd_ring_takeable(g, g->close_prod))
+        g->close_prod = g->cons; /* (nothing, or garbage: none of it is taken) */
+    g->region->ring = false;
     rnd_graphs_end(g, RN_UNKNOWN_SESSION);
-    ring_close(g);
+    rnd_ring_take(g, false);
+    if (!rnd_ring_takeable(g, g->close_prod) || g->stopped)
+        ring_close(g);
     return 0;
 }
 

@@ -211,9 +211,9 @@ int rnd_op_graph_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_
     rnd_graph *gr;
     int rc;
 
-    if (!g || g->id != o->ring)
+    if (!g || g->id != o->ring || g->closing)
         return rnp_fail(err, RN_INVALID_ARGUMENT, "graph_open.ring: no ring %u open in this "
-                        "session", (unsigned)o->ring);
+                        "session%s", (unsigned)o->ring, g && g->closing ? " (it is closing)" : "");
     if (g->stopped)
         return rnp_fail(err, g->stop_status, "graph_open.ring: ring %u stopped (the daemon "
                         "refused a call of it); open a new session", (unsigned)o->ring);

@@ -51,6 +51,9 @@ typedef struct rnd_ring {
     uint64_t cons;                 /* seq of the last slot taken */
     uint32_t jobs;                 /* slots and replays taken, not yet released */
     bool closed;                   /* no more slots are taken */
+    bool closing;                  /* RING_CLOSE came: slots up to close_prod are taken as
+                                    * the limits allow, then the ring closes (loop's) */
+    uint64_t close_prod;           /* closing: the last slot published before RING_CLOSE */
     bool gone;                     /* its client died: write nothing */
     bool stopped;                  /* the backend refused a slot for good */
     int stop_status;               /* stopped: what it refused with */
@@ -84,6 +87,9 @@ bool rnd_ring_takeable(const rnd_ring *g, uint64_t prod);
 unsigned rnd_ring_take(rnd_ring *g, bool force);
 /* Every ring's published slots, the rings taking turns: how many. */
 unsigned rnd_rings_take_all(rnd_rings *tab);
+/* The producer word as the loop takes it: a closing ring's stops at
+ * close_prod. */
+uint64_t rnd_ring_prod(const rnd_ring *g);
 /* Free g's prepared slot, if any, unsubmitted. */
 void rnd_ring_drop_prep(rnd_ring *g);
 

@@ -26,6 +26,13 @@ bool rnd_ring_takeable(const rnd_ring *g, uint64_t prod)
     return !rnp_seq_reached(g->cons, prod) && prod - g->cons <= g->slots;
 }
 
+uint64_t rnd_ring_prod(const rnd_ring *g)
+{
+    if (g->closing)
+        return g->close_prod;
+    return __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE);
+}
+
 /* A slot stays in g for now (its ready word, a limit): since when. */
 static void left(rnd_ring *g, const char *why)
 {
@@ -82,7 +89,7 @@ static unsigned take_max(rnd_ring *g, bool force, unsigned max)
     unsigned n = 0;
 
     while (g->sess && !g->stopped && (max == 0 || n < max)) {
-        uint64_t prod = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE);
+        uint64_t prod = rnd_ring_prod(g);
         uint64_t seq = g->cons + 1;
         rnp_error err = {0};
         rnp_bwd_req b;

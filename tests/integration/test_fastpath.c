@@ -747,6 +747,54 @@ static void close_at_queue_limit(void **state, bool bye)
     RNH_PASS(d);
 }
 
+/* RING_CLOSE while the slots' inputs have not come: they are taken within
+ * the limits as before (not all put in flight at once past them, as a
+ * client repeating RING_CLOSE and RING_OPEN could use to take the whole
+ * daemon), the session opens no other ring meanwhile, a slot published
+ * after RING_CLOSE is never taken; once the ready words come every slot
+ * before it runs, then the ring closes and a new one opens. */
+static void test_ring_close_waits_within_limits(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+    char err[300];
+    uint64_t s[6];
+
+    rnh_arg(d, "--max-inflight");
+    rnh_arg(d, "2");
+    rnh_arg(d, "--ring-ready=gpu"); /* (taken at once, up to the limit) */
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 8, 41);
+    for (int i = 0; i < 6; i++)
+        s[i] = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 2, WAIT_MS), 0);
+    assert_int_equal(simple(&r.g, RN_OP_RING_CLOSE, r.g.ring), 0);
+    assert_int_equal(simple(&r.g, RN_OP_RING_CLOSE, r.g.ring), RN_INVALID_ARGUMENT);
+    usleep(200000);
+    assert_int_equal(rnh_stat(d, "inflight.current"), 2);
+    assert_int_equal(rnr_ring_state(&r.g), RNP_RING_OPEN);
+    assert_int_equal(ring_open(&r.g, r.g.region, 0, 8, err), RN_INVALID_ARGUMENT);
+    assert_non_null(strstr(err, "closing"));
+    uint64_t late = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    rnr_ring_ready(&r.g, s[5]);
+    assert_int_equal(rnr_ring_wait(&r.g, s[5], WAIT_MS), 0);
+    for (int i = 0; i < 6; i++)
+        assert_int_equal(rnr_ring_status(&r.g, s[i], NULL, 0), 0);
+    assert_int_equal(rnh_wait_stat(d, "fast.rings", 0, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_state(&r.g), RNP_RING_CLOSED);
+    assert_true(rnr_ring_done(&r.g) < late);
+    char msg[400];
+    if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
+        fail_msg("after RING_CLOSE: %s", msg);
+    /* A new ring on the same memory. */
+    rnp_ring_init(r.g.mem, 8);
+    assert_int_equal(ring_open(&r.g, r.g.region, 0, 8, err), 0);
+    assert_int_equal(rnh_stat(d, "fast.rings"), 1);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
 static void test_ring_close_at_queue_limit(void **state)
 {
     close_at_queue_limit(state, false);
@@ -1123,6 +1171,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bye_pending, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_backend_fails, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ring_close_at_queue_limit, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_ring_close_waits_within_limits, rnh_setup,
+                                        rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bye_at_queue_limit, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_backend_fails_waiting, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ring_shrunk, rnh_setup, rnh_teardown),
