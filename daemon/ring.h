@@ -19,9 +19,10 @@
  *
  * A ring holds a reference on its region from RING_OPEN until its last job
  * was released; its region cannot be unregistered while the ring is open.
- * When the session ends, the ring takes the slots published so far (they
- * get an error status unless they can run: RING_CLOSE runs them) and
- * closes; once its last job ended it writes its state word CLOSED, except
+ * When the session ends, the ring takes the slots published so far, past
+ * the limits (they get an error status unless they can run) and closes;
+ * RING_CLOSE runs them, taken within the limits (the ring is closing until
+ * the last is taken, close_finished); once its last job ended it writes its state word CLOSED, except
  * when the client died: then nothing of the client's memory is written.
  */
 #ifndef RND_RING_H
