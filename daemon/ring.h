@@ -22,8 +22,9 @@
  * When the session ends, the ring takes the slots published so far, past
  * the limits (they get an error status unless they can run) and closes;
  * RING_CLOSE runs them, taken within the limits (the ring is closing until
- * the last is taken, close_finished); once its last job ended it writes its state word CLOSED, except
- * when the client died: then nothing of the client's memory is written.
+ * the last is taken, close_finished).  Once its last job ended it writes
+ * its state word CLOSED, except when the client died: then nothing of the
+ * client's memory is written.
  */
 #ifndef RND_RING_H
 #define RND_RING_H
