@@ -86,12 +86,27 @@ static void close_handle(uv_handle_t *h)
 
 /* The grace period is over: answer what is queued, release everything and
  * let the loop end. */
+static void on_drain_idle(uv_idle_t *h);
+
 static void finish_drain(rnd_server *srv)
 {
     rnd_ctx *ctx = &srv->ctx;
 
-    rnd_transport_receive_all(ctx);
-    rnd_sessions_end_all(&ctx->sessions, "daemon shutting down");
+    if (!srv->sessions_ended) {
+        rnd_transport_receive_all(ctx);
+        rnd_sessions_end_all(&ctx->sessions, "daemon shutting down");
+        srv->sessions_ended = true;
+        /* The rings' last takes (slots left for their ready words) went to
+         * the backend, to be answered without running; their releases come
+         * back on the loop, and only then do the rings close (state 1,
+         * PROTOCOL.md 13.6).  The drain ends once they have: another pass
+         * of on_drain_check and the grace period. */
+        if (ctx->held_total > 0) {
+            srv->grace = false;
+            uv_idle_start(&srv->drain_idle, on_drain_idle);
+            return;
+        }
+    }
     rnd_rings_fini(&ctx->rings);
     rnd_chan_close(ctx);
     rnd_transport_close(ctx);

@@ -33,6 +33,7 @@ typedef struct rnd_server {
     uv_idle_t drain_idle;          /* brings the loop to the check phase at once */
     uv_timer_t grace_timer;        /* the drain's grace period */
     bool grace;                    /* the grace period has begun */
+    bool sessions_ended;           /* the drain ended every session (finish_drain) */
     bool handles_init;
     bool stuck_logged;
     uint64_t wd_usec;

@@ -966,7 +966,9 @@ static void test_sigterm(void **state)
     assert_true(rnp_seq_reached(rnr_ring_done(&r.g), s2));
     assert_int_equal(rnr_ring_status(&r.g, s1, msg, sizeof msg), 0);
     assert_int_equal(rnr_ring_status(&r.g, s2, msg, sizeof msg), RN_DRAINING);
-    assert_int_equal(rnr_ring_status(&r.g, s2, msg, sizeof msg), RN_DRAINING);
+    /* (host: the slot left for its ready word was taken by the drain's end
+     * of the session; the ring still closed before the daemon exited) */
+    assert_int_equal(rnr_ring_state(&r.g), RNP_RING_CLOSED);
     rnv_expect_fini(&r.e);
     rnr_ring_close(&r.g);
     RNH_PASS(d);
