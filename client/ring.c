@@ -72,6 +72,8 @@ struct rnc_ring {
     rnp_session of;
     uint32_t id, region;
     uint64_t seq;                  /* the last published */
+    void *ready_stream;            /* the stream the last call's ready went to ... */
+    bool ready_queued;             /* ... if it may not have landed yet (else ready = seq) */
     uint64_t checked;              /* results read up to this seq */
     int err;                       /* the first error not yet reported */
     char msg[RN_ERRMSG_LEN];
@@ -357,6 +359,7 @@ static int ensure_open(rn_client *c, const rnc_done_word *done)
     rnp_ring_init(g->base, RING_SLOTS);
     memset(g->base + RNP_RING_HDR, 0, g->size - RNP_RING_HDR);
     g->seq = g->checked = 0;
+    g->ready_queued = false;
     if ((rv = rnc_chan_register(c, g->fd, g->size, &g->region)) != 0)
         return rv;
     g->done_addr = 0;
@@ -380,6 +383,18 @@ static void futex_wait(uint32_t *w, uint32_t val, uint64_t ns)
  * RN_UNKNOWN_SESSION when the daemon closed the ring or the session (the
  * ring is then lost: lost() recorded what became of its calls).
  */
+/* A call of the host path after calls on streams: until the ready word,
+ * which those streams write once their producers are done, reaches seq.
+ * (No timeout: a stream's call waits for its producer the same way.) */
+static void wait_ready(rnc_ring *g, uint64_t seq)
+{
+    const uint64_t *w = rnp_ring_u64(g->base, RNP_RING_O_READY);
+    while (!rnp_seq_reached(__atomic_load_n(w, __ATOMIC_ACQUIRE), seq)) {
+        struct timespec d = {0, 20000};
+        nanosleep(&d, NULL);
+    }
+}
+
 static int wait_done(rn_client *c, rnc_ring *g, uint64_t seq)
 {
     uint32_t *waiters = rnp_ring_u32(g->base, RNP_RING_O_WAITERS);
@@ -621,12 +636,26 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
     uint8_t *slot = g->base + rnp_ring_slot_off(seq, RING_SLOTS);
     rnp_ring_encode(b, seq, slot);
     rnp_ring_put_result(slot, 0, NULL);
+    /* The ready word says that every slot up to it is ready (13.3): a call
+     * must not raise it past an earlier call whose producer, on another
+     * stream, is still running, nor may that stream's write come after
+     * this one's and lower it.  So a call on another stream than the last
+     * one's first waits for the last one's ready there, and a call of the
+     * host path for it here. */
     if (dev) {
         /* The stream writes ready once the producer's work before this
          * call is done; nothing is published if that cannot be queued. */
+        if (g->ready_queued && g->ready_stream != stream &&
+            (rv = dev->wait(c, stream, g->dev_base + RNP_RING_O_READY, g->seq)) != 0)
+            return rv;
         if ((rv = dev->write(c, stream, g->dev_base + RNP_RING_O_READY, seq)) != 0)
             return rv;
+        g->ready_stream = stream;
+        g->ready_queued = true;
     } else {
+        if (g->ready_queued)
+            wait_ready(g, g->seq);
+        g->ready_queued = false;
         /* The host's inputs are written: ready, then publish. */
         __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_READY), seq, __ATOMIC_RELEASE);
     }

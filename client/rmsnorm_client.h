@@ -311,7 +311,11 @@ RN_EXPORT int rn_client_path(const rn_client *c);
  * enqueues the work after everything already on cuda_stream (a cudaStream_t)
  * and returns without synchronising the host; later work on the stream sees
  * the results.  rn_rmsnorm_bwd_sync returns after completion, with times.
- * A library built without CUDA support returns RN_UNSUPPORTED.
+ * A library built without CUDA support returns RN_UNSUPPORTED.  On the
+ * fast path a client's calls run in the order they were made, whatever
+ * their streams: a call on another stream than the previous call's waits
+ * on its stream for the previous call's inputs too (and a host-path call
+ * waits for them on the host).  A client per stream avoids that coupling.
  */
 RN_EXPORT int rn_rmsnorm_bwd(rn_client *c, const rn_bwd_args *a, void *cuda_stream);
 RN_EXPORT int rn_rmsnorm_bwd_sync(rn_client *c, const rn_bwd_args *a, void *cuda_stream,

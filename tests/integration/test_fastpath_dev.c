@@ -41,6 +41,9 @@ typedef struct fake_stream {
     uint64_t done_word;            /* the done word handed out (f_done_word), 0: none */
     uint64_t raised;               /* the last raise of the done word (f_raise) */
     uint64_t done_at_detach;       /* the ring's done word when it was detached */
+    int ready_waits;               /* waits for another stream's ready (a second stream) */
+    bool blocked;                  /* such a wait not satisfied yet: later writes held */
+    uint64_t block_seq;
 } fake_stream;
 
 static fake_stream *cur;
@@ -76,7 +79,7 @@ static int f_write(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
     s->writes++;
     if (addr != s->base + RNP_RING_O_READY || word(s->base, RNP_RING_O_PROD) >= seq)
         s->order_ok = false;
-    if (s->defer) {
+    if (s->defer || s->blocked) {
         s->pending_at = (uint64_t *)(uintptr_t)addr;
         s->pending[s->npending++] = seq;
     } else {
@@ -89,6 +92,15 @@ static int f_wait(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
 {
     fake_stream *s = stream;
     (void)c;
+    if (addr == s->base + RNP_RING_O_READY) {
+        /* (the wait of a call on another stream than the last call's) */
+        s->ready_waits++;
+        if (!rnp_seq_reached(word(s->base, RNP_RING_O_READY), seq)) {
+            s->blocked = true;
+            s->block_seq = seq;
+        }
+        return 0;
+    }
     s->waits++;
     s->last_wait_addr = addr;
     s->last_wait_seq = seq;
@@ -125,6 +137,15 @@ static void flush(fake_stream *s)
     for (int i = 0; i < s->npending; i++)
         __atomic_store_n(s->pending_at, s->pending[i], __ATOMIC_RELEASE);
     s->npending = 0;
+}
+
+/* A blocked stream whose wait is satisfied now goes on: its held writes. */
+static void resume(fake_stream *s)
+{
+    if (s->blocked && rnp_seq_reached(word(s->base, RNP_RING_O_READY), s->block_seq)) {
+        s->blocked = false;
+        flush(s);
+    }
 }
 
 static const rnc_ring_dev fake_dev = {f_attach, f_detach, f_write, f_wait, NULL, NULL, NULL};
@@ -238,6 +259,46 @@ static void test_stream_ready_late(void **state)
     assert_true(word(s.base, RNP_RING_O_DONE) >= 1);
     assert_true(s.order_ok);
     check_free(c, &l, "late ready");
+    rn_close(c);
+    cur = NULL;
+    RNH_PASS(d);
+}
+
+/* Calls of one client on two streams: the ready word means every slot up to
+ * it is ready, so a call on the second stream first waits there for the
+ * first call's ready, which the first stream writes once its producer is
+ * done.  Without that the second stream's write ran ahead of the first
+ * producer (the daemon computed on unready inputs) or, landing first, was
+ * lowered again by it (a later slot waited for good).  A call on the same
+ * stream as the last needs no such wait. */
+static void test_two_streams(void **state)
+{
+    rnh_daemon *d = *state;
+    fake_stream a = {.order_ok = true, .defer = true}, b = {.order_ok = true};
+    laid l[3];
+    rn_client *c;
+
+    c = start_fast(d, &a);
+    for (int i = 0; i < 3; i++)
+        lay(c, i, &l[i]);
+    assert_int_equal(call(c, &l[0].a, &a), 0); /* its producer runs on */
+    b.base = a.base;
+    assert_int_equal(call(c, &l[1].a, &b), 0);
+    assert_int_equal(b.ready_waits, 1);
+    assert_true(b.blocked);
+    usleep(200000);
+    assert_int_equal(word(a.base, RNP_RING_O_READY), 0);
+    assert_int_equal(word(a.base, RNP_RING_O_DONE), 0); /* nothing ran early */
+    flush(&a);  /* the first producer ends: ready = 1 */
+    resume(&b); /* the second stream goes on: ready = 2 */
+    assert_false(b.blocked);
+    assert_int_equal(call(c, &l[2].a, &b), 0);
+    assert_int_equal(b.ready_waits, 1); /* the same stream again: no wait */
+    assert_int_equal(rn_sync(c), 0);
+    assert_true(word(a.base, RNP_RING_O_DONE) >= 3);
+    assert_true(a.order_ok && b.order_ok);
+    for (int i = 0; i < 3; i++)
+        check_free(c, &l[i], "two streams");
     rn_close(c);
     cur = NULL;
     RNH_PASS(d);
@@ -428,6 +489,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_stream_results, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_ready_late, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_two_streams, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_bad_call, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_session_lost, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_done_word, rnh_setup, rnh_teardown),
