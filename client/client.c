@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "client_int.h"
@@ -114,6 +115,7 @@ int rn_connect(const rn_connect_opts *opts, rn_client **out)
     c = calloc(1, sizeof *c);
     if (c == NULL)
         return rnc_fail(NULL, RN_NOMEM, "out of memory for the client");
+    c->owner = getpid();
     c->sock = -1;
     RN_PT_GOTO(pthread_mutex_init(&c->mu, NULL), &f, no_mutex);
     snprintf(c->endpoint, sizeof c->endpoint, "%s", o.endpoint);
@@ -162,10 +164,36 @@ no_mutex:
     return rnc_fail(NULL, RN_SYSTEM, "pthread_mutex_init: %s", strerror(f.err));
 }
 
+/* rn_close in a fork child, of the parent's copy: the child's own copies of
+ * descriptors and mappings go, and nothing else.  No BYE (it would end the
+ * parent's session), no ring words (shared with the parent), no CUDA, no
+ * nanomsg (its threads are not in the child: nn_close would wait for
+ * good), no mutex (another thread may have held it at the fork), no unlink
+ * of the parent's buffers. */
+static void close_copy(rn_client *c)
+{
+    rnc_watch_stop(c); /* (a child's: closes the copies only) */
+    if (c->have_chan)
+        close(c->chan);
+    rnc_ring_forget(c);
+    for (size_t i = 0; i < c->nbufs; i++) {
+        if (c->bufs[i].base)
+            munmap(c->bufs[i].base, c->bufs[i].size);
+        if (c->bufs[i].fd >= 0)
+            close(c->bufs[i].fd);
+    }
+    free(c->bufs);
+    free(c);
+}
+
 void rn_close(rn_client *c)
 {
     if (c == NULL)
         return;
+    if (c->owner != getpid()) {
+        close_copy(c);
+        return;
+    }
     rnc_cuda_release(c);
     pthread_mutex_lock(&c->mu);
     /* First: the BYE's close of the channel is not the daemon going, and

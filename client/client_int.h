@@ -75,6 +75,7 @@ struct rn_client {
     char endpoint[256];
     char name[RNP_MAX_NAME];
 
+    pid_t owner;       /* the process that opened it: a fork child's copy is not used */
     bool have_session; /* false: the next call that needs one opens it (HELLO) */
     /* The last exchange saw a new connection after its request may already
      * have gone out on an earlier one (rnc_transact). */
@@ -309,6 +310,10 @@ int rnc_ring_sync(rn_client *c, bool wait);
  * answered false (the BYE went unanswered): calls in flight are lost first,
  * so that streams waiting on their done words go on. */
 void rnc_ring_release(rn_client *c, bool answered);
+/* In a fork child (rn_close of the parent's copy): the child's own mappings
+ * and descriptors of the ring memory go; nothing shared with the parent is
+ * written, nothing of CUDA is called. */
+void rnc_ring_forget(rn_client *c);
 
 /* ---- watch.c: the daemon watcher ------------------------------------------------------- */
 

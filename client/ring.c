@@ -185,6 +185,18 @@ static void gone_drop(uint64_t token)
 
 static void lost(rnc_ring *g, int code, const char *why);
 
+void rnc_ring_forget(rn_client *c)
+{
+    rnc_ring *g = c->ring, *next;
+    for (; g; g = next) {
+        next = g->retired;
+        munmap(g->base, g->size);
+        close(g->fd);
+        free(g);
+    }
+    c->ring = NULL;
+}
+
 void rnc_ring_release(rn_client *c, bool answered)
 {
     rnc_ring *g = c->ring, *next;

@@ -1090,6 +1090,48 @@ static void test_session_expired(void **state)
     RNH_PASS(d);
 }
 
+/* rn_close in a fork child, of its parent's client (a child does not use
+ * it; closing the copy frees it): the child returns at once, and the
+ * parent's session, ring and buffers live on.  Before, the child sent BYE,
+ * which ended the parent's session, and then hung in nanomsg. */
+static void test_close_in_fork_child(void **state)
+{
+    rnh_daemon *d = *state;
+    rn_client *c;
+    laid l;
+    rnv_case k = mixed_case(3);
+    int status = 0;
+
+    assert_int_equal(rnh_start(d), 0);
+    c = client_on(d, RN_PATH_FAST);
+    lay(c, &k, 23, &l);
+    assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0); /* (its ring is open) */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        rn_close(c);
+        _exit(0);
+    }
+    pid_t got = 0;
+    for (int i = 0; i < 1000 && (got = waitpid(pid, &status, WNOHANG)) == 0; i++)
+        usleep(10000);
+    if (got == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        fail_msg("rn_close in the fork child did not return within 10 s");
+    }
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(rnh_stat(d, "sessions.active"), 1);
+    rnv_poison(&l.a);
+    if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
+        fail_msg("the parent's call after the child's rn_close: %s", rn_last_error(c));
+    check(&l, "after the child's rn_close");
+    assert_int_equal(rnh_stat(d, "fast.rings"), 1);
+    unlay(c, &l);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
 /* Which path a client takes: the option, else RMSNORMD_PATH, else auto;
  * HELLO says the CPU backend offers both. */
 static void test_path_choice(void **state)
@@ -1187,6 +1229,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sigterm_host, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_session_expired, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_path_choice, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_close_in_fork_child, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
