@@ -184,6 +184,7 @@ static void gone_drop(uint64_t token)
 }
 
 static void lost(rnc_ring *g, int code, const char *why);
+static void collect(rnc_ring *g, uint64_t done);
 
 void rnc_ring_forget(rn_client *c)
 {
@@ -200,8 +201,11 @@ void rnc_ring_forget(rn_client *c)
 void rnc_ring_release(rn_client *c, bool answered)
 {
     rnc_ring *g = c->ring, *next;
-    if (g && !answered) /* (a daemon stopped, or gone unseen: no pidfd) */
+    if (g && !answered) { /* (a daemon stopped, or gone unseen: no pidfd) */
+        if (g->open)
+            collect(g, load_done(g));
         lost(g, RN_RESTARTED, "the session's end went unanswered");
+    }
     for (; g; g = next) {
         next = g->retired;
         bool held = false;
@@ -360,8 +364,11 @@ static int ensure_open(rn_client *c, const rnc_done_word *done)
     g = c->ring;
     if (g->open && memcmp(&g->of, &c->session, sizeof g->of) == 0)
         return 0;
-    /* The watcher lets go of the memory before it is reused. */
+    /* The watcher lets go of the memory before it is reused.  Calls that
+     * finished are read first: only the others are lost. */
     rnc_watch_disarm(c);
+    if (g->open)
+        collect(g, load_done(g));
     lost(g, RN_RESTARTED, "the session ended");
     if (g->retire) {
         if ((rv = renew(c)) != 0)
