@@ -287,7 +287,23 @@ static void on_accept(uv_poll_t *h, int status, int events)
             return;
         }
         /* One connection per session, and a few being set up: more would
-         * let anyone on the socket take the daemon's descriptors. */
+         * let anyone on the socket take the daemon's descriptors.  At the
+         * limit the oldest connection not yet authenticated goes, as HELLO
+         * ends an idle session: idle connections (anyone on the socket can
+         * open them) must not lock clients out of AUTH for their 10 s. */
+        if (ch->nconns >= ctx->cfg.max_sessions + RND_CHAN_SPARE && !ctx->draining) {
+            conn *old = NULL;
+            rn_queue *q;
+            RN_QUEUE_FOREACH(q, &ch->conns) {
+                conn *o = RN_QUEUE_DATA(q, conn, link);
+                if (!o->sess)
+                    old = o; /* (newest first on the list: the last is the oldest) */
+            }
+            if (old) {
+                ch->evicted++;
+                conn_free(old);
+            }
+        }
         if (ch->nconns >= ctx->cfg.max_sessions + RND_CHAN_SPARE || ctx->draining) {
             ch->refused++;
             close(fd);

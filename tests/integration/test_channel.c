@@ -465,6 +465,36 @@ static void test_untrusted_channel(void **state)
     RNH_PASS(d);
 }
 
+/* Idle connections to the session channel (anyone on the socket may open
+ * them) do not lock clients out of AUTH: at the limit (max-sessions plus a
+ * few) the oldest connection not yet authenticated is closed for the new
+ * one.  Before, 16 idle connections with --max-sessions 4 made every
+ * client's channel fail until they expired (10 s). */
+static void test_idle_conns_evicted(void **state)
+{
+    rnh_daemon *d = *state;
+    int fds[16];
+    void *b;
+
+    rnh_arg(d, "--max-sessions");
+    rnh_arg(d, "4");
+    assert_int_equal(rnh_start(d), 0);
+    for (int i = 0; i < 16; i++) {
+        fds[i] = rnr_chan_connect(d->endpoint);
+        assert_true(fds[i] >= 0);
+    }
+    usleep(200000);
+    rn_client *c = rnh_client(d);
+    assert_non_null(c);
+    if (rn_buffer_alloc(c, 4096, &b) != 0)
+        fail_msg("rn_buffer_alloc beside 16 idle connections: %s", rn_last_error(c));
+    assert_int_equal(rn_buffer_free(c, b), 0);
+    rn_close(c);
+    for (int i = 0; i < 16; i++)
+        close(fds[i]);
+    RNH_PASS(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -474,6 +504,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_claimed_pid, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_uid_quota, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_untrusted_channel, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_idle_conns_evicted, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
