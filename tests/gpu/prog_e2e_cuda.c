@@ -323,6 +323,87 @@ static int64_t stat_of(const char *name)
     return (int64_t)rn_stats_get(&s, name, (uint64_t)-1);
 }
 
+/* ---- one client, two streams -------------------------------------------------------------- */
+
+/* x and dy of a for call i (seeds as run_order's), on stream s. */
+static int fill_call(const rn_bwd_args *a, uint64_t seed, int i, cudaStream_t s)
+{
+    char msg[200];
+    if (rnk_cuda_fill((rnk_dtype)a->x_dtype, (void *)a->x, a->m, a->n, a->n,
+                      seed + 2 * (uint64_t)i + 100, 1.0f, 0.1f, s, msg, sizeof msg) ||
+        rnk_cuda_fill((rnk_dtype)a->dy_dtype, (void *)a->dy, a->m, a->n, a->n,
+                      seed + 2 * (uint64_t)i + 101, 1.0f, 0.0f, s, msg, sizeof msg)) {
+        printf("FAIL streams2: fill: %s\n", msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Calls of one client on two streams, alternating, each call's producer on
+ * its own stream and often late: the ring has one ready word, so a call
+ * must not run before its own stream's producer is done however the other
+ * stream runs ahead (libclient orders the two streams' writes of it).
+ * Every call's dx is judged against its own inputs. */
+static int run_streams2(int iters, uint64_t seed)
+{
+    rn_bwd_args a[2];
+    char *arena[2], *slots;
+    cudaStream_t s2[2];
+    size_t dxb = (size_t)256 * 1024 * 2;
+    int bad = 0;
+
+    rng_state ^= seed * 0x9E3779B97F4A7C15ull;
+    for (int k = 0; k < 2; k++) {
+        CK(cudaStreamCreateWithFlags(&s2[k], cudaStreamNonBlocking));
+        bf16_args(&a[k], 256, 1024);
+        CK(cudaMalloc((void **)&arena[k], layout(&a[k], NULL, false)));
+        layout(&a[k], arena[k], false);
+        fill_inputs(&a[k], seed + 7 * (uint64_t)k); /* (w; x and dy per call below) */
+    }
+    CK(cudaMalloc((void **)&slots, dxb * (size_t)iters));
+    CK(cudaMemset(slots, 0xff, dxb * (size_t)iters));
+    CK(cudaStreamSynchronize(st));
+    for (int i = 0; i < iters; i++) {
+        const int k = i & 1;
+        const cudaStream_t s = s2[k];
+        uint64_t r = rnd(), d1 = (r & 1) ? (r >> 8) % 300000 : 0;
+        rne_poison_outputs(&a[k], s);
+        if (d1)
+            CK(rne_spin(&kern, d1, s));
+        if (fill_call(&a[k], seed, i, s) != 0)
+            return 1;
+        int rc = rn_rmsnorm_bwd(cli, &a[k], s);
+        if (rc != 0) {
+            printf("FAIL streams2 call %d: %s: %s\n", i, rn_err_name(rc), rn_last_error(cli));
+            return 1;
+        }
+        CK(cudaMemcpyAsync(slots + dxb * (size_t)i, a[k].dx, dxb, cudaMemcpyDeviceToDevice, s));
+    }
+    for (int k = 0; k < 2; k++)
+        CK(cudaStreamSynchronize(s2[k]));
+    for (int i = 0; i < iters; i++) {
+        rn_bwd_args v = a[i & 1];
+        char what[64];
+        if (fill_call(&v, seed, i, st) != 0)
+            return 1;
+        v.dx = slots + dxb * (size_t)i;
+        v.dw_dtype = RN_DTYPE_NONE;
+        v.dw = NULL;
+        snprintf(what, sizeof what, "streams2 call %d (stream %d)", i, i & 1);
+        if (!verify(&v, what) && ++bad >= 5)
+            break;
+    }
+    CK(cudaFree(slots));
+    for (int k = 0; k < 2; k++) {
+        CK(cudaFree(arena[k]));
+        CK(cudaStreamDestroy(s2[k]));
+    }
+    if (bad)
+        return 1;
+    printf("ok streams2: %d calls\n", iters);
+    return 0;
+}
+
 static int run_realloc(void)
 {
     rn_bwd_args a;
@@ -770,6 +851,8 @@ int main(int argc, char **argv)
         rc = run_order(atoi(argv[3]), strtoull(argv[4], NULL, 0));
     else if (strcmp(argv[2], "flood") == 0)
         rc = run_flood();
+    else if (strcmp(argv[2], "streams2") == 0 && argc >= 5)
+        rc = run_streams2(atoi(argv[3]), strtoull(argv[4], NULL, 0));
     else if (strcmp(argv[2], "realloc") == 0)
         rc = run_realloc();
     else if (strcmp(argv[2], "errors") == 0)

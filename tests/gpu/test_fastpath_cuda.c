@@ -233,6 +233,30 @@ static void test_stream_order(void **state)
     RNH_PASS(d);
 }
 
+/* One client's calls on two streams, producers late at random: each call
+ * runs after its own stream's producer (the ring's one ready word). */
+static void test_two_streams(void **state)
+{
+    rnh_daemon *d = *state;
+    char sa[32];
+
+    NEED_GPU();
+    snprintf(sa, sizeof sa, "%ld", (long)time(NULL));
+    printf("seed %s\n", sa);
+    const char *a[] = {"streams2", "200", sa, NULL};
+    assert_int_equal(start(d, true), 0);
+    need_fast(d);
+    rnh_proc p;
+    setenv("RMSNORMD_PATH", "fast", 1);
+    assert_int_equal(rnh_spawn_for(d, "gpu/prog_e2e_cuda", a, &p), 0);
+    unsetenv("RMSNORMD_PATH");
+    assert_int_equal(rnh_finish_echo(&p, a[0], CLIENT_TIMEOUT_MS), 0);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, 10000), 0);
+    assert_int_equal(rnh_stat(d, "fast.errors"), 0);
+    assert_true(rnh_stat(d, "fast.ok") >= 200);
+    RNH_PASS(d);
+}
+
 /* One client's producer is 3 s late; another client's calls run meanwhile. */
 static void test_late_producer_others_proceed(void **state)
 {
@@ -685,6 +709,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cmp_classic, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_grid_two_clients, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_order, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_two_streams, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_late_producer_others_proceed, rnh_setup,
                                         rnh_teardown),
         cmocka_unit_test_setup_teardown(test_late_producer_many_others, rnh_setup,
