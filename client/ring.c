@@ -198,9 +198,19 @@ void rnc_ring_forget(rn_client *c)
     c->ring = NULL;
 }
 
+/* A stream may still write ready into g's memory, or wait on its done
+ * words: a call's producer not done yet (rn_close without a sync first). */
+static bool streams_pending(rnc_ring *g)
+{
+    const uint64_t *r = rnp_ring_u64(g->base, RNP_RING_O_READY);
+    return g->dev && (!rnp_seq_reached(__atomic_load_n(r, __ATOMIC_ACQUIRE), g->seq) ||
+                      !rnp_seq_reached(load_done(g), g->seq));
+}
+
 void rnc_ring_release(rn_client *c, bool answered)
 {
     rnc_ring *g = c->ring, *next;
+    bool kept = false;
     if (g && !answered) { /* (a daemon stopped, or gone unseen: no pidfd) */
         if (g->open)
             collect(g, load_done(g));
@@ -232,6 +242,15 @@ void rnc_ring_release(rn_client *c, bool answered)
             free(g);
             continue;
         }
+        if (streams_pending(g)) {
+            /* The same: mapped and registered (a leak of the ring's size)
+             * rather than a stream's write or wait on memory gone; and the
+             * done words stay too. */
+            kept = true;
+            close(g->fd);
+            free(g);
+            continue;
+        }
         if (g->dev)
             g->dev->detach(g->base);
         munmap(g->base, g->size);
@@ -239,7 +258,7 @@ void rnc_ring_release(rn_client *c, bool answered)
         free(g);
     }
     c->ring = NULL;
-    if (c->done_free)
+    if (c->done_free && !kept)
         c->done_free(c);
 }
 

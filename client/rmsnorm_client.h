@@ -317,6 +317,9 @@ RN_EXPORT int rn_client_path(const rn_client *c);
  * their streams: a call on another stream than the previous call's waits
  * on its stream for the previous call's inputs too (and a host-path call
  * waits for them on the host).  A client per stream avoids that coupling.
+ * rn_close does not wait for the streams: memory a stream may still write
+ * or wait on (a call whose producer has not finished) stays mapped until
+ * the process exits; synchronise the streams first to have it freed.
  */
 RN_EXPORT int rn_rmsnorm_bwd(rn_client *c, const rn_bwd_args *a, void *cuda_stream);
 RN_EXPORT int rn_rmsnorm_bwd_sync(rn_client *c, const rn_bwd_args *a, void *cuda_stream,
