@@ -21,7 +21,7 @@
  * is reported) and the next session gets fresh memory.
  *
  * A call on a stream being captured into a CUDA graph takes a graph slot
- * (PROTOCOL.md 13.8) in the area after the ring: its descriptor is written
+ * (PROTOCOL.md 13.8, ring_graph.c) in the area after the ring: its descriptor is written
  * and registered (GRAPH_OPEN, which checks it: a bad call fails the
  * capture, not a replay) once, and the device side captures the replay's
  * start and the wait for done.  A graph slot is held until CUDA destroys
@@ -52,71 +52,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client_int.h"
-#include "rn_ring.h"
+#include "ring_int.h"
 
-/* Slots of a client's ring: calls in flight at most. */
-#define RING_SLOTS 64u
-/* Graph slots after the ring: calls captured in live graphs at most. */
-#define GRAPH_SLOTS 128u
 /* Spin this long on done before sleeping on it ... */
 #define SPIN_NS 20000ull
 /* ... and sleep at most this long at a time, to notice a dead daemon. */
 #define NAP_NS 50000000ull
-
-struct rnc_ring {
-    int fd;                        /* the memfd; -1 when none */
-    uint8_t *base;
-    size_t size;
-    bool open;                     /* RING_OPEN answered in the session `of` */
-    rnp_session of;
-    uint32_t id, region;
-    uint64_t seq;                  /* the last published */
-    void *ready_stream;            /* the stream the last call's ready went to ... */
-    bool ready_queued;             /* ... if it may not have landed yet (else ready = seq) */
-    uint64_t checked;              /* results read up to this seq */
-    int err;                       /* the first error not yet reported */
-    char msg[RN_ERRMSG_LEN];
-    const rnc_ring_dev *dev;       /* registered with a device (dev_base) */
-    uint64_t dev_base;
-    uint64_t done_addr;            /* the device done word streams wait on; 0: the ring's */
-    rn_client *c;                  /* whose ring */
-    bool retire;                   /* streams may wait on it: a new session gets new memory */
-    struct rnc_ring *retired;      /* older memory of this client, kept until rn_close */
-    uint64_t token;                /* names this memory to graph destructors */
-    uint32_t gid[GRAPH_SLOTS];     /* the daemon's graph id in the session `of`; 0: none */
-    uint64_t gfails[GRAPH_SLOTS];  /* the slot's fails counter as last read */
-    bool gheld[GRAPH_SLOTS];       /* a live graph holds the slot */
-};
-
-/* A graph's destructor (any thread, no CUDA call allowed) queues its slot
- * here; the client's next call gives it back (take_gone). */
-typedef struct gone_node {
-    uint64_t token;
-    uint32_t slot;
-    struct gone_node *next;
-} gone_node;
-static pthread_mutex_t gone_mu = PTHREAD_MUTEX_INITIALIZER;
-static gone_node *gone_list;
-static uint64_t next_token;
-/* Tokens of ring memory whose client closed while graphs still held some
- * of its slots: those graphs' destructors free their node at once (no
- * client is left to take it).  16 bytes per such close, kept. */
-typedef struct orphan_token {
-    uint64_t token;
-    struct orphan_token *next;
-} orphan_token;
-static orphan_token *orphans;
-
-static uint64_t gslot_off(uint32_t i)
-{
-    return rnp_ring_bytes(RING_SLOTS) + (uint64_t)i * RNP_GRAPH_SLOT;
-}
-
-static uint8_t *gslot(const rnc_ring *g, uint32_t i)
-{
-    return g->base + gslot_off(i);
-}
 
 static uint64_t load_done(const rnc_ring *g)
 {
@@ -129,7 +70,7 @@ static int create(rn_client *c, rnc_ring **out)
 
     if (!g)
         return rnc_fail(c, RN_NOMEM, "ring: out of memory");
-    g->size = (size_t)gslot_off(GRAPH_SLOTS);
+    g->size = (size_t)rnc_gslot_off(GRAPH_SLOTS);
     g->c = c;
     /* Sealed against shrinking: the daemon reads the ring from its own
      * mapping, and a cut file would fault it (the cuda backend refuses an
@@ -142,7 +83,7 @@ static int create(rn_client *c, rnc_ring **out)
             close(g->fd);
         free(g);
         return rnc_fail(c, RN_SYSTEM, "ring: memfd of %zu bytes: %s",
-                        (size_t)gslot_off(GRAPH_SLOTS), strerror(e));
+                        (size_t)rnc_gslot_off(GRAPH_SLOTS), strerror(e));
     }
     g->base = mmap(NULL, g->size, PROT_READ | PROT_WRITE, MAP_SHARED, g->fd, 0);
     if (g->base == MAP_FAILED) {
@@ -151,36 +92,9 @@ static int create(rn_client *c, rnc_ring **out)
         free(g);
         return rnc_fail(c, RN_SYSTEM, "ring: mmap: %s", strerror(e));
     }
-    pthread_mutex_lock(&gone_mu);
-    g->token = ++next_token;
-    pthread_mutex_unlock(&gone_mu);
+    g->token = rnc_ring_token();
     *out = g;
     return 0;
-}
-
-/* A graph slot the daemon no longer serves: a replay must not wait for
- * it.  closed first, then done: a replay that began before it saw closed
- * has reset done already, and this sets it again (PROTOCOL.md 13.8). */
-static void graph_let_go(rnc_ring *g, uint32_t i)
-{
-    __atomic_store_n(rnp_ring_u32(gslot(g, i), RNP_GSLOT_O_CLOSED), 1u, __ATOMIC_SEQ_CST);
-    atomic_thread_fence(memory_order_seq_cst);
-    __atomic_store_n(rnp_ring_u64(gslot(g, i), RNP_GSLOT_O_DONE), 1u, __ATOMIC_SEQ_CST);
-}
-
-/* Under gone_mu: drop the queued nodes of token (no GRAPH_CLOSE is due:
- * the session ends). */
-static void gone_drop(uint64_t token)
-{
-    gone_node **pp = &gone_list, *n;
-    while ((n = *pp) != NULL) {
-        if (n->token == token) {
-            *pp = n->next;
-            free(n);
-        } else {
-            pp = &n->next;
-        }
-    }
 }
 
 static void lost(rnc_ring *g, int code, const char *why);
@@ -218,22 +132,7 @@ void rnc_ring_release(rn_client *c, bool answered)
     }
     for (; g; g = next) {
         next = g->retired;
-        bool held = false;
-        pthread_mutex_lock(&gone_mu);
-        gone_drop(g->token);
-        for (uint32_t i = 0; i < GRAPH_SLOTS; i++)
-            if (g->gheld[i]) {
-                graph_let_go(g, i);
-                held = true;
-            }
-        orphan_token *o = held ? malloc(sizeof *o) : NULL;
-        if (o) {
-            o->token = g->token;
-            o->next = orphans;
-            orphans = o;
-        }
-        pthread_mutex_unlock(&gone_mu);
-        if (held) {
+        if (rnc_graphs_release(g)) {
             /* A graph that outlives the client still replays into this
              * memory (and finds its slots closed): it stays mapped and
              * registered, a leak of GRAPH_SLOTS KiB rather than a GPU
@@ -277,29 +176,6 @@ static void collect(rnc_ring *g, uint64_t done)
     }
 }
 
-/* Record the first error of graph replays answered since the last look. */
-static void collect_graphs(rnc_ring *g)
-{
-    char m[RNP_MAX_ERRMSG];
-
-    for (uint32_t i = 0; i < GRAPH_SLOTS; i++) {
-        if (!g->gid[i])
-            continue;
-        uint64_t f = __atomic_load_n(rnp_ring_u64(gslot(g, i), RNP_GSLOT_O_FAILS),
-                                     __ATOMIC_ACQUIRE);
-        if (f == g->gfails[i])
-            continue;
-        uint64_t n = f - g->gfails[i];
-        g->gfails[i] = f;
-        int st = rnp_ring_get_result(gslot(g, i), m, sizeof m);
-        if (st != 0 && g->err == 0) {
-            g->err = st;
-            snprintf(g->msg, sizeof g->msg, "graph %u, %llu replay%s failed: %.160s", g->gid[i],
-                     (unsigned long long)n, n == 1 ? "" : "s", m);
-        }
-    }
-}
-
 /* Report g's recorded error once (as c's last error), or 0. */
 static int report(rn_client *c, rnc_ring *g)
 {
@@ -325,7 +201,7 @@ static void lost(rnc_ring *g, int code, const char *why)
         if (!g->gid[i])
             continue;
         /* Its replays compute nothing from now on, and wait for nothing. */
-        graph_let_go(g, i);
+        rnc_graph_let_go(g, i);
         g->gid[i] = 0;
         graphs = true;
     }
@@ -406,7 +282,7 @@ static int ensure_open(rn_client *c, const rnc_done_word *done)
     g->done_addr = done ? done->addr : 0;
     g->of = c->session;
     g->open = true;
-    rnc_watch_arm(c, g->base, RING_SLOTS, gslot_off(0), GRAPH_SLOTS, g->done_addr);
+    rnc_watch_arm(c, g->base, RING_SLOTS, rnc_gslot_off(0), GRAPH_SLOTS, g->done_addr);
     return 0;
 }
 
@@ -480,137 +356,6 @@ static int wait_done(rn_client *c, rnc_ring *g, uint64_t seq)
     return 0;
 }
 
-/* ---- graph slots (PROTOCOL.md 13.8) ------------------------------------------------------ */
-
-/* A graph's destructor: CUDA destroyed it and its instantiations.  Any
- * thread; no CUDA call, no daemon traffic: queue it for take_gone. */
-static void graph_gone(void *arg)
-{
-    gone_node *n = arg;
-    bool orphan = false;
-
-    pthread_mutex_lock(&gone_mu);
-    for (orphan_token *o = orphans; o && !orphan; o = o->next)
-        orphan = o->token == n->token;
-    if (!orphan) {
-        n->next = gone_list;
-        gone_list = n;
-    }
-    pthread_mutex_unlock(&gone_mu);
-    if (orphan)
-        free(n);
-}
-
-/* Give back the graph slots of c whose graphs are gone: GRAPH_CLOSE where
- * the daemon serves them (best effort), free for the next capture. */
-static void take_gone(rn_client *c)
-{
-    gone_node *mine = NULL, **pp, *n;
-
-    pthread_mutex_lock(&gone_mu);
-    for (pp = &gone_list; (n = *pp) != NULL;) {
-        bool ours = false;
-        for (rnc_ring *g = c->ring; g && !ours; g = g->retired)
-            ours = g->token == n->token;
-        if (ours) {
-            *pp = n->next;
-            n->next = mine;
-            mine = n;
-        } else {
-            pp = &n->next;
-        }
-    }
-    pthread_mutex_unlock(&gone_mu);
-    while ((n = mine) != NULL) {
-        mine = n->next;
-        for (rnc_ring *g = c->ring; g; g = g->retired) {
-            if (g->token != n->token || n->slot >= GRAPH_SLOTS)
-                continue;
-            /* (No GRAPH_CLOSE to a daemon the watcher saw go.) */
-            if (g->gid[n->slot] && g->open && memcmp(&g->of, &c->session, sizeof g->of) == 0 &&
-                !rnc_watch_fired(c)) {
-                collect_graphs(g);
-                rnp_request *q = rnc_request(c, RN_OP_GRAPH_CLOSE);
-                q->u.graph_close.session = c->session;
-                q->u.graph_close.ring = g->id;
-                q->u.graph_close.graph = g->gid[n->slot];
-                if (rnc_transact(c, c->timeout_ms) != 0) {
-                    /* The daemon may still hold the slot: never reused in
-                     * this session (its end frees it). */
-                    rnc_clear_thread_error();
-                    g->gid[n->slot] = 0;
-                    continue;
-                }
-            }
-            g->gid[n->slot] = 0;
-            g->gheld[n->slot] = false;
-            rnc_watch_graph(c, g->base, n->slot, false);
-        }
-        free(n);
-    }
-}
-
-/* A call on a stream being captured: a graph slot of its own, its
- * descriptor registered (and checked) now, the replay's start and the
- * wait for done captured into the graph. */
-static int graph_publish(rn_client *c, rnc_ring *g, const rnp_bwd_req *b,
-                         const rnc_ring_dev *dev, void *stream)
-{
-    uint32_t i;
-    int rv;
-
-    if (!dev->graph)
-        return rnc_fail(c, RN_UNSUPPORTED, "graph: this device side cannot capture calls");
-    for (i = 0; i < GRAPH_SLOTS && g->gheld[i]; i++)
-        ;
-    if (i == GRAPH_SLOTS)
-        return rnc_fail(c, RN_TOO_LARGE,
-                        "graph: %u calls are captured in CUDA graphs that still exist, the "
-                        "limit; destroy graphs no longer used (their slots come back)",
-                        GRAPH_SLOTS);
-    uint8_t *p = gslot(g, i);
-    memset(p, 0, RNP_GRAPH_SLOT);
-    rnp_ring_encode(b, 0, p);
-    rnp_request *q = rnc_request(c, RN_OP_GRAPH_OPEN);
-    q->u.graph_open.session = c->session;
-    q->u.graph_open.ring = g->id;
-    q->u.graph_open.offset = gslot_off(i);
-    /* The daemon copies the descriptor and checks it as it would check a
-     * slot: a bad call fails here, at capture. */
-    if ((rv = rnc_transact(c, c->timeout_ms)) != 0)
-        return rv;
-    uint32_t gid = c->rep.u.graph_open.graph;
-    gone_node *n = calloc(1, sizeof *n);
-    if (!n)
-        rv = rnc_fail(c, RN_NOMEM, "graph: out of memory");
-    else {
-        n->token = g->token;
-        n->slot = i;
-        rv = dev->graph(c, stream, g->dev_base + gslot_off(i), graph_gone, n);
-    }
-    if (rv != 0) {
-        char why[RN_ERRMSG_LEN];
-        snprintf(why, sizeof why, "%s", c->last_error);
-        free(n);
-        /* Part of the replay's start may be in the graph: the slot stays
-         * held (never reused under it) and closed (a replay waits for
-         * nothing). */
-        graph_let_go(g, i);
-        g->gheld[i] = true;
-        q = rnc_request(c, RN_OP_GRAPH_CLOSE);
-        q->u.graph_close.session = c->session;
-        q->u.graph_close.ring = g->id;
-        q->u.graph_close.graph = gid;
-        (void)rnc_transact(c, c->timeout_ms);
-        return rnc_fail(c, rv, "%s", why);
-    }
-    g->gid[i] = gid;
-    g->gfails[i] = 0;
-    g->gheld[i] = true;
-    rnc_watch_graph(c, g->base, i, true);
-    return 0;
-}
-
 int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev, void *stream,
                      const rnc_done_word *done, uint64_t *seqp)
 {
@@ -642,9 +387,9 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
                         fired ? rnc_watch_why(fired) : "the daemon closed it");
     }
     /* Earlier calls' errors first: a call after a failed one is not run. */
-    take_gone(c);
+    rnc_take_gone(c);
     collect(g, load_done(g));
-    collect_graphs(g);
+    rnc_collect_graphs(g);
     if ((rv = report(c, g)) != 0)
         return rv;
     int cap = dev && dev->captured ? dev->captured(c, stream) : 0;
@@ -652,7 +397,7 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
         return -cap;
     if (cap) {
         *seqp = 0;
-        return graph_publish(c, g, b, dev, stream);
+        return rnc_graph_publish(c, g, b, dev, stream);
     }
     uint64_t seq = g->seq + 1;
     /* A full ring: wait for the oldest call.  RMSNORMD_DEBUG_RING_AHEAD=N
@@ -740,7 +485,7 @@ int rnc_ring_sync(rn_client *c, bool wait)
 
     if (!g)
         return 0;
-    take_gone(c);
+    rnc_take_gone(c);
     g = c->ring;
     /* A wait that ended because the session did (lost() recorded what
      * became of the calls) reports that below, once; a timeout is
@@ -750,7 +495,7 @@ int rnc_ring_sync(rn_client *c, bool wait)
     uint32_t fired = g->open ? rnc_watch_fired(c) : 0;
     if (g->open)
         collect(g, fired ? __atomic_load_n(&c->watch_answered, __ATOMIC_SEQ_CST) : load_done(g));
-    collect_graphs(g);
+    rnc_collect_graphs(g);
     /* A session the daemon ended (its idle timeout, a restart) with no call
      * outstanding: said now, so that graphs whose replays compute nothing
      * any more are not silent (lost() reports them). */

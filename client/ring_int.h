@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ring_int.h - what libclient's ring.c (the ring and its calls) and
+ * ring_graph.c (graph slots, PROTOCOL.md 13.8) share: the ring's memory
+ * object, and the graph slots' entries for ring.c.
+ */
+#ifndef RNC_RING_INT_H
+#define RNC_RING_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "client_int.h"
+#include "rn_ring.h"
+
+/* Slots of a client's ring: calls in flight at most. */
+#define RING_SLOTS 64u
+/* Graph slots after the ring: calls captured in live graphs at most. */
+#define GRAPH_SLOTS 128u
+
+struct rnc_ring {
+    int fd; /* the memfd; -1 when none */
+    uint8_t *base;
+    size_t size;
+    bool open; /* RING_OPEN answered in the session `of` */
+    rnp_session of;
+    uint32_t id, region;
+    uint64_t seq;       /* the last published */
+    void *ready_stream; /* the stream the last call's ready went to ... */
+    bool ready_queued;  /* ... if it may not have landed yet (else ready = seq) */
+    uint64_t checked;   /* results read up to this seq */
+    int err;            /* the first error not yet reported */
+    char msg[RN_ERRMSG_LEN];
+    const rnc_ring_dev *dev; /* registered with a device (dev_base) */
+    uint64_t dev_base;
+    uint64_t done_addr;           /* the device done word streams wait on; 0: the ring's */
+    rn_client *c;                 /* whose ring */
+    bool retire;                  /* streams may wait on it: a new session gets new memory */
+    struct rnc_ring *retired;     /* older memory of this client, kept until rn_close */
+    uint64_t token;               /* names this memory to graph destructors */
+    uint32_t gid[GRAPH_SLOTS];    /* the daemon's graph id in the session `of`; 0: none */
+    uint64_t gfails[GRAPH_SLOTS]; /* the slot's fails counter as last read */
+    bool gheld[GRAPH_SLOTS];      /* a live graph holds the slot */
+};
+
+/* Graph slot i's offset in the ring's memory, and its address. */
+static inline uint64_t rnc_gslot_off(uint32_t i)
+{
+    return rnp_ring_bytes(RING_SLOTS) + (uint64_t)i * RNP_GRAPH_SLOT;
+}
+
+static inline uint8_t *rnc_gslot(const rnc_ring *g, uint32_t i)
+{
+    return g->base + rnc_gslot_off(i);
+}
+
+/* ring_graph.c, for ring.c. */
+
+/* A token that names new ring memory to graph destructors. */
+uint64_t rnc_ring_token(void);
+/* Graph slot i of g is no longer served: a replay must not wait for it. */
+void rnc_graph_let_go(rnc_ring *g, uint32_t i);
+/* g's memory goes (rn_close): its queued destructor nodes are dropped and
+ * its held slots let go; true when a live graph still holds one (the
+ * memory must then stay: its replays still write there). */
+bool rnc_graphs_release(rnc_ring *g);
+/* Record the first error of graph replays answered since the last look. */
+void rnc_collect_graphs(rnc_ring *g);
+/* Give back the graph slots of c whose graphs are gone. */
+void rnc_take_gone(rn_client *c);
+/* A call on a stream being captured: a graph slot of its own. */
+int rnc_graph_publish(rn_client *c, rnc_ring *g, const rnp_bwd_req *b, const rnc_ring_dev *dev,
+                      void *stream);
+
+#endif
