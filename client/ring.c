@@ -292,23 +292,35 @@ static void futex_wait(uint32_t *w, uint32_t val, uint64_t ns)
     syscall(SYS_futex, w, FUTEX_WAIT, val, &ts, NULL, 0);
 }
 
+/* A call of the host path after calls on streams: until the ready word,
+ * which those streams write once their producers are done (and, on one
+ * stream, once the call before was answered), reaches seq.  0, or
+ * RN_TIMEOUT after c's timeout (nothing published); a daemon the watcher
+ * saw go ends the wait too (the call then finds the loss). */
+static int wait_ready(rn_client *c, rnc_ring *g, uint64_t seq)
+{
+    const uint64_t *w = rnp_ring_u64(g->base, RNP_RING_O_READY);
+    const uint64_t t0 = rnc_now_ns();
+    const uint64_t lim = c->timeout_ms < 0 ? UINT64_MAX : (uint64_t)c->timeout_ms * 1000000u;
+    while (!rnp_seq_reached(__atomic_load_n(w, __ATOMIC_ACQUIRE), seq)) {
+        if (rnc_watch_fired(c))
+            return 0;
+        if (rnc_now_ns() - t0 > lim)
+            return rnc_fail(c, RN_TIMEOUT,
+                            "ready: the calls before this one on streams had not their inputs "
+                            "ready within %u ms; this call was not made",
+                            (unsigned)c->timeout_ms);
+        struct timespec d = {0, 20000};
+        nanosleep(&d, NULL);
+    }
+    return 0;
+}
+
 /*
  * Wait until done reaches seq.  0; RN_TIMEOUT after c's timeout;
  * RN_UNKNOWN_SESSION when the daemon closed the ring or the session (the
  * ring is then lost: lost() recorded what became of its calls).
  */
-/* A call of the host path after calls on streams: until the ready word,
- * which those streams write once their producers are done, reaches seq.
- * (No timeout: a stream's call waits for its producer the same way.) */
-static void wait_ready(rnc_ring *g, uint64_t seq)
-{
-    const uint64_t *w = rnp_ring_u64(g->base, RNP_RING_O_READY);
-    while (!rnp_seq_reached(__atomic_load_n(w, __ATOMIC_ACQUIRE), seq)) {
-        struct timespec d = {0, 20000};
-        nanosleep(&d, NULL);
-    }
-}
-
 static int wait_done(rn_client *c, rnc_ring *g, uint64_t seq)
 {
     uint32_t *waiters = rnp_ring_u32(g->base, RNP_RING_O_WAITERS);
@@ -429,15 +441,20 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
         /* The stream writes ready once the producer's work before this
          * call is done; nothing is published if that cannot be queued. */
         if (g->ready_queued && g->ready_stream != stream &&
-            (rv = dev->wait(c, stream, g->dev_base + RNP_RING_O_READY, g->seq)) != 0)
-            return rv;
+            (rv = dev->wait(c, stream, g->dev_base + RNP_RING_O_READY, g->seq)) != 0) {
+            char why[RN_ERRMSG_LEN];
+            snprintf(why, sizeof why, "%s", c->last_error);
+            return rnc_fail(c, rv, "ready: this stream's wait for the previous call's inputs "
+                            "(another stream) could not be queued; nothing was published "
+                            "(%.150s)", why);
+        }
         if ((rv = dev->write(c, stream, g->dev_base + RNP_RING_O_READY, seq)) != 0)
             return rv;
         g->ready_stream = stream;
         g->ready_queued = true;
     } else {
-        if (g->ready_queued)
-            wait_ready(g, g->seq);
+        if (g->ready_queued && (rv = wait_ready(c, g, g->seq)) != 0)
+            return rv;
         g->ready_queued = false;
         /* The host's inputs are written: ready, then publish. */
         __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_READY), seq, __ATOMIC_RELEASE);

@@ -304,6 +304,39 @@ static void test_two_streams(void **state)
     RNH_PASS(d);
 }
 
+/* A host-path call after a stream's call whose producer has not finished
+ * waits for that call's ready at most the client's timeout, then fails
+ * with RN_TIMEOUT and publishes nothing; once the producer is done it runs.
+ * (Before the timeout it waited for good, holding the client.) */
+static void test_host_after_stream(void **state)
+{
+    rnh_daemon *d = *state;
+    fake_stream s = {.order_ok = true, .defer = true};
+    laid l[2];
+    rn_client *c;
+
+    c = start_fast(d, &s);
+    lay(c, 0, &l[0]);
+    lay(c, 1, &l[1]);
+    assert_int_equal(call(c, &l[0].a, &s), 0); /* its producer runs on */
+    c->timeout_ms = 300;
+    uint64_t t0 = rnc_now_ns();
+    assert_int_equal(rn_rmsnorm_bwd_host(c, &l[1].a, NULL), RN_TIMEOUT);
+    assert_true(rnc_now_ns() - t0 < 5000000000ull);
+    assert_non_null(strstr(rn_last_error(c), "ready"));
+    assert_int_equal(word(s.base, RNP_RING_O_PROD), 1); /* nothing published */
+    flush(&s);
+    c->timeout_ms = 10000;
+    if (rn_rmsnorm_bwd_host(c, &l[1].a, NULL) != 0)
+        fail_msg("the host call once the stream's producer was done: %s", rn_last_error(c));
+    assert_int_equal(rn_sync(c), 0);
+    for (int i = 0; i < 2; i++)
+        check_free(c, &l[i], "host after stream");
+    rn_close(c);
+    cur = NULL;
+    RNH_PASS(d);
+}
+
 /* A call the daemon refuses: done still passes it (a stream waiting on
  * done goes on) and the error comes back once, at rn_check. */
 static void test_stream_bad_call(void **state)
@@ -499,6 +532,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stream_results, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_ready_late, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_two_streams, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_host_after_stream, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_bad_call, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_session_lost, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_done_word, rnh_setup, rnh_teardown),
