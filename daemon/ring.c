@@ -270,8 +270,8 @@ static void on_poll(uv_idle_t *h)
 
     if (!tab->deferred)
         n = rnd_rings_take_all(tab);
+    close_finished(tab); /* (a ring may also have stopped taking nothing) */
     if (n) {
-        close_finished(tab);
         tab->ctx->stats.fast_polled += n;
         tab->poll_until = now + (uint64_t)tab->ctx->cfg.ring_spin_us * 1000u;
     } else if (now >= tab->poll_until) {
@@ -514,6 +514,7 @@ int rnd_op_ring_close(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_
         g->close_prod = g->cons; /* (nothing, or garbage: none of it is taken) */
     g->region->ring = false;
     rnd_graphs_end(g, RN_UNKNOWN_SESSION);
+    rnd_graphs_drop(g);
     rnd_ring_take(g, false);
     if (!rnd_ring_takeable(g, g->close_prod) || g->stopped)
         ring_close(g);

@@ -164,6 +164,14 @@ void rnd_graphs_end(rnd_ring *g, int status)
     }
 }
 
+void rnd_graphs_drop(rnd_ring *g)
+{
+    rn_queue *q, *n;
+
+    RN_QUEUE_FOREACH_SAFE(q, n, &g->graphs)
+        graph_drop(RN_QUEUE_DATA(q, rnd_graph, link));
+}
+
 void rnd_graphs_free(rnd_ring *g)
 {
     rn_queue *q;

@@ -110,6 +110,10 @@ void rnd_graphs_take(rnd_ring *g);
 /* The ring ends with its client alive: no replay is taken any more (a
  * replay that began before is answered status). */
 void rnd_graphs_end(rnd_ring *g, int status);
+/* RING_CLOSE, after rnd_graphs_end: the ring's graph slots go now (off its
+ * list and the daemon's count; a replay running frees its own at its
+ * release), not when the closing ring closes. */
+void rnd_graphs_drop(rnd_ring *g);
 /* The ring is freed (off the thread's list): its graph slots with it. */
 void rnd_graphs_free(rnd_ring *g);
 

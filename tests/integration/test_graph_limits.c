@@ -366,6 +366,52 @@ static void test_max_graphs(void **state)
     RNH_PASS(d);
 }
 
+/* RING_CLOSE gives its ring's graph places back at once, although the
+ * ring stays closing while a slot published before it waits for its
+ * inputs.  (Before, they stayed counted until the ring closed.) */
+static void test_ring_close_frees_graphs(void **state)
+{
+    rnh_daemon *d = *state;
+    rnv_case k;
+    rn_bwd_args a, a2;
+    rnp_bwd_req b, b2;
+    gring r, r2;
+    uint32_t id, other;
+    char msg[RNP_MAX_ERRMSG];
+    static rnp_request q;
+    static rnp_reply rep;
+
+    rnh_arg(d, "--max-graphs");
+    rnh_arg(d, "1");
+    rnh_arg(d, "--ring-ready=host"); /* (the slot stays in the ring, unready) */
+    assert_int_equal(rnh_start(d), 0);
+    small_case(&k);
+    gring_open(&r, d, rnv_bytes(&k));
+    rnv_setup(&k, r.t, 1, &a);
+    graph_req(&r, &a, &b);
+    if (graph_open(&r, 0, &b, &id, msg, sizeof msg) != 0)
+        fail_msg("GRAPH_OPEN: %s", msg);
+    rnr_ring_publish(&r.g, &b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "fast.ready_waits", 1, WAIT_MS), 0);
+    memset(&q, 0, sizeof q);
+    q.op = RN_OP_RING_CLOSE;
+    q.u.ring_close.session = r.g.session;
+    q.u.ring_close.ring = r.g.ring;
+    assert_int_equal(rnr_ring_call(&r.g, &q, &rep), 0);
+    assert_int_equal(rnh_stat(d, "fast.graphs"), 0);
+    assert_int_equal(rnh_stat(d, "fast.rings"), 1); /* (closing) */
+    gring_open(&r2, d, rnv_bytes(&k));
+    rnv_setup(&k, r2.t, 1, &a2);
+    graph_req(&r2, &a2, &b2);
+    if (graph_open(&r2, 0, &b2, &other, msg, sizeof msg) != 0)
+        fail_msg("GRAPH_OPEN beside a closing ring: %s", msg);
+    replay_checked(&r2, 0, &a2, 30, &k);
+    gring_close(&r);
+    gring_close(&r2);
+    assert_int_equal(rnh_wait_stat(d, "fast.graphs", 0, WAIT_MS), 0);
+    RNH_PASS(d);
+}
+
 /* --max-graphs 0: no graph slot at all, ring slots as ever. */
 static void test_max_graphs_zero(void **state)
 {
@@ -398,6 +444,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_replay_after_classic, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_max_graphs, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_ring_close_frees_graphs, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_max_graphs_zero, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
