@@ -132,20 +132,14 @@ void rnc_ring_release(rn_client *c, bool answered)
     }
     for (; g; g = next) {
         next = g->retired;
-        if (rnc_graphs_release(g)) {
-            /* A graph that outlives the client still replays into this
-             * memory (and finds its slots closed): it stays mapped and
-             * registered, a leak of GRAPH_SLOTS KiB rather than a GPU
-             * fault in a replay. */
-            close(g->fd);
-            free(g);
-            continue;
-        }
-        if (streams_pending(g)) {
-            /* The same: mapped and registered (a leak of the ring's size)
-             * rather than a stream's write or wait on memory gone; and the
-             * done words stay too. */
-            kept = true;
+        /* A graph that outlives the client still replays into this memory
+         * (and finds its slots closed), or a stream may still write ready
+         * or wait on done there: it stays mapped and registered (a leak of
+         * its size) rather than a GPU fault; for a stream the done words
+         * stay too. */
+        bool held = rnc_graphs_release(g), busy = !held && streams_pending(g);
+        if (held || busy) {
+            kept |= busy;
             close(g->fd);
             free(g);
             continue;

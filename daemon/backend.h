@@ -129,10 +129,10 @@ typedef struct rnd_ring_job {
     bool ready_seen;                   /* the ring's ready word had reached seq before the
                                         * job was taken (--ring-ready=host): its input is
                                         * ready, no stream waits for it */
-    bool force;                        /* taken as its ring closes (RING_CLOSE, the end of
-                                        * the session): past the backend's queue limit
-                                        * too, since nothing would take it again (at most
-                                        * a ring's worth of slots) */
+    bool force;                        /* taken as its session ends: past the backend's
+                                        * queue limit too, since nothing would take it
+                                        * again (at most a ring's worth of slots, answered
+                                        * without running) */
     atomic_int abandon;                /* nonzero: the status to answer, without
                                         * waiting, if the input is not ready yet
                                         * (RN_DRAINING, RN_UNKNOWN_SESSION) */

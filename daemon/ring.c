@@ -325,6 +325,8 @@ static void ring_close(rnd_ring *g)
     tab->open--;
     tab->graphs -= g->ngraphs;
     pthread_mutex_unlock(&tab->mu);
+    if (g->closing)
+        tab->closing--;
     if (g->sess)
         g->sess->ring = NULL;
     g->sess = NULL;
@@ -343,15 +345,24 @@ bool rnd_ring_pending(const rnd_session *s)
     return rnd_ring_takeable(g, rnd_ring_prod(g));
 }
 
-/* The loop, after takes: the closing rings that have taken every slot
- * published before their RING_CLOSE (or that stopped) close now. */
+/* A closing ring has taken every slot published before its RING_CLOSE
+ * (or stopped taking): it closes now. */
+static bool close_due(const rnd_ring *g)
+{
+    return g->closing && (g->stopped || !rnd_ring_takeable(g, g->close_prod));
+}
+
+/* The loop, after takes (also on every turn of its poll: nothing to do
+ * unless a ring is closing). */
 static void close_finished(rnd_rings *tab)
 {
     rn_queue *q, *next;
 
+    if (!tab->closing)
+        return;
     RN_QUEUE_FOREACH_SAFE(q, next, &tab->list) {
         rnd_ring *g = RN_QUEUE_DATA(q, rnd_ring, link);
-        if (g->closing && (g->stopped || !rnd_ring_takeable(g, g->close_prod)))
+        if (close_due(g))
             ring_close(g);
     }
 }
@@ -509,6 +520,7 @@ int rnd_op_ring_close(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_
      * The ring closes once they are all taken (close_finished); until then
      * the session opens no other ring, but its region may go. */
     g->closing = true;
+    ctx->rings.closing++;
     g->close_prod = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE);
     if (!rnd_ring_takeable(g, g->close_prod))
         g->close_prod = g->cons; /* (nothing, or garbage: none of it is taken) */
@@ -516,7 +528,7 @@ int rnd_op_ring_close(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_
     rnd_graphs_end(g, RN_UNKNOWN_SESSION);
     rnd_graphs_drop(g);
     rnd_ring_take(g, false);
-    if (!rnd_ring_takeable(g, g->close_prod) || g->stopped)
+    if (close_due(g))
         ring_close(g);
     return 0;
 }

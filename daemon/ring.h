@@ -89,6 +89,7 @@ typedef struct rnd_rings {
     bool stop;
     uint32_t kick;                 /* futex word: the loop wakes the thread */
     uint32_t open;                 /* rings open */
+    uint32_t closing;              /* of them closing after RING_CLOSE (loop thread) */
     uint32_t graphs;               /* graph slots open in them: while any, the thread
                                     * polls their generation words (under mu; at most
                                     * --max-graphs) */

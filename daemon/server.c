@@ -84,10 +84,10 @@ static void close_handle(uv_handle_t *h)
         uv_close(h, NULL);
 }
 
-/* The grace period is over: answer what is queued, release everything and
- * let the loop end. */
 static void on_drain_idle(uv_idle_t *h);
 
+/* The grace period is over: answer what is queued, release everything and
+ * let the loop end. */
 static void finish_drain(rnd_server *srv)
 {
     rnd_ctx *ctx = &srv->ctx;
