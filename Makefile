@@ -302,10 +302,15 @@ format:
 	clang-format -i $(wildcard proto/*.[ch] kernels/*.[ch] kernels/*.cu daemon/*.[ch] daemon/cuda/*.[ch] client/*.[ch] client/ctl/*.[ch] tests/*/*.[ch] bench/*.c)
 
 # ---- compile rules -------------------------------------------------------------
+# The dependency files name each object both as BUILD gives it and as an
+# absolute path: a build directory made with BUILD=$$PWD/build and then
+# with the default (or the other way round) still rebuilds what includes a
+# header that changed.  (nvcc takes one target name: a .cu object follows
+# its headers only under the BUILD it was built with.)
 $(BUILD)/obj/%.o: %.c
 	$(call say,CC,$<)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(CFLAGS_ALL) $(CUDA_DEFS) -MMD -MP -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_ALL) $(CUDA_DEFS) -MMD -MP -MT $@ -MT $(abspath $@) -c $< -o $@
 
 $(BUILD)/obj/%.cu.o: %.cu
 	$(call say,NVCC,$<)
