@@ -71,9 +71,70 @@ static int take_reply(rn_client *c, const uint8_t *r, ssize_t n, int want, rnp_c
 }
 
 /*
+ * Wait by the deadline for one datagram on c's channel, into in (of
+ * RNP_CHAN_MAX bytes; *n its full length).  Returns 0; RN_TIMEOUT with c's
+ * last error untouched; or another rn_status with it set (a closed
+ * connection: the session is gone).
+ */
+static int receive(rn_client *c, uint8_t *in, ssize_t *n, uint64_t deadline_ns)
+{
+    struct pollfd p = {.fd = c->chan, .events = POLLIN};
+
+    for (;;) {
+        int r = poll(&p, 1, left_ms(deadline_ns));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return rnc_fail(c, RN_SYSTEM, "session channel: poll: %s", strerror(errno));
+        if (r == 0)
+            return RN_TIMEOUT;
+        *n = recv(c->chan, in, RNP_CHAN_MAX, MSG_DONTWAIT | MSG_TRUNC);
+        if (*n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (*n <= 0)
+            return lost(c, "receive", *n < 0 ? errno : 0);
+        return 0;
+    }
+}
+
+/*
+ * The daemon answers each request on the channel once, in order, unless it
+ * closes the connection.  A reply exchange stopped waiting for is read
+ * here, by the deadline, before the next request goes out: a region it
+ * names was registered for a caller that had given up, and is unregistered
+ * again (a VMM range given up half-way needs nothing: its next range starts
+ * at chunk 0, which drops the daemon's pending chunks).  Returns 0, or an
+ * rn_status with c's last error set (RN_TIMEOUT: nothing was sent).
+ */
+static int settle(rn_client *c, uint64_t deadline_ns)
+{
+    uint8_t in[RNP_CHAN_MAX];
+    rnp_chan_msg rep;
+    ssize_t n;
+    int rv;
+
+    if (!c->chan_late)
+        return 0;
+    if ((rv = receive(c, in, &n, deadline_ns)) == RN_TIMEOUT)
+        return rnc_fail(c, RN_TIMEOUT, "session channel: the daemon has not answered the "
+                        "request before this one yet (reply type %u): nothing sent",
+                        (unsigned)c->chan_late);
+    if (rv != 0)
+        return rv;
+    bool cut = n > RNP_CHAN_MAX, region = c->chan_late == RNP_CHAN_REGION_OK;
+    c->chan_late = 0;
+    if (rnp_chan_parse(in, cut ? RNP_CHAN_MAX : (size_t)n, cut, 0, &rep, NULL) == 0 && region &&
+        rep.type == RNP_CHAN_REGION_OK && rep.u.region_ok.region && c->chan_forget)
+        (void)c->chan_forget(c, rep.u.region_ok.region);
+    return 0;
+}
+
+/*
  * Send the request req (with fd >= 0 attached) and receive its reply, of
  * type want, into *rep by the deadline.  Returns 0, or an rn_status with
- * c's last error set.
+ * c's last error set.  A timeout keeps the connection (closing it would end
+ * the session, and with it the ring calls of a client that lives on); the
+ * reply is then owed, and settle() reads it before the next request.
  */
 static int exchange(rn_client *c, const rnp_chan_msg *req, int fd, int want, rnp_chan_msg *rep,
                     uint64_t deadline_ns)
@@ -85,9 +146,11 @@ static int exchange(rn_client *c, const rnp_chan_msg *req, int fd, int want, rnp
     uint8_t out[RNP_CHAN_MAX], in[RNP_CHAN_MAX];
     struct iovec iov = {out, rnp_chan_encode(req, out)};
     struct msghdr mh = {0};
-    struct pollfd p = {.fd = c->chan, .events = POLLIN};
     ssize_t n;
+    int rv;
 
+    if ((rv = settle(c, deadline_ns)) != 0)
+        return rv;
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
     if (fd >= 0) {
@@ -101,37 +164,23 @@ static int exchange(rn_client *c, const rnp_chan_msg *req, int fd, int want, rnp
         cm->cmsg_len = CMSG_LEN(sizeof(int));
         memcpy(CMSG_DATA(cm), &fd, sizeof fd);
     }
-    /* A fresh seqpacket socket has room for a small datagram: a send that
-     * would block means the daemon stopped reading. */
+    /* With no reply owed, the socket has room for a small datagram: a send
+     * that would block means the daemon stopped reading. */
     do
         n = sendmsg(c->chan, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     while (n < 0 && errno == EINTR);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        rnc_chan_close(c);
-        return rnc_fail(c, RN_TIMEOUT, "session channel: the daemon does not read");
-    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return rnc_fail(c, RN_TIMEOUT, "session channel: the daemon does not read: nothing sent");
     if (n < 0)
         return lost(c, "send", errno);
-    for (;;) {
-        int r = poll(&p, 1, left_ms(deadline_ns));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return rnc_fail(c, RN_SYSTEM, "session channel: poll: %s", strerror(errno));
-        if (r == 0) {
-            /* A late reply must not be taken for the next request's: the
-             * connection goes, and the session with it. */
-            rnc_chan_close(c);
-            return rnc_fail(c, RN_TIMEOUT, "session channel: no reply within %d ms",
-                            c->timeout_ms);
-        }
-        n = recv(c->chan, in, sizeof in, MSG_DONTWAIT | MSG_TRUNC);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (n <= 0)
-            return lost(c, "receive", n < 0 ? errno : 0);
-        return take_reply(c, in, n, want, rep);
+    if ((rv = receive(c, in, &n, deadline_ns)) == RN_TIMEOUT) {
+        c->chan_late = (uint8_t)want;
+        return rnc_fail(c, RN_TIMEOUT, "session channel: no reply within %d ms (the request "
+                        "stays with the daemon)", c->timeout_ms);
     }
+    if (rv != 0)
+        return rv;
+    return take_reply(c, in, n, want, rep);
 }
 
 /* The service user a system daemon runs as (conn.c checks its socket's
@@ -185,10 +234,13 @@ static int connect_by(rn_client *c, const struct sockaddr_un *sa, uint64_t deadl
     return rnc_fail(c, RN_UNREACHABLE, "session channel %s: %s", sa->sun_path, strerror(errno));
 }
 
+/* The daemon sends nothing unasked: data with no reply owed is as bad as
+ * the close, but a late reply (settle()) is only that. */
 bool rnc_chan_closed(rn_client *c)
 {
-    struct pollfd p = { c->chan, POLLIN, 0 };
-    return !c->have_chan || (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR | POLLIN)));
+    struct pollfd p = {c->chan, POLLIN | POLLRDHUP, 0};
+    short bad = POLLHUP | POLLERR | POLLRDHUP | (c->chan_late ? 0 : POLLIN);
+    return !c->have_chan || (poll(&p, 1, 0) == 1 && (p.revents & bad));
 }
 
 int rnc_chan_open(rn_client *c)
@@ -286,4 +338,5 @@ void rnc_chan_close(rn_client *c)
         close(c->chan);
     c->have_chan = false;
     c->chan = -1;
+    c->chan_late = 0;
 }

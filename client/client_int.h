@@ -83,6 +83,11 @@ struct rn_client {
     bool replied;      /* the last rnc_transact got a reply (an error one too) */
     bool have_chan;    /* chan is the session's channel connection */
     int chan;
+    /* The reply type the daemon still owes on the channel for a request
+     * whose wait timed out (0: none); read before the next request.  A
+     * region it names goes through chan_forget (session.c's UNREGISTER). */
+    uint8_t chan_late;
+    int (*chan_forget)(rn_client *c, uint32_t region);
     rnp_session session;
     rnp_hello_rep hello;
     uint64_t next_id, next_seq;
@@ -175,7 +180,10 @@ bool rnc_chan_closed(rn_client *c);
 /*
  * REGISTER_FD: share size bytes of fd (stays c's) with the daemon in the
  * current session; sets *region.  A connection the daemon closed reads as
- * RN_UNKNOWN_SESSION (closing it ends the session).
+ * RN_UNKNOWN_SESSION.  A reply that does not come within c's timeout is
+ * RN_TIMEOUT and leaves the connection, and so the session, as it was: the
+ * late reply is read before the next request (a region it names is
+ * unregistered).
  */
 int rnc_chan_register(rn_client *c, int fd, uint64_t size, uint32_t *region);
 

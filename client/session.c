@@ -32,6 +32,7 @@ static int hello(rn_client *c)
     /* The daemon takes the session's pid and uid, and shared memory, from
      * the session channel; only a daemon without one is spoken to by
      * names. */
+    c->chan_forget = rnc_unregister;
     if (c->hello.channel && (rv = rnc_chan_open(c)) != 0) {
         rnc_end_session(c);
         return rv;

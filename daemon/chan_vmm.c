@@ -44,6 +44,10 @@ int rnd_vmm_chunk(rnd_session *s, rnd_vmm_pending *p, const rnp_chan_msg *m, int
                           rnp_fail(err, RN_UNSUPPORTED,
                                    "vmm_chunk: the %s backend maps no CUDA memory",
                                    be->ops->name));
+    /* Chunk 0 starts a range: one the client gave up half-way (a reply it
+     * stopped waiting for) leaves nothing behind. */
+    if (m->u.vmm_chunk.index == 0)
+        rnd_vmm_pending_clear(be, p);
     if ((rc = rnp_vmm_chunk_check(p->n, p->end, m->u.vmm_chunk.index, off, size, err)) != 0)
         return fail_clear(be, p, rc);
     if (p->n == p->cap) {

@@ -502,6 +502,53 @@ static void test_close_unanswered(void **state)
     RNH_PASS(d);
 }
 
+/* A request on the session channel that the daemon does not answer within
+ * the client's timeout (stopped here) fails with RN_TIMEOUT and leaves the
+ * session as it was.  Before, the client closed the channel, which ended
+ * the session (the CUDA backend then cancels the ring calls in flight, and
+ * a stream waiting on their done waited for good).  Now the call in flight
+ * is answered once the daemon goes on, in the same session, the late reply
+ * is read before the next request (its region unregistered again), and the
+ * next registration works. */
+static void test_chan_timeout_keeps_session(void **state)
+{
+    rnh_daemon *d = *state;
+    fake_stream s = {.order_ok = true, .defer = true};
+    laid l;
+    rn_client *c;
+    void *p = NULL;
+
+    c = start_fast(d, &s);
+    lay(c, 2, &l);
+    assert_int_equal(call(c, &l.a, &s), 0); /* its producer runs on */
+    assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
+    int64_t regions = rnh_stat(d, "regions.active");
+    rnp_session sess = c->session;
+    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    c->timeout_ms = 300;
+    assert_int_equal(rn_buffer_alloc(c, 1 << 16, &p), RN_TIMEOUT);
+    assert_non_null(strstr(rn_last_error(c), "no reply within"));
+    assert_int_equal(kill(d->pid, SIGCONT), 0);
+    c->timeout_ms = 10000;
+    flush(&s);
+    if (rn_sync(c) != 0)
+        fail_msg("the call across the timeout: %s", rn_last_error(c));
+    assert_true(word(s.base, RNP_RING_O_DONE) >= 1);
+    check_free(c, &l, "a call across a channel timeout");
+    if (rn_buffer_alloc(c, 1 << 16, &p) != 0)
+        fail_msg("rn_buffer_alloc after the timeout: %s", rn_last_error(c));
+    /* l's buffer went (once the call let go of it), the late region went,
+     * this one came. */
+    assert_int_equal(rnh_wait_stat(d, "regions.active", regions, WAIT_MS), 0);
+    assert_int_equal(rnh_stat(d, "clients.died"), 0);
+    assert_true(c->have_session && c->have_chan);
+    assert_memory_equal(&c->session, &sess, sizeof sess);
+    assert_int_equal(rn_buffer_free(c, p), 0);
+    rn_close(c);
+    cur = NULL;
+    RNH_PASS(d);
+}
+
 static void test_cpu_option_inert(void **state)
 {
     rnh_daemon *d = *state;
@@ -537,6 +584,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stream_session_lost, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_done_word, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_close_unanswered, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_chan_timeout_keeps_session, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_cpu_option_inert, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -192,6 +192,26 @@ static void test_layout_error_drops(void **state)
     done(w);
 }
 
+/* A range given up half-way (its client stopped waiting for a reply): the
+ * next range's chunk 0 drops the chunks left waiting and starts afresh. */
+static void test_chunk0_restarts(void **state)
+{
+    (void)state;
+    world *w = mk(&fake_ops);
+    rnp_error err = {0};
+    uint32_t region = 0;
+
+    assert_int_equal(chunk(w, 0, 0, M2, &err), 0);
+    assert_int_equal(chunk(w, 1, M2, M2, &err), 0);
+    assert_int_equal(chunk(w, 0, 0, 4 * M2, &err), 0);
+    assert_int_equal(w->f.dropped, 2);
+    assert_int_equal(w->p.n, 1);
+    assert_true(w->p.end == 4 * M2);
+    assert_int_equal(map(w, 1, 4 * M2, &region, &err), 0);
+    assert_true(region_total == 4 * M2);
+    done(w);
+}
+
 static void test_import_error_drops(void **state)
 {
     (void)state;
@@ -279,7 +299,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_range_of_three),    cmocka_unit_test(test_many_chunks),
-        cmocka_unit_test(test_layout_error_drops), cmocka_unit_test(test_import_error_drops),
+        cmocka_unit_test(test_layout_error_drops),
+        cmocka_unit_test(test_chunk0_restarts), cmocka_unit_test(test_import_error_drops),
         cmocka_unit_test(test_map_errors),        cmocka_unit_test(test_no_vmm_backend),
         cmocka_unit_test(test_clear),
     };
