@@ -21,7 +21,8 @@
  * process exited).  It fires:
  *   - when the daemon exited: the pidfd (from the channel's SO_PEERCRED);
  *   - when the channel closed and the ring's state word says closed: a live
- *     daemon ended the session and answered every slot it took;
+ *     daemon ended the session and answered every slot it took (or, taking
+ *     the client for dead, let go of them: nothing of the ring runs);
  *   - when the channel closed and neither happened within LINGER_MS
  *     (LINGER_BLIND_MS without a pidfd: a daemon in another pid namespace,
  *     or a kernel before 5.3; then the close is all there is to go by).

@@ -226,10 +226,11 @@ static void *doorbell_thread(void *arg)
 static void ring_free(rnd_ring *g)
 {
     rnd_graphs_free(g);
-    if (!g->gone)
-        /* Every slot taken was answered: now the client may stop waiting. */
-        __atomic_store_n(rnp_ring_u32(g->base, RNP_RING_O_STATE), RNP_RING_CLOSED,
-                         __ATOMIC_RELEASE);
+    /* Every slot taken was answered (a live client's) or let go (a dead
+     * one's, cancelled): nothing of the ring runs any more, and the client
+     * may stop waiting.  A client taken for dead may live on (it only
+     * closed its channel): its streams go on once it sees this. */
+    __atomic_store_n(rnp_ring_u32(g->base, RNP_RING_O_STATE), RNP_RING_CLOSED, __ATOMIC_RELEASE);
     rnd_region_unref(g->region);
     if (g->done_region)
         rnd_region_unref(g->done_region);

@@ -54,7 +54,7 @@ typedef struct rnd_ring {
     bool closing;                  /* RING_CLOSE came: slots up to close_prod are taken as
                                     * the limits allow, then the ring closes (loop's) */
     uint64_t close_prod;           /* closing: the last slot published before RING_CLOSE */
-    bool gone;                     /* its client died: write nothing */
+    bool gone;                     /* its client died: nothing answered (state at the end) */
     bool stopped;                  /* the backend refused a slot for good */
     int stop_status;               /* stopped: what it refused with */
     uint64_t seen;                 /* the doorbell thread: the last producer word seen */

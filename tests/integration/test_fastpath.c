@@ -952,6 +952,41 @@ static void test_kill9(void **state)
     serve_then_close(d, c, &l, 20, "after the kills");
 }
 
+/* A session whose channel closed with its client alive (a client that
+ * only closed the connection, or one the daemon ended for not reading its
+ * replies) ends as a dead client's: its slots are cancelled.  Once nothing
+ * of the ring runs any more the daemon writes state = 1, so that such a
+ * client, watching the state word, knows when its streams may go on without
+ * a kernel of the daemon's still writing its memory (before, the word
+ * stayed open and the client could only wait out its watcher's 10 s). */
+static void test_channel_closed_state(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+    int64_t t0;
+
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 4, 11);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
+    (void)rnr_ring_publish(&r.g, &r.b, NULL, false); /* its ready never comes */
+    assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
+    close(r.g.chan);
+    r.g.chan = -1;
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 0, WAIT_MS), 0);
+    for (t0 = rnh_now_ms(); rnr_ring_state(&r.g) != RNP_RING_CLOSED;)
+        if (rnh_now_ms() - t0 > WAIT_MS)
+            fail_msg("the ring's state stayed open after the session ended");
+        else
+            usleep(1000);
+    assert_int_equal(rnh_stat(d, "clients.died"), 1);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_stat(d, "regions.active", 0, WAIT_MS), 0);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
 /* SIGTERM with a ring open: the slot that ran keeps its result, the slot
  * still waiting for ready is answered DRAINING, done reaches it, the ring is
  * closed, and the daemon exits 0. */
@@ -1063,6 +1098,12 @@ static void test_sigterm_host(void **state)
 {
     rnh_arg(*state, "--ring-ready=host");
     test_sigterm(state);
+}
+
+static void test_channel_closed_state_host(void **state)
+{
+    rnh_arg(*state, "--ring-ready=host");
+    test_channel_closed_state(state);
 }
 
 /* The daemon ends an idle session, ring and all: the next call opens a new
@@ -1261,11 +1302,13 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ring_shrunk, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_channel_closed_state, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_waiting_slot_keeps_session, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ready_late_host, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9_prepared, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bye_pending_host, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_host, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_channel_closed_state_host, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_session_expired, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_path_choice, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_close_in_fork_child, rnh_setup, rnh_teardown),
