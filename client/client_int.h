@@ -279,6 +279,11 @@ typedef struct rnc_ring_dev {
      * handed out before in this process) in *p, or *p NULL for none (the
      * ring's word serves): 0 or an rn_status.  May be NULL. */
     int (*done_word)(rn_client *c, void **p);
+    /* What names stream for as long as it lives, unlike its handle, which
+     * a new stream may get once it is destroyed, and which the per-thread
+     * default stream has in every thread; 0: not known (the handle serves
+     * alone).  May be NULL. */
+    uint64_t (*stream_id)(void *stream);
 } rnc_ring_dev;
 
 /*

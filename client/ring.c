@@ -434,7 +434,8 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
     if (dev) {
         /* The stream writes ready once the producer's work before this
          * call is done; nothing is published if that cannot be queued. */
-        if (g->ready_queued && g->ready_stream != stream &&
+        uint64_t sid = dev->stream_id ? dev->stream_id(stream) : 0;
+        if (g->ready_queued && (g->ready_stream != stream || g->ready_sid != sid) &&
             (rv = dev->wait(c, stream, g->dev_base + RNP_RING_O_READY, g->seq)) != 0) {
             char why[RN_ERRMSG_LEN];
             snprintf(why, sizeof why, "%s", c->last_error);
@@ -445,6 +446,7 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
         if ((rv = dev->write(c, stream, g->dev_base + RNP_RING_O_READY, seq)) != 0)
             return rv;
         g->ready_stream = stream;
+        g->ready_sid = sid;
         g->ready_queued = true;
     } else {
         if (g->ready_queued && (rv = wait_ready(c, g, g->seq)) != 0)

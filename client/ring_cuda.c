@@ -80,15 +80,31 @@ static const char kick_ptx[] =
     "}\n";
 
 typedef CUresult (*pfn_value64)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
+typedef CUresult (*pfn_stream_id)(CUstream s, unsigned long long *id);
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pfn_value64 wait64, write64;
+static pfn_stream_id get_id; /* (CUDA 12.0 on; without it the handle serves) */
 
 static void resolve(void)
 {
     if (!rn_cuda_entry_to("cuStreamWaitValue64", (void **)&wait64) ||
         !rn_cuda_entry_to("cuStreamWriteValue64", (void **)&write64))
         wait64 = write64 = NULL;
+    if (!rn_cuda_entry_to("cuStreamGetId", (void **)&get_id))
+        get_id = NULL;
+}
+
+/* The stream's id, unique among the context's streams for the process's
+ * life (the legacy and the per-thread default streams included), or 0. */
+static uint64_t stream_id(void *stream)
+{
+    unsigned long long id = 0;
+
+    pthread_once(&once, resolve);
+    if (!get_id || get_id((CUstream)stream, &id) != CUDA_SUCCESS)
+        return 0;
+    return (uint64_t)id;
 }
 
 static int attach(rn_client *c, void *base, size_t size, uint64_t *dev)
@@ -319,4 +335,5 @@ const rnc_ring_dev rnc_cuda_ring_dev = {
     .done_word = done_word,
     .captured = captured,
     .graph = graph,
+    .stream_id = stream_id,
 };

@@ -26,7 +26,8 @@ struct rnc_ring {
     rnp_session of;
     uint32_t id, region;
     uint64_t seq;       /* the last published */
-    void *ready_stream; /* the stream the last call's ready went to ... */
+    void *ready_stream; /* the stream the last call's ready went to (its id, */
+    uint64_t ready_sid; /* rnc_ring_dev.stream_id, 0: none) ... */
     bool ready_queued;  /* ... if it may not have landed yet (else ready = seq) */
     uint64_t checked;   /* results read up to this seq */
     int err;            /* the first error not yet reported */

@@ -51,4 +51,5 @@ static int f_graph(rn_client *c, void *stream, uint64_t addr, void (*gone)(void 
     return 0;
 }
 
-const rnc_ring_dev rnt_fake_dev = {f_attach, f_detach, f_write, f_wait, f_captured, f_graph, NULL};
+const rnc_ring_dev rnt_fake_dev = {f_attach, f_detach, f_write,  f_wait,
+                                   f_captured, f_graph, NULL, NULL};

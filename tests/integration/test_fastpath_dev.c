@@ -44,6 +44,7 @@ typedef struct fake_stream {
     int ready_waits;               /* waits for another stream's ready (a second stream) */
     bool blocked;                  /* such a wait not satisfied yet: later writes held */
     uint64_t block_seq;
+    uint64_t id;                   /* its stream id (f_stream_id), 0: none known */
 } fake_stream;
 
 static fake_stream *cur;
@@ -148,9 +149,15 @@ static void resume(fake_stream *s)
     }
 }
 
-static const rnc_ring_dev fake_dev = {f_attach, f_detach, f_write, f_wait, NULL, NULL, NULL};
-static const rnc_ring_dev fake_dev_dw = {f_attach, f_detach, f_write, f_wait, NULL, NULL,
-                                         f_done_word};
+static uint64_t f_stream_id(void *stream)
+{
+    return ((fake_stream *)stream)->id;
+}
+
+static const rnc_ring_dev fake_dev = {f_attach, f_detach, f_write, f_wait,  NULL,
+                                      NULL,     NULL,     f_stream_id};
+static const rnc_ring_dev fake_dev_dw = {f_attach, f_detach, f_write,     f_wait,
+                                         NULL,     NULL,     f_done_word, f_stream_id};
 
 static rn_client *fast_client(const rnh_daemon *d)
 {
@@ -299,6 +306,41 @@ static void test_two_streams(void **state)
     assert_true(a.order_ok && b.order_ok);
     for (int i = 0; i < 3; i++)
         check_free(c, &l[i], "two streams");
+    rn_close(c);
+    cur = NULL;
+    RNH_PASS(d);
+}
+
+/* A stream handle names a stream only while it lives: a new stream may get
+ * a destroyed one's handle (and the per-thread default stream has one
+ * handle in every thread).  Calls on the same handle with another stream id
+ * are on another stream: the second waits for the first's ready as for any
+ * other stream's (before, the handle alone decided, and its ready write ran
+ * ahead of the first producer). */
+static void test_stream_handle_reused(void **state)
+{
+    rnh_daemon *d = *state;
+    fake_stream s = {.order_ok = true, .defer = true, .id = 41};
+    laid l[3];
+    rn_client *c;
+
+    c = start_fast(d, &s);
+    for (int i = 0; i < 3; i++)
+        lay(c, i, &l[i]);
+    assert_int_equal(call(c, &l[0].a, &s), 0); /* its producer runs on */
+    s.id = 42;                                 /* "destroyed", then a new one */
+    assert_int_equal(call(c, &l[1].a, &s), 0);
+    assert_int_equal(s.ready_waits, 1);
+    assert_true(s.last_wait_seq == 2);
+    assert_int_equal(call(c, &l[2].a, &s), 0); /* the same stream: no wait */
+    assert_int_equal(s.ready_waits, 1);
+    usleep(100000);
+    assert_int_equal(word(s.base, RNP_RING_O_DONE), 0); /* nothing ran early */
+    flush(&s);
+    assert_int_equal(rn_sync(c), 0);
+    assert_true(word(s.base, RNP_RING_O_DONE) >= 3);
+    for (int i = 0; i < 3; i++)
+        check_free(c, &l[i], "a reused stream handle");
     rn_close(c);
     cur = NULL;
     RNH_PASS(d);
@@ -579,6 +621,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stream_results, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_ready_late, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_two_streams, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_stream_handle_reused, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_host_after_stream, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_bad_call, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_session_lost, rnh_setup, rnh_teardown),
