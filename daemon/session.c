@@ -154,13 +154,17 @@ void rnd_sessions_init(rnd_sessions *tab, uv_loop_t *loop, rnd_backend *be,
 }
 
 /* Regions mapped for client process pid, over all its sessions. */
-static uint64_t mapped_by(const rnd_sessions *tab, uint32_t pid)
+/* The regions mapped for s's pid: for a session authenticated on the
+ * channel, those of sessions with that verified pid; for one that is not,
+ * of every session with its claimed pid.  A claim in HELLO never counts
+ * against a verified client's share. */
+static uint64_t mapped_by(const rnd_session *s)
 {
     uint64_t n = 0;
     const rn_queue *q;
-    RN_QUEUE_FOREACH(q, &tab->list) {
+    RN_QUEUE_FOREACH(q, &s->tab->list) {
         const rnd_session *o = RN_QUEUE_DATA(q, rnd_session, link);
-        if (o->pid == pid)
+        if (o->pid == s->pid && (o->authed || !s->authed))
             n += o->nregions;
     }
     return n;
@@ -344,7 +348,7 @@ static int region_add(rnd_session *s, const region_src *src, uint64_t size, uint
                         "register: %llu regions are mapped, all the daemon allows "
                         "(--max-mappings, from vm.max_map_count)",
                         (unsigned long long)s->tab->regions_active);
-    uint64_t mine = s->pid ? mapped_by(s->tab, s->pid) : s->nregions;
+    uint64_t mine = s->pid ? mapped_by(s) : s->nregions;
     if (mine >= s->tab->map_share)
         return rnp_fail(err, RN_BUSY,
                         "register: client pid %u has %llu regions mapped, its share (a quarter "

@@ -637,12 +637,62 @@ static void test_mapping_budget(void **state)
     RNH_PASS(d);
 }
 
+/*
+ * A pid claimed in HELLO is not a verified one: sessions that only claim a
+ * client's pid (no AUTH) must not use up that client's share.  Here one
+ * unauthenticated session claims this process's pid and maps the share (4
+ * of --max-mappings 16); this process's own client, authenticated on the
+ * session channel, still maps its buffer (before, the claims counted
+ * against it: RN_BUSY naming its share).  The claimer is still held to its
+ * claimed pid's share.
+ */
+static void test_claimed_pid_not_charged(void **state)
+{
+    rnh_daemon *d = *state;
+    uint32_t r[5];
+    char name[64];
+    wire *w;
+    void *p = NULL;
+    int fd, st;
+
+    rnh_arg(d, "--allow-shm-names");
+    rnh_arg(d, "--auth-timeout");
+    rnh_arg(d, "0");
+    rnh_arg(d, "--max-mappings");
+    rnh_arg(d, "16");
+    assert_int_equal(rnh_start(d), 0);
+    snprintf(name, sizeof name, "/rn-it.%d.claim", (int)getpid());
+    fd = shm_make(name, 4096);
+    assert_true(fd >= 0);
+    close(fd);
+    w = wire_open(d);
+    assert_int_equal(wire_hello_pid(w, "claimer", getpid()), 0);
+    for (int i = 0; i < 4; i++)
+        expect_register(w, name, 4096, &r[i], "the claimer, within its share");
+    st = wire_register(w, name, 4096, &r[4]);
+    if (st != RN_BUSY || !strstr(w->r.error, "share"))
+        fail_msg("the claimer, fifth region: %d %s, expected BUSY naming its share", st,
+                 w->r.error);
+    rn_client *c = rnh_client(d);
+    assert_non_null(c);
+    if (rn_buffer_alloc(c, 4096, &p) != 0)
+        fail_msg("the verified client's buffer: %s", rn_last_error(c));
+    assert_int_equal(rnh_stat(d, "regions.active"), 5);
+    assert_int_equal(rn_buffer_free(c, p), 0);
+    rn_close(c);
+    wire_close(w);
+    shm_unlink(name);
+    assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    RNH_PASS(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sigbus_isolation, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_mapped_budget, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_mapping_budget, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_claimed_pid_not_charged, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
