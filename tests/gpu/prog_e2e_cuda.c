@@ -343,18 +343,27 @@ static int fill_call(const rn_bwd_args *a, uint64_t seed, int i, cudaStream_t s)
  * its own stream and often late: the ring has one ready word, so a call
  * must not run before its own stream's producer is done however the other
  * stream runs ahead (libclient orders the two streams' writes of it).
- * Every call's dx is judged against its own inputs. */
-static int run_streams2(int iters, uint64_t seed)
+ * With reuse, every call gets a stream of its own, created before it and
+ * destroyed after it while its producer may still run: the next stream
+ * often gets the same handle, and is still another stream (libclient tells
+ * them apart by their ids).  Every call's dx is judged against its own
+ * inputs. */
+static int run_streams2(int iters, uint64_t seed, bool reuse)
 {
+    const char *name = reuse ? "streams-reused" : "streams2";
     rn_bwd_args a[2];
     char *arena[2], *slots;
-    cudaStream_t s2[2];
+    cudaStream_t s2[2], prev = NULL;
+    cudaEvent_t used[2]; /* (reuse: the end of the last call on each arena) */
     size_t dxb = (size_t)256 * 1024 * 2;
-    int bad = 0;
+    int bad = 0, same = 0;
 
     rng_state ^= seed * 0x9E3779B97F4A7C15ull;
     for (int k = 0; k < 2; k++) {
-        CK(cudaStreamCreateWithFlags(&s2[k], cudaStreamNonBlocking));
+        if (!reuse)
+            CK(cudaStreamCreateWithFlags(&s2[k], cudaStreamNonBlocking));
+        else
+            CK(cudaEventCreateWithFlags(&used[k], cudaEventDisableTiming));
         bf16_args(&a[k], 256, 1024);
         CK(cudaMalloc((void **)&arena[k], layout(&a[k], NULL, false)));
         layout(&a[k], arena[k], false);
@@ -365,6 +374,12 @@ static int run_streams2(int iters, uint64_t seed)
     CK(cudaStreamSynchronize(st));
     for (int i = 0; i < iters; i++) {
         const int k = i & 1;
+        if (reuse) {
+            CK(cudaStreamCreateWithFlags(&s2[k], cudaStreamNonBlocking));
+            same += s2[k] == prev;
+            if (i >= 2) /* (after the last call on this arena, on a stream gone by now) */
+                CK(cudaStreamWaitEvent(s2[k], used[k], 0));
+        }
         const cudaStream_t s = s2[k];
         uint64_t r = rnd(), d1 = (r & 1) ? (r >> 8) % 300000 : 0;
         rne_poison_outputs(&a[k], s);
@@ -374,13 +389,21 @@ static int run_streams2(int iters, uint64_t seed)
             return 1;
         int rc = rn_rmsnorm_bwd(cli, &a[k], s);
         if (rc != 0) {
-            printf("FAIL streams2 call %d: %s: %s\n", i, rn_err_name(rc), rn_last_error(cli));
+            printf("FAIL %s call %d: %s: %s\n", name, i, rn_err_name(rc), rn_last_error(cli));
             return 1;
         }
         CK(cudaMemcpyAsync(slots + dxb * (size_t)i, a[k].dx, dxb, cudaMemcpyDeviceToDevice, s));
+        if (reuse) {
+            CK(cudaEventRecord(used[k], s));
+            prev = s;
+            CK(cudaStreamDestroy(s));
+        }
     }
-    for (int k = 0; k < 2; k++)
-        CK(cudaStreamSynchronize(s2[k]));
+    if (reuse)
+        CK(cudaDeviceSynchronize());
+    else
+        for (int k = 0; k < 2; k++)
+            CK(cudaStreamSynchronize(s2[k]));
     for (int i = 0; i < iters; i++) {
         rn_bwd_args v = a[i & 1];
         char what[64];
@@ -389,18 +412,24 @@ static int run_streams2(int iters, uint64_t seed)
         v.dx = slots + dxb * (size_t)i;
         v.dw_dtype = RN_DTYPE_NONE;
         v.dw = NULL;
-        snprintf(what, sizeof what, "streams2 call %d (stream %d)", i, i & 1);
+        snprintf(what, sizeof what, "%s call %d (arena %d)", name, i, i & 1);
         if (!verify(&v, what) && ++bad >= 5)
             break;
     }
     CK(cudaFree(slots));
     for (int k = 0; k < 2; k++) {
         CK(cudaFree(arena[k]));
-        CK(cudaStreamDestroy(s2[k]));
+        if (!reuse)
+            CK(cudaStreamDestroy(s2[k]));
+        else
+            CK(cudaEventDestroy(used[k]));
     }
     if (bad)
         return 1;
-    printf("ok streams2: %d calls\n", iters);
+    if (reuse)
+        printf("ok %s: %d calls, %d on the previous call's handle\n", name, iters, same);
+    else
+        printf("ok %s: %d calls\n", name, iters);
     return 0;
 }
 
@@ -825,7 +854,8 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3) {
         fprintf(stderr, "usage: %s ENDPOINT [wait] grid|order N SEED|flood|realloc|errors|"
-                "stall MS [sync|async [EXPECT]]|small|large|slow M N\n", argv[0]);
+                "stall MS [sync|async [EXPECT]]|small|large|slow M N|"
+                "streams2|streams-reused N SEED\n", argv[0]);
         return 2;
     }
     endpoint = argv[1];
@@ -852,7 +882,9 @@ int main(int argc, char **argv)
     else if (strcmp(argv[2], "flood") == 0)
         rc = run_flood();
     else if (strcmp(argv[2], "streams2") == 0 && argc >= 5)
-        rc = run_streams2(atoi(argv[3]), strtoull(argv[4], NULL, 0));
+        rc = run_streams2(atoi(argv[3]), strtoull(argv[4], NULL, 0), false);
+    else if (strcmp(argv[2], "streams-reused") == 0 && argc >= 5)
+        rc = run_streams2(atoi(argv[3]), strtoull(argv[4], NULL, 0), true);
     else if (strcmp(argv[2], "realloc") == 0)
         rc = run_realloc();
     else if (strcmp(argv[2], "errors") == 0)

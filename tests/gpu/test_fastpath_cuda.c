@@ -233,17 +233,14 @@ static void test_stream_order(void **state)
     RNH_PASS(d);
 }
 
-/* One client's calls on two streams, producers late at random: each call
- * runs after its own stream's producer (the ring's one ready word). */
-static void test_two_streams(void **state)
+static void streams_run(rnh_daemon *d, const char *mode)
 {
-    rnh_daemon *d = *state;
     char sa[32];
 
     NEED_GPU();
     snprintf(sa, sizeof sa, "%ld", (long)time(NULL));
     printf("seed %s\n", sa);
-    const char *a[] = {"streams2", "200", sa, NULL};
+    const char *a[] = {mode, "200", sa, NULL};
     assert_int_equal(start(d, true), 0);
     need_fast(d);
     rnh_proc p;
@@ -255,6 +252,21 @@ static void test_two_streams(void **state)
     assert_int_equal(rnh_stat(d, "fast.errors"), 0);
     assert_true(rnh_stat(d, "fast.ok") >= 200);
     RNH_PASS(d);
+}
+
+/* One client's calls on two streams, producers late at random: each call
+ * runs after its own stream's producer (the ring's one ready word). */
+static void test_two_streams(void **state)
+{
+    streams_run(*state, "streams2");
+}
+
+/* The same with a stream created for each call and destroyed after it, its
+ * producer still late: a new stream often gets the destroyed one's handle,
+ * and libclient must still take it for another stream (its id). */
+static void test_streams_reused(void **state)
+{
+    streams_run(*state, "streams-reused");
 }
 
 /* One client's producer is 3 s late; another client's calls run meanwhile. */
@@ -710,6 +722,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_grid_two_clients, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_order, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_two_streams, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_streams_reused, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_late_producer_others_proceed, rnh_setup,
                                         rnh_teardown),
         cmocka_unit_test_setup_teardown(test_late_producer_many_others, rnh_setup,
