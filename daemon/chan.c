@@ -268,6 +268,36 @@ static void on_conn(uv_poll_t *h, int status, int events)
     }
 }
 
+/*
+ * Which unauthenticated connection goes for a newcomer of uid at the limit:
+ * the oldest of the user who holds the most of them (the newcomer counted),
+ * so that one user's flood closes its own connections, not another user's
+ * between its connect and its AUTH.  NULL when every one is authenticated.
+ */
+static conn *evictee(rnd_chan *ch, uint32_t uid)
+{
+    conn *pick = NULL;
+    uint32_t most = 0;
+    rn_queue *q, *r;
+
+    RN_QUEUE_FOREACH(q, &ch->conns) {
+        conn *o = RN_QUEUE_DATA(q, conn, link);
+        uint32_t n = o->uid == uid;
+        if (o->sess)
+            continue;
+        RN_QUEUE_FOREACH(r, &ch->conns) {
+            const conn *p = RN_QUEUE_DATA(r, conn, link);
+            n += !p->sess && p->uid == o->uid;
+        }
+        /* (newest first on the list: a later one of as many is older) */
+        if (n >= most) {
+            most = n;
+            pick = o;
+        }
+    }
+    return pick;
+}
+
 static void on_accept(uv_poll_t *h, int status, int events)
 {
     rnd_ctx *ctx = h->data;
@@ -286,32 +316,26 @@ static void on_accept(uv_poll_t *h, int status, int events)
                 rnd_warn("Failed to accept on the session channel: %s", strerror(errno));
             return;
         }
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) != 0 || crlen != sizeof cr) {
+            rnd_warn("Failed to read the session channel peer's credentials: %s",
+                     strerror(errno));
+            close(fd);
+            continue;
+        }
         /* One connection per session, and a few being set up: more would
          * let anyone on the socket take the daemon's descriptors.  At the
-         * limit the oldest connection not yet authenticated goes, as HELLO
-         * ends an idle session: idle connections (anyone on the socket can
-         * open them) must not lock clients out of AUTH for their 10 s. */
+         * limit a connection not yet authenticated goes, as HELLO ends an
+         * idle session: idle connections (anyone on the socket can open
+         * them) must not lock clients out of AUTH for their 10 s. */
         if (ch->nconns >= ctx->cfg.max_sessions + RND_CHAN_SPARE && !ctx->draining) {
-            conn *old = NULL;
-            rn_queue *q;
-            RN_QUEUE_FOREACH(q, &ch->conns) {
-                conn *o = RN_QUEUE_DATA(q, conn, link);
-                if (!o->sess)
-                    old = o; /* (newest first on the list: the last is the oldest) */
-            }
+            conn *old = evictee(ch, (uint32_t)cr.uid);
             if (old) {
-                ch->evicted++;
+                ctx->stats.chan_evicted++;
                 conn_free(old);
             }
         }
         if (ch->nconns >= ctx->cfg.max_sessions + RND_CHAN_SPARE || ctx->draining) {
-            ch->refused++;
-            close(fd);
-            continue;
-        }
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) != 0 || crlen != sizeof cr) {
-            rnd_warn("Failed to read the session channel peer's credentials: %s",
-                     strerror(errno));
+            ctx->stats.chan_refused++;
             close(fd);
             continue;
         }

@@ -13,8 +13,9 @@
  * One connection per session: AUTH binds the two (rnd_session_bind), and
  * from then on the session ends when the connection closes, and the
  * connection closes when the session ends.  Connections beyond
- * max-sessions plus a few close the oldest one not yet authenticated, or
- * are refused at accept when every one is; one that has not
+ * max-sessions plus a few close one not yet authenticated (the oldest of the
+ * user who holds the most), or are refused at accept when every one is
+ * (stats channel.evicted, channel.refused); one that has not
  * authenticated within RND_CHAN_AUTH_MS is closed.
  */
 #ifndef RND_CHAN_H
@@ -43,8 +44,6 @@ typedef struct rnd_chan {
     char path[RND_SUN_PATH_MAX];   /* "" until bound; unlinked at the close */
     rn_queue conns;
     uint32_t nconns;
-    uint64_t refused;              /* connections refused at accept */
-    uint64_t evicted;              /* unauthenticated ones closed at the limit for a new one */
 } rnd_chan;
 
 /* Bind the channel's socket (mode and group as the nanomsg socket's; a stale

@@ -177,6 +177,8 @@ void rnd_stats_fill(const rnd_stats *s, const rnd_gauges *g, rnp_stats_rep *out)
     rnd_stats_put(out, "requests.unknown", s->requests[0]);
     rnd_stats_put(out, "requests.auth", s->chan_auth);
     rnd_stats_put(out, "requests.register_fd", s->chan_register_fd);
+    rnd_stats_put(out, "channel.evicted", s->chan_evicted);
+    rnd_stats_put(out, "channel.refused", s->chan_refused);
     rnd_stats_put(out, "replies.ok", s->replies_ok);
     rnd_stats_put(out, "bytes.processed", s->bytes_processed);
     rnd_stats_put(out, "sessions.active", g->sessions_active);

@@ -82,6 +82,8 @@ typedef struct rnd_stats {
     uint64_t sessions_expired;
     uint64_t sessions_unauth_ended;      /* not authenticated in time, or evicted */
     uint64_t chan_auth, chan_register_fd; /* session channel messages received */
+    uint64_t chan_evicted;               /* unauthenticated connections closed for a new one */
+    uint64_t chan_refused;               /* connections refused at accept (every one authed) */
     uint64_t busy_rejected;
     uint64_t dup_answered;
     uint64_t clients_died;

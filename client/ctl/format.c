@@ -138,6 +138,11 @@ static const struct {
     {"front.restarts", "Restarts of the daemon's front process (the nanomsg socket's owner)."},
     {"sessions.unauthenticated",
      "Sessions open now whose client has not yet proved itself on the session channel."},
+    {"channel.evicted",
+     "Session channel connections not yet authenticated that were closed for a new one at the "
+     "limit (those of the user holding the most)."},
+    {"channel.refused",
+     "Session channel connections refused at accept: every one held was authenticated."},
     {"sessions.unauth_ended",
      "Sessions the daemon ended because their client never authenticated in time."},
     {"fast.slots", "Fast-path ring slots answered (fast.ok + fast.errors)."},

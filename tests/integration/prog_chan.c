@@ -7,10 +7,12 @@
  *   prog_chan [--drop] ENDPOINT sessions N    open N libclient sessions
  *   prog_chan [--drop] ENDPOINT claim1        HELLO claiming pid 1, then AUTH; exits
  *                                             while a child holds the channel
+ *   prog_chan [--drop] ENDPOINT flood N       N channel connections that never
+ *                                             authenticate ("flooded N")
  *
  * --drop: become nobody (group nogroup) first, keeping stdin and stdout.
  * Each mode prints one line per step (see test_channel.c) and, for sessions
- * then waits for stdin to close before it exits.
+ * and flood, then waits for stdin to close before it exits.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -162,6 +164,19 @@ static int claim1(const char *endpoint)
     return 0;
 }
 
+static int flood(const char *endpoint, int n)
+{
+    int k = 0;
+
+    for (; k < n; k++)
+        if (rnr_chan_connect(endpoint) < 0)
+            break;
+    printf("flooded %d\n", k);
+    fflush(stdout);
+    wait_stdin();
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int i = 1;
@@ -179,6 +194,8 @@ int main(int argc, char **argv)
         return sessions(argv[i], atoi(argv[i + 2]));
     if (argc - i == 2 && strcmp(argv[i + 1], "claim1") == 0)
         return claim1(argv[i]);
-    fprintf(stderr, "usage: prog_chan [--drop] ENDPOINT attack NAME|sessions N|claim1\n");
+    if (argc - i == 3 && strcmp(argv[i + 1], "flood") == 0)
+        return flood(argv[i], atoi(argv[i + 2]));
+    fprintf(stderr, "usage: prog_chan [--drop] ENDPOINT attack NAME|sessions N|claim1|flood N\n");
     return 2;
 }

@@ -495,6 +495,53 @@ static void test_idle_conns_evicted(void **state)
     RNH_PASS(d);
 }
 
+/*
+ * At the connection limit a newcomer closes a connection not yet
+ * authenticated of the user who holds the most: another user's flood of
+ * idle connections (nobody here, 16 of them with --max-sessions 4, room for
+ * 12) closes its own, not a client's connection between its connect and its
+ * AUTH.  Before, the oldest went, which was the client's: its AUTH found
+ * the connection closed.
+ */
+static void test_flood_other_uid(void **state)
+{
+    rnh_daemon *d = *state;
+    uint32_t pid = 0, uid = 0;
+    char msg[200], line[64];
+    rnp_session a;
+    rnh_proc p;
+    int sock, ch;
+
+    rnh_arg(d, "--max-sessions");
+    rnh_arg(d, "4");
+    rnh_arg(d, "--socket-group");
+    rnh_arg(d, "nogroup");
+    assert_int_equal(rnh_start(d), 0);
+    open_dir(d);
+    sock = rnr_open(d->endpoint);
+    assert_true(sock >= 0);
+    assert_int_equal(hello_as(sock, (uint32_t)getpid(), &a), 0);
+    assert_true((ch = rnr_chan_connect(d->endpoint)) >= 0); /* the oldest, not yet AUTH */
+    {
+        const char *argv[] = {"prog_chan", "--drop", d->endpoint, "flood", "16", NULL};
+        assert_int_equal(rnh_spawn("prog_chan", argv, false, &p), 0);
+    }
+    assert_true(rnh_read_line(&p, line, sizeof line, 20000) >= 0);
+    assert_string_equal(line, "flooded 16");
+    /* Every one of them accepted (or refused) by now: 1 + 16 = 17 for 12. */
+    assert_int_equal(rnh_wait_stat(d, "channel.evicted", 5, 20000), 0);
+    assert_int_equal(rnr_chan_auth(ch, &a, &pid, &uid, msg, sizeof msg), 0);
+    assert_int_equal(pid, (uint32_t)getpid());
+    assert_int_equal(rnh_stat(d, "channel.refused"), 0);
+    close(p.in_fd);
+    p.in_fd = -1;
+    assert_int_equal(rnh_wait(&p, 20000), 0);
+    rnh_proc_close(&p);
+    close(ch);
+    rnr_close(sock);
+    RNH_PASS(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -505,6 +552,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_uid_quota, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_untrusted_channel, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_idle_conns_evicted, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_flood_other_uid, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
