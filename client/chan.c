@@ -97,60 +97,21 @@ static int receive(rn_client *c, uint8_t *in, ssize_t *n, uint64_t deadline_ns)
     }
 }
 
-/*
- * The daemon answers each request on the channel once, in order, unless it
- * closes the connection.  A reply exchange stopped waiting for is read
- * here, by the deadline, before the next request goes out: a region it
- * names was registered for a caller that had given up, and is unregistered
- * again (a VMM range given up half-way needs nothing: its next range starts
- * at chunk 0, which drops the daemon's pending chunks).  Returns 0, or an
- * rn_status with c's last error set (RN_TIMEOUT: nothing was sent).
- */
-static int settle(rn_client *c, uint64_t deadline_ns)
-{
-    uint8_t in[RNP_CHAN_MAX];
-    rnp_chan_msg rep;
-    ssize_t n;
-    int rv;
-
-    if (!c->chan_late)
-        return 0;
-    if ((rv = receive(c, in, &n, deadline_ns)) == RN_TIMEOUT)
-        return rnc_fail(c, RN_TIMEOUT, "session channel: the daemon has not answered the "
-                        "request before this one yet (reply type %u): nothing sent",
-                        (unsigned)c->chan_late);
-    if (rv != 0)
-        return rv;
-    bool cut = n > RNP_CHAN_MAX, region = c->chan_late == RNP_CHAN_REGION_OK;
-    c->chan_late = 0;
-    if (rnp_chan_parse(in, cut ? RNP_CHAN_MAX : (size_t)n, cut, 0, &rep, NULL) == 0 && region &&
-        rep.type == RNP_CHAN_REGION_OK && rep.u.region_ok.region && c->chan_forget)
-        (void)c->chan_forget(c, rep.u.region_ok.region);
-    return 0;
-}
-
-/*
- * Send the request req (with fd >= 0 attached) and receive its reply, of
- * type want, into *rep by the deadline.  Returns 0, or an rn_status with
- * c's last error set.  A timeout keeps the connection (closing it would end
- * the session, and with it the ring calls of a client that lives on); the
- * reply is then owed, and settle() reads it before the next request.
- */
-static int exchange(rn_client *c, const rnp_chan_msg *req, int fd, int want, rnp_chan_msg *rep,
-                    uint64_t deadline_ns)
+/* Send m (with fd >= 0 attached) without waiting.  Returns 0, RN_TIMEOUT
+ * when the socket has no room (nothing sent; c's last error untouched), or
+ * another rn_status with it set (a closed connection: the session is
+ * gone). */
+static int send_msg(rn_client *c, const rnp_chan_msg *m, int fd)
 {
     union {
         struct cmsghdr align;
         char b[CMSG_SPACE(sizeof(int))];
     } cb;
-    uint8_t out[RNP_CHAN_MAX], in[RNP_CHAN_MAX];
-    struct iovec iov = {out, rnp_chan_encode(req, out)};
+    uint8_t out[RNP_CHAN_MAX];
+    struct iovec iov = {out, rnp_chan_encode(m, out)};
     struct msghdr mh = {0};
     ssize_t n;
-    int rv;
 
-    if ((rv = settle(c, deadline_ns)) != 0)
-        return rv;
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
     if (fd >= 0) {
@@ -164,23 +125,109 @@ static int exchange(rn_client *c, const rnp_chan_msg *req, int fd, int want, rnp
         cm->cmsg_len = CMSG_LEN(sizeof(int));
         memcpy(CMSG_DATA(cm), &fd, sizeof fd);
     }
-    /* With no reply owed, the socket has room for a small datagram: a send
-     * that would block means the daemon stopped reading. */
     do
         n = sendmsg(c->chan, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-        return rnc_fail(c, RN_TIMEOUT, "session channel: the daemon does not read: nothing sent");
+        return RN_TIMEOUT;
     if (n < 0)
         return lost(c, "send", errno);
-    if ((rv = receive(c, in, &n, deadline_ns)) == RN_TIMEOUT) {
-        c->chan_late = (uint8_t)want;
-        return rnc_fail(c, RN_TIMEOUT, "session channel: no reply within %d ms (the request "
-                        "stays with the daemon)", c->timeout_ms);
+    return 0;
+}
+
+/*
+ * The daemon answers each request on the channel once, in order, unless it
+ * closes the connection.  The replies a caller stopped waiting for are
+ * owed (c->chan_owed, oldest first) and read here before the next request
+ * goes out, until the deadline (0: only those there already): a region a
+ * late REGION_OK names was registered for a caller that had given up, and
+ * is unregistered again (c->chan_forget), c's last error kept.  Returns 0
+ * once none is owed, or an rn_status with c's last error set (RN_TIMEOUT:
+ * some are still owed).
+ */
+static int settle(rn_client *c, uint64_t deadline_ns, bool wait)
+{
+    uint8_t in[RNP_CHAN_MAX];
+    char keep[RN_ERRMSG_LEN];
+    rnp_chan_msg rep;
+    ssize_t n;
+    int rv;
+
+    while (c->chan_nowed) {
+        if ((rv = receive(c, in, &n, wait ? deadline_ns : rnc_now_ns())) == RN_TIMEOUT)
+            return rnc_fail(c, RN_TIMEOUT, "session channel: the daemon has not answered an "
+                            "earlier request yet (reply type %u): nothing sent",
+                            (unsigned)c->chan_owed[0]);
+        if (rv != 0)
+            return rv;
+        bool cut = n > RNP_CHAN_MAX, region = c->chan_owed[0] == RNP_CHAN_REGION_OK;
+        memmove(c->chan_owed, c->chan_owed + 1, --c->chan_nowed);
+        if (rnp_chan_parse(in, cut ? RNP_CHAN_MAX : (size_t)n, cut, 0, &rep, NULL) == 0 &&
+            region && rep.type == RNP_CHAN_REGION_OK && rep.u.region_ok.region &&
+            c->chan_forget) {
+            snprintf(keep, sizeof keep, "%s", c->last_error);
+            (void)c->chan_forget(c, rep.u.region_ok.region);
+            snprintf(c->last_error, sizeof c->last_error, "%s", keep);
+        }
     }
+    return 0;
+}
+
+void rnc_chan_collect(rn_client *c)
+{
+    char keep[RN_ERRMSG_LEN];
+
+    if (!c->chan_nowed || !c->have_chan)
+        return;
+    snprintf(keep, sizeof keep, "%s", c->last_error);
+    (void)settle(c, 0, false);
+    snprintf(c->last_error, sizeof c->last_error, "%s", keep);
+}
+
+/*
+ * Send the request req (with fd >= 0 attached) and receive its reply, of
+ * type want, into *rep by the deadline; a request behind late replies gets
+ * its own full timeout once they are read.  Returns 0, or an rn_status
+ * with c's last error set.  A reply that does not come keeps the
+ * connection (closing it would end the session, and with it the ring calls
+ * of a client that lives on): it is owed, and settle() reads it before the
+ * next request.  A VMM range given up at a chunk is dropped on the daemon's
+ * side at once: a VMM_MAP of count 0 goes after the chunk (the daemon
+ * answers it ERROR and drops the range's chunks, PROTOCOL.md 12), its
+ * reply owed too.
+ */
+static int exchange(rn_client *c, const rnp_chan_msg *req, int fd, int want, rnp_chan_msg *rep,
+                    uint64_t deadline_ns)
+{
+    uint8_t in[RNP_CHAN_MAX];
+    ssize_t n;
+    int rv;
+
+    if (c->chan_nowed) {
+        if ((rv = settle(c, deadline_ns, true)) != 0)
+            return rv;
+        deadline_ns = deadline_of(c);
+    }
+    /* With no reply owed, the socket has room for a small datagram: a send
+     * that would block means the daemon stopped reading. */
+    if ((rv = send_msg(c, req, fd)) == RN_TIMEOUT)
+        return rnc_fail(c, RN_TIMEOUT, "session channel: the daemon does not read: nothing sent");
     if (rv != 0)
         return rv;
-    return take_reply(c, in, n, want, rep);
+    if ((rv = receive(c, in, &n, deadline_ns)) == 0)
+        return take_reply(c, in, n, want, rep);
+    if (!c->have_chan)
+        return rv; /* (closed: nothing is owed any more) */
+    c->chan_owed[c->chan_nowed++] = (uint8_t)want;
+    if (req->type == RNP_CHAN_VMM_CHUNK) {
+        rnp_chan_msg abort = {.type = RNP_CHAN_VMM_MAP};
+        if (send_msg(c, &abort, -1) == 0 && c->have_chan)
+            c->chan_owed[c->chan_nowed++] = RNP_CHAN_ERROR;
+    }
+    if (rv == RN_TIMEOUT)
+        return rnc_fail(c, RN_TIMEOUT, "session channel: no reply within %d ms (the request "
+                        "stays with the daemon)", c->timeout_ms);
+    return rv;
 }
 
 /* The service user a system daemon runs as (conn.c checks its socket's
@@ -239,7 +286,7 @@ static int connect_by(rn_client *c, const struct sockaddr_un *sa, uint64_t deadl
 bool rnc_chan_closed(rn_client *c)
 {
     struct pollfd p = {c->chan, POLLIN | POLLRDHUP, 0};
-    short bad = POLLHUP | POLLERR | POLLRDHUP | (c->chan_late ? 0 : POLLIN);
+    short bad = POLLHUP | POLLERR | POLLRDHUP | (c->chan_nowed ? 0 : POLLIN);
     return !c->have_chan || (poll(&p, 1, 0) == 1 && (p.revents & bad));
 }
 
@@ -338,5 +385,5 @@ void rnc_chan_close(rn_client *c)
         close(c->chan);
     c->have_chan = false;
     c->chan = -1;
-    c->chan_late = 0;
+    c->chan_nowed = 0;
 }

@@ -83,10 +83,12 @@ struct rn_client {
     bool replied;      /* the last rnc_transact got a reply (an error one too) */
     bool have_chan;    /* chan is the session's channel connection */
     int chan;
-    /* The reply type the daemon still owes on the channel for a request
-     * whose wait timed out (0: none); read before the next request.  A
-     * region it names goes through chan_forget (session.c's UNREGISTER). */
-    uint8_t chan_late;
+    /* The reply types the daemon still owes on the channel for requests
+     * whose wait ended without one, oldest first; read before the next
+     * request (and without waiting at each call).  A region a late reply
+     * names goes through chan_forget (session.c's UNREGISTER). */
+    uint8_t chan_owed[2];
+    uint8_t chan_nowed;
     int (*chan_forget)(rn_client *c, uint32_t region);
     rnp_session session;
     rnp_hello_rep hello;
@@ -197,6 +199,10 @@ int rnc_chan_vmm_chunk(rn_client *c, int fd, uint32_t index, uint64_t offset, ui
 int rnc_chan_vmm_map(rn_client *c, uint32_t count, uint64_t total,
                      const uint8_t uuid[RNP_UUID_BYTES], uint32_t *region);
 
+/* Read the late replies of the channel that came already (see
+ * rnc_chan_register), without waiting; c's last error stays. */
+void rnc_chan_collect(rn_client *c);
+
 /* Close c's channel connection; fine when there is none. */
 void rnc_chan_close(rn_client *c);
 
@@ -228,6 +234,8 @@ int rnc_end_session(rn_client *c);
  */
 static inline int rnc_in_session(rn_client *c, int (*step)(rn_client *c, void *arg), void *arg)
 {
+    if (c->chan_nowed)
+        rnc_chan_collect(c); /* (what a late reply left on the daemon goes soon) */
     for (int attempt = 0;; attempt++) {
         int rv;
         if (!c->have_session && (rv = rnc_ensure_session(c)) != 0)
