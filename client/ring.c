@@ -259,6 +259,13 @@ static int ensure_open(rn_client *c, const rnc_done_word *done)
     if (g->open)
         collect(g, load_done(g));
     lost(g, RN_RESTARTED, "the session ended");
+    /* A daemon that lives on writes state = 1 into the memory of a ring it
+     * held once its last job let go, however its session ended: memory
+     * whose ring it may still hold is not reused (a daemon that died leaves
+     * its word open too: the memory then waits for rn_close). */
+    if (g->opened && __atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_STATE),
+                                     __ATOMIC_ACQUIRE) != RNP_RING_CLOSED)
+        g->retire = true;
     if (g->retire) {
         if ((rv = renew(c)) != 0)
             return rv;
@@ -275,7 +282,7 @@ static int ensure_open(rn_client *c, const rnc_done_word *done)
         return rv;
     g->done_addr = done ? done->addr : 0;
     g->of = c->session;
-    g->open = true;
+    g->open = g->opened = true;
     rnc_watch_arm(c, g->base, RING_SLOTS, rnc_gslot_off(0), GRAPH_SLOTS, g->done_addr);
     return 0;
 }

@@ -23,6 +23,7 @@ struct rnc_ring {
     uint8_t *base;
     size_t size;
     bool open; /* RING_OPEN answered in the session `of` */
+    bool opened; /* ... in some session: a daemon may hold this memory */
     rnp_session of;
     uint32_t id, region;
     uint64_t seq;       /* the last published */
