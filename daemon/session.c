@@ -153,7 +153,6 @@ void rnd_sessions_init(rnd_sessions *tab, uv_loop_t *loop, rnd_backend *be,
     tab->map_share = tab->map_budget / 4 > 0 ? tab->map_budget / 4 : 1;
 }
 
-/* Regions mapped for client process pid, over all its sessions. */
 /* The regions mapped for s's pid: for a session authenticated on the
  * channel, those of sessions with that verified pid; for one that is not,
  * of every session with its claimed pid.  A claim in HELLO never counts
