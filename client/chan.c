@@ -70,15 +70,41 @@ static int take_reply(rn_client *c, const uint8_t *r, ssize_t n, int want, rnp_c
     return 0;
 }
 
+/* Close the descriptors a message brought, but the first into *keep when
+ * keep is not NULL (-1 when none came). */
+static void take_fds(struct msghdr *mh, int *keep)
+{
+    if (keep)
+        *keep = -1;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+            if (keep && *keep < 0)
+                *keep = fd;
+            else
+                close(fd);
+        }
+    }
+}
+
 /*
  * Wait by the deadline for one datagram on c's channel, into in (of
- * RNP_CHAN_MAX bytes; *n its full length).  Returns 0; RN_TIMEOUT with c's
- * last error untouched; or another rn_status with it set (a closed
- * connection: the session is gone).
+ * RNP_CHAN_MAX bytes; *n its full length); a descriptor it carries goes
+ * into *fd (-1: none), or is closed when fd is NULL.  Returns 0; RN_TIMEOUT
+ * with c's last error untouched; or another rn_status with it set (a
+ * closed connection: the session is gone).
  */
-static int receive(rn_client *c, uint8_t *in, ssize_t *n, uint64_t deadline_ns)
+static int receive(rn_client *c, uint8_t *in, ssize_t *n, uint64_t deadline_ns, int *fd)
 {
     struct pollfd p = {.fd = c->chan, .events = POLLIN};
+    union {
+        struct cmsghdr align;
+        char b[CMSG_SPACE(4 * sizeof(int))];
+    } cb;
 
     for (;;) {
         int r = poll(&p, 1, left_ms(deadline_ns));
@@ -88,9 +114,14 @@ static int receive(rn_client *c, uint8_t *in, ssize_t *n, uint64_t deadline_ns)
             return rnc_fail(c, RN_SYSTEM, "session channel: poll: %s", strerror(errno));
         if (r == 0)
             return RN_TIMEOUT;
-        *n = recv(c->chan, in, RNP_CHAN_MAX, MSG_DONTWAIT | MSG_TRUNC);
+        struct iovec iov = {in, RNP_CHAN_MAX};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.b,
+                            .msg_controllen = sizeof cb.b};
+        *n = recvmsg(c->chan, &mh, MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC);
         if (*n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
+        if (*n > 0)
+            take_fds(&mh, fd);
         if (*n <= 0)
             return lost(c, "receive", *n < 0 ? errno : 0);
         return 0;
@@ -154,7 +185,7 @@ static int settle(rn_client *c, uint64_t deadline_ns, bool wait)
     int rv;
 
     while (c->chan_nowed) {
-        if ((rv = receive(c, in, &n, wait ? deadline_ns : rnc_now_ns())) == RN_TIMEOUT)
+        if ((rv = receive(c, in, &n, wait ? deadline_ns : rnc_now_ns(), NULL)) == RN_TIMEOUT)
             return rnc_fail(c, RN_TIMEOUT, "session channel: the daemon has not answered an "
                             "earlier request yet (reply type %u): nothing sent",
                             (unsigned)c->chan_owed[0]);
@@ -197,7 +228,7 @@ void rnc_chan_collect(rn_client *c)
  * reply owed too.
  */
 static int exchange(rn_client *c, const rnp_chan_msg *req, int fd, int want, rnp_chan_msg *rep,
-                    uint64_t deadline_ns)
+                    uint64_t deadline_ns, int *fd_in)
 {
     uint8_t in[RNP_CHAN_MAX];
     ssize_t n;
@@ -214,8 +245,13 @@ static int exchange(rn_client *c, const rnp_chan_msg *req, int fd, int want, rnp
         return rnc_fail(c, RN_TIMEOUT, "session channel: the daemon does not read: nothing sent");
     if (rv != 0)
         return rv;
-    if ((rv = receive(c, in, &n, deadline_ns)) == 0)
-        return take_reply(c, in, n, want, rep);
+    if ((rv = receive(c, in, &n, deadline_ns, fd_in)) == 0) {
+        if ((rv = take_reply(c, in, n, want, rep)) != 0 && fd_in && *fd_in >= 0) {
+            close(*fd_in);
+            *fd_in = -1;
+        }
+        return rv;
+    }
     if (!c->have_chan)
         return rv; /* (closed: nothing is owed any more) */
     c->chan_owed[c->chan_nowed++] = (uint8_t)want;
@@ -295,6 +331,7 @@ int rnc_chan_open(rn_client *c)
     uint64_t deadline = deadline_of(c);
     rnp_chan_msg m = {.type = RNP_CHAN_AUTH}, rep;
     struct sockaddr_un sa;
+    int bell = -1;
     const char *path = c->endpoint + 6;
     rn_fault f;
     int rv;
@@ -313,8 +350,15 @@ int rnc_chan_open(rn_client *c)
     if ((rv = connect_by(c, &sa, deadline)) != 0 || (rv = check_peer(c, sa.sun_path)) != 0)
         goto out;
     m.u.auth.session = c->session;
-    if ((rv = exchange(c, &m, -1, RNP_CHAN_AUTH_OK, &rep, deadline)) != 0)
+    if ((rv = exchange(c, &m, -1, RNP_CHAN_AUTH_OK, &rep, deadline, &bell)) != 0)
         goto out;
+    /* The session's bell, when the daemon offers the fast path. */
+    if (bell >= 0 && c->bell_off)
+        close(bell);
+    else if (bell >= 0) {
+        c->bell = bell;
+        c->have_bell = true;
+    }
     return 0;
 out:
     rnc_chan_close(c);
@@ -331,7 +375,7 @@ int rnc_chan_register(rn_client *c, int fd, uint64_t size, uint32_t *region)
     if (!c->have_chan)
         return rnc_fail(c, RN_UNKNOWN_SESSION, "session channel: not connected");
     m.u.register_fd.size = size;
-    if ((rv = exchange(c, &m, fd, RNP_CHAN_REGION_OK, &rep, deadline_of(c))) != 0)
+    if ((rv = exchange(c, &m, fd, RNP_CHAN_REGION_OK, &rep, deadline_of(c), NULL)) != 0)
         return rv;
     *region = rep.u.region_ok.region;
     if (*region == 0)
@@ -349,7 +393,7 @@ int rnc_chan_vmm_chunk(rn_client *c, int fd, uint32_t index, uint64_t offset, ui
     m.u.vmm_chunk.index = index;
     m.u.vmm_chunk.offset = offset;
     m.u.vmm_chunk.size = size;
-    if ((rv = exchange(c, &m, fd, RNP_CHAN_VMM_CHUNK_OK, &rep, deadline_of(c))) != 0)
+    if ((rv = exchange(c, &m, fd, RNP_CHAN_VMM_CHUNK_OK, &rep, deadline_of(c), NULL)) != 0)
         return rv;
     if (rep.u.vmm_chunk_ok.index != index)
         return rnc_fail(c, RN_BAD_REPLY, "session channel: chunk %u acknowledged as %u", index,
@@ -368,7 +412,7 @@ int rnc_chan_vmm_map(rn_client *c, uint32_t count, uint64_t total,
     m.u.vmm_map.count = count;
     m.u.vmm_map.total = total;
     memcpy(m.u.vmm_map.device_uuid, uuid, RNP_UUID_BYTES);
-    if ((rv = exchange(c, &m, -1, RNP_CHAN_REGION_OK, &rep, deadline_of(c))) != 0)
+    if ((rv = exchange(c, &m, -1, RNP_CHAN_REGION_OK, &rep, deadline_of(c), NULL)) != 0)
         return rv;
     *region = rep.u.region_ok.region;
     if (*region == 0)
@@ -383,7 +427,9 @@ void rnc_chan_close(rn_client *c)
     rnc_watch_disarm(c);
     if (c->have_chan)
         close(c->chan);
-    c->have_chan = false;
-    c->chan = -1;
+    if (c->have_bell)
+        close(c->bell);
+    c->have_chan = c->have_bell = false;
+    c->chan = c->bell = -1;
     c->chan_nowed = 0;
 }

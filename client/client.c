@@ -124,6 +124,9 @@ int rn_connect(const rn_connect_opts *opts, rn_client **out)
     /* RMSNORMD_WATCH=0: no watcher thread (watch.c), for debugging. */
     const char *wenv = getenv("RMSNORMD_WATCH");
     c->watch_off = wenv && strcmp(wenv, "0") == 0;
+    /* RMSNORMD_BELL=0: ring the doorbell's futex, not the session's bell. */
+    const char *benv = getenv("RMSNORMD_BELL");
+    c->bell_off = benv && strcmp(benv, "0") == 0;
     c->done_host = dwenv && strcmp(dwenv, "host") == 0;
     if (o.client_name && *o.client_name)
         snprintf(c->name, sizeof c->name, "%s", o.client_name);
@@ -175,6 +178,8 @@ static void close_copy(rn_client *c)
     rnc_watch_stop(c); /* (a child's: closes the copies only) */
     if (c->have_chan)
         close(c->chan);
+    if (c->have_bell)
+        close(c->bell);
     rnc_ring_forget(c);
     for (size_t i = 0; i < c->nbufs; i++) {
         if (c->bufs[i].base)

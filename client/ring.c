@@ -469,9 +469,14 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
      * the producer words; this publishes, then looks at the flag. */
     atomic_thread_fence(memory_order_seq_cst);
     if (__atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_SLEEPING), __ATOMIC_SEQ_CST)) {
-        __atomic_add_fetch(rnp_ring_u32(g->base, RNP_RING_O_DOORBELL), 1, __ATOMIC_SEQ_CST);
-        syscall(SYS_futex, rnp_ring_u32(g->base, RNP_RING_O_DOORBELL), FUTEX_WAKE, 1, NULL, NULL,
-                0);
+        /* The session's bell wakes the daemon's loop itself (one wake-up);
+         * the doorbell wakes its ring thread, which then wakes the loop. */
+        uint64_t one = 1;
+        if (!c->have_bell || write(c->bell, &one, sizeof one) != (ssize_t)sizeof one) {
+            __atomic_add_fetch(rnp_ring_u32(g->base, RNP_RING_O_DOORBELL), 1, __ATOMIC_SEQ_CST);
+            syscall(SYS_futex, rnp_ring_u32(g->base, RNP_RING_O_DOORBELL), FUTEX_WAKE, 1, NULL,
+                    NULL, 0);
+        }
     }
     /* The same fence pairs with the watcher's (fired, then prod): if it
      * fired before it could see this slot, the slot is released here. */

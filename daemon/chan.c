@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -21,10 +22,23 @@
 
 #include "ctx.h"
 #include "log.h"
+#include "ring.h"
+
+/* A session's bell (PROTOCOL.md 12, AUTH_OK): an eventfd the client writes
+ * when it published a slot and the daemon sleeps; the loop polls it and
+ * takes the rings' slots at once, one wake-up instead of the doorbell
+ * thread's and then the loop's.  Apart from its connection: libuv lets go
+ * of a handle only in a later callback. */
+typedef struct bell {
+    uv_poll_t poll;
+    int fd;
+    rnd_ctx *ctx;
+} bell;
 
 typedef struct conn {
     int fd;
     uv_poll_t poll;
+    bell *bell;                    /* NULL: none (no fast path, or not bound yet) */
     uint32_t pid, uid;             /* SO_PEERCRED at accept */
     uint64_t accepted_ns;
     rnd_session *sess;             /* bound by AUTH; NULL before and after */
@@ -40,10 +54,56 @@ static void on_conn_closed(uv_handle_t *h)
     free(c);
 }
 
+static void on_bell_closed(uv_handle_t *h)
+{
+    bell *b = h->data;
+    close(b->fd);
+    free(b);
+}
+
+static void on_bell(uv_poll_t *h, int status, int events)
+{
+    bell *b = h->data;
+    uint64_t v;
+    (void)status, (void)events;
+    while (read(b->fd, &v, sizeof v) == (ssize_t)sizeof v) {
+    }
+    rnd_rings_bell(&b->ctx->rings);
+}
+
+/* A bell for c's session, or NULL (then the client rings the doorbell). */
+static bell *bell_new(conn *c)
+{
+    bell *b = calloc(1, sizeof *b);
+
+    if (!b || (b->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+        free(b);
+        return NULL;
+    }
+    b->ctx = c->ctx;
+    b->poll.data = b;
+    if (uv_poll_init(c->ctx->loop, &b->poll, b->fd) != 0) {
+        close(b->fd);
+        free(b);
+        return NULL;
+    }
+    if (uv_poll_start(&b->poll, UV_READABLE, on_bell) != 0) {
+        uv_close((uv_handle_t *)&b->poll, on_bell_closed);
+        return NULL;
+    }
+    return b;
+}
+
 /* Forget c; its session, if any, has let go of it already. */
 static void conn_free(conn *c)
 {
     rnd_chan *ch = &c->ctx->chan;
+
+    if (c->bell) {
+        uv_poll_stop(&c->bell->poll);
+        uv_close((uv_handle_t *)&c->bell->poll, on_bell_closed);
+        c->bell = NULL;
+    }
 
     rnd_vmm_pending_clear(c->ctx->be, &c->vmm);
     rnd_vmm_pending_free(&c->vmm);
@@ -104,6 +164,40 @@ static int send_rep(conn *c, const rnp_chan_msg *rep)
     return send_msg(c, m, rnp_chan_encode(rep, m));
 }
 
+/* The same with descriptor fd attached. */
+static int send_rep_fd(conn *c, const rnp_chan_msg *rep, int fd)
+{
+    union {
+        struct cmsghdr align;
+        char b[CMSG_SPACE(sizeof(int))];
+    } cb;
+    uint8_t m[RNP_CHAN_MAX];
+    struct iovec iov = {m, rnp_chan_encode(rep, m)};
+    struct msghdr mh = {0};
+    struct cmsghdr *cm;
+    ssize_t n;
+
+    memset(&cb, 0, sizeof cb);
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = cb.b;
+    mh.msg_controllen = sizeof cb.b;
+    cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    do
+        n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n == (ssize_t)iov.iov_len)
+        return 0;
+    rnd_debug("Session channel of pid %u: reply not sent (%s): closing", (unsigned)c->pid,
+              n < 0 ? strerror(errno) : "short");
+    conn_end(c, "session channel closed");
+    return -1;
+}
+
 static int send_error(conn *c, const rnp_error *err)
 {
     rnp_chan_msg rep = {.type = RNP_CHAN_ERROR};
@@ -134,6 +228,9 @@ static int auth(conn *c, const rnp_session *cap, rnp_error *err)
     c->sess = s;
     rep.u.auth_ok.pid = c->pid;
     rep.u.auth_ok.uid = c->uid;
+    /* With the fast path, the session's bell goes with the answer. */
+    if (ctx->dev.rings && ctx->rings.started && (c->bell = bell_new(c)) != NULL)
+        return send_rep_fd(c, &rep, c->bell->fd) == 0 ? 0 : -1;
     return send_rep(c, &rep) == 0 ? 0 : -1;
 }
 

@@ -298,9 +298,23 @@ static void poll_arm(rnd_rings *tab)
     rnd_rings_kick(tab);
 }
 
+static void take_turn(rnd_rings *tab);
+
 static void on_async(uv_async_t *h)
 {
-    rnd_rings *tab = h->data;
+    take_turn(h->data);
+}
+
+void rnd_rings_bell(rnd_rings *tab)
+{
+    tab->ctx->stats.fast_bells++;
+    take_turn(tab);
+}
+
+/* The loop's turn at the rings: new slots, graph replays, closing rings;
+ * after it took a slot it polls on for a while (--ring-spin-us). */
+static void take_turn(rnd_rings *tab)
+{
     rn_queue *q;
 
     tab->deferred = false; /* set again by what stays at a limit */

@@ -133,4 +133,8 @@ bool rnd_ring_pending(const rnd_session *s);
  * some ring's next release. */
 void rnd_rings_limit_freed(rnd_rings *tab);
 
+/* A session's bell rang (chan.c): a client published while the daemon
+ * slept; the loop takes the rings' new slots now. */
+void rnd_rings_bell(rnd_rings *tab);
+
 #endif

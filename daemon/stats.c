@@ -201,6 +201,7 @@ void rnd_stats_fill(const rnd_stats *s, const rnd_gauges *g, rnp_stats_rep *out)
     rnd_stats_put(out, "fast.graphs", g->graphs_open);
     rnd_stats_put(out, "fast.deferred", s->fast_deferred);
     rnd_stats_put(out, "fast.polled", s->fast_polled);
+    rnd_stats_put(out, "fast.bells", s->fast_bells);
     rnd_stats_put(out, "fast.prepared", s->fast_prepared);
     rnd_stats_put(out, "fast.ready_waits", s->fast_ready_waits);
     /* Only the codes seen, so the table stays short; a code appears once

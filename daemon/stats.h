@@ -93,6 +93,7 @@ typedef struct rnd_stats {
     uint64_t fast_ok, fast_errors;       /* ring slots answered */
     uint64_t fast_deferred;              /* slots and replays left at a limit */
     uint64_t fast_polled;                /* slots the loop's own poll took (--ring-spin-us) */
+    uint64_t fast_bells;                 /* wake-ups of the loop by a session's bell */
     uint64_t fast_prepared;              /* slots prepared while their ready word had not come */
     uint64_t fast_ready_waits;           /* slots left in the ring until their ready word
                                           * came (--ring-ready=host) */

@@ -153,6 +153,7 @@ static const struct {
     {"fast.deferred",
      "Times a fast-path slot or graph replay was left in its ring at a limit, to be taken later."},
     {"fast.polled", "Ring slots the daemon's loop took while polling after a slot (--ring-spin-us)."},
+    {"fast.bells", "Wake-ups of the daemon's loop by a session's bell (a slot published while it slept)."},
     {"fast.prepared", "Ring slots prepared (decoded, validated, pinned) before their ready word came."},
     {"fast.ready_waits",
      "Ring slots left in their ring until their inputs were ready (--ring-ready=host)."},

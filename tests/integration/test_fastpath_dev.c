@@ -20,6 +20,7 @@
 
 #include "rn_test.h"
 #include "client_int.h"
+#include "ring_int.h"
 #include "integration/harness.h"
 #include "integration/raw.h"
 #include "rmsnormctl_verify.h"
@@ -591,6 +592,60 @@ static void test_chan_timeout_keeps_session(void **state)
     RNH_PASS(d);
 }
 
+/* The session's bell (AUTH_OK's eventfd, PROTOCOL.md 12): a host-path
+ * call published while the daemon sleeps writes it, and the loop wakes and
+ * takes the slot itself (fast.bells), one wake-up instead of the doorbell
+ * thread's and then the loop's; with RMSNORMD_BELL=0 the client rings the
+ * doorbell's futex as before.  Each call's outputs are poisoned first and
+ * compared after. */
+static void bell_run(rnh_daemon *d, bool off)
+{
+    char msg[400];
+    laid l;
+    rn_client *c;
+
+    if (off)
+        setenv("RMSNORMD_BELL", "0", 1);
+    assert_int_equal(rnh_start(d), 0);
+    c = fast_client(d);
+    unsetenv("RMSNORMD_BELL");
+    lay(c, 2, &l); /* (the session opens here, and AUTH brings the bell) */
+    assert_int_equal(c->have_bell, !off);
+    for (int i = 0; i < 5; i++) {
+        /* (from the second call on: the daemon asleep, its flag up) */
+        for (int64_t t0 = rnh_now_ms(); i > 0 && __atomic_load_n(rnp_ring_u32(c->ring->base,
+                                                                   RNP_RING_O_SLEEPING),
+                                                                   __ATOMIC_SEQ_CST) != 1;)
+            if (rnh_now_ms() - t0 > WAIT_MS)
+                fail_msg("the daemon did not go to sleep");
+            else
+                usleep(1000);
+        rnv_poison(&l.a);
+        if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
+            fail_msg("call %d: %s", i, rn_last_error(c));
+        if (rnv_compare(&l.a, &l.e, true, NULL, msg, sizeof msg) != 0)
+            fail_msg("call %d: %s", i, msg);
+    }
+    if (off)
+        assert_int_equal(rnh_stat(d, "fast.bells"), 0);
+    else
+        assert_true(rnh_stat(d, "fast.bells") >= 4);
+    assert_int_equal(rnh_stat(d, "fast.ok"), 5);
+    check_free(c, &l, "after the bell");
+    rn_close(c);
+    RNH_PASS(d);
+}
+
+static void test_bell(void **state)
+{
+    bell_run(*state, false);
+}
+
+static void test_bell_off(void **state)
+{
+    bell_run(*state, true);
+}
+
 static void test_cpu_option_inert(void **state)
 {
     rnh_daemon *d = *state;
@@ -628,6 +683,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stream_done_word, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_close_unanswered, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_chan_timeout_keeps_session, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_bell, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_bell_off, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_cpu_option_inert, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
