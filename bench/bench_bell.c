@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bench_bell - what a fast-path call costs when it reaches a daemon that
- * sleeps, with the session's bell (AUTH_OK's eventfd: the client's write
+ * sleeps, with the session's bell (AUTH_OK's pipe: the client's write
  * wakes the daemon's loop itself) against the doorbell (a futex wake of the
  * daemon's ring thread, which then wakes the loop through uv_async: two
  * wake-ups).  Calls come --gap us apart (default 2000, past the ring
@@ -43,9 +43,15 @@ typedef struct side {
     size_t nlat;
 } side;
 
+static pid_t daemon_pid; /* (the daemon it started: stopped on the way out) */
+
 static void die(const char *what, const char *why)
 {
     fprintf(stderr, "bench_bell: %s: %s\n", what, why);
+    if (daemon_pid > 0) {
+        kill(daemon_pid, SIGTERM);
+        waitpid(daemon_pid, NULL, 0);
+    }
     exit(1);
 }
 
@@ -188,7 +194,7 @@ int main(int argc, char **argv)
     if (!mkdtemp(dir))
         die("mkdtemp", strerror(errno));
     snprintf(endpoint, sizeof endpoint, "ipc://%s/d.sock", dir);
-    pid_t pid = start_daemon(daemon, endpoint, extra, nextra);
+    pid_t pid = daemon_pid = start_daemon(daemon, endpoint, extra, nextra);
 
     side s[2] = {{.name = "bell"}, {.name = "doorbell"}};
     size_t cap = (size_t)n * (size_t)rounds * 2;
@@ -212,8 +218,8 @@ int main(int argc, char **argv)
     if (f)
         fprintf(f, "client,gap_us,calls,p10_us,p50_us,p90_us,p99_us\n");
     printf("bench_bell: %dx%d fp32 host-path calls every %llu us, %d rounds of %d a client; "
-           "fast.bells %llu\n\n",
-           M, N, (unsigned long long)gap, rounds, n, (unsigned long long)bells);
+           "fast.bells %llu (for %zu bell calls)\n\n",
+           M, N, (unsigned long long)gap, rounds, n, (unsigned long long)bells, s[0].nlat + 20);
     printf("| client | calls | p10 us | p50 us | p90 us | p99 us |\n|---|---|---|---|---|---|\n");
     double p50[2];
     for (int k = 0; k < 2; k++) {
@@ -236,6 +242,7 @@ int main(int argc, char **argv)
     }
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
+    daemon_pid = 0;
     char sock[160];
     snprintf(sock, sizeof sock, "%s/d.sock", dir);
     unlink(sock);

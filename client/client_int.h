@@ -90,8 +90,9 @@ struct rn_client {
     uint8_t chan_owed[2];
     uint8_t chan_nowed;
     int (*chan_forget)(rn_client *c, uint32_t region);
-    /* The session's bell (AUTH_OK's eventfd): written instead of the
-     * doorbell's futex when the daemon sleeps; RMSNORMD_BELL=0: not used. */
+    /* The session's bell (the write end of a pipe, from AUTH_OK): a byte
+     * written to it instead of the doorbell's futex when the daemon
+     * sleeps; RMSNORMD_BELL=0: not used. */
     bool have_bell, bell_off;
     int bell;
     rnp_session session;

@@ -471,8 +471,8 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
     if (__atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_SLEEPING), __ATOMIC_SEQ_CST)) {
         /* The session's bell wakes the daemon's loop itself (one wake-up);
          * the doorbell wakes its ring thread, which then wakes the loop. */
-        uint64_t one = 1;
-        if (!c->have_bell || write(c->bell, &one, sizeof one) != (ssize_t)sizeof one) {
+        const char one = 1;
+        if (!c->have_bell || write(c->bell, &one, 1) != 1) {
             __atomic_add_fetch(rnp_ring_u32(g->base, RNP_RING_O_DOORBELL), 1, __ATOMIC_SEQ_CST);
             syscall(SYS_futex, rnp_ring_u32(g->base, RNP_RING_O_DOORBELL), FUTEX_WAKE, 1, NULL,
                     NULL, 0);

@@ -9,12 +9,12 @@
 #include "chan_vmm.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -24,18 +24,23 @@
 #include "log.h"
 #include "ring.h"
 
-/* A session's bell (PROTOCOL.md 12, AUTH_OK): an eventfd the client writes
- * when it published a slot and the daemon sleeps; the loop polls it and
- * takes the rings' slots at once, one wake-up instead of the doorbell
- * thread's and then the loop's.  Apart from its connection: libuv lets go
- * of a handle only in a later callback. */
+/* A session's bell (PROTOCOL.md 12, AUTH_OK): a pipe whose write end the
+ * client gets and writes a byte to when it published a slot and the
+ * daemon sleeps; the loop polls the read end and takes the slots at once,
+ * one wake-up instead of the doorbell thread's and then the loop's.  A
+ * pipe, not an eventfd: the two ends are two open files, so nothing the
+ * client does to its end (O_NONBLOCK off, reading) reaches the daemon's.
+ * Apart from its connection: libuv lets go of a handle only in a later
+ * callback. */
 typedef struct bell {
     uv_poll_t poll;
-    int fd;
-    rnd_ctx *ctx;
+    int fd, wfd;                   /* the read end; the write end until sent (then -1) */
+    struct conn *c;                /* whose: valid while the poll runs */
 } bell;
 
-typedef struct conn {
+typedef struct conn conn;
+
+struct conn {
     int fd;
     uv_poll_t poll;
     bell *bell;                    /* NULL: none (no fast path, or not bound yet) */
@@ -45,7 +50,7 @@ typedef struct conn {
     rnd_ctx *ctx;
     rnd_vmm_pending vmm;           /* VMM_CHUNKs waiting for their VMM_MAP */
     rn_queue link;
-} conn;
+};
 
 static void on_conn_closed(uv_handle_t *h)
 {
@@ -58,32 +63,49 @@ static void on_bell_closed(uv_handle_t *h)
 {
     bell *b = h->data;
     close(b->fd);
+    if (b->wfd >= 0)
+        close(b->wfd);
     free(b);
 }
 
+/* A bell rang: what came is read (a bounded amount: a client writing
+ * without pause costs wake-ups, not a loop that never ends), and the loop
+ * takes the rings' slots, unless the session's ring has none new. */
 static void on_bell(uv_poll_t *h, int status, int events)
 {
     bell *b = h->data;
-    uint64_t v;
+    char buf[256];
+    ssize_t n = 0;
     (void)status, (void)events;
-    while (read(b->fd, &v, sizeof v) == (ssize_t)sizeof v) {
+    for (int i = 0; i < 16 && (n = read(b->fd, buf, sizeof buf)) == (ssize_t)sizeof buf; i++) {
     }
-    rnd_rings_bell(&b->ctx->rings);
+    if (n == 0) {
+        /* The client closed its end (RMSNORMD_BELL=0, or its exit): a
+         * pipe at its end reads as ready for good, so it is polled no
+         * more; the doorbell serves. */
+        uv_poll_stop(&b->poll);
+        return;
+    }
+    rnd_rings_bell(&b->c->ctx->rings, b->c->sess);
 }
 
 /* A bell for c's session, or NULL (then the client rings the doorbell). */
 static bell *bell_new(conn *c)
 {
     bell *b = calloc(1, sizeof *b);
+    int p[2];
 
-    if (!b || (b->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+    if (!b || pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
         free(b);
         return NULL;
     }
-    b->ctx = c->ctx;
+    b->fd = p[0];
+    b->wfd = p[1];
+    b->c = c;
     b->poll.data = b;
     if (uv_poll_init(c->ctx->loop, &b->poll, b->fd) != 0) {
-        close(b->fd);
+        close(p[0]);
+        close(p[1]);
         free(b);
         return NULL;
     }
@@ -228,9 +250,16 @@ static int auth(conn *c, const rnp_session *cap, rnp_error *err)
     c->sess = s;
     rep.u.auth_ok.pid = c->pid;
     rep.u.auth_ok.uid = c->uid;
-    /* With the fast path, the session's bell goes with the answer. */
-    if (ctx->dev.rings && ctx->rings.started && (c->bell = bell_new(c)) != NULL)
-        return send_rep_fd(c, &rep, c->bell->fd) == 0 ? 0 : -1;
+    /* With the fast path, the session's bell goes with the answer (the
+     * write end: the daemon keeps none of it). */
+    if (ctx->dev.rings && ctx->rings.started && (c->bell = bell_new(c)) != NULL) {
+        bell *b = c->bell;
+        if (send_rep_fd(c, &rep, b->wfd) != 0)
+            return -1;
+        close(b->wfd);
+        b->wfd = -1;
+        return 0;
+    }
     return send_rep(c, &rep) == 0 ? 0 : -1;
 }
 

@@ -133,8 +133,9 @@ bool rnd_ring_pending(const rnd_session *s);
  * some ring's next release. */
 void rnd_rings_limit_freed(rnd_rings *tab);
 
-/* A session's bell rang (chan.c): a client published while the daemon
- * slept; the loop takes the rings' new slots now. */
-void rnd_rings_bell(rnd_rings *tab);
+/* s's bell rang (chan.c): its client published while the daemon slept;
+ * if s's ring has a slot not yet taken, the loop takes the rings' new
+ * slots now (fast.bells counts those), else nothing happens. */
+void rnd_rings_bell(rnd_rings *tab, rnd_session *s);
 
 #endif

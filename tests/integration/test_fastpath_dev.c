@@ -592,7 +592,7 @@ static void test_chan_timeout_keeps_session(void **state)
     RNH_PASS(d);
 }
 
-/* The session's bell (AUTH_OK's eventfd, PROTOCOL.md 12): a host-path
+/* The session's bell (AUTH_OK's pipe, PROTOCOL.md 12): a host-path
  * call published while the daemon sleeps writes it, and the loop wakes and
  * takes the slot itself (fast.bells), one wake-up instead of the doorbell
  * thread's and then the loop's; with RMSNORMD_BELL=0 the client rings the
@@ -611,6 +611,7 @@ static void bell_run(rnh_daemon *d, bool off)
     unsetenv("RMSNORMD_BELL");
     lay(c, 2, &l); /* (the session opens here, and AUTH brings the bell) */
     assert_int_equal(c->have_bell, !off);
+    int slow = 0;
     for (int i = 0; i < 5; i++) {
         /* (from the second call on: the daemon asleep, its flag up) */
         for (int64_t t0 = rnh_now_ms(); i > 0 && __atomic_load_n(rnp_ring_u32(c->ring->base,
@@ -621,15 +622,22 @@ static void bell_run(rnh_daemon *d, bool off)
             else
                 usleep(1000);
         rnv_poison(&l.a);
+        int64_t t0 = rnh_now_ms();
         if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
             fail_msg("call %d: %s", i, rn_last_error(c));
+        /* (a lost wake-up would leave the slot to the ring thread's 100 ms
+         * sleep: every such call that slow) */
+        slow += rnh_now_ms() - t0 >= 80;
         if (rnv_compare(&l.a, &l.e, true, NULL, msg, sizeof msg) != 0)
             fail_msg("call %d: %s", i, msg);
     }
+    assert_true(slow <= 1);
+    /* (the ring thread's flag is down for a moment when its sleep times out:
+     * a call then may need no bell, so not every call counts) */
     if (off)
         assert_int_equal(rnh_stat(d, "fast.bells"), 0);
     else
-        assert_true(rnh_stat(d, "fast.bells") >= 4);
+        assert_true(rnh_stat(d, "fast.bells") >= 1);
     assert_int_equal(rnh_stat(d, "fast.ok"), 5);
     check_free(c, &l, "after the bell");
     rn_close(c);

@@ -30,6 +30,7 @@ typedef struct peer {
     uint16_t got[8];             /* the types of the requests it read */
     uint32_t map_count;          /* a VMM_MAP's count */
     int ngot;
+    int pipe_r;                  /* case 6: the read end of the pipe it sent */
 } peer;
 
 typedef struct world {
@@ -116,6 +117,34 @@ static void *run(void *arg)
         ms_sleep(250);
         answer(p, RNP_CHAN_REGION_OK, 91);
         break;
+    case 6: { /* a reply that brings a descriptor nobody asked for */
+        int pp[2];
+        take(p);
+        if (pipe(pp) != 0)
+            break;
+        rnp_chan_msg m = {.type = RNP_CHAN_REGION_OK};
+        uint8_t b[RNP_CHAN_MAX];
+        union {
+            struct cmsghdr align;
+            char c[CMSG_SPACE(sizeof(int))];
+        } cb;
+        struct iovec iov = {b, 0};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.c,
+                            .msg_controllen = sizeof cb.c};
+        m.u.region_ok.region = 5;
+        iov.iov_len = rnp_chan_encode(&m, b);
+        memset(&cb, 0, sizeof cb);
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &pp[1], sizeof(int));
+        if (sendmsg(p->fd, &mh, MSG_NOSIGNAL) < 0)
+            fprintf(stderr, "peer: sendmsg failed\n");
+        close(pp[1]);
+        p->pipe_r = pp[0];
+        break;
+    }
     case 4: /* closed while a reply is owed */
         take(p);
         ms_sleep(T_MS + 100);
@@ -139,6 +168,7 @@ static world *mk(int step)
     w->c->have_chan = true;
     w->c->chan_forget = forget;
     w->p.fd = sv[1];
+    w->p.pipe_r = -1;
     w->p.step = step;
     cur = w;
     assert_int_equal(pthread_create(&w->t, NULL, run, &w->p), 0);
@@ -284,6 +314,28 @@ static void test_fresh_deadline(void **state)
     done(w);
 }
 
+/* A descriptor that comes with a reply other than AUTH_OK is closed: the
+ * pipe's read end sees its end once the client let go of the write end it
+ * was sent (the peer closed its own). */
+static void test_stray_descriptor_closed(void **state)
+{
+    (void)state;
+    world *w = mk(6);
+    uint32_t region = 0;
+    char b;
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+    assert_int_equal(rnc_chan_register(w->c, fd, 4096, &region), 0);
+    assert_int_equal(region, 5);
+    join(w);
+    assert_true(w->p.pipe_r >= 0);
+    assert_int_equal(read(w->p.pipe_r, &b, 1), 0);
+    assert_false(w->c->have_bell);
+    close(w->p.pipe_r);
+    close(fd);
+    done(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -292,6 +344,7 @@ int main(void)
         cmocka_unit_test(test_vmm_chunk_abort),
         cmocka_unit_test(test_collect_does_not_wait),
         cmocka_unit_test(test_fresh_deadline),
+        cmocka_unit_test(test_stray_descriptor_closed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
