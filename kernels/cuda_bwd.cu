@@ -440,6 +440,10 @@ int rnk::launch(rnk_device *dev, const void *fn, Plan &pl, cudaStream_t st, char
     trace_attach(pl.p, grid);
 #endif
     void *args[] = {&pl.p};
+    /* An error left by an earlier unchecked call must not be taken for
+     * this launch's: the kernel would be queued (and write its done words)
+     * while the caller is told it failed. */
+    (void)cudaGetLastError();
     CK(cudaLaunchKernel(fn, dim3(grid), dim3(pl.threads), args, pl.smem, st));
     CK(cudaGetLastError());
     return RNK_OK;

@@ -38,8 +38,8 @@ static int ws_ensure(rnd_cuda *b, rnd_cuda_stream *s, int64_t m, int64_t n, rnp_
         (void)cudaGetLastError();
         return rnp_fail(err, RN_CUDA, "bwd: workspace: %s", kmsg);
     }
-    if (s->ws)
-        cudaFreeAsync(s->ws, s->st);
+    if (s->ws && cudaFreeAsync(s->ws, s->st) != cudaSuccess)
+        (void)cudaGetLastError(); /* (a leak at worst; not the next launch's error) */
     s->ws = ws;
     s->ws_bytes = need;
     return 0;
@@ -254,7 +254,11 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     /* (RMSNORMD_DEBUG_LEAN_START=1: none for a job that waits for nothing
      * and is not timed; the watch and the closer then take it as started
      * once it is the oldest job of its stream, g->no_start.) */
-    g->no_start = b->lean_start && (graph || rj->ready_seen) && !g->ends_timed;
+    /* Only on a stream of the ring's own: a pool stream may hold a classic
+     * job's wait for a client's event that no outstanding job stands for
+     * (its launch failed), and the oldest job there is not running. */
+    g->no_start = b->lean_start && (graph || rj->ready_seen) && !g->ends_timed &&
+                  si >= RND_CUDA_STREAMS;
     if (!g->no_start)
         RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_queued);
     bool kdone = run && b->kernel_done && job->args.m > 0; /* the kernel writes done */

@@ -1014,6 +1014,18 @@ static int teardown(void **state)
     return 0;
 }
 
+/* After each test: a forced grid left by a test that failed half-way must
+ * not carry into the next ones. */
+static int reset_grid(void **state)
+{
+    (void)state;
+    if (dev)
+        rnk_cuda_force_grid(dev, 0);
+    return 0;
+}
+
+#define T(f) cmocka_unit_test_teardown(f, reset_grid)
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -1023,21 +1035,21 @@ int main(int argc, char **argv)
     quick = getenv("RNK_GPU_QUICK") && atoi(getenv("RNK_GPU_QUICK")) != 0;
     printf("test_kernel_gpu: seed %llu%s\n", (unsigned long long)seed, quick ? " (quick subset)" : "");
     const struct CMUnitTest all[] = {
-        cmocka_unit_test(test_ref64_cross_check),
-        cmocka_unit_test(test_bad_args),
-        cmocka_unit_test(test_m_zero),
-        cmocka_unit_test(test_dtype_combos),
-        cmocka_unit_test(test_strides_dres_offset_inplace),
-        cmocka_unit_test(test_no_weight_recomputed_rstd),
-        cmocka_unit_test(test_repeat_bitwise),
-        cmocka_unit_test(test_grid_invariance),
-        cmocka_unit_test(test_graph_replay),
-        cmocka_unit_test(test_back_to_back),
-        cmocka_unit_test(test_cancel_word),
-        cmocka_unit_test(test_done_words),
-        cmocka_unit_test(test_grid),
-        cmocka_unit_test(test_no_deadlock_stream),
-        cmocka_unit_test(test_no_deadlock_process),
+        T(test_ref64_cross_check),
+        T(test_bad_args),
+        T(test_m_zero),
+        T(test_dtype_combos),
+        T(test_strides_dres_offset_inplace),
+        T(test_no_weight_recomputed_rstd),
+        T(test_repeat_bitwise),
+        T(test_grid_invariance),
+        T(test_graph_replay),
+        T(test_back_to_back),
+        T(test_cancel_word),
+        T(test_done_words),
+        T(test_grid),
+        T(test_no_deadlock_stream),
+        T(test_no_deadlock_process),
     };
     /* RNK_GPU_TESTS=a,b,c runs only the tests whose names contain a, b or c. */
     const char *only = getenv("RNK_GPU_TESTS");
