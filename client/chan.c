@@ -70,27 +70,6 @@ static int take_reply(rn_client *c, const uint8_t *r, ssize_t n, int want, rnp_c
     return 0;
 }
 
-/* Close the descriptors a message brought, but the first into *keep when
- * keep is not NULL (-1 when none came). */
-static void take_fds(struct msghdr *mh, int *keep)
-{
-    if (keep)
-        *keep = -1;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-            continue;
-        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < k; i++) {
-            int fd;
-            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-            if (keep && *keep < 0)
-                *keep = fd;
-            else
-                close(fd);
-        }
-    }
-}
-
 /*
  * Wait by the deadline for one datagram on c's channel, into in (of
  * RNP_CHAN_MAX bytes; *n its full length); a descriptor it carries goes
@@ -120,8 +99,10 @@ static int receive(rn_client *c, uint8_t *in, ssize_t *n, uint64_t deadline_ns, 
         *n = recvmsg(c->chan, &mh, MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC);
         if (*n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
-        if (*n > 0)
-            take_fds(&mh, fd);
+        if (*n > 0 && fd && rnp_chan_take_fds(&mh, fd, 1) == 0)
+            *fd = -1;
+        else if (*n > 0 && !fd)
+            (void)rnp_chan_take_fds(&mh, NULL, 0);
         if (*n <= 0)
             return lost(c, "receive", *n < 0 ? errno : 0);
         return 0;
@@ -145,17 +126,8 @@ static int send_msg(rn_client *c, const rnp_chan_msg *m, int fd)
 
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
-    if (fd >= 0) {
-        struct cmsghdr *cm;
-        memset(&cb, 0, sizeof cb);
-        mh.msg_control = cb.b;
-        mh.msg_controllen = sizeof cb.b;
-        cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-    }
+    if (fd >= 0)
+        rnp_chan_attach_fd(&mh, cb.b, sizeof cb.b, fd);
     do
         n = sendmsg(c->chan, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     while (n < 0 && errno == EINTR);

@@ -196,19 +196,11 @@ static int send_rep_fd(conn *c, const rnp_chan_msg *rep, int fd)
     uint8_t m[RNP_CHAN_MAX];
     struct iovec iov = {m, rnp_chan_encode(rep, m)};
     struct msghdr mh = {0};
-    struct cmsghdr *cm;
     ssize_t n;
 
-    memset(&cb, 0, sizeof cb);
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
-    mh.msg_control = cb.b;
-    mh.msg_controllen = sizeof cb.b;
-    cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    rnp_chan_attach_fd(&mh, cb.b, sizeof cb.b, fd);
     do
         n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     while (n < 0 && errno == EINTR);
@@ -356,7 +348,6 @@ static void on_conn(uv_poll_t *h, int status, int events)
     for (;;) {
         struct iovec iov = {buf, sizeof buf};
         struct msghdr mh = {0};
-        struct cmsghdr *cm;
         int fds[RNP_CHAN_MAX_FDS], nfds = 0;
         ssize_t n;
 
@@ -375,19 +366,7 @@ static void on_conn(uv_poll_t *h, int status, int events)
             conn_end(c, "session channel closed");
             return;
         }
-        for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-                continue;
-            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            for (size_t i = 0; i < k; i++) {
-                int fd;
-                memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-                if (nfds < RNP_CHAN_MAX_FDS)
-                    fds[nfds++] = fd;
-                else
-                    close(fd);
-            }
-        }
+        nfds = (int)rnp_chan_take_fds(&mh, fds, RNP_CHAN_MAX_FDS);
         if (handle(c, buf, (size_t)n, (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0, fds,
                    nfds) != 0)
             return;

@@ -6,6 +6,8 @@
  * side accepts, and what a field's value means, is theirs to decide.
  */
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "rn_proto.h"
 
@@ -223,4 +225,38 @@ int rnp_vmm_map_check(uint32_t npending, uint64_t end, uint32_t count, uint64_t 
                         "vmm_map.total: %llu bytes, but the chunks cover %llu",
                         (unsigned long long)total, (unsigned long long)end);
     return 0;
+}
+
+void rnp_chan_attach_fd(struct msghdr *mh, void *cbuf, size_t cblen, int fd)
+{
+    struct cmsghdr *cm;
+
+    memset(cbuf, 0, cblen);
+    mh->msg_control = cbuf;
+    mh->msg_controllen = CMSG_SPACE(sizeof(int));
+    cm = CMSG_FIRSTHDR(mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+}
+
+unsigned rnp_chan_take_fds(struct msghdr *mh, int *fds, unsigned max)
+{
+    unsigned n = 0;
+
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+            if (n < max)
+                fds[n++] = fd;
+            else
+                close(fd);
+        }
+    }
+    return n;
 }

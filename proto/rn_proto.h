@@ -548,6 +548,15 @@ int rnp_chan_parse(const uint8_t *m, size_t len, bool truncated, unsigned nfds,
  */
 size_t rnp_chan_encode(const rnp_chan_msg *msg, uint8_t *buf);
 
+/* Descriptors on the channel (SCM_RIGHTS), for both ends.  Attach fd to
+ * mh, whose control buffer is cbuf of cblen bytes (aligned for a cmsghdr,
+ * at least CMSG_SPACE(sizeof(int))). */
+struct msghdr;
+void rnp_chan_attach_fd(struct msghdr *mh, void *cbuf, size_t cblen, int fd);
+/* The descriptors a received mh brought, in order: the first max into fds,
+ * the others closed.  Returns how many were stored. */
+unsigned rnp_chan_take_fds(struct msghdr *mh, int *fds, unsigned max);
+
 /*
  * CUDA virtual memory ranges (VMM_CHUNK ... VMM_MAP, PROTOCOL.md section
  * 12): the layout rules, as pure functions of the numbers, so that the
