@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bench_bell - what a fast-path call costs when it reaches a daemon that
- * sleeps, with the session's bell (AUTH_OK's pipe: the client's write
+ * sleeps, with the session's bell (AUTH_OK's socket: the client's send
  * wakes the daemon's loop itself) against the doorbell (a futex wake of the
  * daemon's ring thread, which then wakes the loop through uv_async: two
  * wake-ups).  Calls come --gap us apart (default 2000, past the ring

@@ -90,9 +90,9 @@ struct rn_client {
     uint8_t chan_owed[2];
     uint8_t chan_nowed;
     int (*chan_forget)(rn_client *c, uint32_t region);
-    /* The session's bell (the write end of a pipe, from AUTH_OK): a byte
-     * written to it instead of the doorbell's futex when the daemon
-     * sleeps; RMSNORMD_BELL=0: not used. */
+    /* The session's bell (one end of a stream socket pair, from AUTH_OK):
+     * a byte sent on it (MSG_NOSIGNAL) instead of the doorbell's futex
+     * when the daemon sleeps; RMSNORMD_BELL=0: not used. */
     bool have_bell, bell_off;
     int bell;
     rnp_session session;
@@ -210,6 +210,11 @@ void rnc_chan_collect(rn_client *c);
 
 /* Close c's channel connection; fine when there is none. */
 void rnc_chan_close(rn_client *c);
+
+/* A pidfd of the daemon at the other end of the channel chan (its
+ * SO_PEERCRED pid, while the connection is up), or -1 (none visible in this
+ * pid namespace, a kernel before 5.3, or the connection closed).  watch.c. */
+int rnc_daemon_pidfd(int chan);
 
 /* ---- session.c: sessions and regions ------------------------------------------------ */
 

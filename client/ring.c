@@ -48,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -93,6 +94,7 @@ static int create(rn_client *c, rnc_ring **out)
         return rnc_fail(c, RN_SYSTEM, "ring: mmap: %s", strerror(e));
     }
     g->token = rnc_ring_token();
+    g->dpid = -1;
     *out = g;
     return 0;
 }
@@ -107,6 +109,8 @@ void rnc_ring_forget(rn_client *c)
         next = g->retired;
         munmap(g->base, g->size);
         close(g->fd);
+        if (g->dpid >= 0)
+            close(g->dpid);
         free(g);
     }
     c->ring = NULL;
@@ -138,6 +142,8 @@ void rnc_ring_release(rn_client *c, bool answered)
          * its size) rather than a GPU fault; for a stream the done words
          * stay too. */
         bool held = rnc_graphs_release(g), busy = !held && streams_pending(g);
+        if (g->dpid >= 0)
+            close(g->dpid);
         if (held || busy) {
             kept |= busy;
             close(g->fd);
@@ -215,8 +221,52 @@ static void lost(rnc_ring *g, int code, const char *why)
     g->open = false;
 }
 
+/* No daemon holds g's ring any more: the one that did wrote state = 1
+ * once its last job let go, or exited. */
+static bool let_go(const rnc_ring *g)
+{
+    struct pollfd p = {g->dpid, POLLIN, 0};
+    if (__atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_STATE), __ATOMIC_ACQUIRE) ==
+        RNP_RING_CLOSED)
+        return true;
+    return g->dpid >= 0 && poll(&p, 1, 0) == 1;
+}
+
+static bool graphs_held(const rnc_ring *g)
+{
+    for (uint32_t i = 0; i < GRAPH_SLOTS; i++)
+        if (g->gheld[i])
+            return true;
+    return false;
+}
+
+/* The retired memory after g that nobody uses any more (no daemon holds
+ * its ring, no graph replays into it, no stream writes or waits there) is
+ * freed: a client that lives through many sessions does not keep them
+ * all. */
+static void reclaim(rnc_ring *g)
+{
+    rnc_ring **pp = &g->retired;
+    while (*pp) {
+        rnc_ring *r = *pp;
+        if (!let_go(r) || graphs_held(r) || streams_pending(r)) {
+            pp = &r->retired;
+            continue;
+        }
+        *pp = r->retired;
+        (void)rnc_graphs_release(r); /* (none held: queued closes dropped) */
+        if (r->dev)
+            r->dev->detach(r->base);
+        munmap(r->base, r->size);
+        close(r->fd);
+        if (r->dpid >= 0)
+            close(r->dpid);
+        free(r);
+    }
+}
+
 /* c's ring memory is retired: fresh memory for the next session, the old
- * one kept (and its recorded error carried over). */
+ * one kept (and its recorded error carried over) until nothing uses it. */
 static int renew(rn_client *c)
 {
     rnc_ring *old = c->ring, *g;
@@ -229,6 +279,7 @@ static int renew(rn_client *c)
     old->err = 0;
     g->retired = old;
     c->ring = g;
+    reclaim(g);
     return 0;
 }
 
@@ -261,10 +312,8 @@ static int ensure_open(rn_client *c, const rnc_done_word *done)
     lost(g, RN_RESTARTED, "the session ended");
     /* A daemon that lives on writes state = 1 into the memory of a ring it
      * held once its last job let go, however its session ended: memory
-     * whose ring it may still hold is not reused (a daemon that died leaves
-     * its word open too: the memory then waits for rn_close). */
-    if (g->opened && __atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_STATE),
-                                     __ATOMIC_ACQUIRE) != RNP_RING_CLOSED)
+     * whose ring a live daemon may still hold is not reused. */
+    if (g->opened && !let_go(g))
         g->retire = true;
     if (g->retire) {
         if ((rv = renew(c)) != 0)
@@ -278,8 +327,14 @@ static int ensure_open(rn_client *c, const rnc_done_word *done)
     if ((rv = rnc_chan_register(c, g->fd, g->size, &g->region)) != 0)
         return rv;
     g->done_addr = 0;
-    if ((rv = rnc_ring_open_call(c, g->region, RING_SLOTS, &done, &g->id)) != 0)
+    if ((rv = rnc_ring_open_call(c, g->region, RING_SLOTS, &done, &g->id)) != 0) {
+        /* No answer: the daemon may have opened it all the same. */
+        g->opened |= !c->replied;
         return rv;
+    }
+    if (g->dpid >= 0)
+        close(g->dpid);
+    g->dpid = c->have_chan ? rnc_daemon_pidfd(c->chan) : -1;
     g->done_addr = done ? done->addr : 0;
     g->of = c->session;
     g->open = g->opened = true;
@@ -472,7 +527,7 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
         /* The session's bell wakes the daemon's loop itself (one wake-up);
          * the doorbell wakes its ring thread, which then wakes the loop. */
         const char one = 1;
-        if (!c->have_bell || write(c->bell, &one, 1) != 1) {
+        if (!c->have_bell || send(c->bell, &one, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
             __atomic_add_fetch(rnp_ring_u32(g->base, RNP_RING_O_DOORBELL), 1, __ATOMIC_SEQ_CST);
             syscall(SYS_futex, rnp_ring_u32(g->base, RNP_RING_O_DOORBELL), FUTEX_WAKE, 1, NULL,
                     NULL, 0);

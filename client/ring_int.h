@@ -24,6 +24,7 @@ struct rnc_ring {
     size_t size;
     bool open; /* RING_OPEN answered in the session `of` */
     bool opened; /* ... in some session: a daemon may hold this memory */
+    int dpid;    /* a pidfd of that daemon (-1: none): once it exited, nobody does */
     rnp_session of;
     uint32_t id, region;
     uint64_t seq;       /* the last published */

@@ -158,7 +158,7 @@ static void wake(rnc_watch *w)
  * the channel is open, so a channel already closed gives none (the pid may
  * be another process's by now).
  */
-static int daemon_pidfd(int chan)
+int rnc_daemon_pidfd(int chan)
 {
     struct ucred cr;
     socklen_t len = sizeof cr;
@@ -373,7 +373,7 @@ void rnc_watch_arm(rn_client *c, uint8_t *base, uint32_t slots, uint64_t graph_o
         rnc_watch_disarm(c);
         return;
     }
-    int pidfd = daemon_pidfd(chan);
+    int pidfd = rnc_daemon_pidfd(chan);
     pthread_mutex_lock(&w->mu);
     close_fd(&w->chan); /* an arm the thread has not taken yet: never polled */
     close_fd(&w->pidfd);

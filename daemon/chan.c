@@ -24,17 +24,18 @@
 #include "log.h"
 #include "ring.h"
 
-/* A session's bell (PROTOCOL.md 12, AUTH_OK): a pipe whose write end the
- * client gets and writes a byte to when it published a slot and the
- * daemon sleeps; the loop polls the read end and takes the slots at once,
- * one wake-up instead of the doorbell thread's and then the loop's.  A
- * pipe, not an eventfd: the two ends are two open files, so nothing the
- * client does to its end (O_NONBLOCK off, reading) reaches the daemon's.
+/* A session's bell (PROTOCOL.md 12, AUTH_OK): a stream socket pair whose
+ * one end the client gets and sends a byte on when it published a slot and
+ * the daemon sleeps; the loop polls the other end and takes the slots at
+ * once, one wake-up instead of the doorbell thread's and then the loop's.
+ * Two sockets, not an eventfd: nothing the client does to its end
+ * (O_NONBLOCK off, reading) reaches the daemon's; and not a pipe: a send
+ * with MSG_NOSIGNAL raises no SIGPIPE in a client whose daemon died.
  * Apart from its connection: libuv lets go of a handle only in a later
  * callback. */
 typedef struct bell {
     uv_poll_t poll;
-    int fd, wfd;                   /* the read end; the write end until sent (then -1) */
+    int fd, wfd;                   /* the daemon's end; the client's until sent (then -1) */
     struct conn *c;                /* whose: valid while the poll runs */
 } bell;
 
@@ -77,11 +78,13 @@ static void on_bell(uv_poll_t *h, int status, int events)
     char buf[256];
     ssize_t n = 0;
     (void)status, (void)events;
-    for (int i = 0; i < 16 && (n = read(b->fd, buf, sizeof buf)) == (ssize_t)sizeof buf; i++) {
+    for (int i = 0; i < 16 && (n = recv(b->fd, buf, sizeof buf, MSG_DONTWAIT)) ==
+                                   (ssize_t)sizeof buf;
+         i++) {
     }
     if (n == 0) {
         /* The client closed its end (RMSNORMD_BELL=0, or its exit): a
-         * pipe at its end reads as ready for good, so it is polled no
+         * socket at its end reads as ready for good, so it is polled no
          * more; the doorbell serves. */
         uv_poll_stop(&b->poll);
         return;
@@ -95,7 +98,7 @@ static bell *bell_new(conn *c)
     bell *b = calloc(1, sizeof *b);
     int p[2];
 
-    if (!b || pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
+    if (!b || socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, p) != 0) {
         free(b);
         return NULL;
     }
@@ -373,33 +376,69 @@ static void on_conn(uv_poll_t *h, int status, int events)
     }
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* How many of the n sorted uids are v. */
+static uint32_t count_of(const uint32_t *u, uint32_t n, uint32_t v)
+{
+    uint32_t lo = 0, hi = n, first;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (u[mid] < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    first = lo;
+    for (hi = n; lo < hi;) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (u[mid] <= v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo - first;
+}
+
 /*
  * Which unauthenticated connection goes for a newcomer of uid at the limit:
  * the oldest of the user who holds the most of them (the newcomer counted),
  * so that one user's flood closes its own connections, not another user's
  * between its connect and its AUTH.  NULL when every one is authenticated.
+ * (The users' counts from their sorted uids: max-sessions may be large.)
  */
 static conn *evictee(rnd_chan *ch, uint32_t uid)
 {
+    uint32_t *u = malloc(((size_t)ch->nconns + 1) * sizeof *u), n = 0, most = 0;
     conn *pick = NULL;
-    uint32_t most = 0;
-    rn_queue *q, *r;
+    rn_queue *q;
 
+    if (!u)
+        return NULL;
+    RN_QUEUE_FOREACH(q, &ch->conns) {
+        const conn *o = RN_QUEUE_DATA(q, conn, link);
+        if (!o->sess)
+            u[n++] = o->uid;
+    }
+    u[n++] = uid; /* (the newcomer) */
+    qsort(u, n, sizeof *u, cmp_u32);
+    for (uint32_t i = 0, j; i < n; i = j) {
+        for (j = i; j < n && u[j] == u[i]; j++) {
+        }
+        most = j - i > most ? j - i : most;
+    }
+    /* Newest first on the list: the last one of a user who holds the most
+     * is the oldest of theirs (of all of them, where several do). */
     RN_QUEUE_FOREACH(q, &ch->conns) {
         conn *o = RN_QUEUE_DATA(q, conn, link);
-        uint32_t n = o->uid == uid;
-        if (o->sess)
-            continue;
-        RN_QUEUE_FOREACH(r, &ch->conns) {
-            const conn *p = RN_QUEUE_DATA(r, conn, link);
-            n += !p->sess && p->uid == o->uid;
-        }
-        /* (newest first on the list: a later one of as many is older) */
-        if (n >= most) {
-            most = n;
+        if (!o->sess && count_of(u, n, o->uid) == most)
             pick = o;
-        }
     }
+    free(u);
     return pick;
 }
 

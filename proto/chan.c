@@ -231,6 +231,8 @@ void rnp_chan_attach_fd(struct msghdr *mh, void *cbuf, size_t cblen, int fd)
 {
     struct cmsghdr *cm;
 
+    if (cblen < CMSG_SPACE(sizeof(int)))
+        return; /* (a caller's mistake: nothing attached, the peer says so) */
     memset(cbuf, 0, cblen);
     mh->msg_control = cbuf;
     mh->msg_controllen = CMSG_SPACE(sizeof(int));
@@ -246,7 +248,8 @@ unsigned rnp_chan_take_fds(struct msghdr *mh, int *fds, unsigned max)
     unsigned n = 0;
 
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+            cm->cmsg_len < CMSG_LEN(0))
             continue;
         size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
         for (size_t i = 0; i < k; i++) {

@@ -987,6 +987,43 @@ static void test_channel_closed_state(void **state)
     RNH_PASS(d);
 }
 
+/* A client that lives through daemon crashes: ring memory a daemon may
+ * still hold is not reused for the next session, but memory whose daemon
+ * exited (its pidfd) or closed the ring (state = 1) is, or is freed; so the
+ * client keeps one or two ring memfds, not one per crash (before: one
+ * more each time, until rn_close). */
+static void test_ring_memory_reclaimed(void **state)
+{
+    rnh_daemon *d = *state;
+    rnv_case k = mixed_case(4);
+    rn_client *c;
+    laid l;
+
+    assert_int_equal(rnh_start(d), 0);
+    c = client_on(d, RN_PATH_FAST);
+    lay(c, &k, 5, &l);
+    assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(kill(d->pid, SIGKILL), 0);
+        assert_int_equal(rnh_wait_exit(d, WAIT_MS), 128 + SIGKILL);
+        assert_int_equal(rnh_start(d), 0);
+        int rv = -1;
+        for (int t = 0; t < 3 && rv != 0; t++) {
+            rnv_poison(&l.a);
+            rv = rn_rmsnorm_bwd_host(c, &l.a, NULL); /* (the first may say: lost) */
+        }
+        if (rv != 0)
+            fail_msg("after crash %d: %s", i, rn_last_error(c));
+        check(&l, "after a crash");
+    }
+    int maps = rnh_maps_count(getpid(), "rmsnormd-ring");
+    if (maps > 2)
+        fail_msg("%d ring memfds mapped after 5 crashes", maps);
+    unlay(c, &l);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
 /* SIGTERM with a ring open: the slot that ran keeps its result, the slot
  * still waiting for ready is answered DRAINING, done reaches it, the ring is
  * closed, and the daemon exits 0. */
@@ -1303,6 +1340,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kill9, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_channel_closed_state, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_ring_memory_reclaimed, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_waiting_slot_keeps_session, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ready_late_host, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9_prepared, rnh_setup, rnh_teardown),

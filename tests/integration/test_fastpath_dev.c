@@ -592,7 +592,7 @@ static void test_chan_timeout_keeps_session(void **state)
     RNH_PASS(d);
 }
 
-/* The session's bell (AUTH_OK's pipe, PROTOCOL.md 12): a host-path
+/* The session's bell (AUTH_OK's socket, PROTOCOL.md 12): a host-path
  * call published while the daemon sleeps writes it, and the loop wakes and
  * takes the slot itself (fast.bells), one wake-up instead of the doorbell
  * thread's and then the loop's; with RMSNORMD_BELL=0 the client rings the
@@ -654,6 +654,42 @@ static void test_bell_off(void **state)
     bell_run(*state, true);
 }
 
+/* A daemon killed while its flag says it sleeps: the next call rings a
+ * bell whose other end is gone.  That must be an error of the call, not a
+ * SIGPIPE that kills the client (the bell was a pipe for a while).  The
+ * watcher is off so that the call itself meets the dead daemon; SIGPIPE
+ * has its default action. */
+static void test_bell_daemon_gone(void **state)
+{
+    rnh_daemon *d = *state;
+    laid l;
+    rn_client *c;
+
+    signal(SIGPIPE, SIG_DFL);
+    setenv("RMSNORMD_WATCH", "0", 1);
+    assert_int_equal(rnh_start(d), 0);
+    c = fast_client(d);
+    unsetenv("RMSNORMD_WATCH");
+    lay(c, 1, &l);
+    if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
+        fail_msg("first call: %s", rn_last_error(c));
+    assert_true(c->have_bell);
+    for (int64_t t0 = rnh_now_ms();
+         __atomic_load_n(rnp_ring_u32(c->ring->base, RNP_RING_O_SLEEPING), __ATOMIC_SEQ_CST) != 1;)
+        if (rnh_now_ms() - t0 > WAIT_MS)
+            fail_msg("the daemon did not go to sleep");
+        else
+            usleep(1000);
+    assert_int_equal(kill(d->pid, SIGKILL), 0);
+    assert_int_equal(rnh_wait_exit(d, WAIT_MS), 128 + SIGKILL);
+    c->timeout_ms = 2000;
+    int rv = rn_rmsnorm_bwd_host(c, &l.a, NULL);
+    assert_int_not_equal(rv, 0); /* (and the process lives) */
+    rnv_expect_fini(&l.e);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
 static void test_cpu_option_inert(void **state)
 {
     rnh_daemon *d = *state;
@@ -693,6 +729,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_chan_timeout_keeps_session, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bell, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bell_off, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_bell_daemon_gone, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_cpu_option_inert, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
