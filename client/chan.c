@@ -99,10 +99,8 @@ static int receive(rn_client *c, uint8_t *in, ssize_t *n, uint64_t deadline_ns, 
         *n = recvmsg(c->chan, &mh, MSG_DONTWAIT | MSG_TRUNC | MSG_CMSG_CLOEXEC);
         if (*n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
-        if (*n > 0 && fd && rnp_chan_take_fds(&mh, fd, 1) == 0)
+        if (*n > 0 && rnp_chan_take_fds(&mh, fd, fd ? 1 : 0) == 0 && fd)
             *fd = -1;
-        else if (*n > 0 && !fd)
-            (void)rnp_chan_take_fds(&mh, NULL, 0);
         if (*n <= 0)
             return lost(c, "receive", *n < 0 ? errno : 0);
         return 0;

@@ -102,16 +102,28 @@ static int create(rn_client *c, rnc_ring **out)
 static void lost(rnc_ring *g, int code, const char *why);
 static void collect(rnc_ring *g, uint64_t done);
 
+/* Let go of g: its memory unmapped (detached from the device first, when
+ * detach) unless keep (a graph or a stream may still use it), its
+ * descriptors closed. */
+static void ring_free(rnc_ring *g, bool detach, bool keep)
+{
+    if (!keep) {
+        if (detach && g->dev)
+            g->dev->detach(g->base);
+        munmap(g->base, g->size);
+    }
+    close(g->fd);
+    if (g->dpid >= 0)
+        close(g->dpid);
+    free(g);
+}
+
 void rnc_ring_forget(rn_client *c)
 {
     rnc_ring *g = c->ring, *next;
     for (; g; g = next) {
         next = g->retired;
-        munmap(g->base, g->size);
-        close(g->fd);
-        if (g->dpid >= 0)
-            close(g->dpid);
-        free(g);
+        ring_free(g, false, false);
     }
     c->ring = NULL;
 }
@@ -142,19 +154,8 @@ void rnc_ring_release(rn_client *c, bool answered)
          * its size) rather than a GPU fault; for a stream the done words
          * stay too. */
         bool held = rnc_graphs_release(g), busy = !held && streams_pending(g);
-        if (g->dpid >= 0)
-            close(g->dpid);
-        if (held || busy) {
-            kept |= busy;
-            close(g->fd);
-            free(g);
-            continue;
-        }
-        if (g->dev)
-            g->dev->detach(g->base);
-        munmap(g->base, g->size);
-        close(g->fd);
-        free(g);
+        kept |= busy;
+        ring_free(g, true, held || busy);
     }
     c->ring = NULL;
     if (c->done_free && !kept)
@@ -255,13 +256,7 @@ static void reclaim(rnc_ring *g)
         }
         *pp = r->retired;
         (void)rnc_graphs_release(r); /* (none held: queued closes dropped) */
-        if (r->dev)
-            r->dev->detach(r->base);
-        munmap(r->base, r->size);
-        close(r->fd);
-        if (r->dpid >= 0)
-            close(r->dpid);
-        free(r);
+        ring_free(r, true, false);
     }
 }
 

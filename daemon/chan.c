@@ -164,32 +164,9 @@ static void unbind(rnd_session *s)
     }
 }
 
-/* One reply datagram; a client that does not read its replies loses its
- * connection.  Returns 0, or -1 after ending c. */
-static int send_msg(conn *c, const uint8_t *buf, size_t len)
-{
-    ssize_t n;
-
-    do
-        n = send(c->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    while (n < 0 && errno == EINTR);
-    if (n == (ssize_t)len)
-        return 0;
-    rnd_debug("Session channel of pid %u: reply not sent (%s): closing", (unsigned)c->pid,
-              n < 0 ? strerror(errno) : "short");
-    conn_end(c, "session channel closed");
-    return -1;
-}
-
-/* Encode and send one reply. */
-static int send_rep(conn *c, const rnp_chan_msg *rep)
-{
-    uint8_t m[RNP_CHAN_MAX];
-
-    return send_msg(c, m, rnp_chan_encode(rep, m));
-}
-
-/* The same with descriptor fd attached. */
+/* Encode and send one reply, with descriptor fd attached unless it is -1;
+ * a client that does not read its replies loses its connection.  Returns
+ * 0, or -1 after ending c. */
 static int send_rep_fd(conn *c, const rnp_chan_msg *rep, int fd)
 {
     union {
@@ -203,7 +180,8 @@ static int send_rep_fd(conn *c, const rnp_chan_msg *rep, int fd)
 
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
-    rnp_chan_attach_fd(&mh, cb.b, sizeof cb.b, fd);
+    if (fd >= 0)
+        rnp_chan_attach_fd(&mh, cb.b, sizeof cb.b, fd);
     do
         n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
     while (n < 0 && errno == EINTR);
@@ -213,6 +191,11 @@ static int send_rep_fd(conn *c, const rnp_chan_msg *rep, int fd)
               n < 0 ? strerror(errno) : "short");
     conn_end(c, "session channel closed");
     return -1;
+}
+
+static int send_rep(conn *c, const rnp_chan_msg *rep)
+{
+    return send_rep_fd(c, rep, -1);
 }
 
 static int send_error(conn *c, const rnp_error *err)

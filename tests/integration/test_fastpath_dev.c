@@ -592,6 +592,15 @@ static void test_chan_timeout_keeps_session(void **state)
     RNH_PASS(d);
 }
 
+/* Until c's ring says the daemon sleeps (its flag up). */
+static void wait_asleep(rn_client *c)
+{
+    const uint32_t *f = rnp_ring_u32(c->ring->base, RNP_RING_O_SLEEPING);
+    for (int64_t t0 = rnh_now_ms(); __atomic_load_n(f, __ATOMIC_SEQ_CST) != 1; usleep(1000))
+        if (rnh_now_ms() - t0 > WAIT_MS)
+            fail_msg("the daemon did not go to sleep");
+}
+
 /* The session's bell (AUTH_OK's socket, PROTOCOL.md 12): a host-path
  * call published while the daemon sleeps writes it, and the loop wakes and
  * takes the slot itself (fast.bells), one wake-up instead of the doorbell
@@ -613,14 +622,8 @@ static void bell_run(rnh_daemon *d, bool off)
     assert_int_equal(c->have_bell, !off);
     int slow = 0;
     for (int i = 0; i < 5; i++) {
-        /* (from the second call on: the daemon asleep, its flag up) */
-        for (int64_t t0 = rnh_now_ms(); i > 0 && __atomic_load_n(rnp_ring_u32(c->ring->base,
-                                                                   RNP_RING_O_SLEEPING),
-                                                                   __ATOMIC_SEQ_CST) != 1;)
-            if (rnh_now_ms() - t0 > WAIT_MS)
-                fail_msg("the daemon did not go to sleep");
-            else
-                usleep(1000);
+        if (i > 0) /* (from the second call on: the daemon asleep, its flag up) */
+            wait_asleep(c);
         rnv_poison(&l.a);
         int64_t t0 = rnh_now_ms();
         if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
@@ -674,12 +677,7 @@ static void test_bell_daemon_gone(void **state)
     if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
         fail_msg("first call: %s", rn_last_error(c));
     assert_true(c->have_bell);
-    for (int64_t t0 = rnh_now_ms();
-         __atomic_load_n(rnp_ring_u32(c->ring->base, RNP_RING_O_SLEEPING), __ATOMIC_SEQ_CST) != 1;)
-        if (rnh_now_ms() - t0 > WAIT_MS)
-            fail_msg("the daemon did not go to sleep");
-        else
-            usleep(1000);
+    wait_asleep(c);
     assert_int_equal(kill(d->pid, SIGKILL), 0);
     assert_int_equal(rnh_wait_exit(d, WAIT_MS), 128 + SIGKILL);
     c->timeout_ms = 2000;
