@@ -43,6 +43,7 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,7 +163,7 @@ void rnc_ring_release(rn_client *c, bool answered)
         c->done_free(c);
 }
 
-/* Record the first error of the calls up to done that is not yet known. */
+/* Record the errors of the calls up to done that are not yet known. */
 static void collect(rnc_ring *g, uint64_t done)
 {
     char m[RNP_MAX_ERRMSG];
@@ -170,33 +171,50 @@ static void collect(rnc_ring *g, uint64_t done)
     while (!rnp_seq_reached(g->checked, done)) {
         uint64_t seq = ++g->checked;
         int st = rnp_ring_get_result(g->base + rnp_ring_slot_off(seq, RING_SLOTS), m, sizeof m);
-        if (st != 0 && g->err == 0) {
-            g->err = st;
-            snprintf(g->msg, sizeof g->msg, "call %llu: %s", (unsigned long long)seq, m);
-        }
+        if (st != 0)
+            rnc_ring_note(g, st, "call %llu: %s", (unsigned long long)seq, m);
     }
 }
 
-/* Report g's recorded error once (as c's last error), or 0. */
+void rnc_ring_note(rnc_ring *g, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    if (g->err == 0) {
+        g->err = code;
+        vsnprintf(g->msg, sizeof g->msg, fmt, ap);
+    } else {
+        g->err_more++;
+        vsnprintf(g->last, sizeof g->last, fmt, ap);
+    }
+    va_end(ap);
+}
+
+/* Report g's recorded errors once (as c's last error: the first one's code
+ * and message, then how many came after it and the last), or 0. */
 static int report(rn_client *c, rnc_ring *g)
 {
     int e = g->err;
+    uint32_t more = g->err_more;
     if (!e)
         return 0;
     g->err = 0;
-    return rnc_fail(c, e, "%s", g->msg);
+    g->err_more = 0;
+    if (!more)
+        return rnc_fail(c, e, "%s", g->msg);
+    return rnc_fail(c, e, "%.120s (and %u error%s after it; the last: %.100s)", g->msg, more,
+                    more == 1 ? "" : "s", g->last);
 }
 
 /* The ring is of no use any more (its session is gone): calls that were
  * in it may or may not have run. */
 static void lost(rnc_ring *g, int code, const char *why)
 {
-    if (g->open && g->seq != g->checked && g->err == 0) {
-        g->err = code;
-        snprintf(g->msg, sizeof g->msg,
-                 "calls %llu..%llu: %s before they finished; their outputs are undefined",
-                 (unsigned long long)g->checked + 1, (unsigned long long)g->seq, why);
-    }
+    if (g->open && g->seq != g->checked)
+        rnc_ring_note(g, code, "calls %llu..%llu: %s before they finished; their outputs are "
+                      "undefined", (unsigned long long)g->checked + 1,
+                      (unsigned long long)g->seq, why);
     bool graphs = false;
     for (uint32_t i = 0; i < GRAPH_SLOTS; i++) {
         if (!g->gid[i])
@@ -206,11 +224,9 @@ static void lost(rnc_ring *g, int code, const char *why)
         g->gid[i] = 0;
         graphs = true;
     }
-    if (graphs && g->err == 0) {
-        g->err = code;
-        snprintf(g->msg, sizeof g->msg, "graph calls: %s; replays of graphs captured before "
-                 "compute nothing now (capture them again)", why);
-    }
+    if (graphs)
+        rnc_ring_note(g, code, "graph calls: %s; replays of graphs captured before compute "
+                      "nothing now (capture them again)", why);
     if (g->open && g->dev) {
         /* Streams wait for done on calls that will not be answered: let
          * them go, and keep this memory away from the next session. */
@@ -270,8 +286,11 @@ static int renew(rn_client *c)
     if ((rv = create(c, &g)) != 0)
         return rv;
     g->err = old->err;
+    g->err_more = old->err_more;
     memcpy(g->msg, old->msg, sizeof g->msg);
+    memcpy(g->last, old->last, sizeof g->last);
     old->err = 0;
+    old->err_more = 0;
     g->retired = old;
     c->ring = g;
     reclaim(g);

@@ -100,11 +100,9 @@ void rnc_collect_graphs(rnc_ring *g)
         uint64_t n = f - g->gfails[i];
         g->gfails[i] = f;
         int st = rnp_ring_get_result(rnc_gslot(g, i), m, sizeof m);
-        if (st != 0 && g->err == 0) {
-            g->err = st;
-            snprintf(g->msg, sizeof g->msg, "graph %u, %llu replay%s failed: %.160s", g->gid[i],
-                     (unsigned long long)n, n == 1 ? "" : "s", m);
-        }
+        if (st != 0)
+            rnc_ring_note(g, st, "graph %u, %llu replay%s failed: %.160s", g->gid[i],
+                          (unsigned long long)n, n == 1 ? "" : "s", m);
     }
 }
 

@@ -32,8 +32,10 @@ struct rnc_ring {
     uint64_t ready_sid; /* rnc_ring_dev.stream_id, 0: none) ... */
     bool ready_queued;  /* ... if it may not have landed yet (else ready = seq) */
     uint64_t checked;   /* results read up to this seq */
-    int err;            /* the first error not yet reported */
+    int err;            /* the first error not yet reported (rnc_ring_note) */
     char msg[RN_ERRMSG_LEN];
+    uint32_t err_more;  /* errors recorded after it, not yet reported ... */
+    char last[RN_ERRMSG_LEN]; /* ... and the last of them */
     const rnc_ring_dev *dev; /* registered with a device (dev_base) */
     uint64_t dev_base;
     uint64_t done_addr;           /* the device done word streams wait on; 0: the ring's */
@@ -56,6 +58,13 @@ static inline uint8_t *rnc_gslot(const rnc_ring *g, uint32_t i)
 {
     return g->base + rnc_gslot_off(i);
 }
+
+/* ring.c, for ring_graph.c: record an error of g's calls, to be reported
+ * once (the next call, rn_check or rn_sync): the first is kept whole, the
+ * ones after it are counted and the last kept, so that a failure does not
+ * hide a loss or failures after it. */
+void rnc_ring_note(rnc_ring *g, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* ring_graph.c, for ring.c. */
 

@@ -295,7 +295,10 @@ RN_EXPORT int rn_rmsnorm_bwd_host(rn_client *c, const rn_bwd_args *a, rn_timing 
  * synchronous call (rn_rmsnorm_bwd_host) returns the first error among the
  * calls up to its own (it ran); rn_sync and rn_check return it too.  Each
  * error is reported once; rn_last_error names the call by its sequence
- * number ("call 7: bwd.dx: ...").
+ * number ("call 7: bwd.dx: ..."), and where more calls failed or were lost
+ * after it before it was reported, how many and the last of them ("call 7:
+ * ... (and 2 errors after it; the last: calls 9..10: ...)"): the code
+ * returned is the first one's.
  * rn_sync waits until every call made so far has finished and returns the
  * first error not yet reported (0: none); RN_TIMEOUT after the client's
  * timeout.  rn_check returns the same without waiting, for the calls that

@@ -253,6 +253,43 @@ static void test_errors_surface(void **state)
     RNH_PASS(d);
 }
 
+/* Several failed calls come back as one error: the first one's code and
+ * message, with how many failed after it and the last (before, the later
+ * ones were dropped). */
+static void test_errors_accumulate(void **state)
+{
+    rnh_daemon *d = *state;
+    rn_client *c;
+    laid l;
+    rnv_case k = mixed_case(1);
+
+    assert_int_equal(rnh_start(d), 0);
+    c = client_on(d, RN_PATH_FAST);
+    lay(c, &k, 12, &l);
+    rn_bwd_args bad = l.a;
+    bad.m = l.a.m + 100;
+    if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)   /* (the ring opens) */
+        fail_msg("the first call: %s", rn_last_error(c));
+    /* All three published before the first is answered (a call after a
+     * failed one that finished is not run). */
+    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(rn_rmsnorm_bwd_host_async(c, &bad), 0);
+    assert_int_equal(kill(d->pid, SIGCONT), 0);
+    assert_int_equal(rnh_wait_stat(d, "fast.errors", 3, WAIT_MS), 0);
+    assert_int_equal(rn_sync(c), RN_OUT_OF_BOUNDS);
+    const char *e = rn_last_error(c);
+    if (!strstr(e, "call 2: bwd.") || !strstr(e, "and 2 errors after it; the last: call 4: bwd."))
+        fail_msg("three failed calls: %s", e);
+    assert_int_equal(rn_check(c), 0);      /* reported once */
+    if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
+        fail_msg("a call after them: %s", rn_last_error(c));
+    check(&l, "after three errors");
+    unlay(c, &l);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
 /* A ring with room for data after it, and one case laid out there. */
 typedef struct raw_case {
     rnr_ring g;
@@ -1351,6 +1388,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_path_choice, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_close_in_fork_child, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_finished_not_lost, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_errors_accumulate, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

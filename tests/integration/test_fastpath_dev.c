@@ -347,6 +347,55 @@ static void test_stream_handle_reused(void **state)
     RNH_PASS(d);
 }
 
+/* Errors of several calls come back together, once: the first one's code
+ * and message, then how many came after it and the last.  Here a failed
+ * call, then one lost with its daemon: before, the failure hid the loss
+ * (only the first error was recorded). */
+static void test_failure_then_loss(void **state)
+{
+    rnh_daemon *d = *state;
+    fake_stream s = {.order_ok = true};
+    laid l;
+    rn_client *c;
+
+    c = start_fast(d, &s);
+    lay(c, 2, &l);
+    rn_bwd_args bad = l.a;
+    bad.m = l.a.m + 100;   /* past the end of the buffer: only the daemon knows */
+    assert_int_equal(call(c, &l.a, &s), 0);   /* (the ring opens) */
+    assert_int_equal(rn_sync(c), 0);
+    /* Both published before call 2 is answered (a call after a failed
+     * one that finished is not run). */
+    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    assert_int_equal(call(c, &bad, &s), 0);
+    s.defer = true;                            /* call 2's producer runs on */
+    assert_int_equal(call(c, &l.a, &s), 0);
+    assert_int_equal(kill(d->pid, SIGCONT), 0);
+    int64_t t0 = rnh_now_ms();
+    while (word(s.base, RNP_RING_O_DONE) < 2 && rnh_now_ms() - t0 < WAIT_MS)
+        usleep(1000);
+    assert_true(word(s.base, RNP_RING_O_DONE) >= 2);
+    assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
+    assert_int_equal(kill(d->pid, SIGKILL), 0);
+    assert_int_equal(rnh_wait_exit(d, WAIT_MS), 128 + SIGKILL);
+    /* The sync says the session is gone; the calls' errors come after. */
+    int rv = rn_sync(c);
+    if (rv == RN_UNKNOWN_SESSION || rv == RN_RESTARTED)
+        rv = rn_check(c);
+    assert_int_equal(rv, RN_OUT_OF_BOUNDS);
+    const char *e = rn_last_error(c);
+    if (!strstr(e, "call 2: bwd.") || !strstr(e, "and 1 error after it") ||
+        !strstr(e, "calls 3..3:") || !strstr(e, "undefined"))
+        fail_msg("the errors of a failed call and a lost one: %s", e);
+    assert_int_equal(rn_check(c), 0);
+    s.npending = 0;
+    s.defer = false;
+    rnv_expect_fini(&l.e); /* (call 3's outputs are undefined: not compared) */
+    rn_close(c);
+    cur = NULL;
+    RNH_PASS(d);
+}
+
 /* A host-path call after a stream's call whose producer has not finished
  * waits for that call's ready at most the client's timeout, then fails
  * with RN_TIMEOUT and publishes nothing; once the producer is done it runs.
@@ -721,6 +770,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stream_handle_reused, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_host_after_stream, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_bad_call, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_failure_then_loss, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_session_lost, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_done_word, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_close_unanswered, rnh_setup, rnh_teardown),
