@@ -43,7 +43,6 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,21 +173,6 @@ static void collect(rnc_ring *g, uint64_t done)
         if (st != 0)
             rnc_ring_note(g, st, "call %llu: %s", (unsigned long long)seq, m);
     }
-}
-
-void rnc_ring_note(rnc_ring *g, int code, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    if (g->err == 0) {
-        g->err = code;
-        vsnprintf(g->msg, sizeof g->msg, fmt, ap);
-    } else {
-        g->err_more++;
-        vsnprintf(g->last, sizeof g->last, fmt, ap);
-    }
-    va_end(ap);
 }
 
 /* Report g's recorded errors once (as c's last error: the first one's code

@@ -7,8 +7,10 @@
 #ifndef RNC_RING_INT_H
 #define RNC_RING_INT_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "client_int.h"
 #include "rn_ring.h"
@@ -59,12 +61,25 @@ static inline uint8_t *rnc_gslot(const rnc_ring *g, uint32_t i)
     return g->base + rnc_gslot_off(i);
 }
 
-/* ring.c, for ring_graph.c: record an error of g's calls, to be reported
- * once (the next call, rn_check or rn_sync): the first is kept whole, the
- * ones after it are counted and the last kept, so that a failure does not
- * hide a loss or failures after it. */
-void rnc_ring_note(rnc_ring *g, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* Record an error of g's calls, to be reported once (the next call,
+ * rn_check or rn_sync): the first is kept whole, the ones after it are
+ * counted and the last kept, so that a failure does not hide a loss or
+ * failures after it. */
+static inline __attribute__((format(printf, 3, 4))) void
+rnc_ring_note(rnc_ring *g, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    if (g->err == 0) {
+        g->err = code;
+        vsnprintf(g->msg, sizeof g->msg, fmt, ap);
+    } else {
+        g->err_more++;
+        vsnprintf(g->last, sizeof g->last, fmt, ap);
+    }
+    va_end(ap);
+}
 
 /* ring_graph.c, for ring.c. */
 
