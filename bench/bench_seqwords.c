@@ -45,8 +45,17 @@
  * word, 4 the batch; 8: the events without timing, 16: the cancel word in
  * device memory, 32: each completion event a blocking-sync one of its own,
  * which a thread waits on in order, as the daemon's completion threads do).
+ * The two relays are the ways into the daemon's kernel that wait on the
+ * host, not in the daemon's stream, on the fast path's words: "host relay"
+ * is --ring-ready=host (a thread of the daemon spins on ready in host
+ * memory, then queues the call: the launch follows ready), "armed relay"
+ * queues each call ahead behind a wait on a word of the daemon's own in
+ * pinned memory, which that thread sets once it saw ready (a daemon-owned
+ * word: the daemon could release such a wait itself, so no stream of its
+ * waits on a client for long).  Against "fast path words" (the stream waits
+ * on the client's ready) they tell what the host's part of the hop costs.
  * --mode I: only mode I of host words, device words, fast path words, IPC
- * events (0-3).  --ipc-inputs: the daemon's kernel works on the client's
+ * events, host relay, armed relay (0-5).  --ipc-inputs: the daemon's kernel works on the client's
  * tensors, opened by their CUDA IPC handle, as rmsnormd's does.  (Unlike
  * bench_e2e_cuda's hop loop, the client here waits for each call before
  * the next.)
@@ -85,9 +94,16 @@ typedef CUresult (*pfn_batch)(CUstream s, unsigned count, CUstreamBatchMemOpPara
 static pfn_value64 wait64, write64;
 static pfn_batch batch;
 
-enum mode { M_HOST, M_DEVICE, M_FAST, M_EVENT, M_COUNT };
+enum mode { M_HOST, M_DEVICE, M_FAST, M_EVENT, M_RELAY, M_ARMED, M_COUNT };
 static const char *mode_name[M_COUNT] = {"host words", "device words", "fast path words",
-                                         "IPC events"};
+                                         "IPC events", "host relay", "armed relay"};
+
+/* The fast path's words (ready in shared host memory, done in the client's
+ * device memory): its gpu ready mode and the two host relays. */
+static bool fast_words(enum mode m)
+{
+    return m == M_FAST || m == M_RELAY || m == M_ARMED;
+}
 
 static void resolve(void)
 {
@@ -258,6 +274,56 @@ static void daemon_work(const kjob *kj, const rne_kernels *k, uint64_t *t1, cuda
         CK(rne_stamp(k, t1, s));
 }
 
+/* What the daemon queues for one call, and where. */
+typedef struct dq {
+    cudaStream_t s;
+    const kjob *kj;
+    const rne_kernels *k;
+    uint64_t *t1;                  /* its stamps (device memory) */
+    CUdeviceptr host_dev, done;    /* the host words, the done word */
+    cudaEvent_t ev0, ev1;
+    waiter *wt;
+    pthread_t *wth;
+} dq;
+
+/* Call i on q's stream: a wait for *wait >= i (wait 0: none), the daemon's
+ * work, done = i (--like-daemon: with its events, cancel word, batch). */
+static void queue_call(const dq *q, int i, CUdeviceptr wait)
+{
+    if (wait)
+        value(wait64, q->s, wait, (uint64_t)i, CU_STREAM_WAIT_VALUE_GEQ);
+    if (like_daemon & LD_EVENTS)
+        CK(cudaEventRecord(q->ev0, q->s));
+    daemon_work(q->kj, q->k, q->t1 + i - 1, q->s);
+    if (like_daemon & LD_BATCH) {
+        /* the ring's word (host) and the done word, one batch */
+        CUstreamBatchMemOpParams ops[2];
+        memset(ops, 0, sizeof ops);
+        ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+        ops[0].writeValue.address = q->host_dev + W_DONE + 64;
+        ops[0].writeValue.value64 = (uint64_t)i;
+        ops[0].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+        ops[1] = ops[0];
+        ops[1].writeValue.address = q->done + W_DONE;
+        CUresult r = batch((CUstream)q->s, 2, ops, 0);
+        if (r != CUDA_SUCCESS) {
+            fprintf(stderr, "cuStreamBatchMemOp: %d\n", (int)r);
+            exit(1);
+        }
+    } else {
+        value(write64, q->s, q->done + W_DONE, (uint64_t)i, CU_STREAM_WRITE_VALUE_DEFAULT);
+    }
+    if (like_daemon & LD_BLOCKING)
+        CK(cudaEventRecord(q->wt->ev[i - 1], q->s));
+    else if (like_daemon & LD_EVENTS)
+        CK(cudaEventRecord(q->ev1, q->s));
+    if ((like_daemon & LD_BLOCKING) && i == 1 &&
+        pthread_create(q->wth, NULL, waiter_main, q->wt) != 0) {
+        fprintf(stderr, "pthread_create failed\n");
+        exit(1);
+    }
+}
+
 /* The daemon's side of one mode: n iterations; stamps t1 into host memory
  * the parent reads (shared mapping `t1`). */
 static void daemon_side(enum mode m, int n, int to_client, int from_client, uint8_t *host_words,
@@ -287,7 +353,7 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
     }
     if (rnk_m)
         kjob_init(&kj, true, from_client);
-    if (m == M_HOST || m == M_FAST || (like_daemon & LD_BATCH)) {
+    if (m == M_HOST || fast_words(m) || (like_daemon & LD_BATCH)) {
         CK(cudaHostRegister(host_words, 4096, cudaHostRegisterMapped | cudaHostRegisterPortable));
         CK(cudaHostGetDevicePointer(&dptr, host_words, 0));
         host_dev = (CUdeviceptr)(uintptr_t)dptr;
@@ -301,48 +367,54 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
         CK(cudaIpcGetMemHandle(&h, dptr));
         xwrite(to_client, &h, sizeof h);
         ready = done = (CUdeviceptr)(uintptr_t)dptr;
-    } else if (m == M_FAST) {
+    } else if (fast_words(m)) {
         cudaIpcMemHandle_t h; /* the client's device word */
         xread(from_client, &h, sizeof h);
         CK(cudaIpcOpenMemHandle(&dptr, h, cudaIpcMemLazyEnablePeerAccess));
         done = (CUdeviceptr)(uintptr_t)dptr;
     }
-    if (m != M_EVENT) {
-        char go;
-        xread(from_client, &go, 1); /* the client has mapped the words */
+    dq q = {s, &kj, &k, t1, host_dev, done, ev0, ev1, &wt, &wth};
+    if (m == M_RELAY || m == M_ARMED) {
+        /* The daemon's thread sees ready in host memory and then launches
+         * (host relay: --ring-ready=host), or releases a call queued ahead
+         * behind a word of its own in pinned memory (armed relay). */
+        const uint64_t *rd = (const uint64_t *)(host_words + W_READY);
+        uint64_t *go = NULL;
+        CUdeviceptr go_dev = 0;
+        if (m == M_ARMED) {
+            void *d;
+            CK(cudaHostAlloc((void **)&go, 64, cudaHostAllocMapped | cudaHostAllocPortable));
+            *go = 0;
+            CK(cudaHostGetDevicePointer(&d, go, 0));
+            go_dev = (CUdeviceptr)(uintptr_t)d;
+        }
+        char g;
+        xread(from_client, &g, 1); /* the client has mapped the words */
+        if (m == M_ARMED)
+            queue_call(&q, 1, go_dev);
         for (int i = 1; i <= n; i++) {
-            value(wait64, s, ready + W_READY, (uint64_t)i, CU_STREAM_WAIT_VALUE_GEQ);
-            if (like_daemon & LD_EVENTS)
-                CK(cudaEventRecord(ev0, s));
-            daemon_work(&kj, &k, t1 + i - 1, s);
-            if (like_daemon & LD_BATCH) {
-                /* the ring's word (host) and the done word, one batch */
-                CUstreamBatchMemOpParams ops[2];
-                memset(ops, 0, sizeof ops);
-                ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
-                ops[0].writeValue.address = host_dev + W_DONE + 64;
-                ops[0].writeValue.value64 = (uint64_t)i;
-                ops[0].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
-                ops[1] = ops[0];
-                ops[1].writeValue.address = done + W_DONE;
-                CUresult r = batch((CUstream)s, 2, ops, 0);
-                if (r != CUDA_SUCCESS) {
-                    fprintf(stderr, "cuStreamBatchMemOp: %d\n", (int)r);
+            uint64_t t0 = now_ns();
+            while (__atomic_load_n(rd, __ATOMIC_ACQUIRE) < (uint64_t)i)
+                if (now_ns() - t0 > 10000000000ull) {
+                    fprintf(stderr, "%s: ready %d did not come within 10 s\n", mode_name[m], i);
                     exit(1);
                 }
+            if (m == M_ARMED) {
+                __atomic_store_n(go, (uint64_t)i, __ATOMIC_RELEASE);
+                if (i < n)
+                    queue_call(&q, i + 1, go_dev); /* the next call, armed at once */
             } else {
-                value(write64, s, done + W_DONE, (uint64_t)i, CU_STREAM_WRITE_VALUE_DEFAULT);
-            }
-            if (like_daemon & LD_BLOCKING)
-                CK(cudaEventRecord(wt.ev[i - 1], s));
-            else if (like_daemon & LD_EVENTS)
-                CK(cudaEventRecord(ev1, s));
-            if ((like_daemon & LD_BLOCKING) && i == 1 &&
-                pthread_create(&wth, NULL, waiter_main, &wt) != 0) {
-                fprintf(stderr, "pthread_create failed\n");
-                exit(1);
+                queue_call(&q, i, 0);
             }
         }
+        CK(cudaStreamSynchronize(s));
+        if (go)
+            CK(cudaFreeHost(go));
+    } else if (m != M_EVENT) {
+        char go;
+        xread(from_client, &go, 1); /* the client has mapped the words */
+        for (int i = 1; i <= n; i++)
+            queue_call(&q, i, ready + W_READY);
     } else {
         cudaEvent_t ev;
         cudaIpcEventHandle_t h;
@@ -366,7 +438,7 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
     if (like_daemon & LD_BLOCKING)
         pthread_join(wth, NULL);
     CK(cudaMemcpy(t1_shared, t1, (size_t)n * sizeof *t1, cudaMemcpyDeviceToHost));
-    if (m == M_FAST)
+    if (fast_words(m))
         CK(cudaIpcCloseMemHandle(dptr));
     if (host_dev)
         CK(cudaHostUnregister(host_words));
@@ -456,12 +528,12 @@ static void run_mode(enum mode m, int n, uint64_t spin_ns, result *res)
     uint64_t *base = t0 + 2 * n;
     if (rnk_m)
         kjob_init(&kj, false, c2d[1]);
-    if (m == M_HOST || m == M_FAST) {
+    if (m == M_HOST || fast_words(m)) {
         CK(cudaHostRegister(host_words, 4096, cudaHostRegisterMapped | cudaHostRegisterPortable));
         CK(cudaHostGetDevicePointer(&dptr, host_words, 0));
         ready = done = (CUdeviceptr)(uintptr_t)dptr;
     }
-    if (m == M_FAST) { /* the done word in this process's device memory */
+    if (fast_words(m)) { /* the done word in this process's device memory */
         cudaIpcMemHandle_t h;
         CK(cudaMalloc(&own, 2u << 20));
         CK(cudaMemset(own, 0, 4096));
@@ -470,7 +542,7 @@ static void run_mode(enum mode m, int n, uint64_t spin_ns, result *res)
         xwrite(c2d[1], &h, sizeof h);
         done = (CUdeviceptr)(uintptr_t)own;
     }
-    if (m == M_HOST || m == M_FAST) {
+    if (m == M_HOST || fast_words(m)) {
         xwrite(c2d[1], "g", 1);
     } else if (m == M_DEVICE) {
         cudaIpcMemHandle_t h;
@@ -557,7 +629,7 @@ static void run_mode(enum mode m, int n, uint64_t spin_ns, result *res)
     }
     if (m == M_DEVICE)
         CK(cudaIpcCloseMemHandle(dptr));
-    if (m == M_HOST || m == M_FAST)
+    if (m == M_HOST || fast_words(m))
         CK(cudaHostUnregister(host_words));
     if (own)
         CK(cudaFree(own));
