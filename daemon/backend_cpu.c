@@ -37,6 +37,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cpu_fault.h"
 #include "ring_io.h"
 #include "rn_check.h"
 #include "stats.h"
@@ -50,49 +51,6 @@
 #define POLL_MIN_NS 20000ull
 /* ... doubling to this while nothing becomes ready. */
 #define POLL_MAX_NS 2000000ull
-
-/*
- * A client can shrink its shared memory object (ftruncate) after REGISTER;
- * touching the mapping past the new end then raises SIGBUS (BUS_ADRERR) in
- * whichever thread computes.  Rather than let one client kill the daemon,
- * the handler maps a private zero page over the faulting page, so the
- * access completes, and records the page in a ring.  When a job ends, it
- * looks for recorded pages inside its own tensors: one there means its
- * results are void (it read zero pages, now or because an earlier job
- * faulted them in), and the server drops the region that holds the page.
- * Faults in other clients' regions leave the job alone.  Any other SIGBUS
- * keeps its default action.
- */
-#define FAULT_RING 64
-static _Atomic uintptr_t fault_pages[FAULT_RING];
-static atomic_uint_fast64_t fault_next;    /* ring slots claimed */
-static uintptr_t page_size;
-
-static void on_sigbus(int sig, siginfo_t *si, void *uc)
-{
-    if (si->si_code == BUS_ADRERR && si->si_addr) {
-        void *page = (void *)((uintptr_t)si->si_addr & ~(page_size - 1));
-        if (mmap(page, page_size, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS,
-                 -1, 0) != MAP_FAILED) {
-            uint_fast64_t k = atomic_fetch_add(&fault_next, 1);
-            atomic_store(&fault_pages[k % FAULT_RING], (uintptr_t)page);
-            return;
-        }
-    }
-    /* Returning re-executes the access, which now takes the default action. */
-    signal(SIGBUS, SIG_DFL);
-}
-
-static int install_sigbus(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_sigbus;
-    sa.sa_flags = SA_SIGINFO;
-    sigemptyset(&sa.sa_mask);
-    page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
-    return sigaction(SIGBUS, &sa, NULL);
-}
 
 typedef struct cpu_backend {
     rnd_backend base;
@@ -122,40 +80,6 @@ typedef struct cpu_sess {
     bool busy;                         /* its head is on a worker */
     rn_queue link;                     /* on streams while the stream is not empty */
 } cpu_sess;
-
-/* Does [p, p + bytes) overlap the page at pg? */
-static bool span_hits(const void *p, uint64_t bytes, uintptr_t pg)
-{
-    uintptr_t lo = (uintptr_t)p;
-    return p && bytes && pg < lo + bytes && lo < pg + page_size;
-}
-
-/* A recorded fault page inside one of a's tensors, or 0. */
-static uintptr_t faulted_page(const rnk_bwd_args *a)
-{
-    uint_fast64_t n = atomic_load(&fault_next);
-    if (n == 0 || a->m == 0)
-        return 0;
-    uint64_t rows = (uint64_t)(a->m - 1), n_ = (uint64_t)a->n;
-    struct { const void *p; uint64_t bytes; } t[] = {
-        {a->x, (rows * (uint64_t)a->x_stride + n_) * rnk_dtype_size(a->x_dtype)},
-        {a->dy, (rows * (uint64_t)a->dy_stride + n_) * rnk_dtype_size(a->dy_dtype)},
-        {a->dx, (rows * (uint64_t)a->dx_stride + n_) * rnk_dtype_size(a->dx_dtype)},
-        {a->dres, a->dres ? (rows * (uint64_t)a->dres_stride + n_) * rnk_dtype_size(a->dres_dtype) : 0},
-        {a->w, n_ * rnk_dtype_size(a->w_dtype)},
-        {a->dw, n_ * rnk_dtype_size(a->dw_dtype)},
-        {a->rstd, a->rstd ? (uint64_t)a->m * sizeof(float) : 0},
-    };
-    /* Past FAULT_RING faults the oldest pages are forgotten; their regions
-     * were dropped when the jobs that faulted them ended. */
-    for (uint_fast64_t k = n > FAULT_RING ? n - FAULT_RING : 0; k < n; k++) {
-        uintptr_t pg = atomic_load(&fault_pages[k % FAULT_RING]);
-        for (size_t i = 0; pg && i < sizeof t / sizeof t[0]; i++)
-            if (span_hits(t[i].p, t[i].bytes, pg))
-                return pg;
-    }
-    return 0;
-}
 
 /* Under mu: the next job to run, or NULL.  A nanomsg job first, else the
  * head of a stream that may start (ready, or nothing to wait for); *gated
@@ -283,7 +207,7 @@ static void *worker(void *arg)
             job->status = RN_PEER_DIED;
             snprintf(job->msg, sizeof job->msg,
                      "bwd: the client exited before the request ran; skipped");
-        } else if ((fault = faulted_page(&job->args)) != 0) {
+        } else if ((fault = rnd_cpu_fault_hit(&job->args)) != 0) {
             /* The loop marks the mapping lost (mark_lost). */
             job->priv = (void *)fault;
             job->status = RN_OUT_OF_BOUNDS;
@@ -315,7 +239,7 @@ static void mark_lost(rnd_job *job, uintptr_t page)
 {
     for (int t = 0; t < RNP_T_COUNT; t++) {
         rnd_mapping *m = job->maps[t];
-        if (m && span_hits(m->base, m->size, page))
+        if (m && rnd_cpu_fault_in(m->base, m->size, page))
             m->lost = true;
     }
 }
@@ -425,7 +349,7 @@ static int cpu_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *err
         rc = rnp_fail(err, RN_NOMEM, "backend: out of memory");
         goto fail;
     }
-    if (install_sigbus() != 0) {
+    if (rnd_cpu_fault_init() != 0) {
         rc = rnp_fail(err, RN_SYSTEM, "backend: sigaction(SIGBUS): %s", strerror(errno));
         goto fail;
     }
@@ -538,6 +462,7 @@ static int map_fd(int fd, uint64_t size, const char *field, rnd_mapping *out, rn
         return rnp_fail(err, e == ENOMEM ? RN_NOMEM : RN_SYSTEM, "%s: mmap of %llu bytes: %s",
                         field, (unsigned long long)size, strerror(e));
     }
+    rnd_cpu_fault_track(base, size);
     out->base = base;
     out->size = size;
     out->handle = NULL;
@@ -585,28 +510,11 @@ static int cpu_region_open(rnd_backend *be, void *bsess, const rnp_register_req 
     return rc;
 }
 
-/*
- * Forget the recorded faults inside [base, base + size): once unmapped, the
- * addresses may be reused by an intact region of any client, whose jobs
- * must not be taken for faulted.  No job uses the mapping any more (the
- * server closes it after the last one), so no fault inside it is being
- * recorded now.
- */
-static void forget_faults(const void *base, uint64_t size)
-{
-    uintptr_t lo = (uintptr_t)base;
-    for (int k = 0; k < FAULT_RING; k++) {
-        uintptr_t pg = atomic_load(&fault_pages[k]);
-        if (pg && pg + page_size > lo && pg < lo + size)
-            atomic_compare_exchange_strong(&fault_pages[k], &pg, 0);
-    }
-}
-
 static void cpu_region_close(rnd_backend *be, void *bsess, rnd_mapping *m)
 {
     if (m && m->base) {
+        rnd_cpu_fault_untrack(m->base, m->size);
         munmap(m->base, (size_t)m->size);
-        forget_faults(m->base, m->size);
     }
 }
 
