@@ -62,6 +62,7 @@ typedef struct cpu_backend {
     rn_queue finished;                 /* jobs waiting for the loop (under mu) */
     rn_queue streams;                  /* cpu_sess with ring jobs waiting (under mu) */
     bool polling;                      /* a worker re-checks ready words (under mu) */
+    bool stream_turn;                  /* pick: the streams go first next (under mu) */
     pthread_t *threads;
     uint32_t nthreads, started;
     bool stop;
@@ -81,18 +82,12 @@ typedef struct cpu_sess {
     rn_queue link;                     /* on streams while the stream is not empty */
 } cpu_sess;
 
-/* Under mu: the next job to run, or NULL.  A nanomsg job first, else the
- * head of a stream that may start (ready, or nothing to wait for); *gated
- * says whether a stream waits on a ready word. */
-static rnd_job *pick(cpu_backend *b, bool *gated)
+/* Under mu: the head of a stream that may start (ready, or nothing to wait
+ * for), or NULL; *gated says whether a stream waits on a ready word. */
+static rnd_job *pick_stream(cpu_backend *b, bool *gated)
 {
     rn_queue *q;
 
-    *gated = false;
-    if ((q = rn_queue_head(&b->waiting))) {
-        rn_queue_remove(q);
-        return RN_QUEUE_DATA(q, rnd_job, link);
-    }
     RN_QUEUE_FOREACH(q, &b->streams) {
         cpu_sess *cs = RN_QUEUE_DATA(q, cpu_sess, link);
         if (cs->busy)
@@ -108,6 +103,31 @@ static rnd_job *pick(cpu_backend *b, bool *gated)
         }
         *gated = true;
     }
+    return NULL;
+}
+
+/* Under mu: the next job to run, or NULL.  The unordered queue (nanomsg
+ * jobs, graph replays) and the streams take turns, so that neither starves
+ * the other: before, the queue came first, and clients calling back to back
+ * on the classic path (or one replaying graphs) kept every ring call
+ * waiting for as long as they went on. */
+static rnd_job *pick(cpu_backend *b, bool *gated)
+{
+    rnd_job *job = NULL;
+    rn_queue *q;
+
+    *gated = false;
+    if (b->stream_turn && (job = pick_stream(b, gated)) != NULL) {
+        b->stream_turn = false;
+        return job;
+    }
+    if ((q = rn_queue_head(&b->waiting))) {
+        rn_queue_remove(q);
+        b->stream_turn = true;
+        return RN_QUEUE_DATA(q, rnd_job, link);
+    }
+    if (!b->stream_turn && (job = pick_stream(b, gated)) != NULL)
+        return job;
     return NULL;
 }
 

@@ -290,6 +290,54 @@ static void test_errors_accumulate(void **state)
     RNH_PASS(d);
 }
 
+/* Classic clients calling back to back do not starve ring calls on the
+ * CPU backend: its unordered queue and the rings' streams take turns.
+ * Before, the queue came first, and with one worker a ring call waited for
+ * as long as two classic clients went on (10-12 s in a review). */
+static void test_not_starved(void **state)
+{
+    rnh_daemon *d = *state;
+    rnh_proc w[2];
+    char line[256];
+    rn_client *c;
+    laid l;
+    rnv_case k = mixed_case(5);
+
+    rnh_arg(d, "--threads");
+    rnh_arg(d, "1");
+    assert_int_equal(rnh_start(d), 0);
+    const char *argv[] = {"prog_worker", "--endpoint", d->endpoint, "--until-eof",
+                          "--stop-on-error", "--m", "512", "--n", "2048", NULL};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(rnh_spawn("prog_worker", argv, false, &w[i]), 0);
+        assert_true(rnh_read_line(&w[i], line, sizeof line, 30000) >= 0);
+        assert_string_equal(line, "ready");
+        assert_true(rnh_read_line(&w[i], line, sizeof line, 30000) >= 0);
+        assert_string_equal(line, "first");
+    }
+    c = client_on(d, RN_PATH_FAST);
+    lay(c, &k, 31, &l);
+    for (int i = 0; i < 5; i++) {
+        int64_t t0 = rnh_now_ms();
+        if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
+            fail_msg("a ring call beside two classic clients: %s", rn_last_error(c));
+        int64_t ms = rnh_now_ms() - t0;
+        if (ms > 3000)
+            fail_msg("a ring call took %lld ms beside two classic clients", (long long)ms);
+    }
+    check(&l, "beside classic clients");
+    for (int i = 0; i < 2; i++) {
+        close(w[i].in_fd);
+        w[i].in_fd = -1;
+        assert_int_equal(rnh_wait(&w[i], 30000), 0);
+        rnh_proc_close(&w[i]);
+    }
+    assert_true(rnh_stat(d, "requests.bwd") > 0); /* (the workers' calls were classic) */
+    unlay(c, &l);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
 /* A ring with room for data after it, and one case laid out there. */
 typedef struct raw_case {
     rnr_ring g;
@@ -1389,6 +1437,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_close_in_fork_child, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_finished_not_lost, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_errors_accumulate, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_not_starved, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
