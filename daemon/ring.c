@@ -226,6 +226,7 @@ static void *doorbell_thread(void *arg)
 static void ring_free(rnd_ring *g)
 {
     rnd_graphs_free(g);
+    g->region->rings--; /* (before state: a client that sees it may open a ring there) */
     /* Every slot taken was answered (a live client's) or let go (a dead
      * one's, cancelled): nothing of the ring runs any more, and the client
      * may stop waiting.  A client taken for dead may live on (it only
@@ -400,9 +401,19 @@ void rnd_ring_session_end(rnd_session *s)
     if (!g)
         return;
     g->gone = s->gone;
-    /* A client that lives on gets an answer for every slot it published;
-     * one that died gets none, and its queued jobs are cancelled. */
+    /* A client that lives on gets an answer for every slot it published
+     * before its session ended (a ring's worth at most: the producer word
+     * as it is now; before, it was read again after each take, and a
+     * client publishing on kept the loop taking); one that died gets none,
+     * and its queued jobs are cancelled. */
     if (!g->gone) {
+        if (!g->closing) {
+            g->close_prod = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD),
+                                            __ATOMIC_ACQUIRE);
+            if (!rnd_ring_takeable(g, g->close_prod))
+                g->close_prod = g->cons; /* (nothing, or garbage: none of it is taken) */
+            g->ending = true;
+        }
         rnd_ring_take(g, true);
         if (!g->closing) /* (RING_CLOSE ended them) */
             rnd_graphs_end(g, RN_UNKNOWN_SESSION);
@@ -433,7 +444,7 @@ static int done_word(rnd_ctx *ctx, rnd_session *s, const rnp_ring_open_req *o, r
                         "ring_open.done_offset: %llu is past the end of region %u (%llu bytes)",
                         (unsigned long long)o->done_offset, (unsigned)r->id,
                         (unsigned long long)r->map.size);
-    if (r->ring || r->id == o->region.id)
+    if (r->ring || r->rings || r->id == o->region.id)
         return rnp_fail(err, RN_INVALID_ARGUMENT,
                         "ring_open.done_region: region %u holds a ring, not device memory",
                         (unsigned)r->id);
@@ -472,6 +483,12 @@ int rnd_op_ring_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_r
     if (!(r = o->region.id ? rnd_region_find(s, o->region.id) : NULL))
         return rnp_fail(err, RN_UNKNOWN_REGION, "ring_open.region: no region %u in this session",
                         (unsigned)o->region.id);
+    /* A ring closed there may still answer its slots, writing done and
+     * state into the same memory: not before it wrote state = 1. */
+    if (r->rings)
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "ring_open.region: a ring closed in region %u still answers its slots "
+                        "(its state word becomes 1 when it is done)", (unsigned)r->id);
     if (o->offset % RNP_RING_ALIGN)
         return rnp_fail(err, RN_MISALIGNED, "ring_open.offset: %llu is not a multiple of %u",
                         (unsigned long long)o->offset, RNP_RING_ALIGN);
@@ -512,6 +529,7 @@ int rnd_op_ring_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_r
         dr->refs++;
     rn_queue_init(&g->graphs);
     r->refs++;
+    r->rings++;
     r->ring = true;
     s->ring = g;
     __atomic_store_n(rnp_ring_u64(base, RNP_RING_O_DONE), 0, __ATOMIC_RELAXED);

@@ -53,7 +53,10 @@ typedef struct rnd_ring {
     bool closed;                   /* no more slots are taken */
     bool closing;                  /* RING_CLOSE came: slots up to close_prod are taken as
                                     * the limits allow, then the ring closes (loop's) */
-    uint64_t close_prod;           /* closing: the last slot published before RING_CLOSE */
+    uint64_t close_prod;           /* closing, ending: the last slot published before
+                                    * RING_CLOSE or the session's end */
+    bool ending;                   /* its session ends: the slots up to close_prod are
+                                    * taken, past the limits, and nothing after */
     bool gone;                     /* its client died: nothing answered (state at the end) */
     bool stopped;                  /* the backend refused a slot for good */
     int stop_status;               /* stopped: what it refused with */
@@ -87,8 +90,8 @@ bool rnd_ring_takeable(const rnd_ring *g, uint64_t prod);
 unsigned rnd_ring_take(rnd_ring *g, bool force);
 /* Every ring's published slots, the rings taking turns: how many. */
 unsigned rnd_rings_take_all(rnd_rings *tab);
-/* The producer word as the loop takes it: a closing ring's stops at
- * close_prod. */
+/* The producer word as the loop takes it: a closing or ending ring's stops
+ * at close_prod. */
 uint64_t rnd_ring_prod(const rnd_ring *g);
 /* Free g's prepared slot, if any, unsubmitted. */
 void rnd_ring_drop_prep(rnd_ring *g);

@@ -28,7 +28,7 @@ bool rnd_ring_takeable(const rnd_ring *g, uint64_t prod)
 
 uint64_t rnd_ring_prod(const rnd_ring *g)
 {
-    if (g->closing)
+    if (g->closing || g->ending)
         return g->close_prod;
     return __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE);
 }

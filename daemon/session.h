@@ -49,6 +49,8 @@ typedef struct rnd_region {
     uint32_t refs;                 /* requests between validation and release, rings */
     bool unlinked;
     bool ring;                     /* holds the session's open ring (ring.c) */
+    uint32_t rings;                /* rings over it not yet freed, open or closed
+                                    * (a closed one may still answer its slots) */
     rnd_mapping map;
     rnd_session *sess;
 } rnd_region;

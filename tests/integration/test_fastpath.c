@@ -633,6 +633,66 @@ static int simple(rnr_ring *g, uint32_t op, uint32_t arg)
     return rnr_ring_call(g, &q, &rep);
 }
 
+/* The ring's state word says closed (the daemon let go of it), within
+ * WAIT_MS: 0, else -1. */
+static int wait_state_closed(const rnr_ring *g)
+{
+    int64_t t0 = rnh_now_ms();
+    while (rnr_ring_state(g) != RNP_RING_CLOSED) {
+        if (rnh_now_ms() - t0 > WAIT_MS)
+            return -1;
+        usleep(1000);
+    }
+    return 0;
+}
+
+/* RING_OPEN in memory where a closed ring still answers its slots is
+ * refused until that ring wrote state = 1.  Before, it was taken, and the
+ * closed ring's late answers wrote done and state into the new ring: its
+ * done went 5 -> 1, and it read as closed with nothing published. */
+static void test_ring_reopen_waits(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+    char err[200];
+
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 16, 9);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    uint64_t s2 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_slot_pending(d, 2, 1, WAIT_MS), 0);
+    if (rnh_stat(d, "inflight.current") == 0) {
+        /* --ring-ready=host: slots without ready stay in the ring, which
+         * stays closing after RING_CLOSE (test_ring_close_waits_within_limits) */
+        rnv_expect_fini(&r.e);
+        rnr_ring_close(&r.g);
+        skip();
+    }
+    assert_int_equal(simple(&r.g, RN_OP_RING_CLOSE, r.g.ring), 0);
+    rnp_ring_init(r.g.mem, 16);
+    assert_int_equal(ring_open(&r.g, r.g.region, 0, 16, err), RN_INVALID_ARGUMENT);
+    if (!strstr(err, "ring_open.region") || !strstr(err, "still answers"))
+        fail_msg("RING_OPEN over a ring that still answers: %s", err);
+    assert_int_equal(rnr_ring_state(&r.g), RNP_RING_OPEN); /* (the header as init left it) */
+    rnr_ring_ready(&r.g, s2);
+    assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
+    assert_int_equal(wait_state_closed(&r.g), 0);
+    rnp_ring_init(r.g.mem, 16);
+    assert_int_equal(ring_open(&r.g, r.g.region, 0, 16, err), 0);
+    assert_int_equal(rnr_ring_done(&r.g), 0);
+    assert_int_equal(rnr_ring_state(&r.g), RNP_RING_OPEN);
+    r.g.seq = 0;
+    rnv_poison(&r.a);
+    uint64_t s = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    assert_int_equal(s, 1);
+    assert_int_equal(rnr_ring_wait(&r.g, s, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s, NULL, 0), 0);
+    assert_int_equal(rnr_ring_done(&r.g), 1);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
 static void test_ring_open_close(void **state)
 {
     rnh_daemon *d = *state;
@@ -705,6 +765,7 @@ static void test_ring_open_close(void **state)
     munmap(word, 4096);
     close(fd2);
     assert_int_equal(rnh_wait_stat(d, "fast.rings", 0, WAIT_MS), 0);
+    assert_int_equal(wait_state_closed(&g), 0); /* (its last job let go) */
     /* A ring at an offset into the region works like one at 0. */
     rnp_ring_init(g.mem + 64, 4);
     assert_int_equal(ring_open(&g, g.region, 64, 4, err), 0);
@@ -1438,6 +1499,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_finished_not_lost, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_errors_accumulate, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_not_starved, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_ring_reopen_waits, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
