@@ -223,6 +223,13 @@ static int bwd_step(rn_client *c, void *arg)
     int32_t slot = -1;
     int rv;
 
+    /* The daemon closed the session channel (it exited or ended the
+     * session): the session is gone, and a new one says at once whether a
+     * daemon runs, where this request would wait out the timeout. */
+    if (c->have_chan && rnc_chan_closed(c)) {
+        c->have_session = false;
+        return rnc_fail(c, RN_UNKNOWN_SESSION, "bwd: the daemon closed the session channel");
+    }
     memset(&b, 0, sizeof b);
     if (k->m->prepare && (rv = k->m->prepare(c, k->ctx)) != 0)
         return rv;

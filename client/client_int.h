@@ -72,6 +72,8 @@ struct rn_client {
     pthread_mutex_t mu; /* serialises every call */
     int sock;           /* nanomsg NN_REQ socket; < 0: open it at the next call */
     int timeout_ms;     /* -1: forever */
+    uint64_t down_ns;   /* since when no daemon listens at the endpoint (hello's
+                         * probes), 0: one did at the last look */
     char endpoint[256];
     char name[RNP_MAX_NAME];
 
@@ -155,6 +157,10 @@ uint64_t rnc_now_ns(void);
  * failure c->sock is closed again (< 0) and c's last error says why.
  */
 int rnc_conn_open(rn_client *c, int timeout_ms);
+/* Whether anybody listens at c's endpoint (a plain connect, as before the
+ * first connection): 0, else the rn_status with c's last error set
+ * (RN_UNREACHABLE at once where no daemon runs). */
+int rnc_conn_probe(rn_client *c, int timeout_ms);
 
 /* Close c's socket; c->sock < 0 afterwards.  Fine when it is closed. */
 void rnc_conn_close(rn_client *c);

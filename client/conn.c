@@ -110,6 +110,12 @@ static int probe(rn_client *c, const char *path, int timeout_ms)
         if (r > 0)
             n = recv(fd, hdr, sizeof hdr, MSG_WAITALL);
         close(fd);
+        /* Closed before a byte: a daemon on its way out (its front is
+         * killed with it), where a live one always speaks first. */
+        if (r > 0 && n <= 0)
+            return rnc_fail(c, RN_UNREACHABLE,
+                            "endpoint %s: the connection closed at once (is rmsnormd exiting?)",
+                            c->endpoint);
         if (n == (ssize_t)sizeof hdr && memcmp(hdr, RNP_CONN_REFUSED, sizeof hdr) == 0)
             return rnc_fail(c, RN_BUSY,
                             "endpoint %s: the daemon refuses new connections: it has as many as "
@@ -286,6 +292,16 @@ int rnc_conn_open(rn_client *c, int timeout_ms)
     if ((rv = check_owner(c, path)) != 0)
         return rv;
     return open_socket(c);
+}
+
+int rnc_conn_probe(rn_client *c, int timeout_ms)
+{
+    rnp_error err = {0};
+    const char *path;
+
+    if (rnp_check_endpoint(c->endpoint, &path, &err) != 0)
+        return rnc_fail(c, RN_ENDPOINT, "%s", err.msg);
+    return probe(c, path, timeout_ms);
 }
 
 void rnc_conn_close(rn_client *c)

@@ -269,7 +269,10 @@ typedef struct rn_timing {
  *
  * After a daemon restart the call opens a new session, registers every live
  * buffer again and retries once; if that fails it returns the error
- * (RN_UNREACHABLE, RN_TIMEOUT, ...) and the next call tries again.
+ * (RN_UNREACHABLE, RN_TIMEOUT, ...) and the next call tries again.  While
+ * no daemon listens at the endpoint, a call waits for one (a restart) at
+ * most the client's timeout, then fails with RN_UNREACHABLE; once a whole
+ * timeout went by without one, calls fail at once until one listens again.
  * A call is run again only where that gives the same result: where no
  * output overlaps an input.  An in-place call (dx == dy) that the daemon
  * may have begun before it died (a crash or restart during the call) is not

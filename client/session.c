@@ -7,6 +7,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client_int.h"
@@ -14,6 +15,40 @@
 /* BYE in rn_close waits at most this long: a dead daemon must not hold up
  * the caller's shutdown, and the daemon notices the exit by itself. */
 #define BYE_TIMEOUT_MS 2000
+/* While no daemon listens, a new session looks again this often. */
+#define PROBE_EVERY_NS 20000000L
+
+/* A daemon listens at the endpoint: 0, else the probe's error.  nanomsg's
+ * socket reconnects by itself and queues a request, so to a daemon that
+ * stopped each call waited out the whole timeout and then said "no reply";
+ * a batch of asynchronous calls waited one timeout each.  Now a daemon
+ * that is restarting is waited for, probing, at most the timeout (the call
+ * then goes on as if nothing happened), and once a whole timeout went by
+ * without one, the calls that follow fail at once (RN_UNREACHABLE) until a
+ * probe finds one again. */
+static int await_daemon(rn_client *c)
+{
+    const uint64_t t0 = rnc_now_ns();
+    const uint64_t lim = c->timeout_ms < 0 ? UINT64_MAX : (uint64_t)c->timeout_ms * 1000000u;
+    int rv;
+
+    while ((rv = rnc_conn_probe(c, c->timeout_ms)) == RN_UNREACHABLE) {
+        uint64_t now = rnc_now_ns();
+        if (!c->down_ns)
+            c->down_ns = t0;
+        if (now - c->down_ns >= lim) {
+            char why[RN_ERRMSG_LEN];
+            snprintf(why, sizeof why, "%s", c->last_error);
+            return rnc_fail(c, RN_UNREACHABLE, "%.200s; none for %llu ms", why,
+                            (unsigned long long)((now - c->down_ns) / 1000000u));
+        }
+        struct timespec d = {0, PROBE_EVERY_NS};
+        nanosleep(&d, NULL);
+    }
+    if (rv == 0)
+        c->down_ns = 0;
+    return rv;
+}
 
 static int hello(rn_client *c)
 {
@@ -22,6 +57,9 @@ static int hello(rn_client *c)
 
     /* A lost session's channel connection is of no use to the next. */
     rnc_chan_close(c);
+    if ((rv = await_daemon(c)) != 0)
+        return rv;
+    r = rnc_request(c, RN_OP_HELLO);
     snprintf(r->u.hello.client_name, sizeof r->u.hello.client_name, "%s", c->name);
     r->u.hello.pid = (uint32_t)getpid();
     if ((rv = rnc_transact(c, c->timeout_ms)) != 0)

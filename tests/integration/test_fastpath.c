@@ -338,6 +338,74 @@ static void test_not_starved(void **state)
     RNH_PASS(d);
 }
 
+/* Calls after the daemon stopped (SIGTERM, its socket removed) or died
+ * (kill -9, its socket left): the first waits the client's timeout for a
+ * daemon to come back, probing, then fails with RN_UNREACHABLE; the ones
+ * after it fail at once, on both paths and for asynchronous calls too.
+ * Before, nanomsg's socket queued each request for its own reconnection,
+ * and every call waited out the whole timeout to say "no reply" (a batch
+ * of 16 asynchronous calls: 16 timeouts). */
+static void stopped_fails_fast(rnh_daemon *d, int path, bool kill9)
+{
+    rn_connect_opts o = RN_CONNECT_OPTS_INIT;
+    rn_client *c = NULL;
+    laid l;
+    rnv_case k = mixed_case(6);
+
+    assert_int_equal(rnh_start(d), 0);
+    o.endpoint = d->endpoint;
+    o.path = path;
+    o.timeout_ms = 1000;
+    if (rn_connect(&o, &c) != 0)
+        fail_msg("rn_connect: %s", rn_last_error(NULL));
+    lay(c, &k, 33, &l);
+    if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
+        fail_msg("a call: %s", rn_last_error(c));
+    if (kill9) {
+        assert_int_equal(kill(d->pid, SIGKILL), 0);
+        assert_int_equal(rnh_wait_exit(d, WAIT_MS), 128 + SIGKILL);
+    } else {
+        assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    }
+    int rv = 0;
+    for (int i = 0; i < 4; i++) {
+        int64_t t0 = rnh_now_ms();
+        rv = i % 2 ? rn_rmsnorm_bwd_host_async(c, &l.a) : rn_rmsnorm_bwd_host(c, &l.a, NULL);
+        int64_t ms = rnh_now_ms() - t0;
+        if (rv != RN_UNREACHABLE || ms > (i == 0 ? 3000 : 500))
+            fail_msg("call %d after the daemon %s: %s after %lld ms: %s", i,
+                     kill9 ? "died" : "stopped", rn_err_name(rv), (long long)ms,
+                     rn_last_error(c));
+    }
+    /* Once a daemon listens again, the next call runs in a new session. */
+    assert_int_equal(rnh_start(d), 0);
+    if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
+        fail_msg("a call once a daemon is back: %s", rn_last_error(c));
+    rnv_expect_fini(&l.e);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
+static void test_stopped_fails_fast(void **state)
+{
+    stopped_fails_fast(*state, RN_PATH_FAST, false);
+}
+
+static void test_died_fails_fast(void **state)
+{
+    stopped_fails_fast(*state, RN_PATH_FAST, true);
+}
+
+static void test_stopped_fails_fast_classic(void **state)
+{
+    stopped_fails_fast(*state, RN_PATH_CLASSIC, false);
+}
+
+static void test_died_fails_fast_classic(void **state)
+{
+    stopped_fails_fast(*state, RN_PATH_CLASSIC, true);
+}
+
 /* A ring with room for data after it, and one case laid out there. */
 typedef struct raw_case {
     rnr_ring g;
@@ -1500,6 +1568,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_errors_accumulate, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_not_starved, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ring_reopen_waits, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_stopped_fails_fast, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_died_fails_fast, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_stopped_fails_fast_classic, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_died_fails_fast_classic, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
