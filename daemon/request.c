@@ -549,7 +549,9 @@ void rnd_request_receive(rnd_ctx *ctx, void **controlp, const void *body, size_t
 
     memset(&q, 0, sizeof q);
     rc = rnp_decode_request(body, len, &q, &err);
-    rnd_stats_request(&ctx->stats, rc == 0 ? q.op : 0);
+    /* (a request that does not decode counts under the op it names, if
+     * any: a BWD refused for its eps is a BWD) */
+    rnd_stats_request(&ctx->stats, q.op);
     if (rc != 0) {
         if (!err.code)
             err.code = rc;

@@ -422,6 +422,14 @@ static void test_bad_input(void **state)
     /* A valid request works before... */
     valid_bwd(&q, &x);
     expect_req(&x, "valid bwd", &q, 0);
+    /* A BWD refused as it is decoded (eps < 0) counts as a BWD, not as an
+     * unknown request (it did before). */
+    int64_t bwd0 = rnh_stat(d, "requests.bwd"), unknown0 = rnh_stat(d, "requests.unknown");
+    valid_bwd(&q, &x);
+    q.u.bwd.eps = -1.0f;
+    expect_req(&x, "bwd with eps -1", &q, RN_INVALID_ARGUMENT);
+    assert_int_equal(rnh_stat(d, "requests.bwd"), bwd0 + 1);
+    assert_int_equal(rnh_stat(d, "requests.unknown"), unknown0);
 
     /* Warm up (allocator pools, histograms), then measure. */
     for (int i = 0; i < 5; i++)
