@@ -417,8 +417,14 @@ int rnd_front_main(int argc, char **argv)
         }
     }
     /* The core closed the link (its drain ended) or went away.  nanomsg
-     * leaves the socket file behind; an orderly exit should not. */
+     * leaves the socket file behind; an orderly exit should not.  The
+     * routing headers of requests that got no reply go with the table. */
     probe_end(&pr);
+    for (uint32_t i = 0; i < t.cap; i++)
+        if (t.v[i].token)
+            nn_freemsg(t.v[i].control);
+    free(t.v);
+    free(buf);
     nn_close(sock);
     unlink(argv[0] + 6);
     return 0;
