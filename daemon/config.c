@@ -58,6 +58,9 @@ static const flag_def flags[] = {
                           "                          process may hold a quarter of them"},
     {"max-inflight", "N", "requests in flight per session (default 64)"},
     {"max-inflight-total", "N", "requests in flight in all (default 1024)"},
+    {"max-inflight-per-uid", "N", "requests in flight of one verified user's sessions (default:\n"
+                                  "                          a quarter of max-inflight-total; root and\n"
+                                  "                          the daemon's own user are not counted)"},
     {"max-graphs", "N", "graph slots (calls captured into CUDA graphs on the fast path)\n"
                         "                          open at once in all; the daemon polls each\n"
                         "                          every 20 us (default 4096; 0: none)"},
@@ -249,6 +252,8 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, rnp_erro
         NUM(max_inflight, 1, 1u << 20);
     if (strcmp(f->name, "max-inflight-total") == 0)
         NUM(max_inflight_total, 1, 1u << 24);
+    if (strcmp(f->name, "max-inflight-per-uid") == 0)
+        NUM(max_inflight_per_uid, 1, 1u << 24);
     if (strcmp(f->name, "max-graphs") == 0)
         NUM(max_graphs, 0, 1u << 20);
     if (strcmp(f->name, "ring-spin-us") == 0)
@@ -494,6 +499,8 @@ int rnd_config_finish(rnd_config *cfg, rnp_error *err)
                         (size_t)RND_SUN_PATH_MAX - strlen(RND_CHAN_SUFFIX), cfg->endpoint);
     if (!cfg->max_sessions_per_uid)
         cfg->max_sessions_per_uid = cfg->max_sessions / 4 ? cfg->max_sessions / 4 : 1;
+    if (!cfg->max_inflight_per_uid)
+        cfg->max_inflight_per_uid = cfg->max_inflight_total / 4 ? cfg->max_inflight_total / 4 : 1;
     if (cfg->max_inflight > cfg->max_inflight_total)
         cfg->max_inflight = cfg->max_inflight_total;
     if (cfg->spin_us < 0)
@@ -522,7 +529,7 @@ void rnd_config_usage(FILE *out, const char *argv0)
         char left[64];
         snprintf(left, sizeof left, "--%s%s%s", flags[i].name, flags[i].arg ? " " : "",
                  flags[i].arg ? flags[i].arg : "");
-        if (strlen(left) > 24)
+        if (strlen(left) > 23) /* (a column of space at least before the text) */
             fprintf(out, "  %s\n  %-24s%s\n", left, "", flags[i].help);
         else
             fprintf(out, "  %-24s%s\n", left, flags[i].help);

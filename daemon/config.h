@@ -47,6 +47,7 @@ typedef struct rnd_config {
     uint64_t max_mappings;
     uint32_t max_inflight;
     uint32_t max_inflight_total;
+    uint32_t max_inflight_per_uid; /* of one verified user's sessions (0: the default) */
     /* Graph slots open at once in all (GRAPH_OPEN, PROTOCOL.md 13.8): the
      * doorbell thread polls every one of them every 20 us.  0: none. */
     uint32_t max_graphs;

@@ -47,6 +47,8 @@ void rnd_req_count(req *r)
     r->counted = true;
     r->sess->inflight++;
     r->ctx->inflight_total++;
+    if (r->sess->uid_load)
+        r->sess->uid_load->inflight++;
 }
 
 bool rnd_req_uncount(req *r)
@@ -56,6 +58,8 @@ bool rnd_req_uncount(req *r)
     r->counted = false;
     r->sess->inflight--;
     r->ctx->inflight_total--;
+    if (r->sess->uid_load)
+        r->sess->uid_load->inflight--;
     return true;
 }
 
@@ -394,6 +398,10 @@ static int admit_load(rnd_ctx *ctx, rnd_session *s, rnp_error *err)
                         "bwd: %u requests in flight, the limit (--max-inflight-total)",
                         ctx->inflight_total);
     }
+    if (s->uid_load && s->uid_load->inflight >= ctx->cfg.max_inflight_per_uid)
+        return rnp_fail(err, RN_BUSY,
+                        "bwd: the sessions of uid %u have %u requests in flight, the limit "
+                        "(--max-inflight-per-uid)", (unsigned)s->uid, s->uid_load->inflight);
     return 0;
 }
 

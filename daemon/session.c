@@ -264,6 +264,31 @@ static uint32_t sessions_of_uid(const rnd_sessions *tab, uint32_t uid)
     return n;
 }
 
+/* The in-flight count of uid's sessions, shared (one reference more), or
+ * NULL when out of memory. */
+static rnd_uid_load *uid_load_of(rnd_sessions *tab, uint32_t uid)
+{
+    rn_queue *q;
+    RN_QUEUE_FOREACH(q, &tab->list) {
+        rnd_session *o = SESSION_OF(q);
+        if (o->uid_load && o->uid == uid) {
+            o->uid_load->refs++;
+            return o->uid_load;
+        }
+    }
+    rnd_uid_load *l = calloc(1, sizeof *l);
+    if (l)
+        l->refs = 1;
+    return l;
+}
+
+static void uid_load_drop(rnd_session *s)
+{
+    if (s->uid_load && --s->uid_load->refs == 0)
+        free(s->uid_load);
+    s->uid_load = NULL;
+}
+
 int rnd_session_bind(rnd_session *s, uint32_t pid, uint32_t uid, void *chan, rnp_error *err)
 {
     rnd_sessions *tab = s->tab;
@@ -292,6 +317,8 @@ int rnd_session_bind(rnd_session *s, uint32_t pid, uint32_t uid, void *chan, rnp
          * once-a-second check ends the session. */
         (void)watch_pid(s, pid);
     }
+    if (uid != 0 && uid != (uint32_t)geteuid() && !(s->uid_load = uid_load_of(tab, uid)))
+        return rnp_fail(err, RN_NOMEM, "auth: out of memory");
     s->uid = uid;
     s->authed = true;
     s->chan = chan;
@@ -492,6 +519,7 @@ void rnd_session_maybe_free(rnd_session *s)
     tab->n--;
     tab->be->ops->session_close(tab->be, s->bsess);
     rnd_dedupe_fini(&s->dedupe);
+    uid_load_drop(s);
     free(s->regions);
     s->regions = NULL;
     free(s);

@@ -44,6 +44,12 @@ typedef struct rnd_pidwatch rnd_pidwatch;
  * between its HELLO and its AUTH. */
 #define RND_AUTH_GRACE_NS 1000000000ull
 
+/* What one verified user's sessions have in flight (session.c). */
+typedef struct rnd_uid_load {
+    uint32_t refs;                 /* sessions that share it */
+    uint32_t inflight;
+} rnd_uid_load;
+
 typedef struct rnd_region {
     uint32_t id;
     uint32_t refs;                 /* requests between validation and release, rings */
@@ -79,6 +85,10 @@ struct rnd_session {
     uint64_t mapped_bytes;         /* sum of the sizes of the regions still mapped */
     uint32_t next_region_id;
     uint32_t inflight;             /* requests submitted and not yet answered */
+    struct rnd_uid_load *uid_load; /* its user's in-flight count, shared by the user's
+                                    * sessions (--max-inflight-per-uid); NULL: not
+                                    * counted (not authenticated, root, the daemon's
+                                    * own user) */
     rn_queue running;              /* rnd_running nodes: submitted, not yet released */
     rnd_dedupe dedupe;
     uint64_t last_active_ns;

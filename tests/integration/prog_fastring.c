@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "integration/rawring.h"
@@ -165,6 +166,9 @@ static int stall(const char *ep, int n)
 
 int main(int argc, char **argv)
 {
+    /* A test that fails before it kills this process must not leave it
+     * behind (holding its output pipe open). */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 5 && strcmp(argv[1], "verify") == 0)
         return verify(argv[2], atoi(argv[3]), strtoull(argv[4], NULL, 0));

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -404,6 +405,61 @@ static void test_stopped_fails_fast_classic(void **state)
 static void test_died_fails_fast_classic(void **state)
 {
     stopped_fails_fast(*state, RN_PATH_CLASSIC, true);
+}
+
+/* One user's calls whose inputs never come hold at most
+ * --max-inflight-per-uid of the daemon's in-flight budget (a quarter of
+ * --max-inflight-total by default; root and the daemon's own user are not
+ * counted), so other users' calls still run.  Before, 16 sessions of one
+ * unprivileged user with 64 slots each held all 1024, and every other
+ * client waited (ring calls) or got RN_BUSY (classic calls) as long as it
+ * lived. */
+static void test_uid_inflight_limit(void **state)
+{
+    rnh_daemon *d = *state;
+    rnh_proc w;
+    char line[256], prog[512];
+    rn_client *c;
+    laid l;
+    rnv_case k = mixed_case(7);
+
+    if (access("/usr/bin/setpriv", X_OK) != 0 || geteuid() != 0)
+        RN_SKIP("no /usr/bin/setpriv, or not root: no client of another user");
+    rnh_arg(d, "--max-inflight-total");
+    rnh_arg(d, "8");
+    rnh_arg(d, "--socket-mode");
+    rnh_arg(d, "0666");
+    assert_int_equal(rnh_start(d), 0);
+    assert_int_equal(chmod(d->dir, 0755), 0);
+    snprintf(prog, sizeof prog, "%s/tests/integration/prog_fastring", rnh_build_dir());
+    const char *argv[] = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+                          prog,      "stall",         d->endpoint,     "8",              NULL};
+    assert_int_equal(rnh_spawn("/usr/bin/setpriv", argv, false, &w), 0);
+    assert_true(rnh_read_line(&w, line, sizeof line, WAIT_MS) > 0);
+    assert_string_equal(line, "published");
+    /* Two of its slots (8 / 4) are taken and wait for their ready words;
+     * the rest stay in its ring. */
+    assert_int_equal(rnh_wait_slot_pending(d, 2, 1, WAIT_MS), 0);
+    usleep(200000);
+    assert_true(rnh_stat(d, "inflight.current") <= 2);
+    c = client_on(d, RN_PATH_FAST);
+    lay(c, &k, 35, &l);
+    for (int path = 0; path < 2; path++) {
+        rnv_poison(&l.a);
+        if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
+            fail_msg("root's call beside a user's stalled ones: %s", rn_last_error(c));
+        check(&l, "beside a user's stalled calls");
+        rn_close(c);
+        c = client_on(d, RN_PATH_CLASSIC);
+        lay(c, &k, 36, &l);
+    }
+    unlay(c, &l);
+    rn_close(c);
+    kill(w.pid, SIGKILL);
+    assert_int_equal(rnh_wait(&w, WAIT_MS), 128 + SIGKILL);
+    rnh_proc_close(&w);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, WAIT_MS), 0);
+    RNH_PASS(d);
 }
 
 /* A ring with room for data after it, and one case laid out there. */
@@ -1572,6 +1628,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_died_fails_fast, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stopped_fails_fast_classic, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_died_fails_fast_classic, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_uid_inflight_limit, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
