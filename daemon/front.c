@@ -20,16 +20,19 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "conn_limit.h"
 #include "rn_proto.h"
+#include "rnp_dec.h"
 #include "stats.h"
 #include "transport.h"
 
@@ -38,6 +41,8 @@
 typedef struct slot {
     uint32_t token;       /* 0: empty */
     void *control;
+    uint32_t op;          /* the request's op and id, as far as they decode: */
+    uint64_t id;          /* what a reply from here names (drained) */
 } slot;
 
 typedef struct table {
@@ -67,13 +72,14 @@ static int grow(table *t)
     return 0;
 }
 
-static int put(table *t, uint32_t token, void *control)
+static int put(table *t, uint32_t token, void *control, const void *body, size_t len)
 {
     if ((t->n + 1) * 2 > t->cap && grow(t) != 0)
         return -1;
     slot *s = find(t, token);
     s->token = token;
     s->control = control;
+    rnp_dec_peek_header(body, len, &s->op, &s->id);
     t->n++;
     return 0;
 }
@@ -274,7 +280,7 @@ static int forward_requests(int sock, int link, table *t, uint32_t *next_token, 
         do
             token = (*next_token)++;
         while (token == 0 || find(t, token)->token == token);
-        if (put(t, token, control) != 0) {
+        if (put(t, token, control, body, (size_t)n) != 0) {
             /* Out of memory: the request is dropped as if it never came;
              * the client's REQ socket re-sends it. */
             nn_freemsg(control);
@@ -322,6 +328,84 @@ static int handle_core(int sock, int link, table *t, uint8_t *buf, size_t cap, p
             continue;
         }
         reply(sock, control, buf + sizeof h, (size_t)n - sizeof h);
+    }
+}
+
+/* RN_DRAINING for a request the core never saw, as it would answer it. */
+static void answer_draining(int sock, void *control, uint32_t op, uint64_t id, uint8_t *buf,
+                            size_t cap)
+{
+    rnp_reply rep;
+    rnp_error err = {0};
+    size_t len = 0;
+
+    memset(&rep, 0, offsetof(rnp_reply, u));
+    rep.version = RNP_VERSION;
+    rep.op = op;
+    rep.id = id;
+    rep.status = RN_DRAINING;
+    snprintf(rep.error, sizeof rep.error,
+             "%s: the daemon is shutting down; the request was not run", rnp_op_name((int)op));
+    if (rnp_encode_reply(&rep, buf, cap, &len, &err) == 0)
+        reply(sock, control, buf, len);
+    else
+        nn_freemsg(control);
+}
+
+/* Every request waiting on the socket gets RN_DRAINING: how many. */
+static unsigned refuse_waiting(int sock, uint8_t *buf, size_t cap)
+{
+    unsigned n = 0;
+    for (;;) {
+        void *body = NULL, *control = NULL;
+        struct nn_msghdr hdr;
+        struct nn_iovec iov = {&body, NN_MSG};
+        uint32_t op;
+        uint64_t id;
+
+        memset(&hdr, 0, sizeof hdr);
+        hdr.msg_iov = &iov;
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = &control;
+        hdr.msg_controllen = NN_MSG;
+        int len = nn_recvmsg(sock, &hdr, NN_DONTWAIT);
+        if (len < 0)
+            return n;
+        if (control) {
+            rnp_dec_peek_header(body, (size_t)len, &op, &id);
+            answer_draining(sock, control, op, id, buf, cap);
+            n++;
+        }
+        nn_freemsg(body);
+    }
+}
+
+/*
+ * The core closed the link after its drain: every request it received was
+ * answered, and its replies came before the close.  The requests that
+ * reached this process after the core's last read, and those waiting on
+ * the socket, were never seen there: each gets RN_DRAINING from here, as
+ * the core would have answered it (before, they went unanswered, and their
+ * clients waited out their timeout).  Then a moment for nanomsg to send
+ * the replies (and refuse what came meanwhile) before the socket closes.
+ */
+static void drained(int sock, table *t, uint8_t *buf, size_t cap)
+{
+    unsigned n = 0;
+
+    for (uint32_t i = 0; i < t->cap; i++) {
+        slot *s = &t->v[i];
+        if (s->token) {
+            answer_draining(sock, s->control, s->op, s->id, buf, cap);
+            s->token = 0;
+            n++;
+        }
+    }
+    n += refuse_waiting(sock, buf, cap);
+    if (n) {
+        struct timespec d = {0, 100000000};
+        nanosleep(&d, NULL);
+        refuse_waiting(sock, buf, cap);
     }
 }
 
@@ -417,12 +501,9 @@ int rnd_front_main(int argc, char **argv)
         }
     }
     /* The core closed the link (its drain ended) or went away.  nanomsg
-     * leaves the socket file behind; an orderly exit should not.  The
-     * routing headers of requests that got no reply go with the table. */
+     * leaves the socket file behind; an orderly exit should not. */
     probe_end(&pr);
-    for (uint32_t i = 0; i < t.cap; i++)
-        if (t.v[i].token)
-            nn_freemsg(t.v[i].control);
+    drained(sock, &t, buf, sizeof(rnd_link_hdr) + RNP_MAX_MSG * 2);
     free(t.v);
     free(buf);
     nn_close(sock);

@@ -19,8 +19,9 @@
  * ...; nanomsg is not fork-safe and the core may hold a CUDA context), with
  * the link as descriptor 3.  The front ignores SIGTERM, SIGINT and SIGHUP
  * (the core decides when to stop) and dies with the core (PR_SET_PDEATHSIG).
- * It exits when the core closes the link, after closing its socket and
- * removing the socket file.
+ * It exits when the core closes the link (after the core answered every
+ * request it received), after answering the requests the core never saw
+ * with RN_DRAINING, closing its socket and removing the socket file.
  *
  * Serving is checked end to end: every few seconds the core asks the front
  * to probe (RND_LINK_PROBE); the front opens a new nanomsg connection to its

@@ -9,6 +9,7 @@
  * ones open go on being served.
  */
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,11 +17,14 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "front.h"
 #include "rn_proto.h"
 #include "rn_test.h"
 #include "integration/harness.h"
+#include "integration/raw.h"
 
 /*
  * The SP handshake of a REQ peer (protocol 48) followed by an ipc frame whose
@@ -327,6 +331,81 @@ static void test_connection_limit(void **state)
     RNH_PASS(d);
 }
 
+/* The client's side of test_front_drains_unseen: one PING, its reply. */
+typedef struct ping_call {
+    const char *endpoint;
+    rnp_reply rep;
+    int rc;
+} ping_call;
+
+static void *ping_main(void *arg)
+{
+    ping_call *p = arg;
+    static rnp_request q;
+    int sock = rnr_open(p->endpoint);
+
+    memset(&q, 0, sizeof q);
+    q.version = RNP_VERSION;
+    q.op = RN_OP_PING;
+    q.id = 4242;
+    p->rc = sock < 0 ? -1 : rnr_call(sock, &q, &p->rep);
+    if (sock >= 0)
+        rnr_close(sock);
+    return NULL;
+}
+
+/* A request the front forwarded after the core's last read (the core then
+ * closed the link: its drain ended) gets RN_DRAINING from the front, as the
+ * core answers one it sees while it drains.  Before, it went unanswered and
+ * its client waited out its timeout (a review saw 3 such calls in 6
+ * drains under load).  The front runs alone here; the test is its core. */
+static void test_front_drains_unseen(void **state)
+{
+    rnh_daemon *d = *state;
+    char endpoint[160], core[32], daemon[512];
+    rnd_link_hdr h;
+    uint8_t buf[sizeof h + RNP_MAX_MSG];
+    int lk[2], status;
+    pthread_t th;
+    ping_call call;
+
+    snprintf(endpoint, sizeof endpoint, "ipc://%s/front.sock", d->dir);
+    snprintf(core, sizeof core, "%d", (int)getpid());
+    snprintf(daemon, sizeof daemon, "%s/rmsnormd", rnh_build_dir());
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, lk), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (dup2(lk[1], RND_FRONT_FD) < 0)
+            _exit(127);
+        execl(daemon, "rmsnormd", "--front", core, endpoint, "0600", "", "64", "0", (char *)NULL);
+        _exit(127);
+    }
+    close(lk[1]);
+    assert_true(read(lk[0], buf, sizeof buf) >= (ssize_t)sizeof h);
+    memcpy(&h, buf, sizeof h);
+    assert_int_equal(h.kind, RND_LINK_READY);
+    call.endpoint = endpoint;
+    assert_int_equal(pthread_create(&th, NULL, ping_main, &call), 0);
+    /* The request comes over the link; the core never answers it. */
+    do {
+        ssize_t n = read(lk[0], buf, sizeof buf);
+        assert_true(n >= (ssize_t)sizeof h);
+        memcpy(&h, buf, sizeof h);
+    } while (h.kind != RND_LINK_REQ);
+    close(lk[0]);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (call.rc != 0)
+        fail_msg("the PING the core never saw got no reply");
+    assert_int_equal(call.rep.status, RN_DRAINING);
+    assert_int_equal(call.rep.op, RN_OP_PING);
+    assert_int_equal(call.rep.id, 4242);
+    assert_non_null(strstr(call.rep.error, "shutting down"));
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    RNH_PASS(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -334,6 +413,7 @@ int main(void)
                                         rnh_teardown),
         cmocka_unit_test_setup_teardown(test_many_idle_connections, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_connection_limit, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_front_drains_unseen, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests_name("front process", tests, NULL, NULL);
 }
