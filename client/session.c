@@ -18,36 +18,40 @@
 /* While no daemon listens, a new session looks again this often. */
 #define PROBE_EVERY_NS 20000000L
 
-/* A daemon listens at the endpoint: 0, else the probe's error.  nanomsg's
- * socket reconnects by itself and queues a request, so to a daemon that
- * stopped each call waited out the whole timeout and then said "no reply";
- * a batch of asynchronous calls waited one timeout each.  Now a daemon
- * that is restarting is waited for, probing, at most the timeout (the call
- * then goes on as if nothing happened), and once a whole timeout went by
- * without one, the calls that follow fail at once (RN_UNREACHABLE) until a
- * probe finds one again. */
+/* 0 unless no daemon listens at the endpoint (RN_UNREACHABLE, c's last
+ * error set).  nanomsg's socket reconnects by itself and queues a request,
+ * so to a daemon that stopped each call waited out the whole timeout and
+ * then said "no reply"; a batch of asynchronous calls waited one timeout
+ * each.  Now a daemon that is restarting is waited for, probing, at most
+ * the timeout (the call then goes on as if nothing happened), and once a
+ * whole timeout went by without one, the calls that follow fail at once
+ * until a probe finds one again.  Any other answer of the probe (a daemon
+ * at its connection limit, or one that accepts no connection in time)
+ * leaves the HELLO to the connection the client has. */
 static int await_daemon(rn_client *c)
 {
     const uint64_t t0 = rnc_now_ns();
     const uint64_t lim = c->timeout_ms < 0 ? UINT64_MAX : (uint64_t)c->timeout_ms * 1000000u;
-    int rv;
+    int ms = c->timeout_ms;
 
-    while ((rv = rnc_conn_probe(c, c->timeout_ms)) == RN_UNREACHABLE) {
+    while (rnc_conn_probe(c, ms) == RN_UNREACHABLE) {
         uint64_t now = rnc_now_ns();
         if (!c->down_ns)
             c->down_ns = t0;
-        if (now - c->down_ns >= lim) {
+        if (now - c->down_ns >= lim || (lim != UINT64_MAX && now - t0 >= lim)) {
             char why[RN_ERRMSG_LEN];
             snprintf(why, sizeof why, "%s", c->last_error);
             return rnc_fail(c, RN_UNREACHABLE, "%.200s; none for %llu ms", why,
                             (unsigned long long)((now - c->down_ns) / 1000000u));
         }
-        struct timespec d = {0, PROBE_EVERY_NS};
+        uint64_t left = lim == UINT64_MAX ? UINT64_MAX : lim - (now - t0);
+        struct timespec d = {0, (long)(left < PROBE_EVERY_NS ? left : PROBE_EVERY_NS)};
         nanosleep(&d, NULL);
+        if (lim != UINT64_MAX)
+            ms = (int)((lim - (rnc_now_ns() - t0 < lim ? rnc_now_ns() - t0 : lim)) / 1000000u);
     }
-    if (rv == 0)
-        c->down_ns = 0;
-    return rv;
+    c->down_ns = 0;
+    return 0;
 }
 
 static int hello(rn_client *c)

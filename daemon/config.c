@@ -59,8 +59,8 @@ static const flag_def flags[] = {
     {"max-inflight", "N", "requests in flight per session (default 64)"},
     {"max-inflight-total", "N", "requests in flight in all (default 1024)"},
     {"max-inflight-per-uid", "N", "requests in flight of one verified user's sessions (default:\n"
-                                  "                          a quarter of max-inflight-total; root and\n"
-                                  "                          the daemon's own user are not counted)"},
+                                  "                          half of max-inflight-total; root and the\n"
+                                  "                          daemon's own user are not counted)"},
     {"max-graphs", "N", "graph slots (calls captured into CUDA graphs on the fast path)\n"
                         "                          open at once in all; the daemon polls each\n"
                         "                          every 20 us (default 4096; 0: none)"},
@@ -500,7 +500,7 @@ int rnd_config_finish(rnd_config *cfg, rnp_error *err)
     if (!cfg->max_sessions_per_uid)
         cfg->max_sessions_per_uid = cfg->max_sessions / 4 ? cfg->max_sessions / 4 : 1;
     if (!cfg->max_inflight_per_uid)
-        cfg->max_inflight_per_uid = cfg->max_inflight_total / 4 ? cfg->max_inflight_total / 4 : 1;
+        cfg->max_inflight_per_uid = cfg->max_inflight_total / 2 ? cfg->max_inflight_total / 2 : 1;
     if (cfg->max_inflight > cfg->max_inflight_total)
         cfg->max_inflight = cfg->max_inflight_total;
     if (cfg->spin_us < 0)

@@ -6,9 +6,9 @@
  * A client can shrink its shared memory object (ftruncate) after REGISTER;
  * touching the mapping past the new end then raises SIGBUS (BUS_ADRERR) in
  * whichever thread computes.  Rather than let one client kill the daemon,
- * the handler maps private zero pages over the rest of the mapping, from
- * the faulting page to its end, so that the access completes, and records
- * that range in a ring.  When a job ends, it looks for recorded ranges
+ * the handler records the fault, then maps private zero pages over the rest
+ * of the mapping, from the faulting page to its end, so that the access
+ * completes.  When a job ends, it looks for recorded ranges
  * inside its own tensors: one there means its results are void (it read
  * zero pages, now or because an earlier job faulted them in), and the
  * server drops the region that holds it.  Faults in other clients' regions
@@ -39,19 +39,24 @@
 static _Atomic uintptr_t fault_lo[FAULT_RING], fault_hi[FAULT_RING];
 static atomic_uint_fast64_t fault_next; /* ring slots claimed */
 static _Atomic uintptr_t map_lo[MAPS_MAX], map_hi[MAPS_MAX];
+static _Atomic uintptr_t map_fault[MAPS_MAX]; /* the lowest page faulted in it, 0: none */
 static atomic_uint map_top;             /* entries in use are below it */
+static atomic_uint map_marked;          /* entries with a fault */
 static uintptr_t page_size;
 
-/* The end of the tracked mapping that holds addr, or 0. */
-static uintptr_t mapping_end(uintptr_t addr)
+/* The entry of the tracked mapping that holds addr (its end in *hi), or
+ * -1.  lo is read again after hi: an entry the loop thread reused meanwhile
+ * must not pair one mapping's start with another's end. */
+static int mapping_of(uintptr_t addr, uintptr_t *hi)
 {
     unsigned top = atomic_load(&map_top);
     for (unsigned i = 0; i < top; i++) {
-        uintptr_t lo = atomic_load(&map_lo[i]), hi = atomic_load(&map_hi[i]);
-        if (lo && addr >= lo && addr < hi)
-            return hi;
+        uintptr_t lo = atomic_load(&map_lo[i]);
+        *hi = atomic_load(&map_hi[i]);
+        if (lo && addr >= lo && addr < *hi && atomic_load(&map_lo[i]) == lo)
+            return (int)i;
     }
-    return 0;
+    return -1;
 }
 
 static void on_sigbus(int sig, siginfo_t *si, void *uc)
@@ -59,18 +64,29 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
     (void)sig;
     (void)uc;
     if (si->si_code == BUS_ADRERR && si->si_addr) {
-        uintptr_t page = (uintptr_t)si->si_addr & ~(page_size - 1);
-        uintptr_t end = mapping_end(page);
-        if (end <= page)
+        uintptr_t page = (uintptr_t)si->si_addr & ~(page_size - 1), end = 0;
+        int i = mapping_of(page, &end);
+        /* Recorded before the zero pages go in, so that no job reads them
+         * unmarked: a tracked mapping keeps its lowest fault until it is
+         * untracked (no later fault can push it out), any other fault goes
+         * in the ring. */
+        if (i >= 0) {
+            uintptr_t cur = atomic_load(&map_fault[i]);
+            while ((!cur || page < cur) &&
+                   !atomic_compare_exchange_weak(&map_fault[i], &cur, page))
+                ;
+            if (!cur)
+                atomic_fetch_add(&map_marked, 1);
+        } else {
             end = page + page_size;
-        if (mmap((void *)page, end - page, PROT_READ | PROT_WRITE,
-                 MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) != MAP_FAILED) {
             uint_fast64_t k = atomic_fetch_add(&fault_next, 1) % FAULT_RING;
             atomic_store(&fault_lo[k], 0);
             atomic_store(&fault_hi[k], end);
             atomic_store(&fault_lo[k], page);
-            return;
         }
+        if (mmap((void *)page, end - page, PROT_READ | PROT_WRITE,
+                 MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) != MAP_FAILED)
+            return;
     }
     /* Returning re-executes the access, which now takes the default action. */
     signal(SIGBUS, SIG_DFL);
@@ -124,6 +140,8 @@ void rnd_cpu_fault_untrack(const void *base, uint64_t size)
         if (atomic_load(&map_lo[i]) == lo) {
             atomic_store(&map_lo[i], 0);
             atomic_store(&map_hi[i], 0);
+            if (atomic_exchange(&map_fault[i], 0))
+                atomic_fetch_sub(&map_marked, 1);
             break;
         }
     /* Once unmapped, the addresses may be reused by an intact region of
@@ -139,7 +157,8 @@ void rnd_cpu_fault_untrack(const void *base, uint64_t size)
 uintptr_t rnd_cpu_fault_hit(const rnk_bwd_args *a)
 {
     uint_fast64_t n = atomic_load(&fault_next);
-    if (n == 0 || a->m == 0)
+    unsigned marked = atomic_load(&map_marked);
+    if ((n == 0 && marked == 0) || a->m == 0)
         return 0;
     uint64_t rows = (uint64_t)(a->m - 1), n_ = (uint64_t)a->n;
     struct {
@@ -155,6 +174,16 @@ uintptr_t rnd_cpu_fault_hit(const rnk_bwd_args *a)
         {a->dw, n_ * rnk_dtype_size(a->dw_dtype)},
         {a->rstd, a->rstd ? (uint64_t)a->m * sizeof(float) : 0},
     };
+    /* The tracked mappings' faults (only while one has any): the fault's
+     * page to the mapping's end. */
+    for (unsigned i = 0, top = marked ? atomic_load(&map_top) : 0; i < top; i++) {
+        uintptr_t lo = atomic_load(&map_fault[i]), hi = atomic_load(&map_hi[i]);
+        if (atomic_load(&map_fault[i]) != lo)
+            continue; /* (untracked meanwhile: hi may be another mapping's) */
+        for (size_t j = 0; lo && j < sizeof t / sizeof t[0]; j++)
+            if (overlaps(t[j].p, t[j].bytes, lo, hi))
+                return lo;
+    }
     /* Past FAULT_RING faults the oldest ranges are forgotten; their regions
      * were dropped when the jobs that faulted them ended. */
     for (uint_fast64_t k = n > FAULT_RING ? n - FAULT_RING : 0; k < n; k++) {

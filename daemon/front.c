@@ -20,6 +20,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,8 @@ typedef struct slot {
 typedef struct table {
     slot *v;
     uint32_t cap, n;      /* cap: a power of two */
+    bool have_last;       /* the core said which request it read last (its drain ended) */
+    uint32_t last_read;
 } table;
 
 static slot *find(table *t, uint32_t token)
@@ -59,7 +62,7 @@ static slot *find(table *t, uint32_t token)
 
 static int grow(table *t)
 {
-    table g = {calloc(t->cap * 2, sizeof(slot)), t->cap * 2, 0};
+    table g = {calloc(t->cap * 2, sizeof(slot)), t->cap * 2, 0, t->have_last, t->last_read};
     if (!g.v)
         return -1;
     for (uint32_t i = 0; i < t->cap; i++)
@@ -320,6 +323,11 @@ static int handle_core(int sock, int link, table *t, uint8_t *buf, size_t cap, p
             probe_start(pr, endpoint, h.token);
             continue;
         }
+        if (h.kind == RND_LINK_LAST_READ) {
+            t->have_last = true;
+            t->last_read = h.token;
+            continue;
+        }
         void *control = take(t, h.token);
         if (!control)
             continue;
@@ -381,26 +389,40 @@ static unsigned refuse_waiting(int sock, uint8_t *buf, size_t cap)
 }
 
 /*
- * The core closed the link after its drain: every request it received was
- * answered, and its replies came before the close.  The requests that
- * reached this process after the core's last read, and those waiting on
- * the socket, were never seen there: each gets RN_DRAINING from here, as
- * the core would have answered it (before, they went unanswered, and their
- * clients waited out their timeout).  Then a moment for nanomsg to send
- * the replies (and refuse what came meanwhile) before the socket closes.
+ * The link closed.  After a drain the core said which request it read last
+ * (RND_LINK_LAST_READ): it answered those, and its replies came before
+ * the close; the requests after it, forwarded after the core's last read,
+ * and those still waiting on the socket were never seen there, and each
+ * gets RN_DRAINING from here, as the core answers a request while it
+ * drains (before, they went unanswered, and their clients waited out their
+ * timeout).  Replies still on the link are passed on first (the loop may
+ * have stopped at a failed forward while they were there).  Without the
+ * marker (the core died, or the link broke) nothing is answered from
+ * here.  Then a moment for nanomsg to send the replies (and refuse what
+ * came meanwhile) before the socket closes.
  */
-static void drained(int sock, table *t, uint8_t *buf, size_t cap)
+static void drained(int sock, int link, table *t, uint8_t *buf, size_t cap, probe *pr,
+                    const char *endpoint)
 {
     unsigned n = 0;
+    struct pollfd pl = {link, POLLIN, 0};
 
+    for (int i = 0; i < 2 && handle_core(sock, link, t, buf, cap, pr, endpoint) == 0; i++)
+        (void)poll(&pl, 1, 100);
     for (uint32_t i = 0; i < t->cap; i++) {
         slot *s = &t->v[i];
-        if (s->token) {
+        if (!s->token)
+            continue;
+        if (t->have_last && (int32_t)(s->token - t->last_read) > 0) {
             answer_draining(sock, s->control, s->op, s->id, buf, cap);
-            s->token = 0;
             n++;
+        } else {
+            nn_freemsg(s->control);
         }
+        s->token = 0;
     }
+    if (!t->have_last)
+        return;
     n += refuse_waiting(sock, buf, cap);
     if (n) {
         struct timespec d = {0, 100000000};
@@ -412,7 +434,7 @@ static void drained(int sock, table *t, uint8_t *buf, size_t cap)
 int rnd_front_main(int argc, char **argv)
 {
     const int link = RND_FRONT_FD;
-    table t = {calloc(1024, sizeof(slot)), 1024, 0};
+    table t = {calloc(1024, sizeof(slot)), 1024, 0, false, 0};
     uint8_t *buf = malloc(sizeof(rnd_link_hdr) + RNP_MAX_MSG * 2);
     uint32_t next_token = 1;
     uint64_t spin_until = 0, spin_ns, refused = 0;
@@ -503,7 +525,7 @@ int rnd_front_main(int argc, char **argv)
     /* The core closed the link (its drain ended) or went away.  nanomsg
      * leaves the socket file behind; an orderly exit should not. */
     probe_end(&pr);
-    drained(sock, &t, buf, sizeof(rnd_link_hdr) + RNP_MAX_MSG * 2);
+    drained(sock, link, &t, buf, sizeof(rnd_link_hdr) + RNP_MAX_MSG * 2, &pr, argv[0]);
     free(t.v);
     free(buf);
     nn_close(sock);

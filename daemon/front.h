@@ -19,9 +19,9 @@
  * ...; nanomsg is not fork-safe and the core may hold a CUDA context), with
  * the link as descriptor 3.  The front ignores SIGTERM, SIGINT and SIGHUP
  * (the core decides when to stop) and dies with the core (PR_SET_PDEATHSIG).
- * It exits when the core closes the link (after the core answered every
- * request it received), after answering the requests the core never saw
- * with RN_DRAINING, closing its socket and removing the socket file.
+ * It exits when the core closes the link, after answering RN_DRAINING to
+ * the requests the core never read (RND_LINK_LAST_READ says which: none
+ * without it), closing its socket and removing the socket file.
  *
  * Serving is checked end to end: every few seconds the core asks the front
  * to probe (RND_LINK_PROBE); the front opens a new nanomsg connection to its
@@ -50,6 +50,9 @@ enum rnd_link_kind {
     RND_LINK_PROBE_OK,    /* front -> core: that probe was answered */
     RND_LINK_REFUSED,     /* front -> core: connections refused at --max-connections
                            * since the front started (recv_ns: the count); no body */
+    RND_LINK_LAST_READ,   /* core -> front, as its drain closes the link: token is the
+                           * last request it read (0: none); the front answers the
+                           * requests after it RN_DRAINING; no body */
 };
 
 typedef struct rnd_link_hdr {

@@ -47,8 +47,8 @@ void rnd_req_count(req *r)
     r->counted = true;
     r->sess->inflight++;
     r->ctx->inflight_total++;
-    if (r->sess->uid_load)
-        r->sess->uid_load->inflight++;
+    if ((r->uid_load = r->sess->uid_load) != NULL)
+        r->uid_load->inflight++;
 }
 
 bool rnd_req_uncount(req *r)
@@ -58,8 +58,9 @@ bool rnd_req_uncount(req *r)
     r->counted = false;
     r->sess->inflight--;
     r->ctx->inflight_total--;
-    if (r->sess->uid_load)
-        r->sess->uid_load->inflight--;
+    if (r->uid_load)
+        r->uid_load->inflight--;
+    r->uid_load = NULL;
     return true;
 }
 

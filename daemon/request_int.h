@@ -23,6 +23,8 @@ typedef struct req {
     req_state state;
     bool answered;
     bool counted;                  /* in the in-flight counts (until answered) */
+    rnd_uid_load *uid_load;        /* ... and in this user's count (the session's when
+                                    * counted: a session may authenticate meanwhile) */
     rnd_ctx *ctx;
     rnd_session *sess;
     void *control;                 /* the sender until the reply */

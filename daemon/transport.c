@@ -211,6 +211,7 @@ void rnd_transport_receive_all(rnd_ctx *ctx)
         memcpy(&h, t->rbuf, sizeof h);
         if (h.kind == RND_LINK_REQ && h.token != 0) {
             void *control = handle_of(t->gen, h.token);
+            t->last_req = h.token;
             spin(ctx);
             t->rx(ctx, &control, t->rbuf + sizeof h, (size_t)n - sizeof h, h.recv_ns);
             if (control)
@@ -538,6 +539,12 @@ void rnd_transport_close(rnd_ctx *ctx)
         flush_out(ctx);
         if (!rn_queue_empty(&t->out))
             rnd_warn("The drain drops replies the front could not take in time");
+        /* The requests after the last one read were never seen here: the
+         * front answers them RN_DRAINING (a reply dropped above is for a
+         * request read, which the front leaves unanswered). */
+        rnd_link_hdr last = {RND_LINK_LAST_READ, t->last_req, 0};
+        if (send(t->fd, &last, sizeof last, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof last)
+            rnd_warn("The front could not be told which requests the drain did not read");
         /* EOF tells the front to close the socket, remove its file and
          * exit; its exit closes the process handle, and the loop ends. */
         shutdown(t->fd, SHUT_WR);

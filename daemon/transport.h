@@ -75,6 +75,7 @@ typedef struct rnd_transport {
     rn_queue out;                  /* datagrams waiting for room on the link */
     char exe[4096];                /* this binary, for the front */
     uint64_t replies_dropped;      /* to a front that was replaced */
+    uint32_t last_req;             /* the token of the last request read (RND_LINK_LAST_READ) */
     uint64_t refused;              /* connections the fronts refused (--max-connections) */
     uint64_t refused_front;        /* of those, by the front running now */
     uint64_t refused_last_ns;      /* when that count last grew; 0: never */

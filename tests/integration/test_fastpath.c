@@ -408,7 +408,7 @@ static void test_died_fails_fast_classic(void **state)
 }
 
 /* One user's calls whose inputs never come hold at most
- * --max-inflight-per-uid of the daemon's in-flight budget (a quarter of
+ * --max-inflight-per-uid of the daemon's in-flight budget (half of
  * --max-inflight-total by default; root and the daemon's own user are not
  * counted), so other users' calls still run.  Before, 16 sessions of one
  * unprivileged user with 64 slots each held all 1024, and every other
@@ -437,11 +437,11 @@ static void test_uid_inflight_limit(void **state)
     assert_int_equal(rnh_spawn("/usr/bin/setpriv", argv, false, &w), 0);
     assert_true(rnh_read_line(&w, line, sizeof line, WAIT_MS) > 0);
     assert_string_equal(line, "published");
-    /* Two of its slots (8 / 4) are taken and wait for their ready words;
+    /* Four of its slots (8 / 2) are taken and wait for their ready words;
      * the rest stay in its ring. */
-    assert_int_equal(rnh_wait_slot_pending(d, 2, 1, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_slot_pending(d, 4, 1, WAIT_MS), 0);
     usleep(200000);
-    assert_true(rnh_stat(d, "inflight.current") <= 2);
+    assert_true(rnh_stat(d, "inflight.current") <= 4);
     c = client_on(d, RN_PATH_FAST);
     lay(c, &k, 35, &l);
     for (int path = 0; path < 2; path++) {

@@ -334,6 +334,7 @@ static void test_connection_limit(void **state)
 /* The client's side of test_front_drains_unseen: one PING, its reply. */
 typedef struct ping_call {
     const char *endpoint;
+    uint64_t id;
     rnp_reply rep;
     int rc;
 } ping_call;
@@ -341,33 +342,57 @@ typedef struct ping_call {
 static void *ping_main(void *arg)
 {
     ping_call *p = arg;
-    static rnp_request q;
+    rnp_request q;
     int sock = rnr_open(p->endpoint);
 
     memset(&q, 0, sizeof q);
     q.version = RNP_VERSION;
     q.op = RN_OP_PING;
-    q.id = 4242;
+    q.id = p->id;
     p->rc = sock < 0 ? -1 : rnr_call(sock, &q, &p->rep);
     if (sock >= 0)
         rnr_close(sock);
     return NULL;
 }
 
+/* The next request the front forwards: its token. */
+static uint32_t next_req(int link)
+{
+    uint8_t buf[sizeof(rnd_link_hdr) + RNP_MAX_MSG];
+    rnd_link_hdr h;
+    do {
+        ssize_t n = read(link, buf, sizeof buf);
+        assert_true(n >= (ssize_t)sizeof h);
+        memcpy(&h, buf, sizeof h);
+    } while (h.kind != RND_LINK_REQ);
+    return h.token;
+}
+
+static void link_put(int link, uint32_t kind, uint32_t token, const void *body, size_t len)
+{
+    uint8_t buf[sizeof(rnd_link_hdr) + RNP_MAX_MSG];
+    rnd_link_hdr h = {kind, token, 0};
+    memcpy(buf, &h, sizeof h);
+    if (len)
+        memcpy(buf + sizeof h, body, len);
+    assert_int_equal(write(link, buf, sizeof h + len), (ssize_t)(sizeof h + len));
+}
+
 /* A request the front forwarded after the core's last read (the core then
  * closed the link: its drain ended) gets RN_DRAINING from the front, as the
- * core answers one it sees while it drains.  Before, it went unanswered and
- * its client waited out its timeout (a review saw 3 such calls in 6
- * drains under load).  The front runs alone here; the test is its core. */
+ * core answers one it reads while it drains; the one the core read and
+ * answered gets its own reply.  Before, the former went unanswered and its
+ * client waited out its timeout (a review saw 3 such calls in 6 drains
+ * under load).  The front runs alone here; the test is its core. */
 static void test_front_drains_unseen(void **state)
 {
     rnh_daemon *d = *state;
     char endpoint[160], core[32], daemon[512];
+    uint8_t buf[sizeof(rnd_link_hdr) + RNP_MAX_MSG];
     rnd_link_hdr h;
-    uint8_t buf[sizeof h + RNP_MAX_MSG];
     int lk[2], status;
     pthread_t th;
-    ping_call call;
+    static ping_call a, b;
 
     snprintf(endpoint, sizeof endpoint, "ipc://%s/front.sock", d->dir);
     snprintf(core, sizeof core, "%d", (int)getpid());
@@ -385,22 +410,38 @@ static void test_front_drains_unseen(void **state)
     assert_true(read(lk[0], buf, sizeof buf) >= (ssize_t)sizeof h);
     memcpy(&h, buf, sizeof h);
     assert_int_equal(h.kind, RND_LINK_READY);
-    call.endpoint = endpoint;
-    assert_int_equal(pthread_create(&th, NULL, ping_main, &call), 0);
-    /* The request comes over the link; the core never answers it. */
-    do {
-        ssize_t n = read(lk[0], buf, sizeof buf);
-        assert_true(n >= (ssize_t)sizeof h);
-        memcpy(&h, buf, sizeof h);
-    } while (h.kind != RND_LINK_REQ);
+
+    /* A: read and answered by the core. */
+    a.endpoint = endpoint;
+    a.id = 11;
+    assert_int_equal(pthread_create(&th, NULL, ping_main, &a), 0);
+    uint32_t ta = next_req(lk[0]);
+    rnp_reply rep;
+    rnp_error err = {0};
+    size_t len = 0;
+    memset(&rep, 0, sizeof rep);
+    rep.version = RNP_VERSION;
+    rep.op = RN_OP_PING;
+    rep.id = 11;
+    assert_int_equal(rnp_encode_reply(&rep, buf, sizeof buf, &len, &err), 0);
+    link_put(lk[0], RND_LINK_REP, ta, buf, len);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(a.rc, 0);
+    assert_int_equal(a.rep.status, 0);
+    /* B: forwarded after the core's last read; the drain ends. */
+    b.endpoint = endpoint;
+    b.id = 22;
+    assert_int_equal(pthread_create(&th, NULL, ping_main, &b), 0);
+    (void)next_req(lk[0]);
+    link_put(lk[0], RND_LINK_LAST_READ, ta, NULL, 0);
     close(lk[0]);
     assert_int_equal(pthread_join(th, NULL), 0);
-    if (call.rc != 0)
-        fail_msg("the PING the core never saw got no reply");
-    assert_int_equal(call.rep.status, RN_DRAINING);
-    assert_int_equal(call.rep.op, RN_OP_PING);
-    assert_int_equal(call.rep.id, 4242);
-    assert_non_null(strstr(call.rep.error, "shutting down"));
+    if (b.rc != 0)
+        fail_msg("the PING the core never read got no reply");
+    assert_int_equal(b.rep.status, RN_DRAINING);
+    assert_int_equal(b.rep.op, RN_OP_PING);
+    assert_int_equal(b.rep.id, 22);
+    assert_non_null(strstr(b.rep.error, "shutting down"));
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     RNH_PASS(d);
