@@ -297,7 +297,7 @@ struct rnd_cuda {
     CUdeviceptr cancel_dev;        /* ... their device address */
     uint8_t *cancel_used;          /* which words a session holds */
     bool cancel_words;             /* kernels get theirs (off: RMSNORMD_DEBUG_CANCEL_WORD=0) */
-    bool kernel_done;              /* kernels write the done words (RMSNORMD_DEBUG_KERNEL_DONE=1) */
+    bool kernel_done;              /* kernels write the done words (RMSNORMD_DEBUG_KERNEL_DONE=0: no) */
     bool lean_start;               /* no start event for ring jobs that wait for nothing
                                     * and are not timed (RMSNORMD_DEBUG_LEAN_START=1) */
 

@@ -16,15 +16,17 @@
  *                 for ready >= seq (cuStreamWaitValue64, GEQ; not with
  *                 --ring-ready=host, where the loop takes only ready slots),
  *                 records the start event, runs the kernel, writes done =
- *                 seq (with its memory barrier: the outputs and the status
- *                 are visible before done; the ring's word and the client's
- *                 device word in one cuStreamBatchMemOp); the start and
- *                 completion events (timing, one job in
- *                 RND_CUDA_TIME_EVERY) give fast.compute.  With
- *                 RMSNORMD_DEBUG_KERNEL_DONE=1 (and m > 0) the kernel's last
- *                 block writes the done words instead (rnk_bwd_args.done:
- *                 after a system-scope fence; the ring's word, then the
- *                 client's), and the stream writes nothing after it;
+ *                 seq: the kernel's last block writes the done words
+ *                 (rnk_bwd_args.done: after a system-scope fence; the
+ *                 ring's word, then the client's), and the stream writes
+ *                 nothing after it (1-2 us less GPU time a call than the
+ *                 stream's writes, bench/RESULTS.md); with m = 0, or
+ *                 RMSNORMD_DEBUG_KERNEL_DONE=0, the stream writes them
+ *                 (with its memory barrier: the outputs and the status are
+ *                 visible before done; both words in one
+ *                 cuStreamBatchMemOp); the start and completion events
+ *                 (timing, one job in RND_CUDA_TIME_EVERY) give
+ *                 fast.compute;
  *   invalid slot  the host writes status and message into the slot; the
  *                 stream writes done = seq after the previous job, without
  *                 waiting for ready and without a kernel;
@@ -143,13 +145,14 @@ void rnd_cuda_ring_probe(rnd_cuda *b, bool want)
     if (!b->cancel_words)
         rnd_warn("RMSNORMD_DEBUG_CANCEL_WORD=0: a dead client's pending kernels run on memory "
                  "the daemon still maps instead of being skipped");
-    /* Off unless RMSNORMD_DEBUG_KERNEL_DONE=1 (not yet measured on a GPU,
-     * bench/RESULTS.md): the kernel's last block writes the done words, in
-     * place of the stream's writes after it. */
+    /* On unless RMSNORMD_DEBUG_KERNEL_DONE=0: the kernel's last block writes
+     * the done words, in place of the stream's writes after it (1-2 us of
+     * GPU time a call less, bench/RESULTS.md). */
     const char *kd = getenv("RMSNORMD_DEBUG_KERNEL_DONE");
-    b->kernel_done = kd && !strcmp(kd, "1");
-    if (b->kernel_done)
-        rnd_info("RMSNORMD_DEBUG_KERNEL_DONE=1: the kernel writes the done words");
+    b->kernel_done = !(kd && !strcmp(kd, "0"));
+    if (!b->kernel_done)
+        rnd_warn("RMSNORMD_DEBUG_KERNEL_DONE=0: the stream writes the done words after the "
+                 "kernel");
     /* Off unless RMSNORMD_DEBUG_LEAN_START=1 (not yet measured on a GPU):
      * a ring job taken once its ready word had come (or a graph replay)
      * and not timed records no start event, one CUDA call less before its

@@ -442,19 +442,15 @@ static void test_uid_inflight_limit(void **state)
     assert_int_equal(rnh_wait_slot_pending(d, 4, 1, WAIT_MS), 0);
     usleep(200000);
     assert_true(rnh_stat(d, "inflight.current") <= 4);
-    c = client_on(d, RN_PATH_FAST);
-    lay(c, &k, 35, &l);
     for (int path = 0; path < 2; path++) {
-        rnv_poison(&l.a);
+        c = client_on(d, path ? RN_PATH_CLASSIC : RN_PATH_FAST);
+        lay(c, &k, 35 + (uint64_t)path, &l);
         if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
             fail_msg("root's call beside a user's stalled ones: %s", rn_last_error(c));
         check(&l, "beside a user's stalled calls");
+        unlay(c, &l);
         rn_close(c);
-        c = client_on(d, RN_PATH_CLASSIC);
-        lay(c, &k, 36, &l);
     }
-    unlay(c, &l);
-    rn_close(c);
     kill(w.pid, SIGKILL);
     assert_int_equal(rnh_wait(&w, WAIT_MS), 128 + SIGKILL);
     rnh_proc_close(&w);
