@@ -54,6 +54,10 @@
  * word: the daemon could release such a wait itself, so no stream of its
  * waits on a client for long).  Against "fast path words" (the stream waits
  * on the client's ready) they tell what the host's part of the hop costs.
+ * (RN_ARMED_GO=stream: a stream of the daemon's writes the word instead of
+ * the thread.  On the H200, 2026-12-05, the armed relay did not finish in
+ * either form, with and without MPS, while the host relay did: not yet
+ * understood, bench/RESULTS.md.)
  * --mode I: only mode I of host words, device words, fast path words, IPC
  * events, host relay, armed relay (0-5).  --ipc-inputs: the daemon's kernel works on the client's
  * tensors, opened by their CUDA IPC handle, as rmsnormd's does.  (Unlike
@@ -388,6 +392,10 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
             CK(cudaHostGetDevicePointer(&d, go, 0));
             go_dev = (CUdeviceptr)(uintptr_t)d;
         }
+        cudaStream_t go_stream = NULL;
+        const char *gs = getenv("RN_ARMED_GO");
+        if (m == M_ARMED && gs && !strcmp(gs, "stream"))
+            CK(cudaStreamCreateWithFlags(&go_stream, cudaStreamNonBlocking));
         char g;
         xread(from_client, &g, 1); /* the client has mapped the words */
         if (m == M_ARMED)
@@ -399,7 +407,13 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
                     fprintf(stderr, "%s: ready %d did not come within 10 s\n", mode_name[m], i);
                     exit(1);
                 }
-            if (m == M_ARMED) {
+            if (m == M_ARMED && go_stream) {
+                /* RN_ARMED_GO=stream: the word written by a stream of the
+                 * daemon's instead of the CPU's store */
+                value(write64, go_stream, go_dev, (uint64_t)i, CU_STREAM_WRITE_VALUE_DEFAULT);
+                if (i < n)
+                    queue_call(&q, i + 1, go_dev);
+            } else if (m == M_ARMED) {
                 __atomic_store_n(go, (uint64_t)i, __ATOMIC_RELEASE);
                 if (i < n)
                     queue_call(&q, i + 1, go_dev); /* the next call, armed at once */
