@@ -55,9 +55,11 @@
  * waits on a client for long).  Against "fast path words" (the stream waits
  * on the client's ready) they tell what the host's part of the hop costs.
  * (RN_ARMED_GO=stream: a stream of the daemon's writes the word instead of
- * the thread.  On the H200, 2026-12-05, the armed relay did not finish in
- * either form, with and without MPS, while the host relay did: not yet
- * understood, bench/RESULTS.md.)
+ * the thread; RN_ARMED_WORD=alloc: the word in memory of cudaHostAlloc's,
+ * not in the registered page beside ready; RN_RELAY_DEBUG=1: progress
+ * lines.  On the H200, 2026-12-05, the armed relay with its word in
+ * cudaHostAlloc memory did not finish in either form, with and without
+ * MPS, while the host relay did: not yet understood, bench/RESULTS.md.)
  * --mode I: only mode I of host words, device words, fast path words, IPC
  * events, host relay, armed relay (0-5).  --ipc-inputs: the daemon's kernel works on the client's
  * tensors, opened by their CUDA IPC handle, as rmsnormd's does.  (Unlike
@@ -156,6 +158,8 @@ static void value(pfn_value64 fn, cudaStream_t s, CUdeviceptr a, uint64_t v, uns
 /* Words at byte 0 (ready) and 256 (done) of a shared area. */
 #define W_READY 0
 #define W_DONE  256
+/* The armed relay's word of the daemon's own, when in the same page (512). */
+#define W_GO    512
 
 /* --wide-us (0: off) and --wide-blocks. */
 static uint64_t wide_ns;
@@ -385,12 +389,24 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
         const uint64_t *rd = (const uint64_t *)(host_words + W_READY);
         uint64_t *go = NULL;
         CUdeviceptr go_dev = 0;
+        bool go_alloc = false;
         if (m == M_ARMED) {
-            void *d;
-            CK(cudaHostAlloc((void **)&go, 64, cudaHostAllocMapped | cudaHostAllocPortable));
+            /* The word in the registered page beside ready (a memfd, as the
+             * fast path's words are: waits on such memory are known to
+             * work), or (RN_ARMED_WORD=alloc) in memory of cudaHostAlloc's,
+             * as the cancel words are. */
+            const char *aw = getenv("RN_ARMED_WORD");
+            go_alloc = aw && !strcmp(aw, "alloc");
+            if (go_alloc) {
+                void *d;
+                CK(cudaHostAlloc((void **)&go, 64, cudaHostAllocMapped | cudaHostAllocPortable));
+                CK(cudaHostGetDevicePointer(&d, go, 0));
+                go_dev = (CUdeviceptr)(uintptr_t)d;
+            } else {
+                go = (uint64_t *)(host_words + W_GO);
+                go_dev = host_dev + W_GO;
+            }
             *go = 0;
-            CK(cudaHostGetDevicePointer(&d, go, 0));
-            go_dev = (CUdeviceptr)(uintptr_t)d;
         }
         cudaStream_t go_stream = NULL;
         const char *gs = getenv("RN_ARMED_GO");
@@ -398,10 +414,18 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
             CK(cudaStreamCreateWithFlags(&go_stream, cudaStreamNonBlocking));
         char g;
         xread(from_client, &g, 1); /* the client has mapped the words */
+        int dbg = getenv("RN_RELAY_DEBUG") != NULL;
+        if (dbg)
+            fprintf(stderr, "daemon: got g, queueing call 1 (go_dev %llx)\n", (unsigned long long)go_dev);
         if (m == M_ARMED)
             queue_call(&q, 1, go_dev);
+        if (dbg)
+            fprintf(stderr, "daemon: call 1 queued\n");
         for (int i = 1; i <= n; i++) {
             uint64_t t0 = now_ns();
+            if (dbg && i <= 3)
+                fprintf(stderr, "daemon: waiting for ready %d (now %llu)\n", i,
+                        (unsigned long long)__atomic_load_n(rd, __ATOMIC_ACQUIRE));
             while (__atomic_load_n(rd, __ATOMIC_ACQUIRE) < (uint64_t)i)
                 if (now_ns() - t0 > 10000000000ull) {
                     fprintf(stderr, "%s: ready %d did not come within 10 s\n", mode_name[m], i);
@@ -415,6 +439,8 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
                     queue_call(&q, i + 1, go_dev);
             } else if (m == M_ARMED) {
                 __atomic_store_n(go, (uint64_t)i, __ATOMIC_RELEASE);
+                if (dbg && i <= 3)
+                    fprintf(stderr, "daemon: go = %d written\n", i);
                 if (i < n)
                     queue_call(&q, i + 1, go_dev); /* the next call, armed at once */
             } else {
@@ -422,7 +448,7 @@ static void daemon_side(enum mode m, int n, int to_client, int from_client, uint
             }
         }
         CK(cudaStreamSynchronize(s));
-        if (go)
+        if (go_alloc)
             CK(cudaFreeHost(go));
     } else if (m != M_EVENT) {
         char go;
@@ -614,7 +640,11 @@ static void run_mode(enum mode m, int n, uint64_t spin_ns, result *res)
             value(wait64, s, done + W_DONE, (uint64_t)i, CU_STREAM_WAIT_VALUE_GEQ);
         }
         CK(rne_stamp(&k, t2 + i - 1, s));
+        if (getenv("RN_RELAY_DEBUG") && i <= 3)
+            fprintf(stderr, "client: call %d queued, syncing\n", i);
         CK(cudaStreamSynchronize(s));
+        if (getenv("RN_RELAY_DEBUG") && i <= 3)
+            fprintf(stderr, "client: call %d done\n", i);
     }
     /* The daemon's stamps are in t1_shared once it exits. */
     close(c2d[1]);
