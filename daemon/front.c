@@ -246,22 +246,29 @@ static void reply(int sock, void *control, const void *bytes, size_t len)
     (void)nn_sendmsg(sock, &hdr, NN_DONTWAIT);
 }
 
+/* One message waiting on the socket, without blocking: its body and its
+ * routing header (nanomsg's chunks, the caller's to free).  Its length, or
+ * -1 with nn_errno() set. */
+static int recv_with_header(int sock, void **body, void **control)
+{
+    struct nn_msghdr hdr;
+    struct nn_iovec iov = {body, NN_MSG};
+
+    memset(&hdr, 0, sizeof hdr);
+    hdr.msg_iov = &iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = control;
+    hdr.msg_controllen = NN_MSG;
+    return nn_recvmsg(sock, &hdr, NN_DONTWAIT);
+}
+
 /* Every message waiting on the socket, to the core.  Returns -1 when the
  * link is gone. */
 static int forward_requests(int sock, int link, table *t, uint32_t *next_token, const probe *pr)
 {
     for (;;) {
         void *body = NULL, *control = NULL;
-        struct nn_msghdr hdr;
-        struct nn_iovec iov = {&body, NN_MSG};
-        int n;
-
-        memset(&hdr, 0, sizeof hdr);
-        hdr.msg_iov = &iov;
-        hdr.msg_iovlen = 1;
-        hdr.msg_control = &control;
-        hdr.msg_controllen = NN_MSG;
-        n = nn_recvmsg(sock, &hdr, NN_DONTWAIT);
+        int n = recv_with_header(sock, &body, &control);
         if (n < 0)
             return nn_errno() == EAGAIN || nn_errno() == EINTR ? 0 : -1;
         if (!control) {
@@ -366,17 +373,9 @@ static unsigned refuse_waiting(int sock, uint8_t *buf, size_t cap)
     unsigned n = 0;
     for (;;) {
         void *body = NULL, *control = NULL;
-        struct nn_msghdr hdr;
-        struct nn_iovec iov = {&body, NN_MSG};
         uint32_t op;
         uint64_t id;
-
-        memset(&hdr, 0, sizeof hdr);
-        hdr.msg_iov = &iov;
-        hdr.msg_iovlen = 1;
-        hdr.msg_control = &control;
-        hdr.msg_controllen = NN_MSG;
-        int len = nn_recvmsg(sock, &hdr, NN_DONTWAIT);
+        int len = recv_with_header(sock, &body, &control);
         if (len < 0)
             return n;
         if (control) {
