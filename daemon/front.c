@@ -346,6 +346,11 @@ static int handle_core(int sock, int link, table *t, uint8_t *buf, size_t cap, p
     }
 }
 
+/* The drain's end (drained): refuse what comes until the socket has been
+ * quiet this long, for at most this long in all. */
+#define QUIET_MS 30
+#define QUIET_MAX_MS 300
+
 /* RN_DRAINING for a request the core never saw, as it would answer it. */
 static void answer_draining(int sock, void *control, uint32_t op, uint64_t id, uint8_t *buf,
                             size_t cap)
@@ -397,8 +402,7 @@ static unsigned refuse_waiting(int sock, uint8_t *buf, size_t cap)
  * timeout).  Replies still on the link are passed on first (the loop may
  * have stopped at a failed forward while they were there).  Without the
  * marker (the core died, or the link broke) nothing is answered from
- * here.  Then a moment for nanomsg to send the replies (and refuse what
- * came meanwhile) before the socket closes.
+ * here.
  */
 static void drained(int sock, int link, table *t, uint8_t *buf, size_t cap, probe *pr,
                     const char *endpoint)
@@ -422,11 +426,27 @@ static void drained(int sock, int link, table *t, uint8_t *buf, size_t cap, prob
     }
     if (!t->have_last)
         return;
-    n += refuse_waiting(sock, buf, cap);
-    if (n) {
-        struct timespec d = {0, 100000000};
-        nanosleep(&d, NULL);
-        refuse_waiting(sock, buf, cap);
+    /* Clients that come while this runs are refused too, until the socket
+     * has been quiet for QUIET_MS (at most QUIET_MAX_MS in all): whatever
+     * still comes after the close is nanomsg's to send again, to the next
+     * daemon.  The replies go out meanwhile. */
+    struct pollfd ps = {-1, POLLIN, 0};
+    size_t fdlen = sizeof ps.fd;
+    (void)nn_getsockopt(sock, NN_SOL_SOCKET, NN_RCVFD, &ps.fd, &fdlen);
+    uint64_t t0 = rnd_now_ns(), quiet = t0;
+    for (;;) {
+        uint64_t now = rnd_now_ns();
+        if (refuse_waiting(sock, buf, cap) || n) {
+            quiet = now;
+            n = 0;
+        }
+        if (now - quiet >= QUIET_MS * 1000000ull || now - t0 >= QUIET_MAX_MS * 1000000ull)
+            break;
+        (void)poll(&ps, 1, ps.fd >= 0 ? 5 : 0);
+        if (ps.fd < 0) {
+            struct timespec d = {0, 5000000};
+            nanosleep(&d, NULL);
+        }
     }
 }
 
