@@ -298,8 +298,10 @@ int rnd_session_bind(rnd_session *s, uint32_t pid, uint32_t uid, void *chan, rnp
         return rnp_fail(err, RN_INVALID_ARGUMENT,
                         "auth.session: already authenticated on another connection");
     /* The daemon's own user and root could stop the daemon anyway; the
-     * quota keeps other users from taking every session. */
-    if (uid != 0 && uid != (uint32_t)geteuid()) {
+     * quotas (sessions here, requests in flight: uid_load) keep other
+     * users from taking all of them. */
+    bool quota = uid != 0 && uid != (uint32_t)geteuid();
+    if (quota) {
         uint32_t n = sessions_of_uid(tab, uid);
         if (n >= tab->cfg->max_sessions_per_uid)
             return rnp_fail(err, RN_BUSY,
@@ -317,7 +319,7 @@ int rnd_session_bind(rnd_session *s, uint32_t pid, uint32_t uid, void *chan, rnp
          * once-a-second check ends the session. */
         (void)watch_pid(s, pid);
     }
-    if (uid != 0 && uid != (uint32_t)geteuid() && !(s->uid_load = uid_load_of(tab, uid)))
+    if (quota && !(s->uid_load = uid_load_of(tab, uid)))
         return rnp_fail(err, RN_NOMEM, "auth: out of memory");
     s->uid = uid;
     s->authed = true;
