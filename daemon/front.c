@@ -28,7 +28,6 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "conn_limit.h"
@@ -407,7 +406,6 @@ static unsigned refuse_waiting(int sock, uint8_t *buf, size_t cap)
 static void drained(int sock, int link, table *t, uint8_t *buf, size_t cap, probe *pr,
                     const char *endpoint)
 {
-    unsigned n = 0;
     struct pollfd pl = {link, POLLIN, 0};
 
     for (int i = 0; i < 2 && handle_core(sock, link, t, buf, cap, pr, endpoint) == 0; i++)
@@ -418,7 +416,6 @@ static void drained(int sock, int link, table *t, uint8_t *buf, size_t cap, prob
             continue;
         if (t->have_last && (int32_t)(s->token - t->last_read) > 0) {
             answer_draining(sock, s->control, s->op, s->id, buf, cap);
-            n++;
         } else {
             nn_freemsg(s->control);
         }
@@ -436,17 +433,11 @@ static void drained(int sock, int link, table *t, uint8_t *buf, size_t cap, prob
     uint64_t t0 = rnd_now_ns(), quiet = t0;
     for (;;) {
         uint64_t now = rnd_now_ns();
-        if (refuse_waiting(sock, buf, cap) || n) {
+        if (refuse_waiting(sock, buf, cap))
             quiet = now;
-            n = 0;
-        }
         if (now - quiet >= QUIET_MS * 1000000ull || now - t0 >= QUIET_MAX_MS * 1000000ull)
             break;
-        (void)poll(&ps, 1, ps.fd >= 0 ? 5 : 0);
-        if (ps.fd < 0) {
-            struct timespec d = {0, 5000000};
-            nanosleep(&d, NULL);
-        }
+        (void)poll(&ps, 1, 5); /* (without the descriptor: a 5 ms sleep) */
     }
 }
 
