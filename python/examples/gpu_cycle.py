@@ -33,8 +33,11 @@ def start_daemon(build, workdir, log_path, backend):
     ns.bind(notify)
     env = dict(os.environ, NOTIFY_SOCKET=notify)
     log = open(log_path, "ab")
+    # RN_CYCLE_DAEMON_ARGS: more daemon flags, split at spaces (a knob's
+    # effect on the demo, e.g. "--ring-spin-us 0 --spin-us 0").
+    extra = os.environ.get("RN_CYCLE_DAEMON_ARGS", "").split()
     proc = subprocess.Popen([os.path.join(build, "rmsnormd"), "--backend", backend, "--endpoint",
-                             endpoint, "--config", conf, "--log-level", "info"],
+                             endpoint, "--config", conf, "--log-level", "info"] + extra,
                             stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 60
     try:

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import queue as queue_mod
+import statistics
 import sys
 import time
 
@@ -143,10 +144,32 @@ def worker(rank, args, queue):
                             betas=(0.9, 0.95), eps=1e-6, foreach=False)
 
     losses, times = [], []
+    # --phases: where a step's time goes, per step (host ms of each phase,
+    # the GPU's span of the step on this stream, and the host time of each
+    # of rmsnormd's backward calls, Python and libclient), to tell a host
+    # cost from a GPU one.
+    phases = [] if args.phases else None
+    calls = []
+    if args.phases and args.impl == "daemon":
+        import rmsnormd.torch as rnt
+        bwd = rnt._RMSNormFn.backward
+
+        def timed_backward(ctx, dy):
+            t = time.perf_counter()
+            try:
+                return bwd(ctx, dy)
+            finally:
+                calls.append(time.perf_counter() - t)
+        rnt._RMSNormFn.backward = staticmethod(timed_backward)
     queue.put(("ready", rank))
     for step in range(args.steps):
         sync()
         t0 = time.perf_counter()
+        if phases is not None:
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)] if cuda else None
+            if ev:
+                ev[0].record()
+            ncalls = len(calls)
         lr = args.lr * min(1.0, (step + 1) / 20)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -157,17 +180,33 @@ def worker(rank, args, queue):
         target = F.one_hot(batch[:, 1:].reshape(-1), args.vocab).to(logp.dtype)
         loss = -(logp * target).sum(-1).mean()
         opt.zero_grad(set_to_none=True)
+        t1 = time.perf_counter()
         loss.backward()
+        t2 = time.perf_counter()
+        if phases is not None and ev:
+            ev[1].record()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=False)
         opt.step()
+        t3 = time.perf_counter()
+        if phases is not None and ev:
+            ev[2].record()
         lv = loss.item()  # synchronises: the step is complete
-        times.append(time.perf_counter() - t0)
+        t4 = time.perf_counter()
+        times.append(t4 - t0)
         losses.append(lv)
+        if phases is not None:
+            phases.append({
+                "fwd": 1000 * (t1 - t0), "bwd": 1000 * (t2 - t1), "opt": 1000 * (t3 - t2),
+                "sync": 1000 * (t4 - t3),
+                "gpu_to_bwd_end": ev[0].elapsed_time(ev[1]) if ev else 0.0,
+                "gpu_step": ev[0].elapsed_time(ev[2]) if ev else 0.0,
+                "calls_ms": 1000 * sum(calls[ncalls:]), "calls": len(calls) - ncalls})
     result = {
         "rank": rank,
         "losses": losses,
         "loss_bits": [float.hex(v) for v in losses],
         "step_ms": [1000 * t for t in times],
+        "phases": phases,
         "param_sha256": param_hash(model),
     }
     if args.impl == "daemon":
@@ -198,6 +237,10 @@ def main():
     ap.add_argument("--device", type=int, default=0,
                     help="CUDA device; -1: the CPU (and the daemon's CPU backend), for a smoke test")
     ap.add_argument("--timeout", type=int, default=240, help="seconds for the whole run")
+    ap.add_argument("--phases", action="store_true",
+                    help="record each step's phases (host ms of forward, backward, optimizer "
+                         "and the final wait; the GPU's span; rmsnormd's backward calls) in the JSON "
+                         "and print their medians")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
@@ -241,6 +284,16 @@ def main():
           % (args.impl, args.workers, args.steps,
              ["%.4f" % w["losses"][-1] for w in out["workers"]],
              sum(steady) / len(steady), out["wall_s"]))
+    if args.phases:
+        # Medians over every worker's steps after the 20 warm-up steps.
+        rows = [p for w in out["workers"] for p in (w["phases"] or [])[20:]]
+        if rows:
+            med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+            print("train_mp: impl=%s phases (medians, ms): forward %.2f, backward %.2f, "
+                  "optimizer %.2f, final wait %.2f; GPU span to backward's end %.2f, of the "
+                  "step %.2f; rmsnormd's backward %.3f ms in %d calls"
+                  % (args.impl, med["fwd"], med["bwd"], med["opt"], med["sync"],
+                     med["gpu_to_bwd_end"], med["gpu_step"], med["calls_ms"], med["calls"]))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ through the daemon) twice, PyTorch's RMSNorm twice, and compare_runs.py must
 find the daemon runs bit-identical and close to PyTorch's.  Needs PyTorch;
 skipped where a GPU is visible (gpu_run.sh runs the real cycle there)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -19,14 +20,28 @@ from conftest import BUILD, REPO  # noqa: E402
 def test_training_cycle_on_the_cpu_backend(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible: python/examples/gpu_run.sh runs the real cycle")
+    # (the daemon flags and --phases: their plumbing, checked below)
     env = dict(os.environ, RN_BUILD=BUILD, RN_CYCLE_BACKEND="cpu",
+               RN_CYCLE_DAEMON_ARGS="--spin-us 0 --log-level debug",
                PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     env.pop("RMSNORMD_ENDPOINT", None)
     cmd = [sys.executable, os.path.join(REPO, "python", "examples", "gpu_cycle.py"),
            str(tmp_path), "--workers", "2", "--steps", "25", "--dim", "32", "--layers", "1",
-           "--heads", "2", "--batch", "2", "--seq", "16", "--vocab", "64"]
+           "--heads", "2", "--batch", "2", "--seq", "16", "--vocab", "64", "--phases"]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    # --phases: a line of medians per run; the daemon's count its calls
+    # (3 norms of one layer a step: 2 in the block, 1 at the end).
+    lines = [ln for ln in r.stdout.splitlines() if "phases (medians, ms)" in ln]
+    assert len(lines) == 4, r.stdout[-4000:]
+    daemon = [ln for ln in lines if "impl=daemon" in ln]
+    assert len(daemon) == 2 and all(ln.endswith("in 3 calls") for ln in daemon), daemon
+    assert all(ln.endswith("in 0 calls") for ln in lines if "impl=torch" in ln), lines
+    with open(tmp_path / "daemon1.json") as f:
+        run = json.load(f)
+    assert all(len(w["phases"]) == 25 for w in run["workers"])
+    # the flags reached the daemon (debug lines in its log)
+    assert "debug" in (tmp_path / "daemon.log").read_text().lower()
     summary = (tmp_path / "summary.md").read_text()
     assert "identical for all 2 workers" in summary
     assert "| NO |" not in summary
