@@ -68,15 +68,8 @@ static bool have_gpu(void)
 
 /* For the tests whose premise is a stream of the daemon waiting on a late
  * client: every slot's wait on the GPU (--ring-ready=gpu; with auto a second
- * ring would move the waits to the host).  Skipped when RN_DAEMON_ARGS sets
- * another --ring-ready for the whole suite. */
-#define NEED_GPU_WAITS(d)                                                                     \
-    do {                                                                                      \
-        const char *more_ = getenv("RN_DAEMON_ARGS");                                         \
-        if (more_ && strstr(more_, "--ring-ready"))                                           \
-            RN_SKIP("skipped: RN_DAEMON_ARGS sets --ring-ready; this test needs gpu waits");  \
-        rnh_arg((d), "--ring-ready=gpu");                                                     \
-    } while (0)
+ * ring would move the waits to the host): harness.h's RNH_NEED_GPU_WAITS. */
+#define NEED_GPU_WAITS(d) RNH_NEED_GPU_WAITS(d)
 
 /* --backend cuda, and --cuda-fast-path=no unless fast. */
 static int start(rnh_daemon *d, bool fast)

@@ -85,6 +85,18 @@ int rnh_setup(void **state);
 int rnh_teardown(void **state);
 #define RNH_PASS(d) ((d)->passed = true)
 
+/* For the tests whose premise is a slot taken at once, its wait for ready
+ * on the GPU side (--ring-ready=gpu): sets it, or skips when RN_DAEMON_ARGS
+ * sets another --ring-ready for the whole suite (after the test's own
+ * flags, it would win).  Needs rn_test.h, string.h and stdlib.h. */
+#define RNH_NEED_GPU_WAITS(d)                                                                 \
+    do {                                                                                      \
+        const char *more_ = getenv("RN_DAEMON_ARGS");                                         \
+        if (more_ && strstr(more_, "--ring-ready"))                                           \
+            RN_SKIP("skipped: RN_DAEMON_ARGS sets --ring-ready; this test needs gpu waits");  \
+        rnh_arg((d), "--ring-ready=gpu");                                                     \
+    } while (0)
+
 /* $RN_BUILD (or the build directory this test binary lives in). */
 const char *rnh_build_dir(void);
 

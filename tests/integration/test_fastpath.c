@@ -492,6 +492,8 @@ static void test_ready_late(void **state)
     raw_case r;
     size_t n;
 
+    if (!host_ready)
+        RNH_NEED_GPU_WAITS(d);
     assert_int_equal(rnh_start(d), 0);
     raw_open(d, &r, 4, 77);
     n = rnv_bytes(&r.k);
@@ -535,6 +537,7 @@ static void test_rings_take_turns(void **state)
 
     rnh_arg(d, "--max-inflight-total");
     rnh_arg(d, "1");
+    RNH_NEED_GPU_WAITS(d); /* (a's first slot in flight before its ready) */
     assert_int_equal(rnh_start(d), 0);
     raw_open(d, &a, 8, 5);
     raw_open(d, &b, 8, 6);
@@ -970,7 +973,7 @@ static void close_at_queue_limit(void **state, bool bye)
 
     rnh_arg(d, "--max-inflight-total");
     rnh_arg(d, "1");
-    rnh_arg(d, "--ring-ready=gpu"); /* (taken at once: the slot holds the limit) */
+    RNH_NEED_GPU_WAITS(d); /* (taken at once: the slot holds the limit) */
     assert_int_equal(rnh_start(d), 0);
     raw_open(d, &a, 4, 31);
     raw_open(d, &b, 4, 32);
@@ -1031,7 +1034,7 @@ static void test_ring_close_waits_within_limits(void **state)
 
     rnh_arg(d, "--max-inflight");
     rnh_arg(d, "2");
-    rnh_arg(d, "--ring-ready=gpu"); /* (taken at once, up to the limit) */
+    RNH_NEED_GPU_WAITS(d); /* (taken at once, up to the limit) */
     assert_int_equal(rnh_start(d), 0);
     raw_open(d, &r, 8, 41);
     for (int i = 0; i < 6; i++)
