@@ -167,7 +167,7 @@ static void *doorbell_thread(void *arg)
             }
             continue;
         }
-        if (!found && now - active < (waiting ? READY_SPIN_NS : SPIN_NS)) {
+        if (!found && now - active < (waiting ? tab->ready_spin_ns : SPIN_NS)) {
             pthread_mutex_unlock(&tab->mu);
             sched_yield();
             pthread_mutex_lock(&tab->mu);
@@ -600,6 +600,21 @@ int rnd_rings_init(rnd_ctx *ctx, rnd_rings *tab, rnd_ring_submit_fn *submit, rnp
     if (tab->ready_mode == RND_RING_READY_AUTO)
         tab->ready_mode = strcmp(ctx->dev.backend, "cuda") == 0 ? RND_RING_READY_HOST
                                                                  : RND_RING_READY_GPU;
+    /* RMSNORMD_DEBUG_READY_SPIN_US=N (being measured: what the spin costs a
+     * host whose cores the clients need): the spin for ready words. */
+    tab->ready_spin_ns = READY_SPIN_NS;
+    const char *rs = getenv("RMSNORMD_DEBUG_READY_SPIN_US");
+    if (rs && *rs) {
+        char *end;
+        unsigned long us = strtoul(rs, &end, 10);
+        if (*end || us > 1000000)
+            return rnp_fail(err, RN_INVALID_ARGUMENT,
+                            "RMSNORMD_DEBUG_READY_SPIN_US: not a number of microseconds "
+                            "up to 1000000: '%s'", rs);
+        tab->ready_spin_ns = (uint64_t)us * 1000u;
+        rnd_warn("RMSNORMD_DEBUG_READY_SPIN_US=%lu: the doorbell thread spins %lu us for "
+                 "ready words", us, us);
+    }
     rn_queue_init(&tab->list);
     if (!ctx->dev.rings)
         return 0;

@@ -96,6 +96,9 @@ typedef struct rnd_rings {
     uint32_t next_id;
     int ready_mode;                /* --ring-ready, auto resolved for the backend
                                     * (RND_RING_READY_*, ring.c's take) */
+    uint64_t ready_spin_ns;        /* host mode: how long the thread spins for a ready
+                                    * word after anything came (READY_SPIN_NS;
+                                    * RMSNORMD_DEBUG_READY_SPIN_US, being measured) */
     void (*discard)(void *prep);   /* frees a prepared slot (rnd_ring_slot.prep); NULL:
                                     * slots are not prepared ahead */
     bool deferred;                 /* a slot or replay was left at a limit (RN_BUSY):
