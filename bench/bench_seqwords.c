@@ -57,9 +57,9 @@
  * (RN_ARMED_GO=stream: a stream of the daemon's writes the word instead of
  * the thread; RN_ARMED_WORD=alloc: the word in memory of cudaHostAlloc's,
  * not in the registered page beside ready; RN_RELAY_DEBUG=1: progress
- * lines.  On the H200, 2026-12-05, the armed relay with its word in
- * cudaHostAlloc memory did not finish in either form, with and without
- * MPS, while the host relay did: not yet understood, bench/RESULTS.md.)
+ * lines.  The armed relay hung until the modules were loaded eagerly, as
+ * below: a lazy load in the first launch waited for the stream that waits
+ * on this thread's word; bench/RESULTS.md, 2026-12-05.)
  * --mode I: only mode I of host words, device words, fast path words, IPC
  * events, host relay, armed relay (0-5).  --ipc-inputs: the daemon's kernel works on the client's
  * tensors, opened by their CUDA IPC handle, as rmsnormd's does.  (Unlike
@@ -469,7 +469,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "--iters: at least 10\n");
         return 2;
     }
-    /* No CUDA call before the forks: each process makes its own context. */
+    /* No CUDA call before the forks: each process makes its own context.
+     * Its modules load when the context is made, as rmsnormd's do (main.c):
+     * with lazy loading the armed relay's first launch waited for its own
+     * stream, blocked on the word only this thread sets, for good. */
+    setenv("CUDA_MODULE_LOADING", "EAGER", 1);
     const char *mps = getenv("CUDA_MPS_PIPE_DIRECTORY");
     printf("== bench_seqwords: one dependency client -> daemon (hop 1) and back (hop 2), %d "
            "iterations, producer spin %.0f us, %s ==\n",

@@ -110,13 +110,108 @@ def param_hash(model):
     return h.hexdigest()
 
 
+class Trainer:
+    """One model of one worker: its norm (rmsnormd's or torch.nn.RMSNorm),
+    data, optimizer, and what its steps recorded."""
+
+    def __init__(self, impl, rank, args, dev, dtype, calls):
+        self.impl, self.args, self.calls = impl, args, calls
+        self.client = None
+        if impl == "daemon":
+            import rmsnormd
+            import rmsnormd.torch as rnt
+            # CUDA tensors use the process's default client; CPU tensors go
+            # to the daemon (its CPU backend) only with a client given
+            # explicitly.
+            self.client = None if dev.type == "cuda" else rmsnormd.Client(
+                name="train_mp rank %d" % rank)
+            norm = lambda d: rnt.RMSNorm(d, eps=1e-6, client=self.client)  # noqa: E731
+        else:
+            norm = lambda d: nn.RMSNorm(d, eps=1e-6)  # noqa: E731
+        # The same seed for either norm: with --impl both the two models
+        # start from the same weights and see the same data.
+        seed = args.seed * 1000 + rank
+        torch.manual_seed(seed)
+        self.model = TinyLM(args.vocab, args.dim, args.heads, args.layers, args.seq,
+                            norm).to(dev, dtype)
+        self.data = make_data(seed, args.vocab, args.steps, args.batch, args.seq).to(dev)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=args.lr, weight_decay=0.01,
+                                     betas=(0.9, 0.95), eps=1e-6, foreach=False)
+        self.cuda = dev.type == "cuda"
+        self.losses, self.times = [], []
+        # --phases: where a step's time goes (host ms of each phase, the
+        # GPU's span of the step on this stream, the host time of
+        # rmsnormd's backward calls), to tell a host cost from a GPU one.
+        self.phases = [] if args.phases else None
+
+    def step(self, step):
+        args, model, opt = self.args, self.model, self.opt
+        if self.cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        ev = None
+        if self.phases is not None:
+            if self.cuda:
+                ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+                ev[0].record()
+            ncalls = len(self.calls)
+        lr = args.lr * min(1.0, (step + 1) / 20)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        batch = self.data[step]
+        logits = model(batch[:, :-1])
+        # Cross entropy through a one-hot mask (no gather/scatter: see above).
+        logp = logits.float().reshape(-1, args.vocab).log_softmax(-1)
+        target = F.one_hot(batch[:, 1:].reshape(-1), args.vocab).to(logp.dtype)
+        loss = -(logp * target).sum(-1).mean()
+        opt.zero_grad(set_to_none=True)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        if ev:
+            ev[1].record()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=False)
+        opt.step()
+        t3 = time.perf_counter()
+        if ev:
+            ev[2].record()
+        lv = loss.item()  # synchronises: the step is complete
+        t4 = time.perf_counter()
+        self.times.append(t4 - t0)
+        self.losses.append(lv)
+        if self.phases is not None:
+            self.phases.append({
+                "fwd": 1000 * (t1 - t0), "bwd": 1000 * (t2 - t1), "opt": 1000 * (t3 - t2),
+                "sync": 1000 * (t4 - t3),
+                "gpu_to_bwd_end": ev[0].elapsed_time(ev[1]) if ev else 0.0,
+                "gpu_step": ev[0].elapsed_time(ev[2]) if ev else 0.0,
+                "calls_ms": 1000 * sum(self.calls[ncalls:]), "calls": len(self.calls) - ncalls})
+
+    def result(self):
+        r = {"losses": self.losses,
+             "loss_bits": [float.hex(v) for v in self.losses],
+             "step_ms": [1000 * t for t in self.times],
+             "phases": self.phases,
+             "param_sha256": param_hash(self.model)}
+        if self.impl == "daemon":
+            from rmsnormd.torch import default_client
+            client = self.client or default_client()
+            # On the fast path a failed call is reported at the next one: the
+            # last step's calls have no next one, so ask (RNError if any
+            # failed).
+            client.sync()
+            st = client.stats()
+            r["daemon"] = {"bwd_requests_seen": st.get("requests.bwd"),
+                           "backend": st.backend, "device": st.device}
+        return r
+
+
 def worker(rank, args, queue):
     cuda = args.device >= 0
     if cuda:
         torch.cuda.set_device(args.device)
     else:
         torch.set_num_threads(1)
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
     # warn_only: an op without a deterministic version shows up as a warning
     # and as a difference between the two PyTorch runs, not as a crash.
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -125,32 +220,8 @@ def worker(rank, args, queue):
     dev = torch.device("cuda", args.device) if cuda else torch.device("cpu")
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
 
-    client = None
-    if args.impl == "daemon":
-        import rmsnormd
-        import rmsnormd.torch as rnt
-        # CUDA tensors use the process's default client; CPU tensors go to
-        # the daemon (its CPU backend) only with a client given explicitly.
-        client = None if cuda else rmsnormd.Client(name="train_mp rank %d" % rank)
-        norm = lambda d: rnt.RMSNorm(d, eps=1e-6, client=client)  # noqa: E731
-    else:
-        norm = lambda d: nn.RMSNorm(d, eps=1e-6)  # noqa: E731
-
-    seed = args.seed * 1000 + rank
-    torch.manual_seed(seed)
-    model = TinyLM(args.vocab, args.dim, args.heads, args.layers, args.seq, norm).to(dev, dtype)
-    data = make_data(seed, args.vocab, args.steps, args.batch, args.seq).to(dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01,
-                            betas=(0.9, 0.95), eps=1e-6, foreach=False)
-
-    losses, times = [], []
-    # --phases: where a step's time goes, per step (host ms of each phase,
-    # the GPU's span of the step on this stream, and the host time of each
-    # of rmsnormd's backward calls, Python and libclient), to tell a host
-    # cost from a GPU one.
-    phases = [] if args.phases else None
-    calls = []
-    if args.phases and args.impl == "daemon":
+    calls = []  # host seconds of each of rmsnormd's backward calls (--phases)
+    if args.phases and args.impl != "torch":
         import rmsnormd.torch as rnt
         bwd = rnt._RMSNormFn.backward
 
@@ -161,68 +232,26 @@ def worker(rank, args, queue):
             finally:
                 calls.append(time.perf_counter() - t)
         rnt._RMSNormFn.backward = staticmethod(timed_backward)
+    impls = ["daemon", "torch"] if args.impl == "both" else [args.impl]
+    trainers = [Trainer(impl, rank, args, dev, dtype, calls) for impl in impls]
     queue.put(("ready", rank))
     for step in range(args.steps):
-        sync()
-        t0 = time.perf_counter()
-        if phases is not None:
-            ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)] if cuda else None
-            if ev:
-                ev[0].record()
-            ncalls = len(calls)
-        lr = args.lr * min(1.0, (step + 1) / 20)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        batch = data[step]
-        logits = model(batch[:, :-1])
-        # Cross entropy through a one-hot mask (no gather/scatter: see above).
-        logp = logits.float().reshape(-1, args.vocab).log_softmax(-1)
-        target = F.one_hot(batch[:, 1:].reshape(-1), args.vocab).to(logp.dtype)
-        loss = -(logp * target).sum(-1).mean()
-        opt.zero_grad(set_to_none=True)
-        t1 = time.perf_counter()
-        loss.backward()
-        t2 = time.perf_counter()
-        if phases is not None and ev:
-            ev[1].record()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=False)
-        opt.step()
-        t3 = time.perf_counter()
-        if phases is not None and ev:
-            ev[2].record()
-        lv = loss.item()  # synchronises: the step is complete
-        t4 = time.perf_counter()
-        times.append(t4 - t0)
-        losses.append(lv)
-        if phases is not None:
-            phases.append({
-                "fwd": 1000 * (t1 - t0), "bwd": 1000 * (t2 - t1), "opt": 1000 * (t3 - t2),
-                "sync": 1000 * (t4 - t3),
-                "gpu_to_bwd_end": ev[0].elapsed_time(ev[1]) if ev else 0.0,
-                "gpu_step": ev[0].elapsed_time(ev[2]) if ev else 0.0,
-                "calls_ms": 1000 * sum(calls[ncalls:]), "calls": len(calls) - ncalls})
-    result = {
-        "rank": rank,
-        "losses": losses,
-        "loss_bits": [float.hex(v) for v in losses],
-        "step_ms": [1000 * t for t in times],
-        "phases": phases,
-        "param_sha256": param_hash(model),
-    }
-    if args.impl == "daemon":
-        from rmsnormd.torch import default_client
-        # On the fast path a failed call is reported at the next one: the
-        # last step's calls have no next one, so ask (RNError if any failed).
-        (client or default_client()).sync()
-        st = (client or default_client()).stats()
-        result["daemon"] = {"bwd_requests_seen": st.get("requests.bwd"),
-                            "backend": st.backend, "device": st.device}
+        # --impl both: the two models take turns, in ABBA order (daemon
+        # first on even steps, torch first on odd ones), so that both see
+        # the same machine and a drift cancels.
+        for t in trainers if step % 2 == 0 else trainers[::-1]:
+            t.step(step)
+    result = dict(trainers[0].result(), rank=rank)
+    if len(trainers) > 1:
+        result["torch"] = trainers[1].result()
     queue.put(("done", result))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--impl", choices=["daemon", "torch"], required=True)
+    ap.add_argument("--impl", choices=["daemon", "torch", "both"], required=True,
+                    help="the norm: rmsnormd's, torch.nn.RMSNorm, or both (two models a "
+                         "worker, taking turns step by step: their step times side by side)")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--batch", type=int, default=16)
@@ -277,24 +306,43 @@ def main():
            "torch": torch.__version__,
            "gpu": torch.cuda.get_device_name(args.device) if args.device >= 0 else "CPU",
            "workers": [results[r] for r in sorted(results)]}
+    if args.impl == "both":
+        r = interleaved_ratio(out)
+        out["side_by_side"] = {"ratios": r, "mean": statistics.mean(r)}
     with open(args.out, "w") as f:
         json.dump(out, f)
-    steady = [sum(w["step_ms"][20:]) / max(1, len(w["step_ms"][20:])) for w in out["workers"]]
-    print("train_mp: impl=%s workers=%d steps=%d final loss %s; mean step %.2f ms; wall %.1f s"
-          % (args.impl, args.workers, args.steps,
-             ["%.4f" % w["losses"][-1] for w in out["workers"]],
-             sum(steady) / len(steady), out["wall_s"]))
-    if args.phases:
+    # What each model's workers did: (impl, that model's result per worker).
+    runs = [(args.impl if args.impl != "both" else "daemon", out["workers"])]
+    if args.impl == "both":
+        runs.append(("torch", [w["torch"] for w in out["workers"]]))
+    for impl, ws in runs:
+        steady = [sum(w["step_ms"][20:]) / max(1, len(w["step_ms"][20:])) for w in ws]
+        print("train_mp: impl=%s workers=%d steps=%d final loss %s; mean step %.2f ms; wall %.1f s"
+              % (impl, args.workers, args.steps, ["%.4f" % w["losses"][-1] for w in ws],
+                 sum(steady) / len(steady), out["wall_s"]))
         # Medians over every worker's steps after the 20 warm-up steps.
-        rows = [p for w in out["workers"] for p in (w["phases"] or [])[20:]]
+        rows = [p for w in ws for p in (w["phases"] or [])[20:]]
         if rows:
             med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
             print("train_mp: impl=%s phases (medians, ms): forward %.2f, backward %.2f, "
                   "optimizer %.2f, final wait %.2f; GPU span to backward's end %.2f, of the "
                   "step %.2f; rmsnormd's backward %.3f ms in %d calls"
-                  % (args.impl, med["fwd"], med["bwd"], med["opt"], med["sync"],
+                  % (impl, med["fwd"], med["bwd"], med["opt"], med["sync"],
                      med["gpu_to_bwd_end"], med["gpu_step"], med["calls_ms"], med["calls"]))
+    if args.impl == "both":
+        print("train_mp: side by side, median step daemon / torch per worker %s; mean %.3fx"
+              % (["%.3f" % x for x in out["side_by_side"]["ratios"]],
+                 out["side_by_side"]["mean"]))
 
+
+def interleaved_ratio(run, warmup=20):
+    """--impl both: per worker, its daemon model's median step over its
+    torch model's (steps after warmup)."""
+    out = []
+    for w in run["workers"]:
+        k = warmup if len(w["step_ms"]) > warmup else 0
+        out.append(statistics.median(w["step_ms"][k:]) / statistics.median(w["torch"]["step_ms"][k:]))
+    return out
 
 if __name__ == "__main__":
     main()

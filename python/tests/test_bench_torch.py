@@ -148,3 +148,17 @@ def test_summary_ratios_and_targets(tmp_path):
     assert res["mps"]["training"]["mean_ratio"] == 1.15
     assert res["mps"]["autograd"]["4096x1024 w=bf16"]["daemon"]["f+b loop"][0] == 1.25
     assert res["mps"]["paths_taken"] == [["daemon", "fast"]]
+    assert "side_by_side" not in res["mps"]["training"]
+
+    # With the side-by-side run (train_mp.py --impl both), it is the verdict.
+    (train / "both.json").write_text(json.dumps(dict(
+        _train_run(slow), side_by_side={"ratios": [1.04, 1.08], "mean": 1.06})))
+    r = subprocess.run([sys.executable, SUMMARY, str(work), str(dest)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "side by side (both models in each worker, taking turns): daemon / torch 1.06x " \
+        "(per worker 1.04, 1.08)" in r.stdout
+    assert "target <= 1.10x: side by side 1.06x: met (the separate runs' pairs: mean 1.15x, " \
+        "worst 1.20x)" in r.stdout
+    res = json.loads(dest.read_text())
+    assert res["mps"]["training"]["side_by_side"] == {"ratios": [1.04, 1.08], "mean": 1.06}

@@ -33,13 +33,24 @@ def test_training_cycle_on_the_cpu_backend(tmp_path):
     # --phases: a line of medians per run; the daemon's count its calls
     # (3 norms of one layer a step: 2 in the block, 1 at the end).
     lines = [ln for ln in r.stdout.splitlines() if "phases (medians, ms)" in ln]
-    assert len(lines) == 4, r.stdout[-4000:]
+    assert len(lines) == 6, r.stdout[-4000:]  # (the side-by-side run: two lines)
     daemon = [ln for ln in lines if "impl=daemon" in ln]
-    assert len(daemon) == 2 and all(ln.endswith("in 3 calls") for ln in daemon), daemon
+    assert len(daemon) == 3 and all(ln.endswith("in 3 calls") for ln in daemon), daemon
     assert all(ln.endswith("in 0 calls") for ln in lines if "impl=torch" in ln), lines
     with open(tmp_path / "daemon1.json") as f:
         run = json.load(f)
     assert all(len(w["phases"]) == 25 for w in run["workers"])
+    # both models side by side in each worker: their losses as in the
+    # separate runs (the same seeds and data), and a ratio per worker
+    with open(tmp_path / "both.json") as f:
+        both = json.load(f)
+    with open(tmp_path / "torch.json") as f:
+        alone = json.load(f)
+    for w, d, t in zip(both["workers"], run["workers"], alone["workers"]):
+        assert w["loss_bits"] == d["loss_bits"] and w["param_sha256"] == d["param_sha256"]
+        assert w["torch"]["loss_bits"] == t["loss_bits"]
+    assert len(both["side_by_side"]["ratios"]) == 2
+    assert "train_mp: side by side, median step daemon / torch per worker" in r.stdout
     # the flags reached the daemon (debug lines in its log)
     assert "debug" in (tmp_path / "daemon.log").read_text().lower()
     summary = (tmp_path / "summary.md").read_text()
