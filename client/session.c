@@ -47,8 +47,10 @@ static int await_daemon(rn_client *c)
         uint64_t left = lim == UINT64_MAX ? UINT64_MAX : lim - (now - t0);
         struct timespec d = {0, (long)(left < PROBE_EVERY_NS ? left : PROBE_EVERY_NS)};
         nanosleep(&d, NULL);
-        if (lim != UINT64_MAX)
-            ms = (int)((lim - (rnc_now_ns() - t0 < lim ? rnc_now_ns() - t0 : lim)) / 1000000u);
+        if (lim != UINT64_MAX) { /* the next probe waits at most what is left */
+            uint64_t spent = rnc_now_ns() - t0;
+            ms = spent < lim ? (int)((lim - spent) / 1000000u) : 0;
+        }
     }
     c->down_ns = 0;
     return 0;
