@@ -20,6 +20,8 @@ run this file with PYTHONPATH at another checkout's python/ to compare):
   floor    the same autograd call on a Function whose backward returns two
            ready tensors: PyTorch's own engine cost
   binding  stub - floor: what rmsnormd.torch adds on the host
+  fwd.*    the forward of rmsnormd.torch.RMSNorm against torch.nn.RMSNorm's
+           (fwd.binding: the difference)
 Parts (single steps, in a loop):
   legacy.* the steps of the backward before the host-overhead work (main
            at e413afd), as it wrote them: _rows twice, two torch.empty,
@@ -155,6 +157,17 @@ def main(argv=None):
         floor = measure(lambda: grad(yf, (x, w), dy, retain_graph=True), a.calls, a.batches)
         out("floor", floor)
         out("binding", (stub[0] - floor[0], stub[1] - floor[2], stub[2] - floor[1]))
+
+        # ---- the forward: the module against torch.nn.RMSNorm's (the kernel
+        # is torch's fused one in both where the weight has x's dtype) -------
+        m_torch = torch.nn.RMSNorm(n, eps=1e-6, dtype=wdt)
+        m_ours = rnt.RMSNorm(n, eps=1e-6, dtype=wdt, client=client)
+        f_torch = measure(lambda: m_torch(x), a.calls, a.batches)
+        f_ours = measure(lambda: m_ours(x), a.calls, a.batches)
+        out("fwd.torch", f_torch)
+        out("fwd.rmsnormd", f_ours)
+        out("fwd.binding", (f_ours[0] - f_torch[0], f_ours[1] - f_torch[2],
+                            f_ours[2] - f_torch[1]))
 
         # ---- the legacy steps, as the backward wrote them before -----------------------
         x2d = x.detach()

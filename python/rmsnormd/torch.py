@@ -108,21 +108,29 @@ def _rows(t, n):
 # are remembered in _fused_off.
 _FUSED = getattr(torch.ops.aten, "_fused_rms_norm", None)
 _fused_off = set()
+_fused_checked = set()  # (device type, dtype) whose results were as needed
 _OOM = getattr(torch, "OutOfMemoryError", getattr(torch.cuda, "OutOfMemoryError", MemoryError))
 _NO_KERNEL = re.compile(r"not implemented for|could not run|no kernel|not supported", re.I)
 
 
-def _forward_fused(x2, weight, n, eps, weight_offset):
-    """(y [M, n], rstd [M] fp32), or None where the fused op does not apply."""
-    if (_FUSED is None or weight_offset or x2.device.type in _fused_off or x2.numel() == 0
-            or (weight is not None and weight.dtype != x2.dtype)):
+def _forward_fused(x, weight, n, eps, weight_offset):
+    """(y in x's shape, rstd fp32 contiguous with one element per row, in
+    x's shape but its last dim 1), or None where the fused op does not
+    apply.  x's last dim is n.  A forward costs the caller's host a few
+    microseconds per tensor call here (and several times that on a busy
+    host), so the op's results are checked once per device type and dtype
+    (_fused_checked), not on every call."""
+    if (_FUSED is None or weight_offset or x.numel() == 0
+            or (weight is not None and weight.dtype != x.dtype)
+            or (_fused_off and x.device.type in _fused_off)):
         return None
     try:
-        y, rstd = _FUSED(x2, [n], weight.reshape(n) if weight is not None else None, eps)
+        y, rstd = _FUSED(x, [n], weight if weight is None or weight.dim() == 1
+                         else weight.reshape(n), eps)
     except _OOM:
         raise  # the composite needs more memory still
     except NotImplementedError:  # no kernel for this device
-        _fused_off.add(x2.device.type)
+        _fused_off.add(x.device.type)
         return None
     except RuntimeError as e:
         # Only "no kernel for this device/dtype" turns the fused op off; a
@@ -130,12 +138,16 @@ def _forward_fused(x2, weight, n, eps, weight_offset):
         # reason to go on with the composite on a broken context.
         if not _NO_KERNEL.search(str(e)):
             raise
-        _fused_off.add(x2.device.type)
+        _fused_off.add(x.device.type)
         return None
-    if rstd.dtype != torch.float32 or rstd.numel() != x2.size(0) or y.shape != x2.shape:
-        _fused_off.add(x2.device.type)
-        return None
-    return y, rstd.reshape(-1).contiguous()
+    key = (x.device.type, x.dtype)
+    if key not in _fused_checked:
+        if (rstd.dtype != torch.float32 or rstd.numel() * n != x.numel() or y.shape != x.shape
+                or not rstd.is_contiguous()):
+            _fused_off.add(x.device.type)
+            return None
+        _fused_checked.add(key)
+    return y, rstd
 
 
 def _forward_composite(x2, weight, n, eps, weight_offset):
@@ -155,16 +167,25 @@ def _forward_composite(x2, weight, n, eps, weight_offset):
 class _RMSNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, n, eps, weight_offset, dw_dtype, client):
-        x2 = x.reshape(-1, n)
-        out = _forward_fused(x2, weight, n, eps, weight_offset)
-        y, rstd = out if out is not None else _forward_composite(x2, weight, n, eps,
-                                                                 weight_offset)
+        # One normalised dim (the common case): x as it is, no reshapes.
+        out = _forward_fused(x, weight, n, eps, weight_offset) if x.shape[-1] == n else None
+        if out is not None:
+            y, rstd = out
+            m = x.numel() // n
+        else:
+            x2 = x.reshape(-1, n)
+            out = _forward_fused(x2, weight, n, eps, weight_offset) if x.shape[-1] != n else None
+            y, rstd = out if out is not None else _forward_composite(x2, weight, n, eps,
+                                                                     weight_offset)
+            y = y.reshape(x.shape)
+            m = x2.size(0)
+        # rstd: contiguous, one fp32 per row (whatever its shape)
         ctx.save_for_backward(x, weight, rstd)
         # What the backward needs besides the tensors, in one attribute:
         # rows, n, eps, weight offset, dw's dtype (None: the weight's) and
         # the client (None: the default).
-        ctx.cfg = (x2.size(0), n, eps, weight_offset, dw_dtype, client)
-        return y.reshape(x.shape)
+        ctx.cfg = (m, n, eps, weight_offset, dw_dtype, client)
+        return y
 
     @staticmethod
     def backward(ctx, dy):
@@ -404,7 +425,7 @@ def _bwd_host(client, x, dy, weight, rstd, m, n, eps, weight_offset, dw_dtype):
         _, a, views = hit
         views["x"].copy_(x)
         views["dy"].copy_(dy)
-        views["rstd"].copy_(rstd)
+        views["rstd"].copy_(rstd.reshape(-1))
         if weight is not None:
             views["w"].copy_(weight)
         client.bwd_host(a)

@@ -234,6 +234,29 @@ def test_forward_falls_back_where_the_fused_op_has_no_kernel(client, monkeypatch
     assert judge("dw", w.grad, ref_dw, dfl) is None
 
 
+def test_forward_fused_results_checked_once(client, monkeypatch):
+    """The fused op's results are checked the first time per device type and
+    dtype: one not as needed (rstd in another dtype) turns the fused path
+    off for the device type, and the composite gives the forward."""
+    if rnt._FUSED is None:
+        pytest.skip("this PyTorch has no aten::_fused_rms_norm")
+    monkeypatch.setattr(rnt, "_fused_off", set())
+    monkeypatch.setattr(rnt, "_fused_checked", set())
+    real = rnt._FUSED
+    monkeypatch.setattr(rnt, "_FUSED", lambda *a: (lambda y, r: (y, r.double()))(*real(*a)))
+    x = torch.randn(6, 32)
+    w = 1 + 0.1 * torch.randn(32)
+    y = rnt.rms_norm(x, w, 1e-6, client=client)
+    assert rnt._fused_off == {"cpu"} and rnt._fused_checked == set()
+    torch.testing.assert_close(y, F.rms_norm(x, (32,), w, 1e-6))
+    # as they should be: checked once, then taken as they come
+    monkeypatch.setattr(rnt, "_fused_off", set())
+    monkeypatch.setattr(rnt, "_FUSED", real)
+    y = rnt.rms_norm(x, w, 1e-6, client=client)
+    assert rnt._fused_checked == {("cpu", torch.float32)} and rnt._fused_off == set()
+    torch.testing.assert_close(y, F.rms_norm(x, (32,), w, 1e-6))
+
+
 def test_forward_fused_not_given_up_for_empty_input_or_out_of_memory(client, monkeypatch):
     calls = _spy_fused(monkeypatch)
     x = torch.randn(0, 16, requires_grad=True)
