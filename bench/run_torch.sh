@@ -10,8 +10,9 @@
 #      (python/examples/gpu_cycle.py: train_mp.py with the daemon and
 #      with torch.nn.RMSNorm, two pairs in ABBA order, compare_runs.py);
 #   2. MPS stopped: the same again (without the classic path).
-# Each step has a time limit (bench 100 s, training demo 300 s: its four runs
-# start four PyTorch workers each, about 50 s a run under MPS on an H200).
+# Each step has a time limit (bench 100 s, training demo 420 s: its four runs
+# and the side-by-side one start four PyTorch workers each, about 50 s a run
+# under MPS on an H200, the side-by-side one about 75 s).
 # The whole takes more than a device command's 10 minutes: RN_TORCH_ONLY=bench
 # or RN_TORCH_ONLY=train runs one part (and RN_NO_MPS=1 / RN_ONLY_MPS=1 one half).  Writes at most 8 files to OUT:
 #   summary.txt   what is printed at the end: step time ratio daemon/torch
@@ -63,7 +64,7 @@ fi
 # Step sizes: the bench's iterations and the training run's steps (20 of
 # them are warm-up, left out of the medians).
 iters=150 rounds=3 steps=${RN_TORCH_STEPS:-200}
-bench_limit=100 train_limit=${RN_TORCH_TRAIN_LIMIT:-300}
+bench_limit=100 train_limit=${RN_TORCH_TRAIN_LIMIT:-420}
 bench_extra=() train_extra=()
 if [ "${RN_TORCH_QUICK:-0}" = 1 ]; then
     iters=20 rounds=2 steps=40 bench_limit=60 train_limit=60

@@ -9,10 +9,12 @@
 #      and test_torch_vmm.py (expandable segments; about 110 s on an H200),
 #      within RN_PYTEST_TIMEOUT seconds (default 400);
 #   3. gpu_cycle.py: one CUDA rmsnormd, train_mp.py with 4 workers four
-#      times (daemon twice, torch.nn.RMSNorm twice), compare_runs.py.
+#      times (daemon twice, torch.nn.RMSNorm twice), compare_runs.py, then
+#      once with both models in each worker side by side (RN_CYCLE_BOTH=0:
+#      not), within RN_TRAIN_TIMEOUT seconds (default 330).
 # Everything it writes goes to $OUT (default /tmp/rn-gpu-out): pytest.log,
 # pytest-daemon.log, cycle.log, daemon.log, summary.md and runs.tar.gz (the
-# four runs' JSON files: daemon1, daemon2, torch, torch2).
+# runs' JSON files: daemon1, daemon2, torch, torch2, both).
 #
 # Usage: python/examples/gpu_run.sh [BUILD_DIR] [train_mp.py options...]
 #   BUILD_DIR: where make put rmsnormd and libclient (default build); the
@@ -59,7 +61,7 @@ tail -n 15 "$OUT/pytest.log" | tee -a "$OUT/cycle.log"
 
 echo "== training cycle" | tee -a "$OUT/cycle.log"
 RN_MPS_STATE=$([ $mps = 1 ] && echo on || echo off) \
-    timeout -k 5 "${RN_TRAIN_TIMEOUT:-150}" python3 python/examples/gpu_cycle.py "$OUT" "$@" \
+    timeout -k 5 "${RN_TRAIN_TIMEOUT:-330}" python3 python/examples/gpu_cycle.py "$OUT" "$@" \
     >>"$OUT/cycle.log" 2>&1 || status=1
 tail -n 40 "$OUT/cycle.log"
 # Few files come back from a remote run: the runs' JSON files travel as one.

@@ -56,3 +56,24 @@ def test_training_cycle_on_the_cpu_backend(tmp_path):
     summary = (tmp_path / "summary.md").read_text()
     assert "identical for all 2 workers" in summary
     assert "| NO |" not in summary
+
+
+def test_cycle_finds_a_side_by_side_model_that_differs(tmp_path):
+    """gpu_cycle.same_bits: each model of the side-by-side run against its
+    separate run, per worker (loss bits and final parameters)."""
+    sys.path.insert(0, os.path.join(REPO, "python", "examples"))
+    import gpu_cycle
+
+    def run(name, workers):
+        (tmp_path / (name + ".json")).write_text(json.dumps({"workers": workers}))
+
+    one = {"loss_bits": ["0x1p+0"], "param_sha256": "aa"}
+    other = {"loss_bits": ["0x1p+1"], "param_sha256": "aa"}
+    run("daemon1", [dict(one, rank=0), dict(one, rank=1)])
+    run("torch", [dict(one, rank=0), dict(one, rank=1)])
+    run("both", [dict(one, rank=0, torch=one), dict(one, rank=1, torch=one)])
+    assert gpu_cycle.same_bits(str(tmp_path)) == []
+    run("both", [dict(one, rank=0, torch=other), dict(other, rank=1, torch=one)])
+    assert gpu_cycle.same_bits(str(tmp_path)) == [
+        "both: worker 1's daemon model differs from daemon1.json",
+        "both: worker 0's torch model differs from torch.json"]
