@@ -261,6 +261,9 @@ def _device_args(x, dy, weight, rstd, m, n, eps, weight_offset, dw_dtype):
     shape and dw_dtype (None: the weight's; False: no dw).  Nothing here
     calls CUDA, so it runs on CPU tensors too (bench_torch_host.py)."""
     keep = []
+    if not rstd.is_contiguous():  # (the forward's are; m fp32 values in row order)
+        rstd = rstd.contiguous()
+        keep.append(rstd)
     xp, xs, xc = _rows_of(x, n, "x", keep)
     dyp, dys, dyc = _rows_of(dy, n, "dy", keep)
     # empty_like keeps a contiguous tensor's strides; without the keyword
@@ -414,7 +417,7 @@ def _bwd_host(client, x, dy, weight, rstd, m, n, eps, weight_offset, dw_dtype):
     dw_t = None
     if weight is not None and dw_dtype is not False:
         dw_t = weight.dtype if dw_dtype is None else dw_dtype
-    key = (id(client), x.shape, x.dtype, dy.dtype, None if weight is None else weight.dtype,
+    key = (id(client), x.shape, n, x.dtype, dy.dtype, None if weight is None else weight.dtype,
            dw_t, eps, weight_offset)
     with _host_lock:
         hit = _host_layouts.get(key)

@@ -125,6 +125,20 @@ def test_cpu_daemon_strided_rows_offset_and_multi_dim(client):
     assert judge("dx", dx3, ref_dx3, fl3) is None and judge("dw", dw3, ref_dw3, dfl3) is None
 
 
+def test_cpu_daemon_same_x_shape_other_normalized_shape(client):
+    """The host path's staging layout is per normalised size too: the same
+    x shape and dtypes normalised over one dim and then two (before, the
+    second call took the first one's layout and failed)."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(3, 4, 16, generator=g)
+    dy = torch.randn(3, 4, 16, generator=g)
+    for shape in ((16,), (4, 16), (16,)):
+        w = 1 + 0.1 * torch.randn(shape, generator=g)
+        dx, dw = _run(client, x, w, dy, normalized_shape=shape)
+        ref_dx, fl, ref_dw, dfl = reference(x, w, dy, 1e-6, shape)
+        assert judge("dx", dx, ref_dx, fl) is None and judge("dw", dw, ref_dw, dfl) is None
+
+
 def test_cpu_daemon_module_trains_like_torch(client):
     torch.manual_seed(0)
     ref = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.RMSNorm(64), torch.nn.Linear(64, 4))
