@@ -55,21 +55,24 @@ def training(d):
             sd, st = step_ms(runs[dk]), step_ms(runs[tk])
             pairs.append({"daemon_ms": round(sd, 3), "torch_ms": round(st, 3),
                           "ratio": round(sd / st, 3)})
-    if not pairs:
+    # train_mp.py --impl both: both models in each worker, taking turns
+    # step by step (its ratio per worker, and their mean).
+    both = load(os.path.join(d, "both.json"))
+    sbs = None
+    if both and both.get("side_by_side"):
+        sbs = {"ratios": [round(x, 3) for x in both["side_by_side"]["ratios"]],
+               "mean": round(both["side_by_side"]["mean"], 3)}
+    if not pairs and not sbs:
         return None
     det = None
     if runs["daemon1"] and runs["daemon2"]:
         det = all(a["loss_bits"] == b["loss_bits"] and a["param_sha256"] == b["param_sha256"]
                   for a, b in zip(runs["daemon1"]["workers"], runs["daemon2"]["workers"]))
-    first = next(r for r in runs.values() if r)
+    first = next(r for r in list(runs.values()) + [both] if r)
     res = {"pairs": pairs, "daemon_runs_identical": det, "steps": first["args"]["steps"],
            "workers": first["args"]["workers"], "gpu": first.get("gpu")}
-    # train_mp.py --impl both: both models in each worker, taking turns
-    # step by step (its ratio per worker, and their mean).
-    both = load(os.path.join(d, "both.json"))
-    if both and both.get("side_by_side"):
-        res["side_by_side"] = {"ratios": [round(x, 3) for x in both["side_by_side"]["ratios"]],
-                               "mean": round(both["side_by_side"]["mean"], 3)}
+    if sbs:
+        res["side_by_side"] = sbs
     return res
 
 
@@ -130,8 +133,8 @@ def main():
                 # drift of the machine over the cycle; the worst pair alone
                 # carries it.  Side by side, both see the same machine at
                 # the same time: where it ran, it is the verdict.
-                worst = max(p["ratio"] for p in t["pairs"])
-                mean = statistics.mean(p["ratio"] for p in t["pairs"])
+                worst = max((p["ratio"] for p in t["pairs"]), default=float("nan"))
+                mean = statistics.mean(p["ratio"] for p in t["pairs"]) if t["pairs"] else worst
                 t["mean_ratio"] = round(mean, 3)
                 if sbs:
                     lines.append("  target <= %.2fx: side by side %.2fx: %s (the separate runs' "
