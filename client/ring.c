@@ -192,13 +192,15 @@ static int report(rn_client *c, rnc_ring *g)
 }
 
 /* The ring is of no use any more (its session is gone): calls that were
- * in it may or may not have run. */
-static void lost(rnc_ring *g, int code, const char *why)
+ * in it may or may not have run.  The note names the calls up to last (a
+ * call whose caller waits for it learns its fate from that wait's return,
+ * and is not reported again at the next call). */
+static void lost_upto(rnc_ring *g, int code, const char *why, uint64_t last)
 {
-    if (g->open && g->seq != g->checked)
+    if (g->open && rnp_seq_reached(last, g->checked + 1))
         rnc_ring_note(g, code, "calls %llu..%llu: %s before they finished; their outputs are "
                       "undefined", (unsigned long long)g->checked + 1,
-                      (unsigned long long)g->seq, why);
+                      (unsigned long long)last, why);
     bool graphs = false;
     for (uint32_t i = 0; i < GRAPH_SLOTS; i++) {
         if (!g->gid[i])
@@ -220,6 +222,11 @@ static void lost(rnc_ring *g, int code, const char *why)
         g->retire = true;
     }
     g->open = false;
+}
+
+static void lost(rnc_ring *g, int code, const char *why)
+{
+    lost_upto(g, code, why, g->seq);
 }
 
 /* No daemon holds g's ring any more: the one that did wrote state = 1
@@ -375,8 +382,11 @@ static int wait_ready(rn_client *c, rnc_ring *g, uint64_t seq)
  * RN_UNKNOWN_SESSION when the daemon closed the ring or the session (the
  * ring is then lost: lost() recorded what became of its calls).
  */
-static int wait_done(rn_client *c, rnc_ring *g, uint64_t seq)
+static int wait_done(rn_client *c, rnc_ring *g, uint64_t seq, bool own)
 {
+    /* own: seq is the caller's own call (a host-path call waiting for its
+     * answer), whose loss the return value says: left out of the note. */
+    const uint64_t last = own ? seq - 1 : g->seq;
     uint32_t *waiters = rnp_ring_u32(g->base, RNP_RING_O_WAITERS);
     uint64_t t0 = rnc_now_ns();
     uint64_t limit = c->timeout_ms < 0 ? UINT64_MAX : (uint64_t)c->timeout_ms * 1000000u;
@@ -392,7 +402,7 @@ static int wait_done(rn_client *c, rnc_ring *g, uint64_t seq)
             /* Everything the daemon took is answered by now. */
             if (rnp_seq_reached(load_done(g), seq))
                 break;
-            lost(g, RN_RESTARTED, "the daemon closed the ring");
+            lost_upto(g, RN_RESTARTED, "the daemon closed the ring", last);
             return rnc_fail(c, RN_UNKNOWN_SESSION, "ring: the daemon closed it (session ended)");
         }
         if (spent >= limit)
@@ -404,7 +414,7 @@ static int wait_done(rn_client *c, rnc_ring *g, uint64_t seq)
             futex_wait(rnp_ring_u32(g->base, RNP_RING_O_DONE), (uint32_t)d, NAP_NS);
         __atomic_sub_fetch(waiters, 1, __ATOMIC_SEQ_CST);
         if (!rnp_seq_reached(load_done(g), seq) && rnc_chan_closed(c)) {
-            lost(g, RN_RESTARTED, "the daemon ended the session (or exited)");
+            lost_upto(g, RN_RESTARTED, "the daemon ended the session (or exited)", last);
             c->have_session = false;
             return rnc_fail(c, RN_UNKNOWN_SESSION, "ring: the daemon ended the session");
         }
@@ -414,7 +424,7 @@ static int wait_done(rn_client *c, rnc_ring *g, uint64_t seq)
     uint64_t answered = __atomic_load_n(&c->watch_answered, __ATOMIC_SEQ_CST);
     if (fired && !rnp_seq_reached(answered, seq)) {
         collect(g, answered);
-        lost(g, RN_RESTARTED, rnc_watch_why(fired));
+        lost_upto(g, RN_RESTARTED, rnc_watch_why(fired), last);
         c->have_session = false;
         return rnc_fail(c, RN_UNKNOWN_SESSION, "ring: %s", rnc_watch_why(fired));
     }
@@ -478,7 +488,7 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
         __atomic_store_n(&ahead_env, ahead, __ATOMIC_RELAXED);
     }
     if (!rnp_ring_can_publish(seq, load_done(g), ahead) &&
-        (rv = wait_done(c, g, seq - ahead)) != 0)
+        (rv = wait_done(c, g, seq - ahead, false)) != 0)
         return rv;
     if ((rv = report(c, g)) != 0)
         return rv;
@@ -551,7 +561,7 @@ int rnc_ring_wait(rn_client *c, uint64_t seq)
 
     if (!g || !g->open)
         return report(c, g);
-    if ((rv = wait_done(c, g, seq)) != 0)
+    if ((rv = wait_done(c, g, seq, true)) != 0)
         return rv;
     return report(c, g);
 }
@@ -568,7 +578,7 @@ int rnc_ring_sync(rn_client *c, bool wait)
     /* A wait that ended because the session did (lost() recorded what
      * became of the calls) reports that below, once; a timeout is
      * returned. */
-    if (g->open && wait && (rv = wait_done(c, g, g->seq)) != 0 && g->open)
+    if (g->open && wait && (rv = wait_done(c, g, g->seq, false)) != 0 && g->open)
         return rv;
     uint32_t fired = g->open ? rnc_watch_fired(c) : 0;
     if (g->open)
