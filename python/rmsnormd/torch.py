@@ -168,17 +168,17 @@ class _RMSNormFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, n, eps, weight_offset, dw_dtype, client):
         # One normalised dim (the common case): x as it is, no reshapes.
-        out = _forward_fused(x, weight, n, eps, weight_offset) if x.shape[-1] == n else None
-        if out is not None:
-            y, rstd = out
-            m = x.numel() // n
-        else:
+        x2 = x if x.shape[-1] == n else x.reshape(-1, n)
+        out = _forward_fused(x2, weight, n, eps, weight_offset)
+        if out is None:
             x2 = x.reshape(-1, n)
-            out = _forward_fused(x2, weight, n, eps, weight_offset) if x.shape[-1] != n else None
-            y, rstd = out if out is not None else _forward_composite(x2, weight, n, eps,
-                                                                     weight_offset)
-            y = y.reshape(x.shape)
+            out = _forward_composite(x2, weight, n, eps, weight_offset)
             m = x2.size(0)
+        else:
+            m = x.numel() // n
+        y, rstd = out
+        if x2 is not x:
+            y = y.reshape(x.shape)
         # rstd: contiguous, one fp32 per row (whatever its shape)
         ctx.save_for_backward(x, weight, rstd)
         # What the backward needs besides the tensors, in one attribute:
