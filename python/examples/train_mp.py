@@ -114,7 +114,7 @@ class Trainer:
     """One model of one worker: its norm (rmsnormd's or torch.nn.RMSNorm),
     data, optimizer, and what its steps recorded."""
 
-    def __init__(self, impl, rank, args, dev, dtype, calls):
+    def __init__(self, impl, rank, args, dev, dtype, data, calls):
         self.impl, self.args, self.calls = impl, args, calls
         self.client = None
         if impl == "daemon":
@@ -129,12 +129,11 @@ class Trainer:
         else:
             norm = lambda d: nn.RMSNorm(d, eps=1e-6)  # noqa: E731
         # The same seed for either norm: with --impl both the two models
-        # start from the same weights and see the same data.
-        seed = args.seed * 1000 + rank
-        torch.manual_seed(seed)
+        # start from the same weights (and see the same data, made once).
+        torch.manual_seed(args.seed * 1000 + rank)
         self.model = TinyLM(args.vocab, args.dim, args.heads, args.layers, args.seq,
                             norm).to(dev, dtype)
-        self.data = make_data(seed, args.vocab, args.steps, args.batch, args.seq).to(dev)
+        self.data = data
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=args.lr, weight_decay=0.01,
                                      betas=(0.9, 0.95), eps=1e-6, foreach=False)
         self.cuda = dev.type == "cuda"
@@ -233,7 +232,10 @@ def worker(rank, args, queue):
                 calls.append(time.perf_counter() - t)
         rnt._RMSNormFn.backward = staticmethod(timed_backward)
     impls = ["daemon", "torch"] if args.impl == "both" else [args.impl]
-    trainers = [Trainer(impl, rank, args, dev, dtype, calls) for impl in impls]
+    # (its own generator: the same bits whatever the global seed's state)
+    data = make_data(args.seed * 1000 + rank, args.vocab, args.steps, args.batch,
+                     args.seq).to(dev)
+    trainers = [Trainer(impl, rank, args, dev, dtype, data, calls) for impl in impls]
     queue.put(("ready", rank))
     for step in range(args.steps):
         # --impl both: the two models take turns, in ABBA order (daemon
