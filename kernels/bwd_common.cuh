@@ -40,7 +40,8 @@ enum Mode {
 enum { CTR_CLAIM = 0, CTR_DONE = 32, CTR_SLICE = 64, CTR_EXIT = 96, CTR_CANCEL = 112,
        CTR_END = 120, CTR_WORDS = 128 };
 /* CTR_CANCEL: what this launch knows of the cancel word. */
-enum { CANCEL_UNKNOWN = 0, CANCEL_READING = 1, CANCEL_CLEAR = 2, CANCEL_SET = 3 };
+enum { CANCEL_UNKNOWN = 0, CANCEL_READING = 1, CANCEL_CLEAR = 2, CANCEL_SET = 3,
+       CANCEL_GATED = 4 /* rnk_bwd_args.gate below its key: no done words either */ };
 /* The finish's slices: 32 columns under the contiguous order (finish_slice,
  * at most RNK_MAX_CHUNKS = 256 chunks), 8 (two float4 of each partial row)
  * under the interleaved one (finish_slices_il, up to MAX_CHUNKS_IL). */
@@ -96,6 +97,8 @@ struct Params {
     float *part;      /* chunk k, stripe slot g at part + k * cs + g * pst */
     float *acc;       /* MODE_ATOMIC: fp32 accumulator [n], zero between launches */
     const unsigned *cancel; /* rnk_bwd_args.cancel: NULL or the word read first */
+    const unsigned long long *gate; /* rnk_bwd_args.gate, read with the cancel word */
+    unsigned long long gate_key;
     unsigned long long *done0, *done1, done_v; /* rnk_bwd_args.done, done_value */
     int64_t xstep, ystep, dstep, drstep; /* ring path: bytes between a stripe's rows */
     float inv_n;      /* 1 / n (RNK_LEAN's row means) */
@@ -469,28 +472,35 @@ __device__ __forceinline__ int64_t chunk_len(const Params &p, int k)
  * counters.  The whole launch thus sees one value.  A block that finds it
  * set claims no chunk and reads or writes no tensor; it only takes part in
  * the exit count (finish_and_exit without the finish), so the last block out
- * still resets the counters.
+ * still resets the counters.  The gate word (rnk_bwd_args.gate) is read by
+ * the same thread in the same trip: below its key the state is GATED, which
+ * is SET without the done words.  Returns CANCEL_CLEAR, _SET or _GATED.
  */
-__device__ __forceinline__ bool cancelled(const Params &p)
+__device__ __forceinline__ int cancelled(const Params &p)
 {
     __shared__ int s_cancel;
-    if (p.cancel == nullptr)
-        return false;
+    if (p.cancel == nullptr && p.gate == nullptr)
+        return CANCEL_CLEAR;
     if (threadIdx.x == 0) {
         unsigned st = atomicCAS(&p.ctr[CTR_CANCEL], (unsigned)CANCEL_UNKNOWN,
                                 (unsigned)CANCEL_READING);
         if (st == CANCEL_UNKNOWN) {
-            /* (No fence: the state is the whole message.) */
-            st = *(const volatile unsigned *)p.cancel != 0u ? CANCEL_SET : CANCEL_CLEAR;
+            /* (No fence: the state is the whole message.  Both loads go
+             * out before either is used.) */
+            unsigned c = p.cancel ? *(const volatile unsigned *)p.cancel : 0u;
+            unsigned long long gv = p.gate ? *(const volatile unsigned long long *)p.gate : 0ull;
+            st = c != 0u                          ? CANCEL_SET
+                 : p.gate && gv < p.gate_key      ? CANCEL_GATED
+                                                  : CANCEL_CLEAR;
             atomicExch(&p.ctr[CTR_CANCEL], st);
         } else {
             while ((st = ld_acquire(&p.ctr[CTR_CANCEL])) == CANCEL_READING)
                 __nanosleep(32);
         }
-        s_cancel = st == CANCEL_SET;
+        s_cancel = (int)st;
     }
     __syncthreads();
-    return s_cancel != 0;
+    return s_cancel;
 }
 
 /* MODE_ATOMIC: after a chunk, the block that completed the last chunk

@@ -170,9 +170,11 @@ __device__ __forceinline__ void write_done(const Params &p)
  * once every chunk is done nothing waits any more, so a block that starts
  * late still finishes its slices.  IL: the interleaved order's finish
  * (finish_slices_il, MAXT: the kernel's largest block); else the contiguous
- * one's (finish_slice through tile, FIN_BATCH * FIN_COLS floats). */
+ * one's (finish_slice through tile, FIN_BATCH * FIN_COLS floats).
+ * done_words: false for a gated launch (cancelled(), CANCEL_GATED). */
 template <bool IL = false, int MAXT = 1024>
-__device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bool fused)
+__device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bool fused,
+                                                bool done_words = true)
 {
     unsigned prev = 0;
     if (fused && p.dw) {
@@ -215,7 +217,7 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
 #endif
             reset_word(&p.ctr[CTR_EXIT], 0u);
         }
-        if (p.done0)
+        if (p.done0 && done_words)
             write_done(p);
     }
     trace_mark(p, 5, 5);

@@ -371,8 +371,8 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
      * no tensor, and the last block out resets the counters, whatever a
      * cancelled launch claimed), so its round trip overlaps the word's. */
     unsigned nxt = claim_issue(p);
-    if (cancelled(p)) {
-        finish_and_exit(p, smem, false);
+    if (int c = cancelled(p); c != CANCEL_CLEAR) {
+        finish_and_exit(p, smem, false, c != CANCEL_GATED);
         return;
     }
     /* smem: w + weight_offset per lane (p.wsp floats, none when w is held in
@@ -531,8 +531,8 @@ __global__ void __launch_bounds__(1024) general_kernel(Params p)
 
     trace_start(p, 2u);
     unsigned nxt = claim_issue(p); /* before the cancel word, as in fast_kernel */
-    if (cancelled(p)) {
-        finish_and_exit<IL>(p, smem, false);
+    if (int c = cancelled(p); c != CANCEL_CLEAR) {
+        finish_and_exit<IL>(p, smem, false, c != CANCEL_GATED);
         return;
     }
     if (threadIdx.x == 0)

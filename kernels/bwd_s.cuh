@@ -251,8 +251,8 @@ __global__ void __launch_bounds__(SShape<TPR>::BT, SShape<TPR>::MINB) s_kernel(P
     /* The first claim goes out before the cancel word is known, as on the
      * other paths (bwd_kernel.cuh). */
     const unsigned nxt = claim_issue(p);
-    if (cancelled(p)) {
-        finish_and_exit<true, SShape<TPR>::BT>(p, nullptr, false);
+    if (int c = cancelled(p); c != CANCEL_CLEAR) {
+        finish_and_exit<true, SShape<TPR>::BT>(p, nullptr, false, c != CANCEL_GATED);
         return;
     }
     if (threadIdx.x == 0)

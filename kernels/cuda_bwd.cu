@@ -210,6 +210,8 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
     p.part = (float *)((char *)ws + WS_HEADER);
     p.acc = nullptr; /* the ATOMIC benchmark variant's, set there */
     p.cancel = a->cancel;
+    p.gate = (const unsigned long long *)a->gate;
+    p.gate_key = p.gate ? a->gate_key : 0ull;
     p.done0 = (unsigned long long *)a->done[0];
     p.done1 = p.done0 ? (unsigned long long *)a->done[1] : nullptr;
     p.done_v = a->done_value;

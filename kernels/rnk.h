@@ -75,6 +75,13 @@ typedef struct rnk_bwd_args {
      * Set after the read, the launch runs as usual.  Either way it ends
      * and leaves the workspace clean for the next one. */
     const unsigned *cancel;
+    /* NULL, or a device address read with the cancel word, once per launch:
+     * below gate_key, the launch does nothing at all: no tensor, and no done
+     * words either (the daemon's armed calls, daemon/cuda/ring.c: a call
+     * queued before its inputs were ready, which the daemon may take back
+     * and run again later).  8-byte aligned. */
+    const uint64_t *gate;
+    uint64_t gate_key;
     /* NULL, or where the launch tells a waiter that its work is over (the
      * fast path's done words, daemon/cuda/ring.c): the launch's last block,
      * after every other write of the launch and a system-scope fence, stores

@@ -90,6 +90,8 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen)
         return fail(msg, msglen, "done: done[1] is set but done[0] is NULL");
     if ((uintptr_t)a->done[0] % 8 || (uintptr_t)a->done[1] % 8)
         return fail(msg, msglen, "done: a word is not 8-byte aligned");
+    if ((uintptr_t)a->gate % 8)
+        return fail(msg, msglen, "gate: not 8-byte aligned");
     if (a->m == 0)
         return RNK_OK; /* a no-op: the row tensors may be absent */
     if (!a->x)

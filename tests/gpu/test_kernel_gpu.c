@@ -724,6 +724,81 @@ static void test_done_words(void **state)
     cudaFree(dword);
 }
 
+/* rnk_bwd_args.gate (the daemon's armed calls): a launch whose gate word is
+ * below its key touches no tensor and writes no done word, and leaves the
+ * workspace clean (the next launch, gated open, runs as usual); at or above
+ * the key it runs; the cancel word wins over an open gate and a shut one
+ * (done words written, outputs untouched).  Grids of 1 to 500 and every
+ * launch path, as test_done_words. */
+static void test_gate_word(void **state)
+{
+    (void)state;
+    gspec specs[] = {gs(199, 33, RNK_F16, RNK_F32, RNK_F32),
+                     gs(8192, 256, RNK_BF16, RNK_BF16, RNK_BF16),
+                     gs(4096, 4096, RNK_BF16, RNK_F32, RNK_F32),
+                     gs(16384, 1024, RNK_BF16, RNK_F32, RNK_F32)};
+    specs[3].pad = 3;
+    static const int grids[] = {0, 1, 500};
+    const size_t nspecs = quick ? 2 : sizeof specs / sizeof specs[0];
+    const size_t ngrids = quick ? 2 : sizeof grids / sizeof grids[0];
+    uint64_t *words = NULL, *wdev = NULL; /* [0] done, [1] gate */
+    unsigned *cword = NULL, *cdev = NULL;
+    CU(cudaHostAlloc((void **)&words, 2 * sizeof(uint64_t), cudaHostAllocMapped));
+    CU(cudaHostGetDevicePointer((void **)&wdev, words, 0));
+    CU(cudaHostAlloc((void **)&cword, sizeof(unsigned), cudaHostAllocMapped));
+    CU(cudaHostGetDevicePointer((void **)&cdev, cword, 0));
+    for (size_t k = 0; k < nspecs; k++) {
+        gprob p;
+        gp_init(&p, &specs[k]);
+        run(&p);
+        verify_gpu(&p, "gate: none");
+        void *dx0, *dw0;
+        snap(&p, &dx0, &dw0);
+        for (size_t gi = 0; gi < ngrids; gi++) {
+            rnk_cuda_force_grid(dev, grids[gi]);
+            /* 0: shut (gate = key - 1); 1: open (= key); 2: open (> key);
+             * 3: shut, cancelled; 4: open, cancelled */
+            for (int c = 0; c < 5; c++) {
+                const uint64_t key = 0x0000000500000000ull + (seq++ << 4);
+                const bool shut = c == 0 || c == 3, cancel = c >= 3;
+                *(volatile unsigned *)cword = cancel ? 1u : 0u;
+                *(volatile uint64_t *)&words[0] = 0;
+                *(volatile uint64_t *)&words[1] = shut ? key - 1 : c == 2 ? key + 99 : key;
+                poison(&p);
+                CU(cudaStreamSynchronize(st));
+                void *px = NULL, *pw = NULL;
+                snap(&p, &px, &pw);
+                p.a.cancel = cdev;
+                p.a.gate = &wdev[1];
+                p.a.gate_key = key;
+                p.a.done[0] = &wdev[0];
+                p.a.done_value = key;
+                launch(&p);
+                CU(cudaStreamSynchronize(st));
+                const bool ran = !shut && !cancel, done = !(shut && !cancel);
+                if (*(volatile uint64_t *)&words[0] != (done ? key : 0))
+                    FAILF("m=%lld grid %d case %d: done word %llx", (long long)p.s.m,
+                          grids[gi], c, (unsigned long long)*(volatile uint64_t *)&words[0]);
+                expect_same(&p, ran ? dx0 : px, ran ? dw0 : pw,
+                            ran ? "gate open: the usual bits" : "gated or cancelled: untouched");
+                free(px);
+                free(pw);
+                p.a.cancel = NULL;
+                p.a.gate = NULL;
+                p.a.done[0] = NULL;
+            }
+        }
+        rnk_cuda_force_grid(dev, 0);
+        run(&p);
+        expect_same(&p, dx0, dw0, "after gated launches");
+        free(dx0);
+        free(dw0);
+        gp_free(&p);
+    }
+    CU(cudaFreeHost(words));
+    CU(cudaFreeHost(cword));
+}
+
 static void test_grid_invariance(void **state)
 {
     (void)state;
@@ -1047,6 +1122,7 @@ int main(int argc, char **argv)
         T(test_back_to_back),
         T(test_cancel_word),
         T(test_done_words),
+        T(test_gate_word),
         T(test_grid),
         T(test_no_deadlock_stream),
         T(test_no_deadlock_process),
