@@ -109,6 +109,16 @@ typedef void (*rnd_job_event_fn)(rnd_job *job);
  *     (rnd_ring_answer); a cancelled job (its client died) writes nothing.
  * Then the job's done event runs as for any job.  The server keeps the
  * ring's memory mapped until every ring job's done event.
+ *
+ * An armed job (arm_key nonzero; --ring-ready=armed, ring_arm.c) was taken
+ * before its ready word came.  It waits until the ring's go word (arm[0])
+ * reaches arm_key instead of the ready word, and then runs as above only if
+ * the okay word (arm[1]) reached arm_key too; else the daemon took it back
+ * (revoked: it will take the slot again) and it does nothing at all: no
+ * input read, no status, no done word, no wake-up.  The daemon's doorbell
+ * thread writes okay then go once the client's ready word reached the job;
+ * a revocation writes go alone.  Abandon does not apply to an armed job
+ * (the daemon revokes it instead); a cancelled one writes nothing either way.
  */
 typedef struct rnd_ring_job {
     void *ring;                        /* the ring's header, in the daemon's mapping */
@@ -136,6 +146,10 @@ typedef struct rnd_ring_job {
     atomic_int abandon;                /* nonzero: the status to answer, without
                                         * waiting, if the input is not ready yet
                                         * (RN_DRAINING, RN_UNKNOWN_SESSION) */
+    uint64_t *arm;                     /* armed: the ring's words {go, okay} (arm_open) */
+    uint64_t arm_key;                  /* 0: not armed; else its key (the seq) */
+    atomic_bool revoked;               /* set by the loop once it took the armed job
+                                        * back: its done event answers nothing */
 } rnd_ring_job;
 
 /* One BWD request on its way through a backend.  The server owns the memory. */
@@ -229,6 +243,14 @@ typedef struct rnd_backend_ops {
      * where not.  NULL: always (the CPU backend runs replays from its
      * unordered queue). */
     bool (*graphs_ok)(rnd_backend *be, void *bsess);
+    /* The armed calls (--ring-ready=armed, rnd_ring_job.arm): a ring's two
+     * words {go, okay}, zeroed, in memory this backend's jobs wait on and
+     * read (the cuda backend: pinned host memory mapped for the device), or
+     * NULL where it has none left (the ring then runs in host mode);
+     * arm_close takes them back once no job of the ring is left.  NULL
+     * ops: the backend has none. */
+    uint64_t *(*arm_open)(rnd_backend *be);
+    void (*arm_close)(rnd_backend *be, uint64_t *words);
     /* Append reasons (at most max) and return an rnp_health_state. */
     int (*health)(rnd_backend *be, char (*reasons)[RNP_REASON_LEN], uint32_t max,
                   uint32_t *n);
@@ -249,6 +271,12 @@ static inline int rnd_status_of_rnk(int krc)
     }
     return RN_INTERNAL;
 }
+
+/* A backend's submit may refuse an armed ring job (rnd_ring_job.arm_key)
+ * with this code before it queued anything: the job cannot be gated (it
+ * runs no kernel that writes done).  The daemon then takes the slot again
+ * unarmed.  Never sent to a client. */
+#define RND_UNARMABLE 1000
 
 /* Each backend's state starts with this. */
 struct rnd_backend {

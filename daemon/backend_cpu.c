@@ -94,7 +94,8 @@ static rnd_job *pick_stream(cpu_backend *b, bool *gated)
             continue;
         rnd_job *job = RN_QUEUE_DATA(rn_queue_head(&cs->stream), rnd_job, link);
         if (job->ring->status || b->failed || atomic_load(&job->cancelled) ||
-            atomic_load(&job->ring->abandon) || rnd_ring_ready(job->ring)) {
+            (atomic_load(&job->ring->abandon) && !job->ring->arm_key) ||
+            rnd_ring_wait_met(job->ring)) {
             cs->busy = true;
             /* The others' turn first next time. */
             rn_queue_remove(&cs->link);
@@ -150,7 +151,7 @@ static int ring_preset(cpu_backend *b, rnd_job *job)
         return job->ring->status;
     if (b->failed)
         return RN_DEVICE_FAILING;
-    int ab = atomic_load(&job->ring->abandon);
+    int ab = job->ring->arm_key ? 0 : atomic_load(&job->ring->abandon);
     if (!atomic_load(&job->cancelled) && ab && !rnd_ring_ready(job->ring)) {
         snprintf(job->ring->msg, sizeof job->ring->msg, "bwd: %s before the slot's input was "
                  "ready; it was not run", ab == RN_DRAINING ? "the daemon shut down" :
@@ -160,13 +161,14 @@ static int ring_preset(cpu_backend *b, rnd_job *job)
     return 0;
 }
 
-/* Under mu: a ring job ended; answer it in the ring and let its stream's
- * next job go. */
-static void stream_pop(cpu_backend *b, rnd_job *job)
+/* Under mu: a ring job ended; answer it in the ring (unless it was
+ * revoked: backend.h) and let its stream's next job go. */
+static void stream_pop(cpu_backend *b, rnd_job *job, bool revoked)
 {
     cpu_sess *cs = job->bsess;
 
-    rnd_ring_answer(job);
+    if (!revoked)
+        rnd_ring_answer(job);
     rn_queue_remove(&job->link);
     cs->busy = false;
     if (rn_queue_empty(&cs->stream))
@@ -211,8 +213,12 @@ static void *worker(void *arg)
         pthread_mutex_unlock(&b->mu);
 
         char msg[RNP_MAX_ERRMSG] = "";
-        bool skip = atomic_load(&job->cancelled);
-        int preset = job->ring ? ring_preset(b, job) : 0;
+        /* An armed job past its wait whose okay word did not come: the
+         * daemon took it back (backend.h); nothing at all is done. */
+        bool revoked = job->ring && !job->ring->graph && rnd_ring_wait_met(job->ring) &&
+                       rnd_ring_gated_off(job->ring);
+        bool skip = revoked || atomic_load(&job->cancelled);
+        int preset = job->ring && !revoked ? ring_preset(b, job) : 0;
         uintptr_t fault;
         job->start_ns = rnd_now_ns();
         int rc = skip || preset ? RNK_OK : rnk_cpu_bwd(&job->args, nt, msg, sizeof msg);
@@ -223,6 +229,9 @@ static void *worker(void *arg)
             job->status = preset;
             snprintf(job->msg, sizeof job->msg, "%s", preset == RN_DEVICE_FAILING ?
                      "bwd: the backend failed" : job->ring->msg);
+        } else if (revoked) {
+            job->status = RN_RESTARTED;
+            snprintf(job->msg, sizeof job->msg, "bwd: revoked; the daemon runs it again");
         } else if (skip) {
             job->status = RN_PEER_DIED;
             snprintf(job->msg, sizeof job->msg,
@@ -246,7 +255,7 @@ static void *worker(void *arg)
         if (job->ring && job->ring->graph)
             rnd_ring_answer(job); /* (never on a stream: PROTOCOL.md 13.8) */
         else if (job->ring)
-            stream_pop(b, job);
+            stream_pop(b, job, revoked);
         rn_queue_push_back(&b->finished, &job->link);
         uv_async_send(&b->async);
     }
@@ -556,6 +565,20 @@ static int cpu_events(rnd_backend *be, void *bsess, const rnp_events_req *req,
                     "events: the cpu backend has no CUDA events (send BWD with ready_slot -1)");
 }
 
+/* The armed calls' words (backend.h): plain memory, which the workers
+ * read (pick_stream) as a GPU would read the cuda backend's. */
+static uint64_t *cpu_arm_open(rnd_backend *be)
+{
+    (void)be;
+    return calloc(2, sizeof(uint64_t));
+}
+
+static void cpu_arm_close(rnd_backend *be, uint64_t *words)
+{
+    (void)be;
+    free(words);
+}
+
 static int cpu_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
 {
     cpu_backend *b = (cpu_backend *)be;
@@ -624,5 +647,7 @@ const rnd_backend_ops rnd_backend_cpu_ops = {
     .device_word = cpu_device_word,
     .events = cpu_events,
     .submit = cpu_submit,
+    .arm_open = cpu_arm_open,
+    .arm_close = cpu_arm_close,
     .health = cpu_health,
 };

@@ -67,11 +67,15 @@ static const flag_def flags[] = {
     {"ring-spin-us", "US", "after a ring slot the loop polls the rings this long before it\n"
                            "                          sleeps (default 1000 on hosts with 4 or more\n"
                            "                          CPUs, else 0: never; a core while calls come)"},
-    {"ring-ready", "auto|gpu|host", "fast path: who waits for a slot's inputs (its ready\n"
-                                    "                          word): gpu (the daemon's stream waits on it),\n"
-                                    "                          host (the ring thread polls it and submits only\n"
-                                    "                          ready slots: no stream waits on a client), auto\n"
-                                    "                          (host on cuda, gpu on cpu) (default auto)"},
+    {"ring-ready", "auto|gpu|host|armed", "fast path: who waits for a slot's inputs (its\n"
+                                    "                          ready word): gpu (the daemon's stream waits on\n"
+                                    "                          it), host (the ring thread polls it and submits\n"
+                                    "                          only ready slots: no stream waits on a client),\n"
+                                    "                          armed (being measured: a slot is queued at once\n"
+                                    "                          behind a word of the daemon's, which the ring\n"
+                                    "                          thread sets once ready came, or which the daemon\n"
+                                    "                          sets itself to take the call back), auto (host\n"
+                                    "                          on cuda, gpu on cpu) (default auto)"},
     {"max-m", "N", "largest M (rows) of a request (default 16777216)"},
     {"max-n", "N", "largest N (columns) of a request (default 262144)"},
     {"idle-timeout", "SEC", "end a session idle this long (default 600; 0 = never)"},
@@ -159,14 +163,18 @@ static int parse_u64(const char *v, uint64_t lo, uint64_t hi, int base, uint64_t
 }
 
 /* One of three words (a, b or c, in their enum's order) into *out. */
-static int choice3(const char *key, const char *value, const char *const w[3], int *out,
-                   rnp_error *err)
+/* value as one of the n words of w (3 or 4). */
+static int choice(const char *key, const char *value, const char *const *w, int n, int *out,
+                  rnp_error *err)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < n; i++)
         if (strcmp(value, w[i]) == 0) {
             *out = i;
             return 0;
         }
+    if (n == 4)
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "%s: expected %s, %s, %s or %s, got '%s'", key,
+                        w[0], w[1], w[2], w[3], value);
     return rnp_fail(err, RN_INVALID_ARGUMENT, "%s: expected %s, %s or %s, got '%s'", key, w[0],
                     w[1], w[2], value);
 }
@@ -211,7 +219,7 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, rnp_erro
         return 0;
     }
     if (strcmp(f->name, "backend") == 0) /* (rnd_backend_choice's order) */
-        return choice3("backend", value, (const char *const[3]){"auto", "cuda", "cpu"},
+        return choice("backend", value, (const char *const[3]){"auto", "cuda", "cpu"}, 3,
                        &cfg->backend, err);
     if (strcmp(f->name, "device") == 0) {
         if (!*value || strlen(value) >= sizeof cfg->device)
@@ -259,7 +267,8 @@ int rnd_config_set(rnd_config *cfg, const char *key, const char *value, rnp_erro
     if (strcmp(f->name, "ring-spin-us") == 0)
         NUM(ring_spin_us, 0, 100000);
     if (strcmp(f->name, "ring-ready") == 0) /* (RND_RING_READY_*'s order) */
-        return choice3("ring-ready", value, (const char *const[3]){"auto", "gpu", "host"},
+        return choice("ring-ready", value,
+                      (const char *const[4]){"auto", "gpu", "host", "armed"}, 4,
                        &cfg->ring_ready, err);
     if (strcmp(f->name, "max-m") == 0)
         NUM(max_m, 1, (uint64_t)INT64_MAX);

@@ -22,7 +22,8 @@
 enum rnd_backend_choice { RND_BACKEND_AUTO = 0, RND_BACKEND_CUDA, RND_BACKEND_CPU };
 
 /* --ring-ready (rnd_config.ring_ready). */
-enum { RND_RING_READY_AUTO = 0, RND_RING_READY_GPU = 1, RND_RING_READY_HOST = 2 };
+enum { RND_RING_READY_AUTO = 0, RND_RING_READY_GPU = 1, RND_RING_READY_HOST = 2,
+       RND_RING_READY_ARMED = 3 };
 
 typedef struct rnd_config {
     char endpoint[RND_ENDPOINT_MAX];   /* "" until rnd_config_finish picks the default */
@@ -59,7 +60,8 @@ typedef struct rnd_config {
      * word reached their seq (ring.c's take), so that no stream of the
      * daemon waits on a client (host), or at once (gpu); auto, the default:
      * host on the cuda backend, gpu on the cpu backend (whose workers wait
-     * for ready on the host themselves). */
+     * for ready on the host themselves); armed: queued at once behind a word
+     * of the daemon's (ring_arm.c). */
     int ring_ready;
     uint64_t max_m;
     uint32_t max_n;

@@ -106,6 +106,8 @@ static void answer_ring(req *r)
     rnd_stats *st = &r->ctx->stats;
     const rnd_job *job = &r->job;
 
+    if (atomic_load(&r->rj.revoked))
+        return; /* (taken back: its slot's next request answers it; fast.revoked) */
     if (job->status != 0) {
         st->fast_errors++;
         if (job->status > 0 && job->status < RND_MAX_CODE)
@@ -190,7 +192,7 @@ void rnd_req_release(req *r)
                 rnd_region_unref(r->regs[t]);
     }
     if (r->state >= REQ_SUBMITTED) {
-        if (r->job.status == 0)
+        if (r->job.status == 0 && !atomic_load(&r->rj.revoked))
             ctx->stats.bytes_processed += r->bytes;
         rnd_req_uncount(r);
         rn_queue_remove(&r->run.link);
@@ -441,6 +443,7 @@ static void bwd(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_request
         return;
     }
     rnd_req_translate(r, b);
+    rnd_rings_revoke_others(&ctx->rings, NULL); /* (--ring-ready=armed: ring_arm.c) */
     if (rnd_req_submit(r, &err) != 0) {
         if (err.code == RN_BUSY)   /* the backend's queue: daemon-wide */
             ctx->last_busy_ns = rnd_now_ns();

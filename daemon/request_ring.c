@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rn_ring.h"
+
 void rnd_request_abandon_ring(rnd_session *s, int status)
 {
     rn_queue *j;
@@ -22,14 +24,40 @@ void rnd_request_abandon_ring(rnd_session *s, int status)
     }
 }
 
+unsigned rnd_request_revoke_ring(rnd_session *s, uint64_t upto, void (*released)(void *owner))
+{
+    unsigned n = 0;
+    rn_queue *j;
+
+    RN_QUEUE_FOREACH(j, &s->running) {
+        req *r = REQ_OF_RUN(j);
+        if (r->at.owner && !r->at.graph && r->at.arm_key && rnp_seq_reached(r->at.seq, upto + 1) &&
+            !atomic_load(&r->rj.revoked)) {
+            atomic_store(&r->rj.revoked, true);
+            r->at.released = released;
+            n++;
+        }
+    }
+    return n;
+}
+
 void rnd_request_drain_rings(rnd_ctx *ctx)
 {
     rn_queue *q;
     RN_QUEUE_FOREACH(q, &ctx->sessions.list)
         rnd_request_abandon_ring(RN_QUEUE_DATA(q, rnd_session, link), RN_DRAINING);
+    /* Armed calls are taken back instead (abandon does not reach them). */
+    rnd_rings_revoke_others(&ctx->rings, NULL);
 }
 
 /* ---- a ring slot's way in (ring.h's rnd_ring_submit_fn) ------------------------------ */
+
+/* An armed slot must run a kernel, which its gate can skip (backend.h): not
+ * one answered with an error, nor m = 0. */
+static bool armable(const req *r)
+{
+    return r->rj.status == 0 && r->job.args.m > 0;
+}
 
 int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const rnp_error *bad,
                      const rnd_ring_slot *at, uint64_t recv_ns)
@@ -51,7 +79,14 @@ int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const r
     if (r) {
         r->at.force = r->rj.force = at->force;
         r->at.ready = r->rj.ready_seen = at->ready;
+        r->at.arm = r->rj.arm = at->arm;
+        r->at.arm_key = r->rj.arm_key = at->arm_key;
         r->run.recv_ns = recv_ns;
+        if (at->arm_key && !armable(r)) { /* (kept prepared, for host mode) */
+            r->at.arm = r->rj.arm = NULL;
+            r->at.arm_key = r->rj.arm_key = 0;
+            return RND_UNARMABLE;
+        }
         goto submit;
     }
     if (!(r = calloc(1, sizeof *r)))
@@ -65,7 +100,7 @@ int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const r
     r->at = *at;
     r->rj = (rnd_ring_job){.ring = at->ring, .slot = at->slot, .seq = at->seq, .graph = at->graph,
                            .ready_seen = at->ready, .done_dev = at->done_dev,
-                           .force = at->force};
+                           .force = at->force, .arm = at->arm, .arm_key = at->arm_key};
     rn_queue_init(&r->dups);
     rn_queue_init(&r->run.link);
 
@@ -97,6 +132,11 @@ int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const r
         *at->prep = r;
         ctx->stats.fast_prepared++;
         return 0;
+    }
+    if (at->arm_key && !armable(r)) {
+        r->answered = true;
+        rnd_req_release(r);
+        return RND_UNARMABLE;
     }
 submit:
     if (rnd_req_submit(r, &err) != 0) {

@@ -64,14 +64,18 @@ static uint64_t now_ns(void)
 
 /* Under mu: whether a ring has slots the loop has not been told of, or
  * (--ring-ready=host) a slot the loop left became ready; *waiting says
- * whether a ring still has one left for its ready word. */
-static bool scan(rnd_rings *tab, bool *waiting)
+ * whether a ring still has one left for its ready word, or an armed slot
+ * waits for its okay (--ring-ready=armed: the mirror, ring_arm.c, is this
+ * thread's; *armed then too). */
+static bool scan(rnd_rings *tab, bool *waiting, bool *armed)
 {
     bool any = false;
     rn_queue *q;
-    *waiting = false;
+    *waiting = *armed = false;
     RN_QUEUE_FOREACH(q, &tab->list) {
         rnd_ring *g = RN_QUEUE_DATA(q, rnd_ring, link);
+        if (g->arm && rnd_ring_arm_mirror(g))
+            *waiting = *armed = true;
         uint64_t prod = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE);
         if (prod != g->seen) {
             g->seen = prod;
@@ -141,7 +145,7 @@ static void *doorbell_thread(void *arg)
     rnd_rings *tab = arg;
     static struct waitv w[WAITV_MAX];
     uint64_t active = now_ns();
-    bool have_waitv = true, waiting;
+    bool have_waitv = true, waiting, armed;
 
     /* Short sleeps (GRAPH_POLL_NS) should be short: the default slack of
      * 50 us would more than triple them. */
@@ -149,8 +153,16 @@ static void *doorbell_thread(void *arg)
 
     pthread_mutex_lock(&tab->mu);
     while (!tab->stop) {
-        bool found = scan(tab, &waiting);
+        bool found = scan(tab, &waiting, &armed);
         uint64_t now = now_ns(), short_ns = short_sleep_ns(tab, waiting, now - active);
+        if (!found && armed && now - active < tab->ready_spin_ns) {
+            /* An armed slot's hop is this thread's look at ready: it spins
+             * whether or not the loop polls. */
+            pthread_mutex_unlock(&tab->mu);
+            sched_yield();
+            pthread_mutex_lock(&tab->mu);
+            continue;
+        }
         if (!found && __atomic_load_n(&tab->loop_polls, __ATOMIC_SEQ_CST)) {
             /* The loop polls the rings itself (ring.c's on_poll): no spin
              * here, and the sleeping flags stay 0, so clients ring no
@@ -190,7 +202,7 @@ static void *doorbell_thread(void *arg)
             atomic_thread_fence(memory_order_seq_cst);
             /* A slot published before the flag was visible: its client
              * did not ring. */
-            found = scan(tab, &waiting);
+            found = scan(tab, &waiting, &armed);
             if (!found && !tab->stop) {
                 /* From this scan: a slot the loop left since the first one
                  * came with a kick that w[0] may have counted already, so
@@ -201,7 +213,7 @@ static void *doorbell_thread(void *arg)
                 if (!doze(w, n, poll_only, short_ns))
                     have_waitv = false;
                 pthread_mutex_lock(&tab->mu);
-                found = scan(tab, &waiting);
+                found = scan(tab, &waiting, &armed);
                 if (found && !short_ns && !poll_only && now_ns() - t_doze >= SLEEP_NS - 1000000)
                     /* Nothing woke it: a client that published without
                      * ringing (a GPU's write, or a lost wake-up). */
@@ -226,6 +238,7 @@ static void *doorbell_thread(void *arg)
 static void ring_free(rnd_ring *g)
 {
     rnd_graphs_free(g);
+    rnd_ring_arm_free(g); /* (every job of it ended: nothing reads the words) */
     g->region->rings--; /* (before state: a client that sees it may open a ring there) */
     /* Every slot taken was answered (a live client's) or let go (a dead
      * one's, cancelled): nothing of the ring runs any more, and the client
@@ -401,6 +414,10 @@ void rnd_ring_session_end(rnd_session *s)
     if (!g)
         return;
     g->gone = s->gone;
+    /* Armed slots whose inputs did not come go back first: a live
+     * client's are taken again below (past the limits, as the rest), a
+     * dead one's skip. */
+    rnd_ring_revoke(g, "its session ends");
     /* A client that lives on gets an answer for every slot it published
      * before its session ended (a ring's worth at most: the producer word
      * as it is now; before, it was read again after each take, and a
@@ -525,6 +542,10 @@ int rnd_op_ring_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_r
     g->released = on_released;
     g->done_region = dr;
     g->done_dev = done_dev;
+    /* A new ring's streams may be made (CUDA calls that can wait for the
+     * device): no armed wait of another ring's may hold them up. */
+    rnd_rings_revoke_others(tab, s);
+    rnd_ring_arm_open(g);
     if (dr)
         dr->refs++;
     rn_queue_init(&g->graphs);
@@ -571,6 +592,9 @@ int rnd_op_ring_close(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_
     g->region->ring = false;
     rnd_graphs_end(g, RN_UNKNOWN_SESSION);
     rnd_graphs_drop(g);
+    /* Armed slots whose inputs did not come go back into the ring, as in
+     * host mode: a ring off the doorbell thread's list has no mirror. */
+    rnd_ring_revoke(g, "RING_CLOSE");
     rnd_ring_take(g, false);
     if (close_due(g))
         ring_close(g);
@@ -597,6 +621,8 @@ int rnd_rings_init(rnd_ctx *ctx, rnd_rings *tab, rnd_ring_submit_fn *submit, rnp
     /* auto: host on the cuda backend; the cpu backend's workers wait for
      * ready on the host themselves, so its slots are taken at once. */
     tab->ready_mode = ctx->cfg.ring_ready;
+    if (tab->ready_mode == RND_RING_READY_ARMED && !ctx->be->ops->arm_open)
+        tab->ready_mode = RND_RING_READY_HOST;
     if (tab->ready_mode == RND_RING_READY_AUTO)
         tab->ready_mode = strcmp(ctx->dev.backend, "cuda") == 0 ? RND_RING_READY_HOST
                                                                  : RND_RING_READY_GPU;
@@ -637,6 +663,9 @@ int rnd_rings_init(rnd_ctx *ctx, rnd_rings *tab, rnd_ring_submit_fn *submit, rnp
     rnd_info("Fast path: %s (--ring-ready)",
              tab->ready_mode == RND_RING_READY_HOST
                  ? "a slot is taken once its inputs are ready; no stream waits on a client"
+             : tab->ready_mode == RND_RING_READY_ARMED
+                 ? "armed: a slot is queued at once behind the daemon's word, set once its "
+                   "inputs are ready, or to take it back"
                  : "a slot is taken at once; its stream waits for its inputs on the GPU");
     return 0;
 }

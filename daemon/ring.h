@@ -52,6 +52,9 @@ typedef struct rnd_ring_slot {
     bool ready;                    /* its ready word had reached seq when it was taken
                                     * (--ring-ready=host): nothing waits for it */
     void *done_dev;                /* the ring's done word in device memory, or NULL */
+    uint64_t *arm;                 /* armed (--ring-ready=armed, ring_arm.c): the ring's
+                                    * words {go, okay}; else NULL */
+    uint64_t arm_key;              /* armed: the key its gate waits for (the seq); else 0 */
     void **prep;                   /* NULL, or the ring's slot prepared ahead: *prep NULL:
                                     * prepare this slot (decode, validate, pin) and keep
                                     * it there, taking nothing; else submit *prep (b and
@@ -101,6 +104,11 @@ typedef struct rnd_rings {
                                     * RMSNORMD_DEBUG_READY_SPIN_US, being measured) */
     void (*discard)(void *prep);   /* frees a prepared slot (rnd_ring_slot.prep); NULL:
                                     * slots are not prepared ahead */
+    /* The request path's side of a revocation (--ring-ready=armed,
+     * ring_arm.c): marks the requests of s's ring slots after seq `upto`
+     * revoked (rnd_ring_job.revoked) and sets their release to `released`;
+     * returns how many. */
+    unsigned (*revoke)(rnd_session *s, uint64_t upto, void (*released)(void *owner));
     bool deferred;                 /* a slot or replay was left at a limit (RN_BUSY):
                                     * the next request that frees one wakes the rings
                                     * (rnd_rings_limit_freed; loop thread) */
@@ -135,6 +143,12 @@ bool rnd_ring_pending(const rnd_session *s);
  * classic requests that fill a limit must not keep a replay waiting until
  * some ring's next release. */
 void rnd_rings_limit_freed(rnd_rings *tab);
+
+/* --ring-ready=armed (ring_arm.c): take back the armed calls whose inputs
+ * have not come, of every ring but except's (NULL: of all): another
+ * client's work is about to be queued, or a CUDA call that may wait for the
+ * device.  Nothing to do in the other modes. */
+void rnd_rings_revoke_others(rnd_rings *tab, const rnd_session *except);
 
 /* s's bell rang (chan.c): its client published while the daemon slept;
  * if s's ring has a slot not yet taken, the loop takes the rings' new

@@ -112,7 +112,7 @@ static void take_graph(rnd_ring *g, rnd_graph *gr)
         return;
     }
     rnd_ring_slot at = { g->base, gr->base, gen, false, on_graph_released, gr, true, true, NULL,
-                         NULL };
+                         NULL, 0, NULL };
     bool ok = rnp_ring_decode(gr->desc, 0, &b, &err) == 0;
     if (ok && gen - gr->taken != 1) {
         rnp_fail(&err, RN_INVALID_ARGUMENT,
@@ -121,6 +121,9 @@ static void take_graph(rnd_ring *g, rnd_graph *gr)
                  gr->id, (unsigned long long)gr->taken, (unsigned long long)gen);
         ok = false;
     }
+    /* (--ring-ready=armed: no armed wait, its own ring's included, may hold
+     * a replay up) */
+    rnd_rings_revoke_others(tab, NULL);
     rc = tab->submit(tab->ctx, g->sess, ok ? &b : NULL, ok ? NULL : &err, &at, rnd_now_ns());
     if (rc == RN_BUSY) {
         tab->deferred = true; /* taken again once a request frees a limit */

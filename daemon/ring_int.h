@@ -77,6 +77,18 @@ typedef struct rnd_ring {
     rn_queue graphs;               /* its open graph slots (under mu) */
     uint32_t ngraphs, next_graph;
     uint64_t region_off;           /* the ring's offset in its region */
+    /* --ring-ready=armed (ring_arm.c). */
+    uint64_t *arm;                 /* the words {go, okay} (the backend's arm_open), or
+                                    * NULL: the ring runs in host mode */
+    uint64_t armed_upto;           /* the last seq taken armed, 0 if none (under mu) */
+    bool frozen;                   /* revoked: nothing is armed, and the doorbell thread
+                                    * writes no okay, until the revoked jobs are released
+                                    * (under mu) */
+    uint64_t ungated;              /* the last seq taken unarmed while armed mode is on:
+                                    * a revocation goes back no further (under mu) */
+    uint32_t revoked;              /* jobs revoked, not yet released */
+    uint64_t unarmable;            /* a slot the backend refused armed (RND_UNARMABLE):
+                                    * taken unarmed once its ready word came */
     /* ring.c's release of one of the ring's jobs (a slot's or a replay's):
      * a graph replay's release ends with it. */
     void (*released)(void *ring);
@@ -94,7 +106,31 @@ unsigned rnd_rings_take_all(rnd_rings *tab);
  * at close_prod. */
 uint64_t rnd_ring_prod(const rnd_ring *g);
 /* Free g's prepared slot, if any, unsubmitted. */
-void rnd_ring_drop_prep(rnd_ring *g);
+static inline void rnd_ring_drop_prep(rnd_ring *g)
+{
+    if (g->prep)
+        g->tab->discard(g->prep);
+    g->prep = NULL;
+}
+
+/* ring_arm.c, for ring.c and ring_take.c (--ring-ready=armed). */
+enum { RND_ARM_NO = 0, RND_ARM_READY = 1, RND_ARM_ARMED = 2 };
+/* The ring's words from the backend (g->arm, or NULL: host mode); and back. */
+void rnd_ring_arm_open(rnd_ring *g);
+void rnd_ring_arm_free(rnd_ring *g);
+/* Under mu (the doorbell thread): okay and go follow the ready word up to
+ * the last armed slot.  Returns whether an armed slot still waits. */
+bool rnd_ring_arm_mirror(rnd_ring *g);
+/* The loop, about to take slot seq (rd: the ready word as it read it):
+ * RND_ARM_READY (its input is ready: taken as in host mode, the armed
+ * slots before it now okay), RND_ARM_ARMED (taken armed: g->armed_upto is
+ * seq) or RND_ARM_NO (left for its ready word, as in host mode). */
+int rnd_ring_arm_take(rnd_ring *g, uint64_t seq, uint64_t rd);
+/* The backend refused slot seq armed (RND_UNARMABLE): it is taken again
+ * unarmed, once its ready word came. */
+void rnd_ring_arm_refused(rnd_ring *g, uint64_t seq);
+/* Take back g's armed slots whose input has not come: how many. */
+unsigned rnd_ring_revoke(rnd_ring *g, const char *why);
 
 /* Wake the doorbell thread (from a long sleep: a ring or graph slot came). */
 static inline void rnd_rings_kick(rnd_rings *tab)

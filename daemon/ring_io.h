@@ -29,6 +29,23 @@ static inline bool rnd_ring_ready(const rnd_ring_job *rj)
     return rnp_seq_reached(ready, rj->seq);
 }
 
+/* Whether the job's wait is over: an armed job's once the go word reached
+ * its key (the daemon's own word: revoked or okay), another's once the
+ * ready word reached it. */
+static inline bool rnd_ring_wait_met(const rnd_ring_job *rj)
+{
+    if (rj->arm_key)
+        return __atomic_load_n(&rj->arm[0], __ATOMIC_ACQUIRE) >= rj->arm_key;
+    return rnd_ring_ready(rj);
+}
+
+/* An armed job whose wait is over runs only if okay reached its key; else
+ * it was revoked and does nothing at all (backend.h). */
+static inline bool rnd_ring_gated_off(const rnd_ring_job *rj)
+{
+    return rj->arm_key && __atomic_load_n(&rj->arm[1], __ATOMIC_ACQUIRE) < rj->arm_key;
+}
+
 /* Wake every thread sleeping on the low half of a ring word. */
 static inline void rnd_ring_wake(void *ring, unsigned off)
 {

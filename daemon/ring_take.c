@@ -68,15 +68,8 @@ static void prepare(rnd_ring *g, uint64_t seq)
         return;
     bool ok = copy_slot(g, seq, &b, &err) == 0;
     rnd_ring_slot at = { g->base, g->base + rnp_ring_slot_off(seq, g->slots), seq, false,
-                         g->released, g, false, false, g->done_dev, &g->prep };
+                         g->released, g, false, false, g->done_dev, NULL, 0, &g->prep };
     (void)tab->submit(ctx, g->sess, ok ? &b : NULL, ok ? NULL : &err, &at, rnd_now_ns());
-}
-
-void rnd_ring_drop_prep(rnd_ring *g)
-{
-    if (g->prep)
-        g->tab->discard(g->prep);
-    g->prep = NULL;
 }
 
 /* Take g's published slots, oldest first, until one cannot be taken now
@@ -107,11 +100,15 @@ static unsigned take_max(rnd_ring *g, bool force, unsigned max)
          * clients, 8 000-17 000 calls a second against 33 000) and the
          * CUDA calls that wait for the device (a new ring's streams: 12
          * clients arriving during one client's 5 s stall waited it out). */
-        bool ready = false;
-        if (!force && tab->ready_mode == RND_RING_READY_HOST) {
+        /* --ring-ready=armed (ring_arm.c): such a slot is taken at once,
+         * armed, while the policy lets it; else as in host mode. */
+        bool ready = false, armed = false;
+        if (!force && tab->ready_mode != RND_RING_READY_GPU) {
             uint64_t rd = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_READY),
                                           __ATOMIC_ACQUIRE);
-            if (!rnp_seq_reached(rd, seq)) {
+            if (g->arm && seq != g->unarmable)
+                armed = rnd_ring_arm_take(g, seq, rd) == RND_ARM_ARMED;
+            if (!armed && !rnp_seq_reached(rd, seq)) {
                 prepare(g, seq);
                 left(g, "its ready word");
                 if (__atomic_exchange_n(&g->wait_seq, seq, __ATOMIC_SEQ_CST) != seq) {
@@ -121,13 +118,16 @@ static unsigned take_max(rnd_ring *g, bool force, unsigned max)
                 }
                 return n;
             }
-            ready = true;
+            ready = !armed;
             __atomic_store_n(&g->wait_seq, 0, __ATOMIC_SEQ_CST);
         }
+        /* No other ring's armed wait may hold this call up. */
+        if (tab->ready_mode == RND_RING_READY_ARMED)
+            rnd_rings_revoke_others(tab, s);
         uint8_t *slot = g->base + rnp_ring_slot_off(seq, g->slots);
         uint64_t t0 = rnd_now_ns(); /* (fast.take: the copy, checks, pins, submission) */
         rnd_ring_slot at = { g->base, slot, seq, force, g->released, g, false, ready,
-                             g->done_dev, NULL };
+                             g->done_dev, armed ? g->arm : NULL, armed ? seq : 0, NULL };
         rnd_ctx *ctx = tab->ctx;
         if (g->prep && (ctx->draining || ctx->failing || s->ending))
             rnd_ring_drop_prep(g); /* (taken afresh below: answered with the error) */
@@ -137,6 +137,11 @@ static unsigned take_max(rnd_ring *g, bool force, unsigned max)
         } else {
             bool ok = copy_slot(g, seq, &b, &err) == 0;
             rc = tab->submit(ctx, s, ok ? &b : NULL, ok ? NULL : &err, &at, t0);
+        }
+        if (rc == RND_UNARMABLE) { /* (ring_arm.c) taken again unarmed: left for ready */
+            rnd_ring_arm_refused(g, seq);
+            g->unarmable = seq;
+            continue;
         }
         if (rc == RN_BUSY) { /* taken again once a request frees a limit */
             left(g, "a limit");
@@ -153,6 +158,8 @@ static unsigned take_max(rnd_ring *g, bool force, unsigned max)
         g->cons = seq;
         g->jobs++;
         n++;
+        if (armed)
+            tab->ctx->stats.fast_armed++;
         s->last_active_ns = rnd_now_ns();
         rnd_hist_add(&tab->ctx->stats.fast_take, s->last_active_ns - t0);
         if (g->left_ns && s->last_active_ns - g->left_ns > SLOW_TAKE_NS)

@@ -261,6 +261,7 @@ int rnd_server_start(rnd_server *srv, uv_loop_t *loop, const rnd_config *cfg, rn
     if ((rc = rnd_rings_init(ctx, &ctx->rings, rnd_request_ring, err)) != 0)
         return rc;
     ctx->rings.discard = rnd_request_ring_discard; /* (slots prepared ahead: ring.c) */
+    ctx->rings.revoke = rnd_request_revoke_ring;   /* (armed slots: ring_arm.c) */
 
     /* The channel first: its bind finds another daemon on the endpoint
      * without starting a front, and a failure leaves nothing to stop. */

@@ -203,6 +203,9 @@ void rnd_stats_fill(const rnd_stats *s, const rnd_gauges *g, rnp_stats_rep *out)
     rnd_stats_put(out, "fast.polled", s->fast_polled);
     rnd_stats_put(out, "fast.bells", s->fast_bells);
     rnd_stats_put(out, "fast.prepared", s->fast_prepared);
+    rnd_stats_put(out, "fast.armed", s->fast_armed);
+    rnd_stats_put(out, "fast.revoked", s->fast_revoked);
+    rnd_stats_put(out, "fast.revokes", s->fast_revokes);
     rnd_stats_put(out, "fast.ready_waits", s->fast_ready_waits);
     /* Only the codes seen, so the table stays short; a code appears once
      * its first error was answered and stays from then on. */

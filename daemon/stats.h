@@ -95,6 +95,9 @@ typedef struct rnd_stats {
     uint64_t fast_polled;                /* slots the loop's own poll took (--ring-spin-us) */
     uint64_t fast_bells;                 /* wake-ups of the loop by a session's bell */
     uint64_t fast_prepared;              /* slots prepared while their ready word had not come */
+    uint64_t fast_armed;                 /* slots taken armed (--ring-ready=armed) */
+    uint64_t fast_revoked;               /* of them taken back (revoked) and taken again */
+    uint64_t fast_revokes;               /* revocations (each of one ring's armed slots) */
     uint64_t fast_ready_waits;           /* slots left in the ring until their ready word
                                           * came (--ring-ready=host) */
     rnd_hist fast_queue, fast_compute, fast_total;

@@ -54,7 +54,18 @@ run_bins() {  # run_bins SUITE: every build/tests/SUITE/test_* binary
 
 for suite in $suites; do
     case $suite in
-    unit|integration) echo "suite $suite"; run_bins "$suite" ;;
+    unit) echo "suite $suite"; run_bins "$suite" ;;
+    integration)
+        echo "suite $suite"; run_bins "$suite"
+        # The fast-path suite again with the daemon's armed mode
+        # (--ring-ready=armed, daemon/ring_arm.c) under every daemon: its
+        # tests of one mode's own behaviour skip.
+        b="$build/tests/integration/test_fastpath"
+        if [ -x "$b" ]; then
+            name="integration/test_fastpath (--ring-ready=armed)"; log="$logs/integration-test_fastpath-armed.log"
+            RN_DAEMON_ARGS=--ring-ready=armed timeout -k 10 "$per_test_timeout" "$b" >"$log" 2>&1; rc=$?
+            count "$log" "$name" "$rc"
+        fi ;;
     layers)
         # The structure rules (tests/check_layers.py): no call or include
         # circle between files, no source over 700 lines, folders used as

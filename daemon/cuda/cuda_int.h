@@ -297,6 +297,10 @@ struct rnd_cuda {
     CUdeviceptr cancel_dev;        /* ... their device address */
     uint8_t *cancel_used;          /* which words a session holds */
     bool cancel_words;             /* kernels get theirs (off: RMSNORMD_DEBUG_CANCEL_WORD=0) */
+    uint64_t *arm_host;            /* armed calls' words {go, okay} (pinned, mapped; made at
+                                    * the first arm_open): RND_CUDA_CANCEL_WORDS pairs */
+    CUdeviceptr arm_dev;           /* ... their device address */
+    uint8_t *arm_used;             /* which pairs a ring holds */
     bool kernel_done;              /* kernels write the done words (RMSNORMD_DEBUG_KERNEL_DONE=0: no) */
     bool lean_start;               /* no start event for ring jobs that wait for nothing
                                     * and are not timed (RMSNORMD_DEBUG_LEAN_START=1) */
@@ -476,6 +480,12 @@ void rnd_cuda_ring_flush_released(rnd_cuda *b);
  * then runs without one).  Released with the session. */
 const unsigned *rnd_cuda_cancel_word(rnd_cuda *b, rnd_cuda_sess *cs);
 void rnd_cuda_cancel_release(rnd_cuda *b, rnd_cuda_sess *cs);
+/* backend.h's arm_open and arm_close: a pair of the pool, NULL when none is
+ * left or the kernels do not write the done words (a shut gate skips them). */
+uint64_t *rnd_cuda_arm_open(rnd_backend *be);
+void rnd_cuda_arm_close(rnd_backend *be, uint64_t *words);
+/* The device address of an armed job's word (0: go, 1: okay). */
+CUdeviceptr rnd_cuda_arm_dev(const rnd_cuda *b, const uint64_t *words, int which);
 /* A tensor of job in a ring's host memory: RN_INVALID_ARGUMENT. */
 int rnd_cuda_host_tensors(rnd_cuda *b, const rnd_job *job, rnp_error *err);
 /* The device address of host pointer p in a ring's memory; 0 if none. */

@@ -140,7 +140,7 @@ static int query_error(cudaError_t e, cudaError_t *err)
 static bool wait_seen(const rnd_cuda_gjob *g)
 {
     if (g->wait_rj)
-        return rnd_ring_ready(g->wait_rj);
+        return rnd_ring_wait_met(g->wait_rj);
     cudaError_t e = cudaEventQuery(g->wait_ev);
     if (e == cudaSuccess)
         return true;

@@ -327,6 +327,11 @@ void rnd_cuda_ring_fini(rnd_cuda *b)
     b->cancel_host = NULL;
     free(b->cancel_used);
     b->cancel_used = NULL;
+    if (b->arm_host && !b->failed)
+        cudaFreeHost(b->arm_host);
+    b->arm_host = NULL;
+    free(b->arm_used);
+    b->arm_used = NULL;
 }
 
 const unsigned *rnd_cuda_cancel_word(rnd_cuda *b, rnd_cuda_sess *cs)
@@ -351,6 +356,53 @@ const unsigned *rnd_cuda_cancel_word(rnd_cuda *b, rnd_cuda_sess *cs)
         }
     }
     return (const unsigned *)(uintptr_t)(b->cancel_dev + (CUdeviceptr)cs->cancel * sizeof(unsigned));
+}
+
+uint64_t *rnd_cuda_arm_open(rnd_backend *be)
+{
+    rnd_cuda *b = (rnd_cuda *)be;
+    void *words = NULL, *dev = NULL;
+
+    if (!b->rings || !b->kernel_done || b->failed)
+        return NULL;
+    if (!b->arm_host) {
+        size_t bytes = RND_CUDA_CANCEL_WORDS * 2 * sizeof(uint64_t);
+        if (cudaHostAlloc(&words, bytes, cudaHostAllocMapped | cudaHostAllocPortable) !=
+                cudaSuccess ||
+            cudaHostGetDevicePointer(&dev, words, 0) != cudaSuccess ||
+            !(b->arm_used = calloc(RND_CUDA_CANCEL_WORDS, 1))) {
+            (void)cudaGetLastError();
+            if (words)
+                cudaFreeHost(words);
+            rnd_warn("No pinned memory for the armed calls' words: rings run in host mode");
+            return NULL;
+        }
+        memset(words, 0, bytes);
+        b->arm_host = words;
+        b->arm_dev = (CUdeviceptr)(uintptr_t)dev;
+    }
+    for (int i = 0; i < RND_CUDA_CANCEL_WORDS; i++)
+        if (!b->arm_used[i]) {
+            b->arm_used[i] = 1;
+            uint64_t *w = b->arm_host + 2 * i;
+            __atomic_store_n(&w[0], 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&w[1], 0, __ATOMIC_RELEASE);
+            return w;
+        }
+    return NULL;
+}
+
+void rnd_cuda_arm_close(rnd_backend *be, uint64_t *words)
+{
+    rnd_cuda *b = (rnd_cuda *)be;
+
+    if (words && b->arm_used)
+        b->arm_used[(words - b->arm_host) / 2] = 0;
+}
+
+CUdeviceptr rnd_cuda_arm_dev(const rnd_cuda *b, const uint64_t *words, int which)
+{
+    return b->arm_dev + (CUdeviceptr)((words - b->arm_host) + which) * sizeof(uint64_t);
 }
 
 void rnd_cuda_cancel_release(rnd_cuda *b, rnd_cuda_sess *cs)
@@ -380,8 +432,8 @@ void rnd_cuda_ring_answer_host(rnd_job *job)
     rnd_ring_job *rj = job->ring;
     uint64_t *done = rnd_ring_done_word(rj);
 
-    if (atomic_load(&job->cancelled))
-        return;
+    if (atomic_load(&job->cancelled) || atomic_load(&rj->revoked))
+        return; /* (a revoked job answers nothing: its slot is taken again) */
     if (!rj->graph && rnp_seq_reached(__atomic_load_n(done, __ATOMIC_ACQUIRE), rj->seq)) {
         rnd_cuda_ring_wake(job);
         return;
@@ -423,7 +475,9 @@ void rnd_cuda_ring_release_cancelled(rnd_cuda *b)
             __atomic_store_n(&b->cancel_host[g->cs->cancel], 1u, __ATOMIC_SEQ_CST);
         uint64_t *ready = rnp_ring_u64(job->ring->ring, RNP_RING_O_READY);
         uint64_t seen = __atomic_load_n(ready, __ATOMIC_ACQUIRE);
-        if (!rnp_seq_reached(seen, job->ring->seq)) {
+        /* (An armed job waits on the daemon's go word, which the end of
+         * its session writes: ring_arm.c's revocation.) */
+        if (!job->ring->arm_key && !rnp_seq_reached(seen, job->ring->seq)) {
             /* Its status says it did not run as asked (a session can end
              * with its client alive: a channel that stopped reading), then
              * ready, so that the stream moves on. */

@@ -222,6 +222,12 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     }
     if (!run && !put && rj->status && !atomic_load(&job->cancelled))
         rnd_ring_put(rj, rj->status, rj->msg);
+    /* An armed job (backend.h) is one whose kernel writes done, so that a
+     * shut gate can skip both; another is taken back before anything is
+     * queued (RND_UNARMABLE: the daemon takes the slot again unarmed). */
+    bool armed = rj->arm_key != 0;
+    if (armed && !(run && b->kernel_done && job->args.m > 0))
+        return rnp_fail(err, RND_UNARMABLE, "bwd: this call cannot be armed");
     if (!(g = gjob_new(cs, si)))
         return rnp_fail(err, RN_NOMEM, "bwd: out of memory");
     if ((rc = rnd_cuda_gjob_events_ring(b, g, run, err)) != 0) {
@@ -237,9 +243,12 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
      * producer's work, with the write's memory barrier, so the inputs are
      * visible to whatever the daemon launches after it saw the word. */
     if (run && !graph && !rj->ready_seen) {
-        /* The gate sees the wait before the stream has it (gate.c). */
+        /* The gate sees the wait before the stream has it (gate.c).  An
+         * armed job waits on the ring's go word, the daemon's own. */
         rnd_cuda_gate_add(b, g, rj, NULL);
-        if ((r = b->wait64(s->st, ready, rj->seq, CU_STREAM_WAIT_VALUE_GEQ)) != CUDA_SUCCESS) {
+        CUdeviceptr wa = armed ? rnd_cuda_arm_dev(b, rj->arm, 0) : ready;
+        uint64_t wv = armed ? rj->arm_key : rj->seq;
+        if ((r = b->wait64(s->st, wa, wv, CU_STREAM_WAIT_VALUE_GEQ)) != CUDA_SUCCESS) {
             rc = drv_fail(b, s, "cuStreamWaitValue64 (ready)", r, err);
             rnd_cuda_gjob_free(b, g);
             return rc;
@@ -268,6 +277,9 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
         job->args.done[0] = kdone ? (uint64_t *)(uintptr_t)done : NULL;
         job->args.done[1] = kdone ? (uint64_t *)rj->done_dev : NULL;
         job->args.done_value = rnd_ring_done_value(rj);
+        job->args.gate = armed ? (const uint64_t *)(uintptr_t)rnd_cuda_arm_dev(b, rj->arm, 1)
+                               : NULL;
+        job->args.gate_key = rj->arm_key;
         (void)rnd_cuda_stamp(b, job, false, s->st); /* (RMSNORMD_DEBUG_STAMPS) */
         krc = rnk_cuda_bwd(b->kdev, &job->args, s->ws, s->ws_bytes, s->st, kmsg, sizeof kmsg);
         (void)rnd_cuda_stamp(b, job, true, s->st);
@@ -275,6 +287,13 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
             launch_err(b, s, krc, kmsg, &kerr);
             put_error(job, kerr.code, kerr.msg);
             run = kdone = false;
+            if (armed) {
+                /* The stream's done write that answers a failed launch
+                 * would not be gated: a revocation would let it through.
+                 * The failure path answers it from the host instead. */
+                rnd_cuda_mark_failed(b, "an armed launch failed: %.150s", kerr.msg);
+                return 0;
+            }
         } else {
             b->nsubmitted++;
         }

@@ -97,6 +97,18 @@ int rnh_teardown(void **state);
         rnh_arg((d), "--ring-ready=gpu");                                                     \
     } while (0)
 
+/* For the tests of one ready mode's own behaviour (host: a slot left in the
+ * ring; armed): sets --ring-ready=MODE, or skips when RN_DAEMON_ARGS sets
+ * another one for the whole suite. */
+#define RNH_NEED_READY_MODE(d, mode)                                                          \
+    do {                                                                                      \
+        const char *more_ = getenv("RN_DAEMON_ARGS");                                         \
+        if (more_ && strstr(more_, "--ring-ready") &&                                         \
+            !strstr(more_, "--ring-ready=" mode))                                             \
+            RN_SKIP("skipped: RN_DAEMON_ARGS sets another --ring-ready than " mode);          \
+        rnh_arg((d), "--ring-ready=" mode);                                                   \
+    } while (0)
+
 /* $RN_BUILD (or the build directory this test binary lives in). */
 const char *rnh_build_dir(void);
 

@@ -784,9 +784,11 @@ static void test_ring_reopen_waits(void **state)
     uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
     uint64_t s2 = rnr_ring_publish(&r.g, &r.b, NULL, false);
     assert_int_equal(rnh_wait_slot_pending(d, 2, 1, WAIT_MS), 0);
-    if (rnh_stat(d, "inflight.current") == 0) {
+    const char *more = getenv("RN_DAEMON_ARGS");
+    if (rnh_stat(d, "inflight.current") == 0 || (more && strstr(more, "=armed"))) {
         /* --ring-ready=host: slots without ready stay in the ring, which
-         * stays closing after RING_CLOSE (test_ring_close_waits_within_limits) */
+         * stays closing after RING_CLOSE (test_ring_close_waits_within_limits);
+         * armed: RING_CLOSE takes the armed slots back into the ring */
         rnv_expect_fini(&r.e);
         rnr_ring_close(&r.g);
         skip();
@@ -1119,7 +1121,7 @@ static void test_backend_fails_waiting(void **state)
 
     rnh_arg(d, "--debug-fail-after");
     rnh_arg(d, "2");
-    rnh_arg(d, "--ring-ready=host");
+    RNH_NEED_READY_MODE(d, "host");
     assert_int_equal(rnh_start(d), 0);
     raw_open(d, &r, 8, 19);
     raw_open(d, &o, 8, 20);
@@ -1354,7 +1356,7 @@ static void test_waiting_slot_keeps_session(void **state)
 
 static void test_ready_late_host(void **state)
 {
-    rnh_arg(*state, "--ring-ready=host");
+    RNH_NEED_READY_MODE((rnh_daemon *)*state, "host");
     host_ready = true;
     test_ready_late(state);
     host_ready = false;
@@ -1373,7 +1375,7 @@ static void test_kill9_prepared(void **state)
     laid l;
     rnv_case k = mixed_case(4);
 
-    rnh_arg(d, "--ring-ready=host");
+    RNH_NEED_READY_MODE(d, "host");
     assert_int_equal(rnh_start(d), 0);
     c = client_on(d, RN_PATH_FAST);
     lay(c, &k, 3, &l);
@@ -1410,6 +1412,174 @@ static void test_channel_closed_state_host(void **state)
 {
     rnh_arg(*state, "--ring-ready=host");
     test_channel_closed_state(state);
+}
+
+/* ---- --ring-ready=armed (daemon/ring_arm.c) -------------------------------------------- */
+
+/* A slot published without its ready word is taken at once, armed (in
+ * flight, fast.armed), and computes only after ready, on the inputs as
+ * they are then: garbage until just before. */
+static void test_armed_late(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+    char msg[400];
+
+    RNH_NEED_READY_MODE(d, "armed");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 4, 81);
+    size_t n = rnv_bytes(&r.k);
+    uint8_t *saved = malloc(n);
+    memcpy(saved, r.g.data, n);
+    memset(r.g.data, 0x7f, n); /* NaNs in every dtype */
+    uint64_t seq = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_stat(d, "inflight.current"), 1);
+    usleep(50000);
+    assert_int_equal(rnr_ring_done(&r.g), 0);
+    memcpy(r.g.data, saved, n);
+    free(saved);
+    rnr_ring_ready(&r.g, seq);
+    assert_int_equal(rnr_ring_wait(&r.g, seq, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, seq, NULL, 0), 0);
+    if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
+        fail_msg("armed: %s", msg);
+    assert_int_equal(rnh_stat(d, "fast.revoked"), 0);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
+/* Another client's call takes the armed slot back (revoked): that call is
+ * answered at once, the armed one only once its ready word comes, on the
+ * inputs as they are then, and exactly once; the ring arms again once the
+ * revoked job is gone and it is alone. */
+static void test_armed_revoked(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r, o;
+    char msg[400];
+
+    RNH_NEED_READY_MODE(d, "armed");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 8, 82);
+    raw_open(d, &o, 8, 83);
+    size_t n = rnv_bytes(&r.k);
+    uint8_t *saved = malloc(n);
+    memcpy(saved, r.g.data, n);
+    memset(r.g.data, 0x7f, n);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
+    rnv_poison(&o.a);
+    uint64_t t1 = rnr_ring_publish(&o.g, &o.b, NULL, true);
+    assert_int_equal(rnr_ring_wait(&o.g, t1, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&o.g, t1, NULL, 0), 0);
+    if (rnv_compare(&o.a, &o.e, true, NULL, msg, sizeof msg) != 0)
+        fail_msg("the other client's call: %s", msg);
+    assert_int_equal(rnh_wait_stat(d, "fast.revoked", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_stat(d, "fast.revokes"), 1);
+    /* Back in the ring, left for its ready word (the skip released). */
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_stat_ge(d, "fast.ready_waits", 1, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_done(&r.g), 0);
+    memcpy(r.g.data, saved, n);
+    rnr_ring_ready(&r.g, s1);
+    assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s1, NULL, 0), 0);
+    if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
+        fail_msg("the revoked call: %s", msg);
+    assert_int_equal(rnh_stat(d, "fast.ok"), 2);
+    /* Alone again: the next slot is armed. */
+    rnv_poison(&r.a);
+    memset(r.g.data, 0x7f, n);
+    uint64_t s2 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "fast.armed", 2, WAIT_MS), 0);
+    memcpy(r.g.data, saved, n);
+    rnr_ring_ready(&r.g, s2);
+    assert_int_equal(rnr_ring_wait(&r.g, s2, WAIT_MS), 0);
+    if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
+        fail_msg("armed again: %s", msg);
+    assert_int_equal(rnh_stat(d, "fast.ok"), 3);
+    free(saved);
+    rnv_expect_fini(&r.e);
+    rnv_expect_fini(&o.e);
+    rnr_ring_close(&r.g);
+    rnr_ring_close(&o.g);
+    RNH_PASS(d);
+}
+
+/* An invalid slot after an armed one cannot be gated (its answer is no
+ * kernel's): it waits for its ready word in the ring, so that done never
+ * passes the armed slot early.  One ready for all three: each gets its own
+ * answer, in order. */
+static void test_armed_invalid_after(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+    char msg[RNP_MAX_ERRMSG];
+    uint8_t desc[RNP_RING_DESC];
+
+    RNH_NEED_READY_MODE(d, "armed");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 8, 84);
+    rnv_poison(&r.a);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    rnp_ring_encode(&r.b, r.g.seq + 1, desc);
+    rnp_le32_put(desc + RNP_SLOT_O_N, 0);
+    uint64_t s2 = rnr_ring_publish(&r.g, NULL, desc, false);
+    uint64_t s3 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_stat_ge(d, "fast.ready_waits", 1, WAIT_MS), 0);
+    usleep(50000);
+    assert_int_equal(rnh_stat(d, "inflight.current"), 1);
+    assert_int_equal(rnr_ring_done(&r.g), 0);
+    rnr_ring_ready(&r.g, s3);
+    assert_int_equal(rnr_ring_wait(&r.g, s3, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s1, NULL, 0), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s2, msg, sizeof msg), RN_INVALID_ARGUMENT);
+    if (!strstr(msg, "bwd.n"))
+        fail_msg("slot 2's message: %s", msg);
+    assert_int_equal(rnr_ring_status(&r.g, s3, NULL, 0), 0);
+    char cmp[400];
+    if (rnv_compare(&r.a, &r.e, true, NULL, cmp, sizeof cmp) != 0)
+        fail_msg("after the three: %s", cmp);
+    assert_int_equal(rnh_stat(d, "fast.ok"), 2);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
+/* kill -9 of a client whose slots are armed: they are taken back and skip,
+ * nothing of them is answered, its regions go, and another client is
+ * served undisturbed. */
+static void test_armed_kill9(void **state)
+{
+    rnh_daemon *d = *state;
+    rnh_proc stall;
+    char line[256];
+    rn_client *c;
+    laid l;
+    rnv_case k = mixed_case(4);
+
+    RNH_NEED_READY_MODE(d, "armed");
+    assert_int_equal(rnh_start(d), 0);
+    c = client_on(d, RN_PATH_FAST);
+    lay(c, &k, 3, &l);
+    assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0);
+    const char *sargv[] = {"prog_fastring", "stall", d->endpoint, "5", NULL};
+    assert_int_equal(rnh_spawn("prog_fastring", sargv, false, &stall), 0);
+    assert_true(rnh_read_line(&stall, line, sizeof line, WAIT_MS) > 0);
+    assert_string_equal(line, "published");
+    assert_int_equal(rnh_wait_stat_ge(d, "fast.armed", 1, WAIT_MS), 0);
+    assert_true(rnh_stat(d, "inflight.current") >= 1);
+    kill(stall.pid, SIGKILL);
+    assert_int_equal(rnh_wait(&stall, WAIT_MS), 128 + SIGKILL);
+    rnh_proc_close(&stall);
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_stat(d, "regions.active", 2, WAIT_MS), 0);
+    assert_true(rnh_stat(d, "fast.revoked") >= 1);
+    serve_then_close(d, c, &l, 10, "after the kill");
 }
 
 /* The daemon ends an idle session, ring and all: the next call opens a new
@@ -1613,6 +1783,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_waiting_slot_keeps_session, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ready_late_host, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9_prepared, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_late, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_revoked, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_invalid_after, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_kill9, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bye_pending_host, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_host, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_channel_closed_state_host, rnh_setup, rnh_teardown),

@@ -383,7 +383,7 @@ static void test_ring_close_frees_graphs(void **state)
 
     rnh_arg(d, "--max-graphs");
     rnh_arg(d, "1");
-    rnh_arg(d, "--ring-ready=host"); /* (the slot stays in the ring, unready) */
+    RNH_NEED_READY_MODE(d, "host"); /* (the slot stays in the ring, unready) */
     assert_int_equal(rnh_start(d), 0);
     small_case(&k);
     gring_open(&r, d, rnv_bytes(&k));
