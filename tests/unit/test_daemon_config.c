@@ -121,8 +121,8 @@ static void test_cuda_fast_path(void **state)
     assert_non_null(strstr(err, "cuda-fast-path"));
 }
 
-/* --ring-ready: auto by default (the backend picks), gpu or host; anything
- * else is refused with the setting named. */
+/* --ring-ready: auto by default (the backend picks), gpu, host or armed;
+ * anything else is refused with the setting named and the choices. */
 static void test_ring_ready(void **state)
 {
     rnd_config c;
@@ -143,9 +143,12 @@ static void test_ring_ready(void **state)
     assert_int_equal(load(&c, &action, err, NULL, "--config", host, "--ring-ready=auto", NULL),
                      0);
     assert_int_equal(c.ring_ready, RND_RING_READY_AUTO);   /* the flag wins */
+    assert_int_equal(load(&c, &action, err, NULL, "--ring-ready=armed", NULL), 0);
+    assert_int_equal(c.ring_ready, RND_RING_READY_ARMED);
     assert_int_equal(load(&c, &action, err, NULL, "--ring-ready=device", NULL), -1);
     assert_non_null(strstr(err, "ring-ready"));
     assert_non_null(strstr(err, "device"));
+    assert_non_null(strstr(err, "host or armed"));
 }
 
 static void test_file_then_flags(void **state)
