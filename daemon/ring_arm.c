@@ -92,7 +92,7 @@ static bool alone(const rnd_ring *g)
     return ctx->inflight_total == g->sess->inflight;
 }
 
-int rnd_ring_arm_take(rnd_ring *g, uint64_t seq, uint64_t rd)
+int rnd_ring_arm_take(rnd_ring *g, uint64_t seq, uint64_t rd, bool may_arm)
 {
     rnd_rings *tab = g->tab;
     int how = RND_ARM_NO;
@@ -104,7 +104,7 @@ int rnd_ring_arm_take(rnd_ring *g, uint64_t seq, uint64_t rd)
         mirror_to(g, rd, seq);
         g->ungated = seq;
         how = RND_ARM_READY;
-    } else if (!g->frozen && seq > __atomic_load_n(&g->arm[0], __ATOMIC_RELAXED) &&
+    } else if (may_arm && !g->frozen && seq > __atomic_load_n(&g->arm[0], __ATOMIC_RELAXED) &&
                !g->closing && !g->ending && !g->sess->ending && alone(g)) {
         /* (seq > go: a go raised by an earlier revocation would let its
          * wait pass before okay could come) */

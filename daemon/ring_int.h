@@ -124,8 +124,10 @@ bool rnd_ring_arm_mirror(rnd_ring *g);
 /* The loop, about to take slot seq (rd: the ready word as it read it):
  * RND_ARM_READY (its input is ready: taken as in host mode, the armed
  * slots before it now okay), RND_ARM_ARMED (taken armed: g->armed_upto is
- * seq) or RND_ARM_NO (left for its ready word, as in host mode). */
-int rnd_ring_arm_take(rnd_ring *g, uint64_t seq, uint64_t rd);
+ * seq) or RND_ARM_NO (left for its ready word, as in host mode).  Every
+ * slot of an armed ring comes through here, also one that may not be
+ * armed (may_arm false: refused before), for the mirror step. */
+int rnd_ring_arm_take(rnd_ring *g, uint64_t seq, uint64_t rd, bool may_arm);
 /* The backend refused slot seq armed (RND_UNARMABLE): it is taken again
  * unarmed, once its ready word came. */
 void rnd_ring_arm_refused(rnd_ring *g, uint64_t seq);

@@ -106,8 +106,8 @@ static unsigned take_max(rnd_ring *g, bool force, unsigned max)
         if (!force && tab->ready_mode != RND_RING_READY_GPU) {
             uint64_t rd = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_READY),
                                           __ATOMIC_ACQUIRE);
-            if (g->arm && seq != g->unarmable)
-                armed = rnd_ring_arm_take(g, seq, rd) == RND_ARM_ARMED;
+            if (g->arm) /* (also for a slot refused armed: the mirror step) */
+                armed = rnd_ring_arm_take(g, seq, rd, seq != g->unarmable) == RND_ARM_ARMED;
             if (!armed && !rnp_seq_reached(rd, seq)) {
                 prepare(g, seq);
                 left(g, "its ready word");
