@@ -8,6 +8,7 @@
  * checks; kill -9 of a client with slots pending; SIGTERM with a ring open;
  * two clients at once.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -1549,6 +1550,94 @@ static void test_armed_invalid_after(void **state)
     RNH_PASS(d);
 }
 
+/* Another client calling all along while this one's inputs come late, at
+ * random (0-1.5 ms after the slot, one or two slots at a time): its calls
+ * and this one's armed calls take each other's turns, arming and revoking.
+ * Every call answered once, in order, with results computed on the inputs
+ * of ready's time (garbage before), none lost.  Counts in the log. */
+typedef struct armed_peer {
+    raw_case *o;
+    int calls, bad;
+    volatile bool stop;
+    char why[400];
+} armed_peer;
+
+static void *armed_peer_main(void *arg)
+{
+    armed_peer *p = arg;
+    char msg[300];
+
+    while (!p->stop) {
+        rnv_poison(&p->o->a);
+        uint64_t t = rnr_ring_publish(&p->o->g, &p->o->b, NULL, true);
+        if (rnr_ring_wait(&p->o->g, t, WAIT_MS) != 0 || rnr_ring_status(&p->o->g, t, NULL, 0) != 0 ||
+            rnv_compare(&p->o->a, &p->o->e, true, NULL, msg, sizeof msg) != 0) {
+            snprintf(p->why, sizeof p->why, "peer call %llu: %s", (unsigned long long)t, msg);
+            p->bad++;
+            break;
+        }
+        p->calls++;
+        usleep(150);
+    }
+    return NULL;
+}
+
+static void test_armed_stress(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r, o;
+    armed_peer p = {0};
+    pthread_t th;
+    char msg[400];
+    unsigned rs = 12345;
+
+    RNH_NEED_READY_MODE(d, "armed");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 8, 91);
+    raw_open(d, &o, 8, 92);
+    size_t n = rnv_bytes(&r.k);
+    uint8_t *saved = malloc(n);
+    memcpy(saved, r.g.data, n);
+    p.o = &o;
+    assert_int_equal(pthread_create(&th, NULL, armed_peer_main, &p), 0);
+    int calls = 0;
+    for (int i = 0; i < 300 && !p.bad; i++) {
+        memset(r.g.data, 0x7f, n); /* garbage in, poison out, until ready */
+        uint64_t s = rnr_ring_publish(&r.g, &r.b, NULL, false);
+        if (i % 3 == 0)
+            s = rnr_ring_publish(&r.g, &r.b, NULL, false);
+        usleep(rand_r(&rs) % 1500);
+        if (rnr_ring_done(&r.g) != s - (i % 3 == 0 ? 2 : 1))
+            fail_msg("call %d: done %llu before its ready", i, (unsigned long long)rnr_ring_done(&r.g));
+        memcpy(r.g.data, saved, n);
+        rnr_ring_ready(&r.g, s);
+        assert_int_equal(rnr_ring_wait(&r.g, s, WAIT_MS), 0);
+        assert_int_equal(rnr_ring_status(&r.g, s, NULL, 0), 0);
+        if (i % 3 == 0)
+            assert_int_equal(rnr_ring_status(&r.g, s - 1, NULL, 0), 0);
+        if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
+            fail_msg("call %d (slot %llu): %s", i, (unsigned long long)s, msg);
+        calls += i % 3 == 0 ? 2 : 1;
+    }
+    p.stop = true;
+    pthread_join(th, NULL);
+    if (p.bad)
+        fail_msg("%s", p.why);
+    int64_t armed = rnh_stat(d, "fast.armed"), revoked = rnh_stat(d, "fast.revoked");
+    printf("armed stress: %d + %d calls; fast.armed %lld, fast.revoked %lld, fast.revokes %lld\n",
+           calls, p.calls, (long long)armed, (long long)revoked,
+           (long long)rnh_stat(d, "fast.revokes"));
+    assert_int_equal(rnh_wait_stat(d, "fast.ok", calls + p.calls, WAIT_MS), 0);
+    assert_int_equal(rnh_stat(d, "fast.errors"), 0);
+    assert_true(armed >= 1);
+    free(saved);
+    rnv_expect_fini(&r.e);
+    rnv_expect_fini(&o.e);
+    rnr_ring_close(&r.g);
+    rnr_ring_close(&o.g);
+    RNH_PASS(d);
+}
+
 /* kill -9 of a client whose slots are armed: they are taken back and skip,
  * nothing of them is answered, its regions go, and another client is
  * served undisturbed. */
@@ -1787,6 +1876,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_armed_revoked, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_invalid_after, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_kill9, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_stress, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bye_pending_host, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_host, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_channel_closed_state_host, rnh_setup, rnh_teardown),
@@ -1803,5 +1893,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_died_fails_fast_classic, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_uid_inflight_limit, rnh_setup, rnh_teardown),
     };
+    /* RN_TEST_FILTER=PATTERN runs only the tests it matches (cmocka's
+     * filter: * and ? wildcards), e.g. 'test_armed_*'. */
+    const char *filter = getenv("RN_TEST_FILTER");
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
