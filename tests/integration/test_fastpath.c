@@ -1363,6 +1363,41 @@ static void test_ready_late_host(void **state)
     host_ready = false;
 }
 
+/* The daemon started with flag (mode), a client c of ours with one call
+ * made, and prog_fastring's "stall": five slots published whose ready
+ * never comes.  look(d) looks at the daemon while they wait; then the
+ * stalled client is killed (-9) and its session and regions are gone.
+ * Returns c (laid out in l) for the test to go on with. */
+static rn_client *stall_then_kill(rnh_daemon *d, laid *l, void (*look)(rnh_daemon *d))
+{
+    rnh_proc stall;
+    char line[256];
+    rnv_case k = mixed_case(4);
+
+    assert_int_equal(rnh_start(d), 0);
+    rn_client *c = client_on(d, RN_PATH_FAST);
+    lay(c, &k, 3, l);
+    assert_int_equal(rn_rmsnorm_bwd_host(c, &l->a, NULL), 0);
+    const char *sargv[] = {"prog_fastring", "stall", d->endpoint, "5", NULL};
+    assert_int_equal(rnh_spawn("prog_fastring", sargv, false, &stall), 0);
+    assert_true(rnh_read_line(&stall, line, sizeof line, WAIT_MS) > 0);
+    assert_string_equal(line, "published");
+    look(d);
+    kill(stall.pid, SIGKILL);
+    assert_int_equal(rnh_wait(&stall, WAIT_MS), 128 + SIGKILL);
+    rnh_proc_close(&stall);
+    assert_int_equal(rnh_wait_stat(d, "sessions.active", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_stat(d, "regions.active", 2, WAIT_MS), 0);
+    return c;
+}
+
+static void prepared_not_in_flight(rnh_daemon *d)
+{
+    assert_int_equal(rnh_wait_stat(d, "fast.prepared", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_stat(d, "inflight.current"), 0);
+    assert_int_equal(rnh_stat(d, "regions.active"), 3); /* ours: buffer, ring; its: one */
+}
+
 /* kill -9 of a client whose slot was prepared while it waited for ready
  * (its regions pinned, nothing counted in flight): the daemon drops the
  * prepared slot with the ring, releases the client's regions, and serves
@@ -1370,29 +1405,10 @@ static void test_ready_late_host(void **state)
 static void test_kill9_prepared(void **state)
 {
     rnh_daemon *d = *state;
-    rnh_proc stall;
-    char line[256];
-    rn_client *c;
     laid l;
-    rnv_case k = mixed_case(4);
 
     RNH_NEED_READY_MODE(d, "host");
-    assert_int_equal(rnh_start(d), 0);
-    c = client_on(d, RN_PATH_FAST);
-    lay(c, &k, 3, &l);
-    assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0);
-    const char *sargv[] = {"prog_fastring", "stall", d->endpoint, "5", NULL};
-    assert_int_equal(rnh_spawn("prog_fastring", sargv, false, &stall), 0);
-    assert_true(rnh_read_line(&stall, line, sizeof line, WAIT_MS) > 0);
-    assert_string_equal(line, "published");
-    assert_int_equal(rnh_wait_stat(d, "fast.prepared", 1, WAIT_MS), 0);
-    assert_int_equal(rnh_stat(d, "inflight.current"), 0);
-    assert_int_equal(rnh_stat(d, "regions.active"), 3); /* ours: buffer, ring; its: one */
-    kill(stall.pid, SIGKILL);
-    assert_int_equal(rnh_wait(&stall, WAIT_MS), 128 + SIGKILL);
-    rnh_proc_close(&stall);
-    assert_int_equal(rnh_wait_stat(d, "sessions.active", 1, WAIT_MS), 0);
-    assert_int_equal(rnh_wait_stat(d, "regions.active", 2, WAIT_MS), 0);
+    rn_client *c = stall_then_kill(d, &l, prepared_not_in_flight);
     assert_int_equal(rnh_stat(d, "fast.slots"), 1);
     serve_then_close(d, c, &l, 5, "after the kill");
 }
@@ -1641,32 +1657,20 @@ static void test_armed_stress(void **state)
 /* kill -9 of a client whose slots are armed: they are taken back and skip,
  * nothing of them is answered, its regions go, and another client is
  * served undisturbed. */
+static void armed_in_flight(rnh_daemon *d)
+{
+    assert_int_equal(rnh_wait_stat_ge(d, "fast.armed", 1, WAIT_MS), 0);
+    assert_true(rnh_stat(d, "inflight.current") >= 1);
+}
+
 static void test_armed_kill9(void **state)
 {
     rnh_daemon *d = *state;
-    rnh_proc stall;
-    char line[256];
-    rn_client *c;
     laid l;
-    rnv_case k = mixed_case(4);
 
     RNH_NEED_READY_MODE(d, "armed");
-    assert_int_equal(rnh_start(d), 0);
-    c = client_on(d, RN_PATH_FAST);
-    lay(c, &k, 3, &l);
-    assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0);
-    const char *sargv[] = {"prog_fastring", "stall", d->endpoint, "5", NULL};
-    assert_int_equal(rnh_spawn("prog_fastring", sargv, false, &stall), 0);
-    assert_true(rnh_read_line(&stall, line, sizeof line, WAIT_MS) > 0);
-    assert_string_equal(line, "published");
-    assert_int_equal(rnh_wait_stat_ge(d, "fast.armed", 1, WAIT_MS), 0);
-    assert_true(rnh_stat(d, "inflight.current") >= 1);
-    kill(stall.pid, SIGKILL);
-    assert_int_equal(rnh_wait(&stall, WAIT_MS), 128 + SIGKILL);
-    rnh_proc_close(&stall);
-    assert_int_equal(rnh_wait_stat(d, "sessions.active", 1, WAIT_MS), 0);
+    rn_client *c = stall_then_kill(d, &l, armed_in_flight);
     assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, WAIT_MS), 0);
-    assert_int_equal(rnh_wait_stat(d, "regions.active", 2, WAIT_MS), 0);
     assert_true(rnh_stat(d, "fast.revoked") >= 1);
     serve_then_close(d, c, &l, 10, "after the kill");
 }
