@@ -416,6 +416,10 @@ static void bwd(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_request
     rnp_bwd_plan plan;
     req *r;
 
+    /* (--ring-ready=armed, ring_arm.c: armed calls count in flight while
+     * they wait for their inputs; taken back first, they are not in the
+     * way of this one's limits, nor their waits in its GPU's way) */
+    rnd_rings_revoke_others(&ctx->rings, NULL);
     if (admit_load(ctx, s, &err) != 0) {
         rnd_reply_rnp_error(ctx, *controlp, q->op, q->id, &err);
         *controlp = NULL;
@@ -443,7 +447,6 @@ static void bwd(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_request
         return;
     }
     rnd_req_translate(r, b);
-    rnd_rings_revoke_others(&ctx->rings, NULL); /* (--ring-ready=armed: ring_arm.c) */
     if (rnd_req_submit(r, &err) != 0) {
         if (err.code == RN_BUSY)   /* the backend's queue: daemon-wide */
             ctx->last_busy_ns = rnd_now_ns();

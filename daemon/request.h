@@ -53,9 +53,10 @@ void rnd_request_drain_rings(rnd_ctx *ctx);
  * answers it in the ring. */
 int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const rnp_error *bad,
                      const rnd_ring_slot *at, uint64_t recv_ns);
-/* --ring-ready=armed: mark s's armed ring requests after seq upto revoked,
- * their release going to released (rnd_rings.revoke); how many. */
-unsigned rnd_request_revoke_ring(rnd_session *s, uint64_t upto, void (*released)(void *owner));
+/* --ring-ready=armed: mark s's armed requests of ring owner after seq upto
+ * revoked, their release going to released (rnd_rings.revoke); how many. */
+unsigned rnd_request_revoke_ring(rnd_session *s, void *owner, uint64_t upto,
+                                 void (*released)(void *owner));
 /* Free a slot prepared ahead and never submitted (rnd_rings.discard). */
 void rnd_request_ring_discard(void *prep);
 

@@ -24,14 +24,16 @@ void rnd_request_abandon_ring(rnd_session *s, int status)
     }
 }
 
-unsigned rnd_request_revoke_ring(rnd_session *s, uint64_t upto, void (*released)(void *owner))
+unsigned rnd_request_revoke_ring(rnd_session *s, void *owner, uint64_t upto,
+                                 void (*released)(void *owner))
 {
     unsigned n = 0;
     rn_queue *j;
 
     RN_QUEUE_FOREACH(j, &s->running) {
         req *r = REQ_OF_RUN(j);
-        if (r->at.owner && !r->at.graph && r->at.arm_key && rnp_seq_reached(r->at.seq, upto + 1) &&
+        if (r->at.owner == owner && !r->at.graph && r->at.arm_key &&
+            rnp_seq_reached(r->at.seq, upto + 1) &&
             !atomic_load(&r->rj.revoked)) {
             atomic_store(&r->rj.revoked, true);
             r->at.released = released;

@@ -105,10 +105,10 @@ typedef struct rnd_rings {
     void (*discard)(void *prep);   /* frees a prepared slot (rnd_ring_slot.prep); NULL:
                                     * slots are not prepared ahead */
     /* The request path's side of a revocation (--ring-ready=armed,
-     * ring_arm.c): marks the requests of s's ring slots after seq `upto`
-     * revoked (rnd_ring_job.revoked) and sets their release to `released`;
-     * returns how many. */
-    unsigned (*revoke)(rnd_session *s, uint64_t upto, void (*released)(void *owner));
+     * ring_arm.c): marks s's armed requests of ring owner (rnd_ring_slot's
+     * owner) after seq `upto` revoked (rnd_ring_job.revoked) and sets their
+     * release to `released`; returns how many. */
+    unsigned (*revoke)(rnd_session *s, void *owner, uint64_t upto, void (*released)(void *owner));
     bool deferred;                 /* a slot or replay was left at a limit (RN_BUSY):
                                     * the next request that frees one wakes the rings
                                     * (rnd_rings_limit_freed; loop thread) */

@@ -162,16 +162,19 @@ unsigned rnd_ring_revoke(rnd_ring *g, const char *why)
     g->armed_upto = back;
     pthread_mutex_unlock(&tab->mu);
 
-    unsigned n = tab->revoke(g->sess, back, revoked_released);
+    unsigned n = tab->revoke(g->sess, g, back, revoked_released);
     g->revoked += n;
     if (n == 0) { /* (none in flight: the backend answered them, failing) */
         pthread_mutex_lock(&tab->mu);
         g->frozen = false;
         pthread_mutex_unlock(&tab->mu);
     }
-    /* Their slots are taken again, in host mode, from the first. */
-    if (rnp_seq_reached(g->cons, back))
+    /* Their slots are taken again, in host mode, from the first; a ring
+     * that stopped at a slot after them takes them before it stops again. */
+    if (rnp_seq_reached(g->cons, back) && g->cons != back) {
         g->cons = back;
+        g->stopped = false;
+    }
     __atomic_store_n(&g->wait_seq, 0, __ATOMIC_SEQ_CST);
     rnd_ring_drop_prep(g);
     ctx->stats.fast_revokes++;

@@ -474,7 +474,8 @@ __device__ __forceinline__ int64_t chunk_len(const Params &p, int k)
  * the exit count (finish_and_exit without the finish), so the last block out
  * still resets the counters.  The gate word (rnk_bwd_args.gate) is read by
  * the same thread in the same trip: below its key the state is GATED, which
- * is SET without the done words.  Returns CANCEL_CLEAR, _SET or _GATED.
+ * is SET without the done words, whatever the cancel word says.  Returns
+ * CANCEL_CLEAR, _SET or _GATED.
  */
 __device__ __forceinline__ int cancelled(const Params &p)
 {
@@ -489,9 +490,12 @@ __device__ __forceinline__ int cancelled(const Params &p)
              * out before either is used.) */
             unsigned c = p.cancel ? *(const volatile unsigned *)p.cancel : 0u;
             unsigned long long gv = p.gate ? *(const volatile unsigned long long *)p.gate : 0ull;
-            st = c != 0u                          ? CANCEL_SET
-                 : p.gate && gv < p.gate_key      ? CANCEL_GATED
-                                                  : CANCEL_CLEAR;
+            /* A shut gate first: the daemon took the call back and runs
+             * it again (or never, its client gone), so not even a
+             * cancelled launch may write its done words. */
+            st = p.gate && gv < p.gate_key ? CANCEL_GATED
+                 : c != 0u                 ? CANCEL_SET
+                                           : CANCEL_CLEAR;
             atomicExch(&p.ctr[CTR_CANCEL], st);
         } else {
             while ((st = ld_acquire(&p.ctr[CTR_CANCEL])) == CANCEL_READING)

@@ -464,6 +464,13 @@ extern "C" int rnk_cuda_bwd(const rnk_device *dev, const rnk_bwd_args *a, void *
                   msglen);
 }
 
+extern "C" int rnk_cuda_check(const rnk_device *dev, const rnk_bwd_args *a, void *ws,
+                              size_t ws_bytes_given, char *msg, size_t msglen)
+{
+    Plan pl;
+    return plan(dev, a, ws, ws_bytes_given, &pl, msg, msglen);
+}
+
 extern "C" int rnk_cuda_describe(rnk_device *dev, const rnk_bwd_args *a, char *buf, size_t len)
 {
     char msg[160];

@@ -79,7 +79,8 @@ typedef struct rnk_bwd_args {
      * below gate_key, the launch does nothing at all: no tensor, and no done
      * words either (the daemon's armed calls, daemon/cuda/ring.c: a call
      * queued before its inputs were ready, which the daemon may take back
-     * and run again later).  8-byte aligned. */
+     * and run again later), also when the cancel word is set.  8-byte
+     * aligned. */
     const uint64_t *gate;
     uint64_t gate_key;
     /* NULL, or where the launch tells a waiter that its work is over (the
@@ -239,6 +240,11 @@ int rnk_cuda_workspace_init(void *ws, size_t bytes, void *stream, char *msg, siz
  */
 int rnk_cuda_bwd(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t ws_bytes,
                  void *stream, char *msg, size_t msglen);
+/* Whether rnk_cuda_bwd would take a with this workspace: everything it
+ * checks before its launch (the arguments, the plan), no CUDA call.
+ * Returns 0 or RNK_EINVAL with msg. */
+int rnk_cuda_check(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t ws_bytes,
+                   char *msg, size_t msglen);
 
 /*
  * Debug/test knob: force the number of CTAs of the next launches (0 = auto).

@@ -226,7 +226,9 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
      * shut gate can skip both; another is taken back before anything is
      * queued (RND_UNARMABLE: the daemon takes the slot again unarmed). */
     bool armed = rj->arm_key != 0;
-    if (armed && !(run && b->kernel_done && job->args.m > 0))
+    if (armed && !(run && b->kernel_done && job->args.m > 0 &&
+                   rnk_cuda_check(b->kdev, &job->args, s->ws, s->ws_bytes, kmsg, sizeof kmsg) ==
+                       RNK_OK))
         return rnp_fail(err, RND_UNARMABLE, "bwd: this call cannot be armed");
     if (!(g = gjob_new(cs, si)))
         return rnp_fail(err, RN_NOMEM, "bwd: out of memory");
@@ -288,9 +290,10 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
             put_error(job, kerr.code, kerr.msg);
             run = kdone = false;
             if (armed) {
-                /* The stream's done write that answers a failed launch
-                 * would not be gated: a revocation would let it through.
-                 * The failure path answers it from the host instead. */
+                /* (Checked before the wait: a CUDA error.)  The stream's
+                 * done write that answers a failed launch would not be
+                 * gated: a revocation would let it through.  The failure
+                 * path answers it from the host instead. */
                 rnd_cuda_mark_failed(b, "an armed launch failed: %.150s", kerr.msg);
                 return 0;
             }

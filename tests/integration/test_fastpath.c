@@ -1525,6 +1525,53 @@ static void test_armed_revoked(void **state)
     RNH_PASS(d);
 }
 
+/* Armed calls count in flight while their inputs have not come: a classic
+ * call that finds the daemon's limit full of them takes them back first
+ * (they wait in the ring again), so it runs within a few tries; before, it
+ * was refused (RN_BUSY) for as long as the armed client's inputs stayed
+ * away. */
+static void test_armed_classic_limit(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+    laid l;
+    rnv_case k = mixed_case(4);
+
+    RNH_NEED_READY_MODE(d, "armed");
+    rnh_arg(d, "--max-inflight-total");
+    rnh_arg(d, "2");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 8, 85);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    uint64_t s2 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "fast.armed", 2, WAIT_MS), 0);
+    assert_int_equal(rnh_stat(d, "inflight.current"), 2);
+    rn_client *c = client_on(d, RN_PATH_CLASSIC);
+    lay(c, &k, 4, &l);
+    int rc = -1, tries = 0;
+    for (; tries < 200 && rc != 0; tries++) {
+        rnv_poison(&l.a);
+        rc = rn_rmsnorm_bwd_host(c, &l.a, NULL);
+        if (rc != 0 && rc != RN_BUSY)
+            fail_msg("classic call: %s", rn_last_error(c));
+        if (rc != 0)
+            usleep(10000);
+    }
+    if (rc != 0)
+        fail_msg("the classic call was refused %d times: %s", tries, rn_last_error(c));
+    check(&l, "the classic call");
+    assert_true(rnh_stat(d, "fast.revoked") >= 1);
+    rnr_ring_ready(&r.g, s2);
+    assert_int_equal(rnr_ring_wait(&r.g, s2, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s1, NULL, 0), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s2, NULL, 0), 0);
+    unlay(c, &l);
+    rn_close(c);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
 /* An invalid slot after an armed one cannot be gated (its answer is no
  * kernel's): it waits for its ready word in the ring, so that done never
  * passes the armed slot early.  One ready for all three: each gets its own
@@ -1879,6 +1926,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_armed_late, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_revoked, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_invalid_after, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_classic_limit, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_kill9, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_stress, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bye_pending_host, rnh_setup, rnh_teardown),
