@@ -9,7 +9,8 @@
 #   2. under MPS, the GPU time added per call (bench_e2e_cuda --fast-only --ks
 #      0) with the three ready modes taking turns, two rounds: gpu, host,
 #      armed, armed, host, gpu;
-#   3. under MPS, K = 1, 2, 4, 8 clients (--tput-only) for host and armed:
+#   3. under MPS, K = 1, 2, 4, 8 clients (--tput-only) for host, armed and
+#      armed with RMSNORMD_DEBUG_ARM_POLICY=free:
 #      what revocations cost when clients share the daemon (the daemon at
 #      --log-level=debug logs each revocation).
 # Writes to OUT: summary.txt (each step's result), added.md (step 2's tables
@@ -46,10 +47,13 @@ for mode in gpu host armed armed host gpu; do
         --fast-only --ks 0 --iters 300 --daemon-arg "--ring-ready=$mode" \
         --out "$out/added-$mode-$SECONDS.md"
 done
-for mode in host armed; do
-    step "tput $mode" "tput-$mode.log" timeout 150 \
+# (armed-free: RMSNORMD_DEBUG_ARM_POLICY=free, rings arm whatever else is
+# in flight and other rings' calls take nothing back)
+for mode in host armed armed-free; do
+    RMSNORMD_DEBUG_ARM_POLICY=$([ "$mode" = armed-free ] && echo free || echo alone) \
+        step "tput $mode" "tput-$mode.log" timeout 150 \
         "$build/bench/bench_e2e_cuda" --daemon "$build/rmsnormd" --label "MPS $mode" \
-        --fast-only --tput-only --iters 300 --daemon-arg "--ring-ready=$mode" \
+        --fast-only --tput-only --iters 300 --daemon-arg "--ring-ready=${mode%-free}" \
         --daemon-arg "--log-level=debug" --out "$out/tput-$mode.md"
 done
 mps_stop armed

@@ -99,6 +99,9 @@ typedef struct rnd_rings {
     uint32_t next_id;
     int ready_mode;                /* --ring-ready, auto resolved for the backend
                                     * (RND_RING_READY_*, ring.c's take) */
+    bool arm_free;                 /* armed mode: arm whatever else is in flight, and no
+                                    * revocation for other rings' calls
+                                    * (RMSNORMD_DEBUG_ARM_POLICY=free, being measured) */
     uint64_t ready_spin_ns;        /* host mode: how long the thread spins for a ready
                                     * word after anything came (READY_SPIN_NS;
                                     * RMSNORMD_DEBUG_READY_SPIN_US, being measured) */

@@ -31,6 +31,10 @@
  * closing ring arms nothing: once closed it leaves the doorbell thread's
  * list, and with it the mirror).
  *
+ * RMSNORMD_DEBUG_ARM_POLICY=free (being measured): a ring arms whatever
+ * else is in flight and other rings' calls take nothing back (the other
+ * triggers stay): gpu mode's waits, but ones the daemon can end.
+ *
  * What keeps it exact: done is one word ("every slot up to done ended"),
  * so while a ring has an armed slot, no later slot of it may run or be
  * answered ungated.  A slot whose ready word has come is taken ungated only
@@ -85,11 +89,12 @@ bool rnd_ring_arm_mirror(rnd_ring *g)
     return g->armed_upto > __atomic_load_n(&g->arm[1], __ATOMIC_RELAXED);
 }
 
-/* Whether every request in flight in the daemon is g's session's. */
+/* Whether every request in flight in the daemon is g's session's (or the
+ * policy is free: RMSNORMD_DEBUG_ARM_POLICY). */
 static bool alone(const rnd_ring *g)
 {
     const rnd_ctx *ctx = g->tab->ctx;
-    return ctx->inflight_total == g->sess->inflight;
+    return g->tab->arm_free || ctx->inflight_total == g->sess->inflight;
 }
 
 int rnd_ring_arm_take(rnd_ring *g, uint64_t seq, uint64_t rd, bool may_arm)

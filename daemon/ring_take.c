@@ -122,7 +122,7 @@ static unsigned take_max(rnd_ring *g, bool force, unsigned max)
             __atomic_store_n(&g->wait_seq, 0, __ATOMIC_SEQ_CST);
         }
         /* No other ring's armed wait may hold this call up. */
-        if (tab->ready_mode == RND_RING_READY_ARMED)
+        if (tab->ready_mode == RND_RING_READY_ARMED && !tab->arm_free)
             rnd_rings_revoke_others(tab, s);
         uint8_t *slot = g->base + rnp_ring_slot_off(seq, g->slots);
         uint64_t t0 = rnd_now_ns(); /* (fast.take: the copy, checks, pins, submission) */
