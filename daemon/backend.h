@@ -77,6 +77,11 @@ typedef struct rnd_backend_opts {
      * the server stops taking work, answers what is left and exits 2. */
     void (*fatal)(void *ctx, const char *msg);
     void *fatal_ctx;
+    /* The backend wants the armed calls taken back (--ring-ready=armed): a
+     * close of its, which waits for the device, would wait for their
+     * inputs (the cuda backend's gate).  Called on the loop thread; NULL is
+     * fine.  ctx: fatal_ctx. */
+    void (*revoke)(void *ctx);
 } rnd_backend_opts;
 
 /* A region as a backend mapped it. */

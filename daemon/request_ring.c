@@ -37,6 +37,9 @@ unsigned rnd_request_revoke_ring(rnd_session *s, void *owner, uint64_t upto,
             !atomic_load(&r->rj.revoked)) {
             atomic_store(&r->rj.revoked, true);
             r->at.released = released;
+            /* Out of the limits now: a skip that ends soon is no call in
+             * flight (the slot's next request counts again). */
+            rnd_req_uncount(r);
             n++;
         }
     }

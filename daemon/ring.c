@@ -154,6 +154,8 @@ static void *doorbell_thread(void *arg)
     pthread_mutex_lock(&tab->mu);
     while (!tab->stop) {
         bool found = scan(tab, &waiting, &armed);
+        if (tab->armed_ns > active) /* (a slot armed since: spin from then) */
+            active = tab->armed_ns;
         uint64_t now = now_ns(), short_ns = short_sleep_ns(tab, waiting, now - active);
         if (!found && armed && now - active < tab->ready_spin_ns) {
             /* An armed slot's hop is this thread's look at ready: it spins

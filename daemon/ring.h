@@ -99,6 +99,10 @@ typedef struct rnd_rings {
     uint32_t next_id;
     int ready_mode;                /* --ring-ready, auto resolved for the backend
                                     * (RND_RING_READY_*, ring.c's take) */
+    uint64_t armed_ns;             /* armed mode: when a slot was last armed (under mu):
+                                    * the doorbell thread spins from then, as after a
+                                    * slot it saw itself (a slot taken through a bell
+                                    * or after a wait is not one) */
     bool arm_free;                 /* armed mode: arm whatever else is in flight, and no
                                     * revocation for other rings' calls
                                     * (RMSNORMD_DEBUG_ARM_POLICY=free, being measured) */

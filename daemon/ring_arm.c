@@ -114,6 +114,7 @@ int rnd_ring_arm_take(rnd_ring *g, uint64_t seq, uint64_t rd, bool may_arm)
         /* (seq > go: a go raised by an earlier revocation would let its
          * wait pass before okay could come) */
         g->armed_upto = seq;
+        tab->armed_ns = rnd_now_ns();
         how = RND_ARM_ARMED;
     }
     pthread_mutex_unlock(&tab->mu);

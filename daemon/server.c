@@ -196,6 +196,13 @@ void rnd_server_fatal(void *arg, const char *msg)
     rnd_server_drain(srv, "backend failure");
 }
 
+void rnd_server_revoke(void *arg)
+{
+    rnd_server *srv = arg;
+
+    rnd_rings_revoke_others(&srv->ctx.rings, NULL);
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
     rnd_server *srv = h->data;

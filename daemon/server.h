@@ -59,5 +59,7 @@ void rnd_server_drain(rnd_server *srv, const char *why);
 void rnd_server_fini(rnd_server *srv);
 /* The fatal-error hook handed to the backend (ctx: the server). */
 void rnd_server_fatal(void *srv, const char *msg);
+/* rnd_backend_opts.revoke: every ring's armed calls taken back. */
+void rnd_server_revoke(void *srv);
 
 #endif

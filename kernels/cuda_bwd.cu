@@ -468,7 +468,12 @@ extern "C" int rnk_cuda_check(const rnk_device *dev, const rnk_bwd_args *a, void
                               size_t ws_bytes_given, char *msg, size_t msglen)
 {
     Plan pl;
-    return plan(dev, a, ws, ws_bytes_given, &pl, msg, msglen);
+    int rc = plan(dev, a, ws, ws_bytes_given, &pl, msg, msglen);
+    if (rc || a->m == 0)
+        return rc;
+    /* (the grid as the launch will find it: grid_for's cache is internal) */
+    int grid = 0;
+    return grid_for(const_cast<rnk_device *>(dev), production_fn(pl), pl, msg, msglen, &grid);
 }
 
 extern "C" int rnk_cuda_describe(rnk_device *dev, const rnk_bwd_args *a, char *buf, size_t len)

@@ -241,8 +241,9 @@ int rnk_cuda_workspace_init(void *ws, size_t bytes, void *stream, char *msg, siz
 int rnk_cuda_bwd(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t ws_bytes,
                  void *stream, char *msg, size_t msglen);
 /* Whether rnk_cuda_bwd would take a with this workspace: everything it
- * checks before its launch (the arguments, the plan), no CUDA call.
- * Returns 0 or RNK_EINVAL with msg. */
+ * checks before its launch (the arguments, the plan, the grid: occupancy
+ * queries, cached), no launch.  Returns 0 or RNK_EINVAL / RNK_ECUDA with
+ * msg. */
 int rnk_cuda_check(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t ws_bytes,
                    char *msg, size_t msglen);
 

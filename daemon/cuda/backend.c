@@ -190,6 +190,7 @@ static int cuda_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *er
     b->base.ops = &rnd_backend_cuda_ops;
     b->fatal = o->fatal;
     b->fatal_ctx = o->fatal_ctx;
+    b->revoke = o->revoke;
     b->max_jobs = o->max_jobs ? o->max_jobs : 1024;
     b->fail_after = o->debug_fail_after;
     b->fins.flags = cudaEventDisableTiming | cudaEventBlockingSync;

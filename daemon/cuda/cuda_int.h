@@ -215,6 +215,8 @@ struct rnd_cuda {
     rnd_backend base;
     void (*fatal)(void *ctx, const char *msg);
     void *fatal_ctx;
+    void (*revoke)(void *ctx);     /* rnd_backend_opts.revoke (ctx: fatal_ctx) */
+    atomic_bool revoke_wanted;     /* the gate found an armed wait unmet (gate.c) */
 
     int dev;
     struct cudaDeviceProp prop;

@@ -22,7 +22,9 @@
  * the wait) has completed, so that a client that lowers its ready word again
  * cannot make the gate forget a wait the GPU has not passed.  The gate is
  * shut while a wait not satisfied is older than the grace
- * (RND_CUDA_GATE_GRACE_MS, RMSNORMD_DEBUG_CLOSE_GATE_MS); the look stops
+ * (RND_CUDA_GATE_GRACE_MS, RMSNORMD_DEBUG_CLOSE_GATE_MS), or while an armed
+ * call's wait on the daemon's go word is (--ring-ready=armed: the gate then
+ * asks the loop to take such calls back, rnd_backend_opts.revoke); the look stops
  * there, or at the first wait not satisfied that is younger (the ones after
  * it were queued later still), so it costs a load or a query or two.
  *
@@ -157,9 +159,18 @@ static int check_locked(rnd_cuda *b, uint64_t now, cudaError_t *err)
 
     RN_QUEUE_FOREACH_SAFE(q, next, &b->waits) {
         rnd_cuda_gjob *g = RN_QUEUE_DATA(q, rnd_cuda_gjob, wlink);
-        if (!wait_seen(g))
+        if (!wait_seen(g)) {
+            /* An armed call's wait (--ring-ready=armed) the daemon can end
+             * itself: shut at once, and the loop asked to take the call
+             * back (rnd_cuda_on_async), after which the gate opens. */
+            if (g->wait_rj && g->wait_rj->arm_key) {
+                if (!atomic_exchange(&b->revoke_wanted, true))
+                    uv_async_send(&b->async);
+                return 0;
+            }
             /* Every wait after this one was queued later: none is older. */
             return now > g->wait_ns && now - g->wait_ns > b->gate_grace_ns ? 0 : 1;
+        }
         /* Satisfied: off the list once the GPU is past it.  (Its started
          * event may not be recorded yet, right after add: then it is the
          * pool's event from before, complete, and the wait, satisfied
