@@ -388,23 +388,35 @@ void rnd_req_translate(req *r, const rnp_bwd_req *b)
     r->job.done_slot = -1;
 }
 
-/* The session's and the daemon's in-flight limits. */
-static int admit_load(rnd_ctx *ctx, rnd_session *s, rnp_error *err)
+int rnd_req_at_limit(const rnd_ctx *ctx, const rnd_session *s)
 {
     if (s->inflight >= ctx->cfg.max_inflight)
+        return REQ_LIMIT_SESSION;
+    if (ctx->inflight_total >= ctx->cfg.max_inflight_total)
+        return REQ_LIMIT_TOTAL;
+    if (s->uid_load && s->uid_load->inflight >= ctx->cfg.max_inflight_per_uid)
+        return REQ_LIMIT_UID;
+    return 0;
+}
+
+/* The session's and the daemon's in-flight limits, for a BWD: refused. */
+static int admit_load(rnd_ctx *ctx, rnd_session *s, rnp_error *err)
+{
+    switch (rnd_req_at_limit(ctx, s)) {
+    case REQ_LIMIT_SESSION:
         return rnp_fail(err, RN_BUSY,
                         "bwd: the session has %u requests in flight, the limit (--max-inflight)",
                         s->inflight);
-    if (ctx->inflight_total >= ctx->cfg.max_inflight_total) {
+    case REQ_LIMIT_TOTAL:
         ctx->last_busy_ns = rnd_now_ns();
         return rnp_fail(err, RN_BUSY,
                         "bwd: %u requests in flight, the limit (--max-inflight-total)",
                         ctx->inflight_total);
-    }
-    if (s->uid_load && s->uid_load->inflight >= ctx->cfg.max_inflight_per_uid)
+    case REQ_LIMIT_UID:
         return rnp_fail(err, RN_BUSY,
                         "bwd: the sessions of uid %u have %u requests in flight, the limit "
                         "(--max-inflight-per-uid)", (unsigned)s->uid, s->uid_load->inflight);
+    }
     return 0;
 }
 

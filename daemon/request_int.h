@@ -43,6 +43,10 @@ typedef struct req {
 
 /* The in-flight counts (until answered) and their undoing (false: not counted). */
 void rnd_req_count(req *r);
+/* Which in-flight limit s is at (REQ_LIMIT_*), 0 if none; no side effect
+ * (a BWD is refused at one, a ring slot waits in its ring). */
+enum { REQ_LIMIT_SESSION = 1, REQ_LIMIT_TOTAL, REQ_LIMIT_UID };
+int rnd_req_at_limit(const rnd_ctx *ctx, const rnd_session *s);
 bool rnd_req_uncount(req *r);
 /* The end of a request: references, counters, memory; once (request.h). */
 void rnd_req_release(req *r);

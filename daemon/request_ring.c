@@ -74,10 +74,7 @@ int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const r
 
     /* At a limit the slot waits in the ring: the client's stream waits,
      * nothing is refused. */
-    if (!preparing && !at->force &&
-        (s->inflight >= ctx->cfg.max_inflight ||
-         ctx->inflight_total >= ctx->cfg.max_inflight_total ||
-         (s->uid_load && s->uid_load->inflight >= ctx->cfg.max_inflight_per_uid))) {
+    if (!preparing && !at->force && rnd_req_at_limit(ctx, s)) {
         ctx->stats.fast_deferred++;
         return RN_BUSY;
     }

@@ -643,18 +643,8 @@ int rnd_rings_init(rnd_ctx *ctx, rnd_rings *tab, rnd_ring_submit_fn *submit, rnp
         rnd_warn("RMSNORMD_DEBUG_READY_SPIN_US=%lu: the doorbell thread spins %lu us for "
                  "ready words", us, us);
     }
-    /* RMSNORMD_DEBUG_ARM_POLICY=free (armed mode; being measured against
-     * the default, alone: ring_arm.c). */
-    const char *ap = getenv("RMSNORMD_DEBUG_ARM_POLICY");
-    if (ap && *ap) {
-        if (strcmp(ap, "free") != 0 && strcmp(ap, "alone") != 0)
-            return rnp_fail(err, RN_INVALID_ARGUMENT,
-                            "RMSNORMD_DEBUG_ARM_POLICY: expected alone or free, got '%s'", ap);
-        tab->arm_free = strcmp(ap, "free") == 0;
-        if (tab->arm_free && tab->ready_mode == RND_RING_READY_ARMED)
-            rnd_warn("RMSNORMD_DEBUG_ARM_POLICY=free: rings arm whatever else is in flight, "
-                     "and other rings' calls take nothing back");
-    }
+    if ((rc = rnd_rings_arm_init(tab, err)) != 0)
+        return rc;
     rn_queue_init(&tab->list);
     if (!ctx->dev.rings)
         return 0;

@@ -45,9 +45,29 @@
  */
 #include "ring_int.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "ctx.h"
 #include "log.h"
 #include "rn_ring.h"
+
+int rnd_rings_arm_init(rnd_rings *tab, rnp_error *err)
+{
+    /* RMSNORMD_DEBUG_ARM_POLICY=free: being measured against the default,
+     * alone (above). */
+    const char *ap = getenv("RMSNORMD_DEBUG_ARM_POLICY");
+    if (!ap || !*ap)
+        return 0;
+    if (strcmp(ap, "free") != 0 && strcmp(ap, "alone") != 0)
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "RMSNORMD_DEBUG_ARM_POLICY: expected alone or free, got '%s'", ap);
+    tab->arm_free = strcmp(ap, "free") == 0;
+    if (tab->arm_free && tab->ready_mode == RND_RING_READY_ARMED)
+        rnd_warn("RMSNORMD_DEBUG_ARM_POLICY=free: rings arm whatever else is in flight, and "
+                 "other rings' calls take nothing back");
+    return 0;
+}
 
 void rnd_ring_arm_open(rnd_ring *g)
 {

@@ -115,6 +115,8 @@ static inline void rnd_ring_drop_prep(rnd_ring *g)
 
 /* ring_arm.c, for ring.c and ring_take.c (--ring-ready=armed). */
 enum { RND_ARM_NO = 0, RND_ARM_READY = 1, RND_ARM_ARMED = 2 };
+/* At the rings' start: RMSNORMD_DEBUG_ARM_POLICY.  0 or an rn_status. */
+int rnd_rings_arm_init(rnd_rings *tab, rnp_error *err);
 /* The ring's words from the backend (g->arm, or NULL: host mode); and back. */
 void rnd_ring_arm_open(rnd_ring *g);
 void rnd_ring_arm_free(rnd_ring *g);
