@@ -7,6 +7,7 @@
  */
 #include "server.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,6 +24,14 @@ static void ring_end(rnd_session *s)
     rnd_ring_session_end(s);
     if (!s->gone)
         rnd_request_abandon_ring(s, RN_UNKNOWN_SESSION);
+}
+
+/* A mapping (cudaIpcOpenMemHandle, cudaHostRegister, the VMM maps) may wait
+ * for the device: no other session's armed call may hold it up (ring_arm.c). */
+static void before_map(rnd_session *s)
+{
+    rnd_ctx *ctx = (rnd_ctx *)(void *)((char *)s->tab - offsetof(rnd_ctx, sessions));
+    rnd_rings_revoke_others(&ctx->rings, s);
 }
 
 static void update_status(rnd_server *srv, bool force)
@@ -265,6 +274,7 @@ int rnd_server_start(rnd_server *srv, uv_loop_t *loop, const rnd_config *cfg, rn
                       rnd_request_cancel_session);
     ctx->sessions.ring_end = ring_end;
     ctx->sessions.ring_pending = rnd_ring_pending;
+    ctx->sessions.before_map = before_map;
     if ((rc = rnd_rings_init(ctx, &ctx->rings, rnd_request_ring, err)) != 0)
         return rc;
     ctx->rings.discard = rnd_request_ring_discard; /* (slots prepared ahead: ring.c) */

@@ -404,6 +404,8 @@ static int region_add(rnd_session *s, const region_src *src, uint64_t size, uint
     r = calloc(1, sizeof *r);
     if (!r)
         return rnp_fail(err, RN_NOMEM, "register: out of memory");
+    if (s->tab->before_map)
+        s->tab->before_map(s);
     if (src->req)
         rc = be->ops->region_open(be, s->bsess, src->req, &r->map, err);
     else if (src->chunks)

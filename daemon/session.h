@@ -122,6 +122,10 @@ struct rnd_sessions {
     /* Whether s's ring holds calls not yet taken (their inputs are late):
      * s is not idle.  Set by the rings' owner; NULL: none. */
     bool (*ring_pending)(const rnd_session *s);
+    /* s is about to map a region (a backend call that may wait for the
+     * device): other sessions' armed calls are taken back first
+     * (--ring-ready=armed).  Set by the rings' owner; NULL: none. */
+    void (*before_map)(rnd_session *s);
 };
 
 /* The mapping budget comes from cfg->max_mappings, or vm.max_map_count

@@ -1525,6 +1525,35 @@ static void test_armed_revoked(void **state)
     RNH_PASS(d);
 }
 
+/* Another client mapping memory (REGISTER: the backend's mapping calls may
+ * wait for the device) takes the armed call back first; the call then runs
+ * once its ready word comes. */
+static void test_armed_revoked_by_map(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+    void *buf = NULL;
+
+    RNH_NEED_READY_MODE(d, "armed");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 8, 86);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
+    rn_client *c = client_on(d, RN_PATH_CLASSIC);
+    assert_int_equal(rnh_stat(d, "fast.revoked"), 0); /* (a session alone maps nothing) */
+    if (rn_buffer_alloc(c, 1 << 16, &buf) != 0)
+        fail_msg("rn_buffer_alloc: %s", rn_last_error(c));
+    assert_int_equal(rnh_wait_stat(d, "fast.revoked", 1, WAIT_MS), 0);
+    rnr_ring_ready(&r.g, s1);
+    assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s1, NULL, 0), 0);
+    assert_int_equal(rn_buffer_free(c, buf), 0);
+    rn_close(c);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
 /* Armed calls count in flight while their inputs have not come: a classic
  * call that finds the daemon's limit full of them takes them back first
  * (they wait in the ring again, out of the limits), so it runs at once;
@@ -1918,6 +1947,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_armed_late, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_revoked, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_invalid_after, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_revoked_by_map, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_classic_limit, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_kill9, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_stress, rnh_setup, rnh_teardown),
