@@ -64,7 +64,12 @@ typedef struct rnd_backend_opts {
     uv_loop_t *loop;
     const char *device;                /* CUDA device: index or UUID */
     uint32_t threads;                  /* CPU workers; 0 = one per online CPU */
-    uint32_t max_jobs;                 /* jobs submitted and not yet done, at most */
+    uint32_t max_jobs;                 /* jobs submitted and not yet done, at most, not
+                                        * counting the revoked_held ones */
+    const uint32_t *revoked_held;      /* NULL, or the daemon's count of armed ring jobs
+                                        * taken back whose done event has not run
+                                        * (--ring-ready=armed): out of the limit (read on
+                                        * the loop thread, in submit) */
     uint64_t kernel_deadline_ms;       /* CUDA: a kernel running longer fails the device */
     uint32_t debug_force_grid;         /* CUDA: CTAs of every launch; 0 = the plan's */
     bool cuda_fast_path;               /* CUDA: offer ring jobs (the fast path) where the

@@ -59,6 +59,7 @@ typedef struct cpu_backend {
     pthread_cond_t cv;
     rn_queue waiting;                  /* jobs waiting for a worker (under mu) */
     uint32_t queued, running, max_jobs;
+    const uint32_t *revoked_held;      /* rnd_backend_opts.revoked_held (loop thread) */
     rn_queue finished;                 /* jobs waiting for the loop (under mu) */
     rn_queue streams;                  /* cpu_sess with ring jobs waiting (under mu) */
     bool polling;                      /* a worker re-checks ready words (under mu) */
@@ -364,6 +365,7 @@ static int cpu_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *err
         b->nthreads = ncpu > 0 ? (uint32_t)ncpu : 1;
     }
     b->max_jobs = o->max_jobs ? o->max_jobs : 1024;
+    b->revoked_held = o->revoked_held;
     b->fail_after = o->debug_fail_after;
     b->fatal = o->fatal;
     b->fatal_ctx = o->fatal_ctx;
@@ -590,7 +592,9 @@ static int cpu_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
     if (b->failed)
         return rnp_fail(err, RN_DEVICE_FAILING, "bwd: the backend failed: %.150s", b->fail_msg);
     pthread_mutex_lock(&b->mu);
-    if (b->queued + b->running >= b->max_jobs && !(job->ring && job->ring->force)) {
+    uint32_t used = b->queued + b->running, held = b->revoked_held ? *b->revoked_held : 0;
+    used = used > held ? used - held : 0; /* (taken-back jobs: out of the limit) */
+    if (used >= b->max_jobs && !(job->ring && job->ring->force)) {
         pthread_mutex_unlock(&b->mu);
         return rnp_fail(err, RN_BUSY, "bwd: the cpu backend's queue is full (%u jobs)",
                         b->max_jobs);

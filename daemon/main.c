@@ -70,10 +70,8 @@ static int start_backend(const rnd_config *cfg, uv_loop_t *loop, rnd_backend **o
         .loop = loop,
         .device = cfg->device,
         .threads = cfg->threads,
-        /* Armed: room for the calls taken back too, out of the daemon's
-         * limits while their skips have not run yet (ring_arm.c). */
-        .max_jobs = cfg->ring_ready == RND_RING_READY_ARMED ? 2 * cfg->max_inflight_total
-                                                            : cfg->max_inflight_total,
+        .max_jobs = cfg->max_inflight_total,
+        .revoked_held = &server.ctx.rings.revoked_held,
         .kernel_deadline_ms = cfg->kernel_deadline_ms,
         .debug_force_grid = cfg->debug_force_grid,
         .cuda_fast_path = cfg->cuda_fast_path,

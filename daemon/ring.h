@@ -103,6 +103,8 @@ typedef struct rnd_rings {
                                     * the doorbell thread spins from then, as after a
                                     * slot it saw itself (a slot taken through a bell
                                     * or after a wait is not one) */
+    uint32_t revoked_held;         /* armed mode: jobs taken back, not yet released (the
+                                    * backends' queue limits leave them out) */
     bool arm_free;                 /* armed mode: arm whatever else is in flight, and no
                                     * revocation for other rings' calls
                                     * (RMSNORMD_DEBUG_ARM_POLICY=free, being measured) */

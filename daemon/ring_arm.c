@@ -157,6 +157,7 @@ static void revoked_released(void *owner)
 {
     rnd_ring *g = owner;
 
+    g->tab->revoked_held--;
     if (--g->revoked == 0) {
         pthread_mutex_lock(&g->tab->mu);
         g->frozen = false;
@@ -190,6 +191,7 @@ unsigned rnd_ring_revoke(rnd_ring *g, const char *why)
 
     unsigned n = tab->revoke(g->sess, g, back, revoked_released);
     g->revoked += n;
+    tab->revoked_held += n;
     if (n == 0) { /* (none in flight: the backend answered them, failing) */
         pthread_mutex_lock(&tab->mu);
         g->frozen = false;

@@ -191,6 +191,7 @@ static int cuda_init(const rnd_backend_opts *o, rnd_backend **out, rnp_error *er
     b->fatal = o->fatal;
     b->fatal_ctx = o->fatal_ctx;
     b->revoke = o->revoke;
+    b->revoked_held = o->revoked_held;
     b->max_jobs = o->max_jobs ? o->max_jobs : 1024;
     b->fail_after = o->debug_fail_after;
     b->fins.flags = cudaEventDisableTiming | cudaEventBlockingSync;

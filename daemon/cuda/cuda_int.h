@@ -77,6 +77,9 @@
 #define RND_CUDA_TIME_EVERY 16
 /* RMSNORMD_DEBUG_STAMPS (stamps.c): the stamp pairs kept, the last ones. */
 #define RND_CUDA_STAMPS 65536
+/* When the gate holds a close for an armed call's wait, no call is armed
+ * for this long (gate.c's ask_revoke). */
+#define RND_CUDA_NO_ARM_NS 20000000ull
 /* Closes wait for a quiet moment (gate.c): nothing of ours on the GPU and
  * no submission for RND_CUDA_QUIET_NS; while the work goes on, at most
  * RND_CUDA_BUSY_DEFER_MS (RMSNORMD_DEBUG_CLOSE_DEFER_MS; 0: no wait), and
@@ -216,6 +219,9 @@ struct rnd_cuda {
     void (*fatal)(void *ctx, const char *msg);
     void *fatal_ctx;
     void (*revoke)(void *ctx);     /* rnd_backend_opts.revoke (ctx: fatal_ctx) */
+    const uint32_t *revoked_held;  /* rnd_backend_opts.revoked_held (loop thread) */
+    atomic_uint_fast64_t no_arm_until; /* the gate holds a close for armed waits: none is
+                                    * armed before this (gate.c; ns) */
     atomic_bool revoke_wanted;     /* the gate found an armed wait unmet (gate.c) */
 
     int dev;
@@ -368,10 +374,12 @@ void rnd_cuda_closer_stats(rnd_backend *be, rnp_stats_rep *out);
  * mutex, condition and list are set up by the caller).  add: g's stream is
  * about to wait on a client (rj: a ring slot's ready word; else ev, the
  * client's ready event), before the wait is queued (loop thread; with the
- * strict gate it waits for a close in progress to return).  drop: g leaves
- * the GPU or is freed (loop thread; harmless twice). */
+ * strict gate it waits for a close in progress to return); false, adding
+ * nothing, for an armed ring job while a close runs (its wait could hold
+ * the close up: the caller does not arm it).  drop: g leaves the GPU or is
+ * freed (loop thread; harmless twice). */
 void rnd_cuda_gate_init(rnd_cuda *b);
-void rnd_cuda_gate_add(rnd_cuda *b, rnd_cuda_gjob *g, const rnd_ring_job *rj, cudaEvent_t ev);
+bool rnd_cuda_gate_add(rnd_cuda *b, rnd_cuda_gjob *g, const rnd_ring_job *rj, cudaEvent_t ev);
 void rnd_cuda_gate_drop(rnd_cuda *b, rnd_cuda_gjob *g);
 /* On the loop: whether no stream has waited on a client for longer than
  * the grace without the wait being satisfied, as the host sees it (the
@@ -486,6 +494,13 @@ void rnd_cuda_cancel_release(rnd_cuda *b, rnd_cuda_sess *cs);
  * left or the kernels do not write the done words (a shut gate skips them). */
 uint64_t *rnd_cuda_arm_open(rnd_backend *be);
 void rnd_cuda_arm_close(rnd_backend *be, uint64_t *words);
+/* Whether the GPU's queue is at its limit (b->max_jobs), the jobs taken back
+ * (rnd_backend_opts.revoked_held) left out. */
+static inline bool rnd_cuda_queue_full(const rnd_cuda *b)
+{
+    uint32_t used = b->noutstanding, held = b->revoked_held ? *b->revoked_held : 0;
+    return (used > held ? used - held : 0) >= b->max_jobs;
+}
 /* The device address of an armed job's word (0: go, 1: okay). */
 CUdeviceptr rnd_cuda_arm_dev(const rnd_cuda *b, const uint64_t *words, int which);
 /* A tensor of job in a ring's host memory: RN_INVALID_ARGUMENT. */

@@ -91,11 +91,16 @@ void rnd_cuda_gate_init(rnd_cuda *b)
                  defer);
 }
 
-void rnd_cuda_gate_add(rnd_cuda *b, rnd_cuda_gjob *g, const rnd_ring_job *rj, cudaEvent_t ev)
+bool rnd_cuda_gate_add(rnd_cuda *b, rnd_cuda_gjob *g, const rnd_ring_job *rj, cudaEvent_t ev)
 {
     uint64_t t0 = 0;
 
     pthread_mutex_lock(&b->gate_mu);
+    if (rj && rj->arm_key && b->closing) {
+        /* An armed wait queued now could hold the close that runs. */
+        pthread_mutex_unlock(&b->gate_mu);
+        return false;
+    }
     if (!b->gate_grace_ns && b->closing) {
         /* The strict gate: a close the gate let through before this wait
          * existed must not end up waiting for it. */
@@ -111,6 +116,7 @@ void rnd_cuda_gate_add(rnd_cuda *b, rnd_cuda_gjob *g, const rnd_ring_job *rj, cu
     if (t0 && g->wait_ns - t0 > RND_CUDA_SLOW_CALL_NS)
         rnd_info("A submission waited %" PRIu64 " ms for a close in progress (the strict gate)",
                  (g->wait_ns - t0) / 1000000);
+    return true;
 }
 
 void rnd_cuda_gate_drop(rnd_cuda *b, rnd_cuda_gjob *g)
@@ -152,25 +158,32 @@ static bool wait_seen(const rnd_cuda_gjob *g)
     return true;
 }
 
-/* The look (under gate_mu): 1 clear, 0 shut, -1 the device failed (*err). */
-static int check_locked(rnd_cuda *b, uint64_t now, cudaError_t *err)
+/* The look (under gate_mu): 1 clear, 0 shut, -1 the device failed (*err).
+ * *armed: shut by an armed call's wait (--ring-ready=armed), which the
+ * daemon can end itself (ask_revoke): at once, not after the grace, and
+ * wherever it stands in the list. */
+static int check_locked(rnd_cuda *b, uint64_t now, cudaError_t *err, bool *armed)
 {
     rn_queue *q, *next;
+    bool young = false;
 
+    *armed = false;
     RN_QUEUE_FOREACH_SAFE(q, next, &b->waits) {
         rnd_cuda_gjob *g = RN_QUEUE_DATA(q, rnd_cuda_gjob, wlink);
         if (!wait_seen(g)) {
-            /* An armed call's wait (--ring-ready=armed) the daemon can end
-             * itself: shut at once, and the loop asked to take the call
-             * back (rnd_cuda_on_async), after which the gate opens. */
             if (g->wait_rj && g->wait_rj->arm_key) {
-                if (!atomic_exchange(&b->revoke_wanted, true))
-                    uv_async_send(&b->async);
+                *armed = true;
                 return 0;
             }
-            /* Every wait after this one was queued later: none is older. */
-            return now > g->wait_ns && now - g->wait_ns > b->gate_grace_ns ? 0 : 1;
+            /* Every wait after this one was queued later: none is older;
+             * an armed one may still follow. */
+            if (now > g->wait_ns && now - g->wait_ns > b->gate_grace_ns)
+                return 0;
+            young = true;
+            continue;
         }
+        if (young)
+            continue; /* (behind a young wait: left for a later look) */
         /* Satisfied: off the list once the GPU is past it.  (Its started
          * event may not be recorded yet, right after add: then it is the
          * pool's event from before, complete, and the wait, satisfied
@@ -185,13 +198,28 @@ static int check_locked(rnd_cuda *b, uint64_t now, cudaError_t *err)
     return 1;
 }
 
+/* Shut by an armed wait, and a close (or give-back) would go otherwise:
+ * no call is armed for a while (ring_submit refuses, RND_UNARMABLE), and
+ * the loop is asked to take the armed ones back (rnd_cuda_on_async), after
+ * which the gate opens.  Asking at every look would take calls back about
+ * a hundred times a second while a close waits for quiet anyway. */
+static void ask_revoke(rnd_cuda *b, uint64_t now)
+{
+    atomic_store(&b->no_arm_until, now + RND_CUDA_NO_ARM_NS);
+    if (!atomic_exchange(&b->revoke_wanted, true))
+        uv_async_send(&b->async);
+}
+
 bool rnd_cuda_waits_clear(rnd_cuda *b)
 {
     cudaError_t err = cudaSuccess;
     uint64_t now = rnd_now_ns();
+    bool armed;
 
     pthread_mutex_lock(&b->gate_mu);
-    int r = check_locked(b, now, &err);
+    int r = check_locked(b, now, &err, &armed);
+    if (r == 0 && armed)
+        ask_revoke(b, now);
     pthread_mutex_unlock(&b->gate_mu);
     if (r < 0)
         rnd_cuda_mark_failed(b, "a stream's wait on a client: %s", cudaGetErrorString(err));
@@ -240,10 +268,14 @@ int rnd_cuda_gate_enter(void *ctx)
     cudaError_t err = cudaSuccess;
     uint64_t now = rnd_now_ns();
 
+    bool armed;
+
     pthread_mutex_lock(&b->gate_mu);
-    int r = check_locked(b, now, &err);
+    int r = check_locked(b, now, &err, &armed);
     if (r > 0 && !room_for_close(b, now))
         r = 0;
+    else if (r == 0 && armed && room_for_close(b, now))
+        ask_revoke(b, now);
     if (r > 0)
         b->closing = true;
     pthread_mutex_unlock(&b->gate_mu);

@@ -66,7 +66,7 @@ static int admit(const rnd_cuda *b, const rnd_job *job, rnp_error *err)
         return rnp_fail(err, RN_NO_EVENTS,
                         "bwd.mode: async needs a done event to wait on; exchange events (EVENTS) "
                         "or use sync mode");
-    if (b->noutstanding >= b->max_jobs)
+    if (rnd_cuda_queue_full(b))
         return rnp_fail(err, RN_BUSY, "bwd: %u requests are queued on the GPU, the limit",
                         b->noutstanding);
     return 0;
@@ -206,7 +206,7 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
         return rnd_cuda_failed_err(b, err, "bwd");
     if (!ready || !done)
         return rnp_fail(err, RN_INTERNAL, "bwd: the ring's memory is not registered with CUDA");
-    if (b->noutstanding >= b->max_jobs && !rj->force)
+    if (rnd_cuda_queue_full(b) && !rj->force)
         return rnp_fail(err, RN_BUSY, "bwd: %u requests are queued on the GPU, the limit",
                         b->noutstanding);
     bool put = false; /* the answer is in the slot (a graph slot counts each put in fails) */
@@ -227,6 +227,7 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
      * queued (RND_UNARMABLE: the daemon takes the slot again unarmed). */
     bool armed = rj->arm_key != 0;
     if (armed && !(run && b->kernel_done && job->args.m > 0 &&
+                   rnd_now_ns() >= atomic_load(&b->no_arm_until) &&
                    rnk_cuda_check(b->kdev, &job->args, s->ws, s->ws_bytes, kmsg, sizeof kmsg) ==
                        RNK_OK))
         return rnp_fail(err, RND_UNARMABLE, "bwd: this call cannot be armed");
@@ -247,7 +248,10 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     if (run && !graph && !rj->ready_seen) {
         /* The gate sees the wait before the stream has it (gate.c).  An
          * armed job waits on the ring's go word, the daemon's own. */
-        rnd_cuda_gate_add(b, g, rj, NULL);
+        if (!rnd_cuda_gate_add(b, g, rj, NULL)) { /* (armed, a close runs) */
+            rnd_cuda_gjob_free(b, g);
+            return rnp_fail(err, RND_UNARMABLE, "bwd: a close runs; not armed now");
+        }
         CUdeviceptr wa = armed ? rnd_cuda_arm_dev(b, rj->arm, 0) : ready;
         uint64_t wv = armed ? rj->arm_key : rj->seq;
         if ((r = b->wait64(s->st, wa, wv, CU_STREAM_WAIT_VALUE_GEQ)) != CUDA_SUCCESS) {
@@ -374,7 +378,7 @@ int rnd_cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
         goto fail;
     if (job->ready_slot >= 0) {
         /* The gate sees the wait before the stream has it (gate.c). */
-        rnd_cuda_gate_add(b, g, NULL, cs->ready[job->ready_slot]);
+        (void)rnd_cuda_gate_add(b, g, NULL, cs->ready[job->ready_slot]); /* (true: no ring) */
         RN_CUDA_GOTO(cudaStreamWaitEvent(s->st, cs->ready[job->ready_slot], 0), &f, fail_cuda);
     }
     /* Complete once the inputs are ready and the stream's earlier work has
