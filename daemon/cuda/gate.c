@@ -170,8 +170,18 @@ static int check_locked(rnd_cuda *b, uint64_t now, cudaError_t *err, bool *armed
     *armed = false;
     RN_QUEUE_FOREACH_SAFE(q, next, &b->waits) {
         rnd_cuda_gjob *g = RN_QUEUE_DATA(q, rnd_cuda_gjob, wlink);
+        bool arm = g->wait_rj && g->wait_rj->arm_key;
+        if (young) {
+            /* Behind a young wait only an armed one counts (a load each:
+             * the others' event queries are left for a later look). */
+            if (arm && !wait_seen(g)) {
+                *armed = true;
+                return 0;
+            }
+            continue;
+        }
         if (!wait_seen(g)) {
-            if (g->wait_rj && g->wait_rj->arm_key) {
+            if (arm) {
                 *armed = true;
                 return 0;
             }
@@ -179,11 +189,11 @@ static int check_locked(rnd_cuda *b, uint64_t now, cudaError_t *err, bool *armed
              * an armed one may still follow. */
             if (now > g->wait_ns && now - g->wait_ns > b->gate_grace_ns)
                 return 0;
+            if (!b->arm_host)
+                return 1; /* (no ring was ever armed: the look ends here, as it did) */
             young = true;
             continue;
         }
-        if (young)
-            continue; /* (behind a young wait: left for a later look) */
         /* Satisfied: off the list once the GPU is past it.  (Its started
          * event may not be recorded yet, right after add: then it is the
          * pool's event from before, complete, and the wait, satisfied
