@@ -216,8 +216,8 @@ static void *worker(void *arg)
         char msg[RNP_MAX_ERRMSG] = "";
         /* An armed job past its wait whose okay word did not come: the
          * daemon took it back (backend.h); nothing at all is done. */
-        bool revoked = job->ring && !job->ring->graph && rnd_ring_wait_met(job->ring) &&
-                       rnd_ring_gated_off(job->ring);
+        bool revoked = job->ring && !job->ring->graph && rnd_ring_gated_off(job->ring) &&
+                       rnd_ring_wait_met(job->ring);
         bool skip = revoked || atomic_load(&job->cancelled);
         int preset = job->ring && !revoked ? ring_preset(b, job) : 0;
         uintptr_t fault;

@@ -27,9 +27,11 @@
  * can end these itself, so a ring is armed only while every request in
  * flight in the daemon is its session's, and is revoked when another
  * ring takes a slot, a classic BWD or a graph replay is submitted, a ring
- * opens, the daemon drains, RING_CLOSE comes or its own session ends (a
- * closing ring arms nothing: once closed it leaves the doorbell thread's
- * list, and with it the mirror).
+ * opens, a region is being mapped (server.c's before_map), the cuda gate
+ * would hold a close for it (rnd_backend_opts.revoke), the daemon drains,
+ * RING_CLOSE comes or its own session ends (a closing ring arms nothing:
+ * once closed it leaves the doorbell thread's list, and with it the
+ * mirror).
  *
  * RMSNORMD_DEBUG_ARM_POLICY=free (being measured): a ring arms whatever
  * else is in flight and other rings' calls take nothing back (the other

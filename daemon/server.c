@@ -27,11 +27,12 @@ static void ring_end(rnd_session *s)
 }
 
 /* A mapping (cudaIpcOpenMemHandle, cudaHostRegister, the VMM maps) may wait
- * for the device: no other session's armed call may hold it up (ring_arm.c). */
+ * for the device: no armed call may hold it up (ring_arm.c), the mapping
+ * session's own included (its ready may wait for this reply). */
 static void before_map(rnd_session *s)
 {
     rnd_ctx *ctx = (rnd_ctx *)(void *)((char *)s->tab - offsetof(rnd_ctx, sessions));
-    rnd_rings_revoke_others(&ctx->rings, s);
+    rnd_rings_revoke_others(&ctx->rings, NULL);
 }
 
 static void update_status(rnd_server *srv, bool force)

@@ -123,8 +123,8 @@ struct rnd_sessions {
      * s is not idle.  Set by the rings' owner; NULL: none. */
     bool (*ring_pending)(const rnd_session *s);
     /* s is about to map a region (a backend call that may wait for the
-     * device): other sessions' armed calls are taken back first
-     * (--ring-ready=armed).  Set by the rings' owner; NULL: none. */
+     * device): every armed call is taken back first (--ring-ready=armed).
+     * Set by the rings' owner; NULL: none. */
     void (*before_map)(rnd_session *s);
 };
 

@@ -317,7 +317,7 @@ void rnd_cuda_on_async(uv_async_t *h)
     rnd_cuda *b = h->data;
 
     /* (gate.c: a close would wait for an armed call's inputs) */
-    if (atomic_exchange(&b->revoke_wanted, false) && b->revoke)
+    if (atomic_load(&b->revoke_wanted) && atomic_exchange(&b->revoke_wanted, false) && b->revoke)
         b->revoke(b->fatal_ctx);
     flush_acked(b);
     drain_completions(b);

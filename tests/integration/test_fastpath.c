@@ -1525,6 +1525,32 @@ static void test_armed_revoked(void **state)
     RNH_PASS(d);
 }
 
+/* RING_CLOSE takes an armed call back into the ring (a closed ring leaves
+ * the doorbell thread, and with it the mirror of its ready word): once its
+ * ready word comes it is answered, and the ring closes. */
+static void test_armed_ring_close(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+
+    RNH_NEED_READY_MODE(d, "armed");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 8, 87);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
+    assert_int_equal(simple(&r.g, RN_OP_RING_CLOSE, r.g.ring), 0);
+    assert_int_equal(rnh_wait_stat(d, "fast.revoked", 1, WAIT_MS), 0);
+    usleep(20000);
+    assert_int_equal(rnr_ring_done(&r.g), 0);
+    rnr_ring_ready(&r.g, s1);
+    assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s1, NULL, 0), 0);
+    assert_int_equal(wait_state_closed(&r.g), 0);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
 /* Another client mapping memory (REGISTER: the backend's mapping calls may
  * wait for the device) takes the armed call back first; the call then runs
  * once its ready word comes. */
@@ -1947,6 +1973,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_armed_late, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_revoked, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_invalid_after, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_ring_close, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_revoked_by_map, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_classic_limit, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_kill9, rnh_setup, rnh_teardown),
