@@ -1525,6 +1525,87 @@ static void test_armed_revoked(void **state)
     RNH_PASS(d);
 }
 
+/* A taken-back call's skip still queued when its slot is taken again and
+ * its ready word comes: the mirror stays frozen (no okay written) until the
+ * skip is released, so the skip does nothing and the call runs once.  The
+ * call works in place (dx over dy): a second run would read its own dx as
+ * dy.  The one worker is held by a large classic call meanwhile, and the
+ * policy is free (the ring arms beside it). */
+typedef struct big_call {
+    rn_client *c;
+    laid l;
+    int rc;
+    int64_t end_ms;
+} big_call;
+
+static void *big_call_main(void *arg)
+{
+    big_call *bc = arg;
+    bc->rc = rn_rmsnorm_bwd_host(bc->c, &bc->l.a, NULL);
+    bc->end_ms = rnh_now_ms();
+    return NULL;
+}
+
+static void test_armed_frozen(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+    big_call bc = {0};
+    pthread_t th;
+    char msg[400];
+    rnv_case k = {.m = 4096, .n = 4096, .x = RN_DTYPE_F32, .dy = RN_DTYPE_F32,
+                  .dx = RN_DTYPE_F32, .eps = 1e-6f};
+
+    RNH_NEED_READY_MODE(d, "armed");
+    rnh_arg(d, "--threads");
+    rnh_arg(d, "1");
+    setenv("RMSNORMD_DEBUG_ARM_POLICY", "free", 1);
+    int started = rnh_start(d);
+    unsetenv("RMSNORMD_DEBUG_ARM_POLICY");
+    assert_int_equal(started, 0);
+    memset(&r, 0, sizeof r);
+    r.k = mixed_case(3);
+    r.k.m = 48, r.k.n = 300, r.k.dres = RN_DTYPE_NONE, r.k.inplace = true;
+    assert_int_equal(rnr_ring_open(&r.g, d->endpoint, 8, rnv_bytes(&r.k) + 4096), 0);
+    rnv_setup(&r.k, r.g.data, 88, &r.a);
+    rnr_ring_req(&r.g, &r.a, &r.b);
+    if (rnv_expect_init(&r.e, &r.a, 0, msg, sizeof msg) != 0)
+        fail_msg("expectation: %s", msg);
+    bc.c = client_on(d, RN_PATH_CLASSIC);
+    lay(bc.c, &k, 5, &bc.l);
+    assert_int_equal(pthread_create(&th, NULL, big_call_main, &bc), 0);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
+    /* Another session maps memory: the armed call is taken back, its skip
+     * queued behind the large call. */
+    rn_client *m = client_on(d, RN_PATH_CLASSIC);
+    void *buf = NULL;
+    if (rn_buffer_alloc(m, 1 << 16, &buf) != 0)
+        fail_msg("rn_buffer_alloc: %s", rn_last_error(m));
+    assert_int_equal(rnh_wait_stat(d, "fast.revoked", 1, WAIT_MS), 0);
+    int64_t ready_ms = rnh_now_ms();
+    rnr_ring_ready(&r.g, s1);
+    assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s1, NULL, 0), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(bc.rc, 0);
+    if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
+        fail_msg("the call taken back, then run: %s", msg);
+    check(&bc.l, "the large call");
+    printf("armed frozen: the large call ended %lld ms after ready was written%s\n",
+           (long long)(bc.end_ms - ready_ms),
+           bc.end_ms > ready_ms ? "" : " (too soon: this run shows nothing)");
+    assert_int_equal(rnh_stat(d, "fast.ok"), 1);
+    assert_int_equal(rn_buffer_free(m, buf), 0);
+    rn_close(m);
+    unlay(bc.c, &bc.l);
+    rn_close(bc.c);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
 /* RING_CLOSE takes an armed call back into the ring (a closed ring leaves
  * the doorbell thread, and with it the mirror of its ready word): once its
  * ready word comes it is answered, and the ring closes. */
@@ -1974,6 +2055,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_armed_revoked, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_invalid_after, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_ring_close, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_frozen, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_revoked_by_map, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_classic_limit, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_kill9, rnh_setup, rnh_teardown),
