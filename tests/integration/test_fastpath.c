@@ -2076,10 +2076,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_died_fails_fast_classic, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_uid_inflight_limit, rnh_setup, rnh_teardown),
     };
-    /* RN_TEST_FILTER=PATTERN runs only the tests it matches (cmocka's
-     * filter: * and ? wildcards), e.g. 'test_armed_*'. */
-    const char *filter = getenv("RN_TEST_FILTER");
-    if (filter && *filter)
-        cmocka_set_test_filter(filter);
+    /* RN_TESTS=pattern runs only those (cmocka's wildcards), as in the GPU
+     * suites, e.g. 'test_armed_*'. */
+    if (getenv("RN_TESTS"))
+        cmocka_set_test_filter(getenv("RN_TESTS"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
