@@ -21,6 +21,7 @@ set -u
 build=${1:?usage: run_armed.sh BUILD OUT}
 out=${2:?usage: run_armed.sh BUILD OUT}
 here=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "$build" && pwd) # (the tests run rmsnormctl from $RN_BUILD, elsewhere)
 mkdir -p "$out/l"
 summary=()
 out_final=$out
