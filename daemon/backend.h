@@ -282,6 +282,15 @@ static inline int rnd_status_of_rnk(int krc)
     return RN_INTERNAL;
 }
 
+/* Whether a backend's queue of used jobs is at max, the taken-back ones
+ * (rnd_backend_opts.revoked_held, NULL: none) left out. */
+static inline bool rnd_backend_queue_full(uint32_t used, const uint32_t *revoked_held,
+                                          uint32_t max)
+{
+    uint32_t held = revoked_held ? *revoked_held : 0;
+    return (used > held ? used - held : 0) >= max;
+}
+
 /* A backend's submit may refuse an armed ring job (rnd_ring_job.arm_key)
  * with this code before it queued anything: the job cannot be gated (it
  * runs no kernel that writes done).  The daemon then takes the slot again

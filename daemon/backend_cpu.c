@@ -592,9 +592,8 @@ static int cpu_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
     if (b->failed)
         return rnp_fail(err, RN_DEVICE_FAILING, "bwd: the backend failed: %.150s", b->fail_msg);
     pthread_mutex_lock(&b->mu);
-    uint32_t used = b->queued + b->running, held = b->revoked_held ? *b->revoked_held : 0;
-    used = used > held ? used - held : 0; /* (taken-back jobs: out of the limit) */
-    if (used >= b->max_jobs && !(job->ring && job->ring->force)) {
+    if (rnd_backend_queue_full(b->queued + b->running, b->revoked_held, b->max_jobs) &&
+        !(job->ring && job->ring->force)) {
         pthread_mutex_unlock(&b->mu);
         return rnp_fail(err, RN_BUSY, "bwd: the cpu backend's queue is full (%u jobs)",
                         b->max_jobs);

@@ -431,7 +431,7 @@ static void bwd(rnd_ctx *ctx, rnd_session *s, void **controlp, const rnp_request
     /* (--ring-ready=armed, ring_arm.c: armed calls count in flight while
      * they wait for their inputs; taken back first, they are not in the
      * way of this one's limits, nor their waits in its GPU's way) */
-    rnd_rings_revoke_others(&ctx->rings, NULL);
+    rnd_rings_revoke_others(&ctx->rings, NULL, "a classic BWD");
     if (admit_load(ctx, s, &err) != 0) {
         rnd_reply_rnp_error(ctx, *controlp, q->op, q->id, &err);
         *controlp = NULL;

@@ -52,7 +52,7 @@ void rnd_request_drain_rings(rnd_ctx *ctx)
     RN_QUEUE_FOREACH(q, &ctx->sessions.list)
         rnd_request_abandon_ring(RN_QUEUE_DATA(q, rnd_session, link), RN_DRAINING);
     /* Armed calls are taken back instead (abandon does not reach them). */
-    rnd_rings_revoke_others(&ctx->rings, NULL);
+    rnd_rings_revoke_others(&ctx->rings, NULL, "the drain");
 }
 
 /* ---- a ring slot's way in (ring.h's rnd_ring_submit_fn) ------------------------------ */
@@ -79,16 +79,13 @@ int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const r
         return RN_BUSY;
     }
     if (r) {
+        if (at->arm_key && !armable(r))
+            return RND_UNARMABLE; /* (kept prepared, for host mode) */
         r->at.force = r->rj.force = at->force;
         r->at.ready = r->rj.ready_seen = at->ready;
         r->at.arm = r->rj.arm = at->arm;
         r->at.arm_key = r->rj.arm_key = at->arm_key;
         r->run.recv_ns = recv_ns;
-        if (at->arm_key && !armable(r)) { /* (kept prepared, for host mode) */
-            r->at.arm = r->rj.arm = NULL;
-            r->at.arm_key = r->rj.arm_key = 0;
-            return RND_UNARMABLE;
-        }
         goto submit;
     }
     if (!(r = calloc(1, sizeof *r)))

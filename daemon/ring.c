@@ -546,7 +546,7 @@ int rnd_op_ring_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_r
     g->done_dev = done_dev;
     /* A new ring's streams may be made (CUDA calls that can wait for the
      * device): no armed wait of another ring's may hold them up. */
-    rnd_rings_revoke_others(tab, s);
+    rnd_rings_revoke_others(tab, s, "a new ring");
     rnd_ring_arm_open(g);
     if (dr)
         dr->refs++;

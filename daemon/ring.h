@@ -156,8 +156,8 @@ void rnd_rings_limit_freed(rnd_rings *tab);
 /* --ring-ready=armed (ring_arm.c): take back the armed calls whose inputs
  * have not come, of every ring but except's (NULL: of all): another
  * client's work is about to be queued, or a CUDA call that may wait for the
- * device.  Nothing to do in the other modes. */
-void rnd_rings_revoke_others(rnd_rings *tab, const rnd_session *except);
+ * device (why, for the log).  Nothing to do in the other modes. */
+void rnd_rings_revoke_others(rnd_rings *tab, const rnd_session *except, const char *why);
 
 /* s's bell rang (chan.c): its client published while the daemon slept;
  * if s's ring has a slot not yet taken, the loop takes the rings' new

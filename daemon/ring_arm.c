@@ -153,18 +153,22 @@ void rnd_ring_arm_refused(rnd_ring *g, uint64_t seq)
     pthread_mutex_unlock(&g->tab->mu);
 }
 
-/* A revoked job was released (its skip ended).  Once they all were, the
- * mirror may write okay again; then the ring's own release. */
+/* No revoked job of g is left: the mirror may write okay again. */
+static void thaw(rnd_ring *g)
+{
+    pthread_mutex_lock(&g->tab->mu);
+    g->frozen = false;
+    pthread_mutex_unlock(&g->tab->mu);
+}
+
+/* A revoked job was released (its skip ended); then the ring's own release. */
 static void revoked_released(void *owner)
 {
     rnd_ring *g = owner;
 
     g->tab->revoked_held--;
-    if (--g->revoked == 0) {
-        pthread_mutex_lock(&g->tab->mu);
-        g->frozen = false;
-        pthread_mutex_unlock(&g->tab->mu);
-    }
+    if (--g->revoked == 0)
+        thaw(g);
     g->released(g);
 }
 
@@ -194,11 +198,8 @@ unsigned rnd_ring_revoke(rnd_ring *g, const char *why)
     unsigned n = tab->revoke(g->sess, g, back, revoked_released);
     g->revoked += n;
     tab->revoked_held += n;
-    if (n == 0) { /* (none in flight: the backend answered them, failing) */
-        pthread_mutex_lock(&tab->mu);
-        g->frozen = false;
-        pthread_mutex_unlock(&tab->mu);
-    }
+    if (n == 0)
+        thaw(g); /* (none in flight: the backend answered them, failing) */
     /* Their slots are taken again, in host mode, from the first; a ring
      * that stopped at a slot after them takes them before it stops again. */
     if (rnp_seq_reached(g->cons, back) && g->cons != back) {
@@ -215,7 +216,7 @@ unsigned rnd_ring_revoke(rnd_ring *g, const char *why)
     return n;
 }
 
-void rnd_rings_revoke_others(rnd_rings *tab, const rnd_session *except)
+void rnd_rings_revoke_others(rnd_rings *tab, const rnd_session *except, const char *why)
 {
     rn_queue *q;
 
@@ -224,6 +225,6 @@ void rnd_rings_revoke_others(rnd_rings *tab, const rnd_session *except)
     RN_QUEUE_FOREACH(q, &tab->list) {
         rnd_ring *g = RN_QUEUE_DATA(q, rnd_ring, link);
         if (g->sess != except && g->arm)
-            rnd_ring_revoke(g, except ? "another client's call" : "another client's request");
+            rnd_ring_revoke(g, why);
     }
 }

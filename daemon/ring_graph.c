@@ -123,7 +123,7 @@ static void take_graph(rnd_ring *g, rnd_graph *gr)
     }
     /* (--ring-ready=armed: no armed wait, its own ring's included, may hold
      * a replay up) */
-    rnd_rings_revoke_others(tab, NULL);
+    rnd_rings_revoke_others(tab, NULL, "a graph replay");
     rc = tab->submit(tab->ctx, g->sess, ok ? &b : NULL, ok ? NULL : &err, &at, rnd_now_ns());
     if (rc == RN_BUSY) {
         tab->deferred = true; /* taken again once a request frees a limit */

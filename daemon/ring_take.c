@@ -123,7 +123,7 @@ static unsigned take_max(rnd_ring *g, bool force, unsigned max)
         }
         /* No other ring's armed wait may hold this call up. */
         if (tab->ready_mode == RND_RING_READY_ARMED && !tab->arm_free)
-            rnd_rings_revoke_others(tab, s);
+            rnd_rings_revoke_others(tab, s, "another client's call");
         uint8_t *slot = g->base + rnp_ring_slot_off(seq, g->slots);
         uint64_t t0 = rnd_now_ns(); /* (fast.take: the copy, checks, pins, submission) */
         rnd_ring_slot at = { g->base, slot, seq, force, g->released, g, false, ready,

@@ -32,7 +32,7 @@ static void ring_end(rnd_session *s)
 static void before_map(rnd_session *s)
 {
     rnd_ctx *ctx = (rnd_ctx *)(void *)((char *)s->tab - offsetof(rnd_ctx, sessions));
-    rnd_rings_revoke_others(&ctx->rings, NULL);
+    rnd_rings_revoke_others(&ctx->rings, NULL, "a region being mapped");
 }
 
 static void update_status(rnd_server *srv, bool force)
@@ -210,7 +210,7 @@ void rnd_server_revoke(void *arg)
 {
     rnd_server *srv = arg;
 
-    rnd_rings_revoke_others(&srv->ctx.rings, NULL);
+    rnd_rings_revoke_others(&srv->ctx.rings, NULL, "a close would wait for it");
 }
 
 static void on_signal(uv_signal_t *h, int signum)

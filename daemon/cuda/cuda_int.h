@@ -494,12 +494,10 @@ void rnd_cuda_cancel_release(rnd_cuda *b, rnd_cuda_sess *cs);
  * left or the kernels do not write the done words (a shut gate skips them). */
 uint64_t *rnd_cuda_arm_open(rnd_backend *be);
 void rnd_cuda_arm_close(rnd_backend *be, uint64_t *words);
-/* Whether the GPU's queue is at its limit (b->max_jobs), the jobs taken back
- * (rnd_backend_opts.revoked_held) left out. */
+/* Whether the GPU's queue is at its limit (rnd_backend_queue_full). */
 static inline bool rnd_cuda_queue_full(const rnd_cuda *b)
 {
-    uint32_t used = b->noutstanding, held = b->revoked_held ? *b->revoked_held : 0;
-    return (used > held ? used - held : 0) >= b->max_jobs;
+    return rnd_backend_queue_full(b->noutstanding, b->revoked_held, b->max_jobs);
 }
 /* The device address of an armed job's word (0: go, 1: okay). */
 CUdeviceptr rnd_cuda_arm_dev(const rnd_cuda *b, const uint64_t *words, int which);
