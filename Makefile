@@ -388,10 +388,12 @@ $(foreach s,$(TEST_SUITES),$(eval $(call suite_rules,$(s))))
 $(BUILD)/bench/bench_kernel: $(BUILD)/obj/bench/kernel_trace.o
 $(BUILD)/bench/bench_e2e_cuda: $(BUILD)/obj/bench/e2e_client.o
 $(BUILD)/bench/bench_seqwords: $(BUILD)/obj/bench/seqwords_daemon.o
+$(BUILD)/bench/bench_late: $(addprefix $(BUILD)/obj/tests/integration/,rawring.o rawchan.o raw.o)
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBCLIENT_A) $(LIBPROTO) $(LIBKCPU) $(LIBKCUDA)
 	$(call say,LD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) -o $@ $< $(filter $(BUILD)/obj/bench/%.o,$(filter-out $<,$^)) $(TEST_LIBS)
+	$(Q)$(CC) -o $@ $< $(filter $(BUILD)/obj/bench/%.o $(BUILD)/obj/tests/%.o,$(filter-out $<,$^)) \
+	    $(TEST_LIBS)
 
 # Fuzz harnesses: a replay build (normal compiler, a main that feeds files to
 # the harness) that `make test` runs over the corpus and the regressions, and

@@ -44,11 +44,13 @@
  * writes its generation word from the GPU, which rings no doorbell (a host
  * node could, but holds the stream tens of microseconds a replay). */
 #define GRAPH_POLL_NS 20000ull
-/* --ring-ready=host: while a slot waits for its ready word the thread
- * spins this long after anything came, then polls at GRAPH_POLL_NS, and
- * after READY_SLOW_NS at POLL_NS (short_sleep_ns). */
+/* --ring-ready=host and armed: while a slot waits for its ready word the
+ * thread spins this long after anything came, then polls at a
+ * READY_LAG_SHARE-th of the time since, within GRAPH_POLL_NS .. POLL_NS (a
+ * producer late by D is seen within about D / 250, and a long wait costs
+ * few wake-ups). */
 #define READY_SPIN_NS 1000000ull
-#define READY_SLOW_NS 20000000ull
+#define READY_LAG_SHARE 250u
 
 struct waitv {
     uint64_t val, uaddr;
@@ -130,14 +132,14 @@ static bool doze(struct waitv *w, uint32_t n, bool poll_only, uint64_t short_ns)
 
 /* The doorbell thread's longest sleep while words a GPU writes are polled
  * (0: none are): graph slots' generation words every GRAPH_POLL_NS; the
- * ready words slots wait for (--ring-ready=host), idle_ns after anything
- * last came, every GRAPH_POLL_NS too, and from READY_SLOW_NS on (producers
- * that are late, or clients that stopped) every POLL_NS. */
+ * ready words slots wait for, idle_ns after anything last came, every
+ * idle_ns / READY_LAG_SHARE within GRAPH_POLL_NS .. POLL_NS. */
 static uint64_t short_sleep_ns(const rnd_rings *tab, bool waiting, uint64_t idle_ns)
 {
-    if (tab->graphs || (waiting && idle_ns < READY_SLOW_NS))
+    uint64_t lag = idle_ns / READY_LAG_SHARE;
+    if (tab->graphs || (waiting && lag < GRAPH_POLL_NS))
         return GRAPH_POLL_NS;
-    return waiting ? POLL_NS : 0;
+    return !waiting ? 0 : lag < POLL_NS ? lag : POLL_NS;
 }
 
 static void *doorbell_thread(void *arg)
