@@ -37,7 +37,9 @@
  *     stamp, through the daemon minus in-process, halved (two hops: producer
  *     -> daemon kernel, daemon kernel -> consumer).  A 300 us spin before each
  *     producer keeps the host ahead of the GPU, so the stamps measure GPU
- *     waits, not the host's round trip.  The daemon's kernel is not stamped
+ *     waits, not the host's round trip (--lead-us US sets the spin: a
+ *     producer US late after the previous call, which the daemon's doorbell
+ *     thread sees by its poll, not its spin, from 1 ms on).  The daemon's kernel is not stamped
  *     itself: its time is taken to be the in-process kernel's; beside it the
  *     daemon's own means over these calls (fast path: hop_take_us, its
  *     fast.take, the loop's copy of a slot to its submission; hop_kernel_us,
@@ -80,7 +82,8 @@
  * allocation at 32768x4096 (768 MiB; bench_ipcmem).
  *
  *   bench_e2e_cuda [--daemon PATH] [--label TEXT] [--iters N] [--out FILE] [--fast]
- *                  [--split] [--daemon-arg ARG]...   (ARG added to the daemon's command line)
+ *                  [--split] [--lead-us US] [--daemon-arg ARG]...
+ *                  (ARG added to the daemon's command line)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -405,6 +408,8 @@ int main(int argc, char **argv)
             outp = argv[i + 1];
         else if (strcmp(argv[i], "--ks") == 0) /* which K rows: a mask of 1, 2, 4, 8 */
             tput_ks = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--lead-us") == 0) /* read by the clients (e2e_client.c) */
+            setenv("RN_E2E_LEAD_US", argv[i + 1], 1);
         i++;
     }
     /* A client that dies must not take the driver with it. */

@@ -337,12 +337,16 @@ int client_single(const char *endpoint, int iters)
         double idle_d99 = pct(gaps2, iters, 0.99) / 1e3;
         loop_ping(iters, rtt);
         double rp50 = pct(rtt, iters, 0.5) / 1e3, rp99 = pct(rtt, iters, 0.99) / 1e3;
-        /* GPU-side gaps with the host ahead of the GPU. */
-        loop(&w, true, iters, 300000, gaps, NULL);
+        /* GPU-side gaps with the host ahead of the GPU: each producer comes
+         * lead_ns after the previous call (RN_E2E_LEAD_US, --lead-us; 300 us
+         * by default, within the daemon's spin for ready words). */
+        const char *ls = getenv("RN_E2E_LEAD_US");
+        uint64_t lead_ns = ls && *ls ? strtoull(ls, NULL, 10) * 1000u : 300000u;
+        loop(&w, true, iters, lead_ns, gaps, NULL);
         uint64_t tk0, tks0, kc0, kcs0, tk1, tks1, kc1, kcs1;
         e2e_daemon_hist(cli, "fast.take", &tk0, &tks0);
         e2e_daemon_hist(cli, "fast.compute", &kc0, &kcs0);
-        loop(&w, false, iters, 300000, gaps2, NULL);
+        loop(&w, false, iters, lead_ns, gaps2, NULL);
         dump_stamps(shapes[s][0], shapes[s][1], iters);
         e2e_daemon_hist(cli, "fast.take", &tk1, &tks1);
         e2e_daemon_hist(cli, "fast.compute", &kc1, &kcs1);
@@ -357,12 +361,12 @@ int client_single(const char *endpoint, int iters)
                "ping_p50_us=%.1f ping_p99_us=%.1f span_inproc_p50_us=%.2f span_daemon_p50_us=%.2f "
                "span_daemon_p99_us=%.2f hop_p50_us=%.2f idle_inproc_p50_us=%.2f "
                "idle_daemon_p50_us=%.2f idle_daemon_p99_us=%.2f hop_take_us=%.2f "
-               "hop_kernel_us=%.2f\n",
+               "hop_kernel_us=%.2f lead_us=%llu\n",
                (long long)shapes[s][0], (long long)shapes[s][1], in_it[0], in_it[1], d_it[0],
                d_it[1], (d_it[0] < d_it[1] ? d_it[0] : d_it[1]) /
                             (in_it[0] < in_it[1] ? in_it[0] : in_it[1]),
                hp50, hp99, pp50, pp99, rp50, rp99, gin, gd, gd99, (gd - gin) / 2, idle_in, idle_d,
-               idle_d99, gtake, gkern);
+               idle_d99, gtake, gkern, (unsigned long long)(lead_ns / 1000u));
         /* The daemon's side: receipt to the recorded done event. */
         rn_stats_info si2;
         if (rn_stats(cli, &si2) == 0) {
