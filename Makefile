@@ -200,7 +200,7 @@ INTEG_BINS := $(call suite_tests,integration) $(call suite_progs,integration)
 GPU_BINS := $(if $(HAVE_CUDA),$(call suite_tests,gpu) $(call suite_progs,gpu))
 # The programs in bench/ measure the GPU; the CPU backend's benchmark is
 # `rmsnormctl bench`.
-BENCH_SHARED := bench/kernel_trace.c bench/e2e_client.c bench/seqwords_daemon.c
+BENCH_SHARED := bench/kernel_trace.c bench/e2e_client.c bench/seqwords_daemon.c bench/bench_host.c
 BENCH_BINS := $(if $(HAVE_CUDA),$(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out $(BENCH_SHARED),$(wildcard bench/*.c))))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/replay_%,$(FUZZ_SRC))
@@ -388,7 +388,9 @@ $(foreach s,$(TEST_SUITES),$(eval $(call suite_rules,$(s))))
 $(BUILD)/bench/bench_kernel: $(BUILD)/obj/bench/kernel_trace.o
 $(BUILD)/bench/bench_e2e_cuda: $(BUILD)/obj/bench/e2e_client.o
 $(BUILD)/bench/bench_seqwords: $(BUILD)/obj/bench/seqwords_daemon.o
-$(BUILD)/bench/bench_late: $(addprefix $(BUILD)/obj/tests/integration/,rawring.o rawchan.o raw.o)
+$(BUILD)/bench/bench_bell: $(BUILD)/obj/bench/bench_host.o
+$(BUILD)/bench/bench_late: $(BUILD)/obj/bench/bench_host.o \
+                           $(addprefix $(BUILD)/obj/tests/integration/,rawring.o rawchan.o raw.o)
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(LIBCLIENT_A) $(LIBPROTO) $(LIBKCPU) $(LIBKCUDA)
 	$(call say,LD,$@)
 	@mkdir -p $(@D)

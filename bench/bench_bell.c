@@ -20,19 +20,18 @@
  *                   [--rounds R] [--out FILE]
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_host.h"
 #include "bench_util.h"
 #include "rmsnorm_client.h"
 
-enum { M = 4, N = 256, MAX_ARGS = 16 };
+enum { M = BENCH_TINY_M, N = BENCH_TINY_N, MAX_ARGS = 16 };
 
 typedef struct side {
     const char *name;
@@ -48,18 +47,8 @@ static pid_t daemon_pid; /* (the daemon it started: stopped on the way out) */
 static void die(const char *what, const char *why)
 {
     fprintf(stderr, "bench_bell: %s: %s\n", what, why);
-    if (daemon_pid > 0) {
-        kill(daemon_pid, SIGTERM);
-        waitpid(daemon_pid, NULL, 0);
-    }
+    bench_daemon_stop(daemon_pid);
     exit(1);
-}
-
-static void sleep_us(uint64_t us)
-{
-    struct timespec ts = {(time_t)(us / 1000000u), (long)(us % 1000000u) * 1000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
 }
 
 static void open_side(side *s, const char *endpoint, bool bell, size_t cap)
@@ -76,25 +65,9 @@ static void open_side(side *s, const char *endpoint, bool bell, size_t cap)
         die("rn_connect", rn_last_error(NULL));
     if (rn_ping(s->c, &rtt) != 0)
         die("ping", rn_last_error(s->c));
-    if (rn_buffer_alloc(s->c, sizeof(float) * (3 * M * N + 2 * N), (void **)&s->buf) != 0)
+    if (rn_buffer_alloc(s->c, sizeof(float) * BENCH_TINY_FLOATS, (void **)&s->buf) != 0)
         die("rn_buffer_alloc", rn_last_error(s->c));
-    float *x = s->buf, *dy = x + M * N, *dx = dy + M * N, *w = dx + M * N, *dw = w + N;
-    for (int i = 0; i < M * N; i++) {
-        x[i] = (float)((i * 7) % 11) / 11.0f - 0.5f;
-        dy[i] = (float)((i * 5) % 13) / 13.0f - 0.5f;
-    }
-    for (int j = 0; j < N; j++)
-        w[j] = 1.0f + (float)j / N;
-    rn_bwd_args a = RN_BWD_ARGS_INIT;
-    a.m = M, a.n = N;
-    a.x_dtype = a.dy_dtype = a.dx_dtype = a.w_dtype = a.dw_dtype = RN_DTYPE_F32;
-    a.dres_dtype = RN_DTYPE_NONE;
-    a.x = x, a.x_stride = N;
-    a.dy = dy, a.dy_stride = N;
-    a.dx = dx, a.dx_stride = N;
-    a.w = w, a.dw = dw;
-    a.eps = 1e-6f;
-    s->a = a;
+    bench_tiny_call(s->buf, &s->a);
     s->lat = calloc(cap, sizeof *s->lat);
     if (!s->lat)
         die("calloc", "out of memory");
@@ -109,57 +82,6 @@ static void calls(side *s, int n, uint64_t gap_us)
             die("rn_rmsnorm_bwd_host", rn_last_error(s->c));
         s->lat[s->nlat++] = now_ns() - t0;
     }
-}
-
-static double pct(const uint64_t *v, size_t n, double p)
-{
-    return n ? (double)v[(size_t)(p * (double)(n - 1))] / 1000.0 : 0.0;
-}
-
-static pid_t start_daemon(const char *path, const char *endpoint, char **extra, int nextra)
-{
-    char *argv[8 + MAX_ARGS];
-    int k = 0;
-
-    argv[k++] = (char *)path;
-    argv[k++] = "--endpoint";
-    argv[k++] = (char *)endpoint;
-    argv[k++] = "--config";
-    argv[k++] = "/dev/null";
-    bool backend = false;
-    for (int i = 0; i < nextra; i++)
-        backend |= strcmp(extra[i], "--backend") == 0;
-    if (!backend) {
-        argv[k++] = "--backend";
-        argv[k++] = "cpu";
-    }
-    for (int i = 0; i < nextra; i++)
-        argv[k++] = extra[i];
-    argv[k] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (!freopen("/dev/null", "w", stderr))
-            _exit(127);
-        execv(path, argv);
-        _exit(127);
-    }
-    if (pid < 0)
-        die("fork", strerror(errno));
-    /* Up once it answers. */
-    for (int i = 0; i < 200; i++) {
-        rn_connect_opts o = {.endpoint = endpoint, .timeout_ms = 200};
-        rn_client *c = NULL;
-        uint64_t rtt;
-        if (rn_connect(&o, &c) == 0 && rn_ping(c, &rtt) == 0) {
-            rn_close(c);
-            return pid;
-        }
-        rn_close(c);
-        sleep_us(50000);
-    }
-    kill(pid, SIGKILL);
-    die("daemon", "did not answer within 10 s");
-    return -1;
 }
 
 int main(int argc, char **argv)
@@ -194,7 +116,9 @@ int main(int argc, char **argv)
     if (!mkdtemp(dir))
         die("mkdtemp", strerror(errno));
     snprintf(endpoint, sizeof endpoint, "ipc://%s/d.sock", dir);
-    pid_t pid = daemon_pid = start_daemon(daemon, endpoint, extra, nextra);
+    pid_t pid = daemon_pid = bench_daemon_start(daemon, endpoint, extra, nextra);
+    if (pid < 0)
+        return 1;
 
     side s[2] = {{.name = "bell"}, {.name = "doorbell"}};
     size_t cap = (size_t)n * (size_t)rounds * 2;
@@ -224,14 +148,14 @@ int main(int argc, char **argv)
     double p50[2];
     for (int k = 0; k < 2; k++) {
         qsort(s[k].lat, s[k].nlat, sizeof *s[k].lat, cmp_u64);
-        p50[k] = pct(s[k].lat, s[k].nlat, 0.5);
+        p50[k] = pct_us(s[k].lat, s[k].nlat, 0.5);
         printf("| %s | %zu | %.1f | %.1f | %.1f | %.1f |\n", s[k].name, s[k].nlat,
-               pct(s[k].lat, s[k].nlat, 0.1), p50[k], pct(s[k].lat, s[k].nlat, 0.9),
-               pct(s[k].lat, s[k].nlat, 0.99));
+               pct_us(s[k].lat, s[k].nlat, 0.1), p50[k], pct_us(s[k].lat, s[k].nlat, 0.9),
+               pct_us(s[k].lat, s[k].nlat, 0.99));
         if (f)
             fprintf(f, "%s,%llu,%zu,%.2f,%.2f,%.2f,%.2f\n", s[k].name, (unsigned long long)gap,
-                    s[k].nlat, pct(s[k].lat, s[k].nlat, 0.1), p50[k],
-                    pct(s[k].lat, s[k].nlat, 0.9), pct(s[k].lat, s[k].nlat, 0.99));
+                    s[k].nlat, pct_us(s[k].lat, s[k].nlat, 0.1), p50[k],
+                    pct_us(s[k].lat, s[k].nlat, 0.9), pct_us(s[k].lat, s[k].nlat, 0.99));
     }
     printf("\np50 bell / doorbell: %.2fx\n", p50[1] > 0 ? p50[0] / p50[1] : 0.0);
     if (f)
@@ -240,8 +164,7 @@ int main(int argc, char **argv)
         rn_close(s[k].c);
         free(s[k].lat);
     }
-    kill(pid, SIGTERM);
-    waitpid(pid, NULL, 0);
+    bench_daemon_stop(pid);
     daemon_pid = 0;
     char sock[160];
     snprintf(sock, sizeof sock, "%s/d.sock", dir);

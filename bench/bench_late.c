@@ -21,38 +21,27 @@
  */
 #include <errno.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_host.h"
 #include "bench_util.h"
 #include "integration/rawring.h"
 #include "rmsnorm_client.h"
 
-enum { M = 4, N = 256, MAX_ARGS = 16, MAX_DELAYS = 16 };
+enum { MAX_ARGS = 16, MAX_DELAYS = 16 };
 
 static pid_t daemon_pid;
 
 static void die(const char *what, const char *why)
 {
     fprintf(stderr, "bench_late: %s: %s\n", what, why);
-    if (daemon_pid > 0) {
-        kill(daemon_pid, SIGTERM);
-        waitpid(daemon_pid, NULL, 0);
-    }
+    bench_daemon_stop(daemon_pid);
     exit(1);
-}
-
-static void sleep_us(uint64_t us)
-{
-    struct timespec ts = {(time_t)(us / 1000000u), (long)(us % 1000000u) * 1000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
 }
 
 /* The daemon's CPU time so far (user + system), ns. */
@@ -76,80 +65,12 @@ static uint64_t daemon_cpu_ns(pid_t pid)
     return (ut + st) * (1000000000ull / (uint64_t)(hz > 0 ? hz : 100));
 }
 
-static pid_t start_daemon(const char *path, const char *endpoint, char **extra, int nextra)
-{
-    char *argv[10 + MAX_ARGS];
-    int k = 0;
-    bool backend = false, ready = false;
-
-    for (int i = 0; i < nextra; i++) {
-        backend |= strcmp(extra[i], "--backend") == 0;
-        ready |= strncmp(extra[i], "--ring-ready", 12) == 0;
-    }
-    argv[k++] = (char *)path;
-    argv[k++] = "--endpoint";
-    argv[k++] = (char *)endpoint;
-    argv[k++] = "--config";
-    argv[k++] = "/dev/null";
-    if (!backend) {
-        argv[k++] = "--backend";
-        argv[k++] = "cpu";
-    }
-    if (!ready)
-        argv[k++] = "--ring-ready=host";
-    for (int i = 0; i < nextra; i++)
-        argv[k++] = extra[i];
-    argv[k] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (!freopen("/dev/null", "w", stderr))
-            _exit(127);
-        execv(path, argv);
-        _exit(127);
-    }
-    if (pid < 0)
-        die("fork", strerror(errno));
-    for (int i = 0; i < 200; i++) {
-        rn_connect_opts o = {.endpoint = endpoint, .timeout_ms = 200};
-        rn_client *c = NULL;
-        uint64_t rtt;
-        if (rn_connect(&o, &c) == 0 && rn_ping(c, &rtt) == 0) {
-            rn_close(c);
-            return pid;
-        }
-        rn_close(c);
-        sleep_us(50000);
-    }
-    kill(pid, SIGKILL);
-    die("daemon", "did not answer within 10 s");
-    return -1;
-}
-
-/* The call: x, dy, dx, w, dw of a 4 x 256 fp32 problem in g's data. */
+/* The call (bench_tiny_call) in g's data. */
 static void request(rnr_ring *g, rnp_bwd_req *b)
 {
-    float *x = (float *)g->data, *dy = x + M * N, *dx = dy + M * N, *w = dx + M * N, *dw = w + N;
-    for (int i = 0; i < M * N; i++) {
-        x[i] = (float)((i * 7) % 11) / 11.0f - 0.5f;
-        dy[i] = (float)((i * 5) % 13) / 13.0f - 0.5f;
-    }
-    for (int j = 0; j < N; j++)
-        w[j] = 1.0f + (float)j / N;
-    rn_bwd_args a = RN_BWD_ARGS_INIT;
-    a.m = M, a.n = N;
-    a.x_dtype = a.dy_dtype = a.dx_dtype = a.w_dtype = a.dw_dtype = RN_DTYPE_F32;
-    a.dres_dtype = RN_DTYPE_NONE;
-    a.x = x, a.x_stride = N;
-    a.dy = dy, a.dy_stride = N;
-    a.dx = dx, a.dx_stride = N;
-    a.w = w, a.dw = dw;
-    a.eps = 1e-6f;
+    rn_bwd_args a;
+    bench_tiny_call((float *)g->data, &a);
     rnr_ring_req(g, &a, b);
-}
-
-static double pct(const uint64_t *v, size_t n, double p)
-{
-    return n ? (double)v[(size_t)(p * (double)(n - 1))] / 1000.0 : 0.0;
 }
 
 int main(int argc, char **argv)
@@ -192,11 +113,24 @@ int main(int argc, char **argv)
     if (!mkdtemp(dir))
         die("mkdtemp", strerror(errno));
     snprintf(endpoint, sizeof endpoint, "ipc://%s/d.sock", dir);
-    daemon_pid = start_daemon(daemon, endpoint, extra, nextra);
+    /* --ring-ready=host unless the arguments say otherwise (first, so that
+     * one of theirs wins). */
+    char *args[MAX_ARGS + 1];
+    int nargs = 0;
+    bool ready = false;
+    for (int i = 0; i < nextra; i++)
+        ready |= strncmp(extra[i], "--ring-ready", 12) == 0;
+    if (!ready)
+        args[nargs++] = "--ring-ready=host";
+    for (int i = 0; i < nextra; i++)
+        args[nargs++] = extra[i];
+    daemon_pid = bench_daemon_start(daemon, endpoint, args, nargs);
+    if (daemon_pid < 0)
+        return 1;
 
     rnr_ring g;
     rnp_bwd_req b;
-    if (rnr_ring_open_sealed(&g, endpoint, 8, sizeof(float) * (3 * M * N + 2 * N) + 4096) != 0)
+    if (rnr_ring_open_sealed(&g, endpoint, 8, sizeof(float) * BENCH_TINY_FLOATS + 4096) != 0)
         die("ring", "could not open one");
     request(&g, &b);
     /* Warm-up: the first calls map the region. */
@@ -243,18 +177,17 @@ int main(int argc, char **argv)
         double cpu = 100.0 * (double)(daemon_cpu_ns(daemon_pid) - c0) / (double)(now_ns() - w0);
         qsort(lat, (size_t)calls, sizeof *lat, cmp_u64);
         printf("%10llu %6d %9.1f %9.1f %9.1f %9.1f %8.1f\n", (unsigned long long)d, calls,
-               pct(lat, calls, 0.1), pct(lat, calls, 0.5), pct(lat, calls, 0.9),
-               pct(lat, calls, 1.0), cpu);
+               pct_us(lat, calls, 0.1), pct_us(lat, calls, 0.5), pct_us(lat, calls, 0.9),
+               pct_us(lat, calls, 1.0), cpu);
         if (csv)
             fprintf(csv, "%s,%llu,%d,%.2f,%.2f,%.2f,%.2f,%.1f\n", label, (unsigned long long)d,
-                    calls, pct(lat, calls, 0.1), pct(lat, calls, 0.5), pct(lat, calls, 0.9),
-                    pct(lat, calls, 1.0), cpu);
+                    calls, pct_us(lat, calls, 0.1), pct_us(lat, calls, 0.5), pct_us(lat, calls, 0.9),
+                    pct_us(lat, calls, 1.0), cpu);
         free(lat);
     }
     if (csv)
         fclose(csv);
     rnr_ring_close(&g);
-    kill(daemon_pid, SIGTERM);
-    waitpid(daemon_pid, NULL, 0);
+    bench_daemon_stop(daemon_pid);
     return 0;
 }

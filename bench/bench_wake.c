@@ -98,13 +98,6 @@ static void *bell_thread(void *arg)
     return NULL;
 }
 
-static void sleep_us(unsigned us)
-{
-    struct timespec ts = {0, (long)us * 1000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 int main(int argc, char **argv)
 {
     unsigned gap = 300, n = 2000;
