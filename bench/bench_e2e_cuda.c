@@ -81,6 +81,10 @@
  * shape's tensors, and the daemon's kernel runs 3 % slower on that one
  * allocation at 32768x4096 (768 MiB; bench_ipcmem).
  *
+ * At the end it prints the daemon's fast-path counts (daemon_counts: fast.ok,
+ * fast.armed, fast.revoked, ...), stops it (SIGKILL after 10 s) and exits 1
+ * when it did not exit 0; a signal to the driver kills its daemon too.
+ *
  *   bench_e2e_cuda [--daemon PATH] [--label TEXT] [--iters N] [--out FILE] [--fast]
  *                  [--split] [--lead-us US] [--daemon-arg ARG]...
  *                  (ARG added to the daemon's command line)
@@ -171,6 +175,63 @@ static double mean_us(uint64_t n0, uint64_t s0, uint64_t n1, uint64_t s1)
 }
 
 static pid_t daemon_pid;
+
+/* Stop the daemon: SIGTERM, then SIGKILL if it has not exited within 10 s
+ * (a drain that hangs).  Its exit status, or -1 when it had to be killed. */
+static int stop_daemon(void)
+{
+    int status = 0;
+    if (daemon_pid <= 0)
+        return -1;
+    kill(daemon_pid, SIGTERM);
+    for (int i = 0; i < 1000; i++) {
+        if (waitpid(daemon_pid, &status, WNOHANG) == daemon_pid) {
+            daemon_pid = 0;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        }
+        usleep(10000);
+    }
+    fprintf(stderr, "rmsnormd did not exit within 10 s of SIGTERM: killed\n");
+    kill(daemon_pid, SIGKILL);
+    waitpid(daemon_pid, NULL, 0);
+    daemon_pid = 0;
+    return -1;
+}
+
+/* A signal to the driver (a step's timeout) stops its daemon too, which
+ * would otherwise live on as an orphan (an MPS client in the next runs). */
+static void on_signal(int sig)
+{
+    if (daemon_pid > 0)
+        kill(daemon_pid, SIGKILL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* The daemon's fast-path counts at the end, on one line: what the run's
+ * calls took (armed and revoked ones included, --ring-ready=armed). */
+static void daemon_counts(const char *endpoint)
+{
+    static const char *const names[] = {"fast.ok", "fast.errors", "fast.armed", "fast.revoked",
+                                        "fast.revokes", "fast.ready_waits", "fast.prepared"};
+    rn_connect_opts o = RN_CONNECT_OPTS_INIT;
+    rn_client *c = NULL;
+    rn_stats_info si;
+
+    o.endpoint = endpoint;
+    o.client_name = "bench stats";
+    if (rn_connect(&o, &c) != 0 || rn_stats(c, &si) != 0) {
+        printf("daemon_counts unavailable: %s\n", rn_last_error(c));
+        rn_close(c);
+        return;
+    }
+    printf("daemon_counts");
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        printf(" %s=%llu", names[i], (unsigned long long)rn_stats_get(&si, names[i], 0));
+    printf("\n");
+    rn_close(c);
+}
+
 #define MAX_DARGS 8
 static const char *dargs[MAX_DARGS]; /* --daemon-arg */
 static int ndargs;
@@ -430,8 +491,12 @@ int main(int argc, char **argv)
         }
         daemon = dpath;
     }
-    if (!mkdtemp(dir) || start_daemon(daemon, dir, endpoint, sizeof endpoint, fast) != 0)
+    signal(SIGTERM, on_signal);
+    signal(SIGINT, on_signal);
+    if (!mkdtemp(dir) || start_daemon(daemon, dir, endpoint, sizeof endpoint, fast) != 0) {
+        stop_daemon();
         return 1;
+    }
     if (outp && !(out = fopen(outp, "a")))
         perror(outp);
     /* The classic rows on the classic path (the daemon offers both). */
@@ -446,10 +511,8 @@ int main(int argc, char **argv)
     }
     if (out)
         fclose(out);
-    kill(daemon_pid, SIGTERM);
-    int status = 0;
-    waitpid(daemon_pid, &status, 0);
-    printf("rmsnormd exit status %d (log %s/daemon.log)\n",
-           WIFEXITED(status) ? WEXITSTATUS(status) : -1, dir);
-    return 0;
+    daemon_counts(endpoint);
+    int st = stop_daemon();
+    printf("rmsnormd exit status %d (log %s/daemon.log)\n", st, dir);
+    return st == 0 ? 0 : 1;
 }
