@@ -1,65 +1,116 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The daemon's armed mode (--ring-ready=armed, daemon/ring_arm.c) on a GPU
-# host, in one command of about 6 minutes, run from the repository root:
-#   1. checks: test_kernel_gpu's gate, done-word and cancel tests (under
-#      compute-sanitizer when it is there); test_fastpath_cuda, test_isolation
-#      and test_fastpath (the CPU suites run against this daemon too) with
-#      RN_DAEMON_ARGS=--ring-ready=armed, under MPS;
-#   2. under MPS, the GPU time added per call (bench_e2e_cuda --fast-only --ks
-#      0) with the three ready modes taking turns, two rounds: gpu, host,
-#      armed, armed, host, gpu;
-#   3. under MPS, K = 1, 2, 4, 8 clients (--tput-only) for host, armed and
-#      armed with RMSNORMD_DEBUG_ARM_POLICY=free:
-#      what revocations cost when clients share the daemon (the daemon at
-#      --log-level=debug logs each revocation).
-# Writes to OUT: summary.txt (each step's result), added.md (step 2's tables
-# one after another), tput.md, logs.tgz (everything else).
-# Usage: bench/run_armed.sh BUILD OUT   (BUILD: a build or a pack of one,
-# tests/gpu/pack_build.sh); LD_LIBRARY_PATH for the runtime libraries.
+# host, run from the repository root, in two parts of about 4 minutes each
+# (one device command each; PART all runs both):
+#   checks  1. test_kernel_gpu's gate, done-word and cancel tests in full,
+#              then their quick subset under compute-sanitizer (memcheck);
+#           2. test_fastpath_cuda with RN_DAEMON_ARGS=--ring-ready=armed under
+#              MPS, then its kill -9 tests (which skip under MPS) without MPS:
+#              the dead-client path of armed calls;
+#   measure 3. under MPS, the GPU time added per call (bench_e2e_cuda
+#              --fast-only --ks 0) with the three ready modes taking turns,
+#              two rounds: gpu, host, armed, armed, host, gpu;
+#           4. under MPS, K = 1, 2, 4, 8 clients (--tput-only) for host, armed
+#              and armed with RMSNORMD_DEBUG_ARM_POLICY=free: what revocations
+#              cost when clients share the daemon (the daemon at
+#              --log-level=debug logs each revocation).
+# Every bench run ends with its daemon's counts (daemon_counts: fast.armed,
+# fast.revoked, ...): an "armed" row without armed calls measured host mode.
+# Writes to OUT: summary-PART.txt (each step's result as it ends, the bench
+# runs' counts and exit lines), added.md and tput.md (the tables), and
+# logs-PART.tgz (every log, the bench daemons' logs included).
+# Usage: bench/run_armed.sh BUILD OUT [checks|measure|all]   (BUILD: a build
+# or a pack of one, tests/gpu/pack_build.sh); LD_LIBRARY_PATH for the
+# runtime libraries.
 set -u
-build=${1:?usage: run_armed.sh BUILD OUT}
-out=${2:?usage: run_armed.sh BUILD OUT}
+build=${1:?usage: run_armed.sh BUILD OUT [checks|measure|all]}
+out=${2:?usage: run_armed.sh BUILD OUT [checks|measure|all]}
+part=${3:-all}
+case $part in checks | measure | all) ;; *) echo "run_armed.sh: PART: checks, measure or all" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "$build" && pwd) # (the tests run rmsnormctl from $RN_BUILD, elsewhere)
-mkdir -p "$out/l"
+mkdir -p "$out/l-$part"
+out_final=$(cd "$out" && pwd)
+out=$out_final/l-$part
 summary=()
-out_final=$out
-out=$out/l
+summary_file=$out_final/summary-$part.txt
+: >"$summary_file"
 # shellcheck source=tests/gpu/run_lib.sh
 . "$here/tests/gpu/run_lib.sh"
 export RN_BUILD=$build RN_SRC=$here CUDA_MODULE_LOADING=EAGER
 
-san=()
-command -v compute-sanitizer >/dev/null && san=(compute-sanitizer --error-exitcode 9)
-RNK_GPU_TESTS=gate,done_words,cancel step "kernel gate (sanitizer)" kernel.log \
-    timeout 300 "${san[@]}" "$build/tests/gpu/test_kernel_gpu"
+mps=0
+finish() {
+    [ $mps = 1 ] && mps_stop armed
+    mps=0
+    tar -czf "$out_final/logs-$part.tgz" -C "$out_final" "l-$part" && rm -rf "$out"
+    cat "$summary_file"
+}
+trap finish EXIT
+mps_on() {
+    if mps_start armed; then mps=1; else
+        echo "MPS did not start: the steps below run without it" >>"$summary_file"
+    fi
+}
+mps_off() {
+    [ $mps = 1 ] && mps_stop armed
+    mps=0
+}
 
-mps_start armed
-export RN_DAEMON_ARGS=--ring-ready=armed
-step "fastpath_cuda armed (MPS)" fastpath_cuda.log timeout 240 "$build/tests/gpu/test_fastpath_cuda"
-step "isolation armed (MPS)" isolation.log timeout 120 "$build/tests/integration/test_isolation"
-step "fastpath (cpu suite) armed" fastpath.log timeout 200 "$build/tests/integration/test_fastpath"
-unset RN_DAEMON_ARGS
+# bench NAME TIMEOUT ARGS...: bench_e2e_cuda with ARGS; its daemon's log is
+# kept beside its own, and its counts and exit line go to the summary.
+bench() {
+    local name=$1 t=$2; shift 2
+    local before
+    before=$(ls -d /tmp/rn-bench.* 2>/dev/null)
+    step "$name" "$name.log" timeout -k 5 "$t" "$build/bench/bench_e2e_cuda" \
+        --daemon "$build/rmsnormd" "$@"
+    local d
+    for d in $(ls -d /tmp/rn-bench.* 2>/dev/null); do
+        case " $before " in *" $d "*) continue ;; esac
+        cp "$d/daemon.log" "$out/$name-daemon.log" 2>/dev/null
+        rm -rf "$d"
+    done
+    local back
+    back=$(grep -c 'taken back' "$out/$name-daemon.log" 2>/dev/null)
+    {
+        printf '    %s\n' "$(grep -h '^daemon_counts\|exit status' "$out/$name.log" | tr '\n' ' ')"
+        printf '    taken back (debug log lines): %s\n' "${back:-0}"
+    } >>"$summary_file"
+}
 
-for mode in gpu host armed armed host gpu; do
-    step "added $mode" "added-$mode-$SECONDS.log" timeout 120 \
-        "$build/bench/bench_e2e_cuda" --daemon "$build/rmsnormd" --label "MPS $mode" \
-        --fast-only --ks 0 --iters 300 --daemon-arg "--ring-ready=$mode" \
-        --out "$out/added-$mode-$SECONDS.md"
-done
-# (armed-free: RMSNORMD_DEBUG_ARM_POLICY=free, rings arm whatever else is
-# in flight and other rings' calls take nothing back)
-for mode in host armed armed-free; do
-    RMSNORMD_DEBUG_ARM_POLICY=$([ "$mode" = armed-free ] && echo free || echo alone) \
-        step "tput $mode" "tput-$mode.log" timeout 150 \
-        "$build/bench/bench_e2e_cuda" --daemon "$build/rmsnormd" --label "MPS $mode" \
-        --fast-only --tput-only --iters 300 --daemon-arg "--ring-ready=${mode%-free}" \
-        --daemon-arg "--log-level=debug" --out "$out/tput-$mode.md"
-done
-mps_stop armed
+if [ "$part" != measure ]; then
+    san=()
+    command -v compute-sanitizer >/dev/null && san=(compute-sanitizer --error-exitcode 9)
+    RNK_GPU_TESTS=gate,done_words,cancel step "kernel gate (full)" kernel.log \
+        timeout -k 5 120 "$build/tests/gpu/test_kernel_gpu"
+    RNK_GPU_QUICK=1 RNK_GPU_TESTS=gate,done_words,cancel step "kernel gate (memcheck, quick)" \
+        kernel-san.log timeout -k 5 180 "${san[@]}" "$build/tests/gpu/test_kernel_gpu"
+    mps_on
+    RN_DAEMON_ARGS=--ring-ready=armed step "fastpath_cuda armed (MPS)" fastpath_cuda.log \
+        timeout -k 5 240 "$build/tests/gpu/test_fastpath_cuda"
+    mps_off
+    RN_TESTS='test_kill9_*' RN_DAEMON_ARGS=--ring-ready=armed \
+        step "fastpath_cuda kill -9, armed (no MPS)" fastpath_cuda_kill9.log \
+        timeout -k 5 150 "$build/tests/gpu/test_fastpath_cuda"
+fi
 
-cat "$out"/added-*.md >"$out_final/added.md" 2>/dev/null
-cat "$out"/tput-*.md >"$out_final/tput.md" 2>/dev/null
-printf '%s\n' "${summary[@]}" | tee "$out_final/summary.txt"
-[ -d "$out" ] && tar -czf "$out_final/logs.tgz" -C "$out_final" l && rm -rf "$out"
+if [ "$part" != checks ]; then
+    mps_on
+    for mode in gpu host armed armed host gpu; do
+        bench "added-$mode-$SECONDS" 75 --label "MPS $mode" --fast-only --ks 0 --iters 300 \
+            --daemon-arg "--ring-ready=$mode" --out "$out/added-$mode-$SECONDS.md"
+    done
+    # (armed-free: RMSNORMD_DEBUG_ARM_POLICY=free, rings arm whatever else is
+    # in flight and other rings' calls take nothing back)
+    for mode in host armed armed-free; do
+        RMSNORMD_DEBUG_ARM_POLICY=$([ "$mode" = armed-free ] && echo free || echo alone) \
+            bench "tput-$mode" 100 --label "MPS $mode" --fast-only --tput-only --iters 300 \
+            --daemon-arg "--ring-ready=${mode%-free}" --daemon-arg "--log-level=debug" \
+            --out "$out/tput-$mode.md"
+    done
+    mps_off
+    cat "$out"/added-*.md >"$out_final/added.md" 2>/dev/null
+    cat "$out"/tput-*.md >"$out_final/tput.md" 2>/dev/null
+fi

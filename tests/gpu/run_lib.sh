@@ -5,7 +5,9 @@
 # summary=() first.
 
 # step NAME LOG COMMAND...: run COMMAND with its output in $out/LOG, then
-# note NAME, its exit status, its seconds and its pass/fail lines.
+# note NAME, its exit status, its seconds and its pass/fail lines (also
+# appended to $summary_file at once where the script sets one, so that a
+# run cut short keeps the steps it finished).
 step() {
     local name=$1 log=$2; shift 2
     local t0=$SECONDS
@@ -14,13 +16,18 @@ step() {
     local res
     res=$(grep -E '^\[  (PASSED|FAILED) \]|^[0-9]+ (passed|failed)' "$out/$log" | tail -2 | tr '\n' ' ')
     summary+=("$(printf '%-34s rc=%-3s %4ss  %s' "$name" "$rc" $((SECONDS - t0)) "$res")")
+    [ -n "${summary_file:-}" ] && printf '%s\n' "${summary[-1]}" >>"$summary_file"
+    return 0
 }
 
 # mps_start TAG: an MPS control daemon with its pipes and log under /tmp/rn-TAG-mps-*.
+# Returns nonzero when it did not start (then nothing is exported).
 mps_start() {
     export CUDA_MPS_PIPE_DIRECTORY=/tmp/rn-$1-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/rn-$1-mps-log
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    nvidia-cuda-mps-control -d
+    nvidia-cuda-mps-control -d && return 0
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    return 1
 }
 
 # mps_stop NAME: stop it, keep its control log as $out/mps-control-NAME.log.
