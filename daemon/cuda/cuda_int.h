@@ -309,6 +309,7 @@ struct rnd_cuda {
                                     * the first arm_open): RND_CUDA_CANCEL_WORDS pairs */
     CUdeviceptr arm_dev;           /* ... their device address */
     uint8_t *arm_used;             /* which pairs a ring holds */
+    bool arm_off;                  /* a stream wait on those words was refused: none armed */
     bool kernel_done;              /* kernels write the done words (RMSNORMD_DEBUG_KERNEL_DONE=0: no) */
     bool lean_start;               /* no start event for ring jobs that wait for nothing
                                     * and are not timed (RMSNORMD_DEBUG_LEAN_START=1) */

@@ -363,21 +363,36 @@ uint64_t *rnd_cuda_arm_open(rnd_backend *be)
     rnd_cuda *b = (rnd_cuda *)be;
     void *words = NULL, *dev = NULL;
 
-    if (!b->rings || !b->kernel_done || b->failed)
+    if (!b->rings || !b->kernel_done || b->failed || b->arm_off)
         return NULL;
     if (!b->arm_host) {
         size_t bytes = RND_CUDA_CANCEL_WORDS * 2 * sizeof(uint64_t);
-        if (cudaHostAlloc(&words, bytes, cudaHostAllocMapped | cudaHostAllocPortable) !=
-                cudaSuccess ||
-            cudaHostGetDevicePointer(&dev, words, 0) != cudaSuccess ||
-            !(b->arm_used = calloc(RND_CUDA_CANCEL_WORDS, 1))) {
+        const char *why = "no pinned memory for their words";
+        bool ok = cudaHostAlloc(&words, bytes, cudaHostAllocMapped | cudaHostAllocPortable) ==
+                      cudaSuccess &&
+                  cudaHostGetDevicePointer(&dev, words, 0) == cudaSuccess &&
+                  (b->arm_used = calloc(RND_CUDA_CANCEL_WORDS, 1)) != NULL;
+        if (ok) {
+            /* A wait on these words that is met at once (0 >= 0): armed
+             * calls wait on this kind of memory, and a driver that refused
+             * such a wait would stop the first armed ring; none is armed
+             * then. */
+            memset(words, 0, bytes);
+            ok = b->wait64(b->streams[0].st, (CUdeviceptr)(uintptr_t)dev, 0,
+                           CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
+            if (!ok)
+                why = "a stream cannot wait on pinned host memory";
+        }
+        if (!ok) {
             (void)cudaGetLastError();
             if (words)
                 cudaFreeHost(words);
-            rnd_warn("No pinned memory for the armed calls' words: rings run in host mode");
+            free(b->arm_used);
+            b->arm_used = NULL;
+            b->arm_off = true;
+            rnd_warn("No armed calls (%s): rings run in host mode", why);
             return NULL;
         }
-        memset(words, 0, bytes);
         b->arm_host = words;
         b->arm_dev = (CUdeviceptr)(uintptr_t)dev;
     }

@@ -215,6 +215,12 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
         run = false;
         put = true;
     }
+    /* Growing the workspace maps memory, which might wait for the device:
+     * never behind this ring's own armed waits (the slot is taken again
+     * once ready, unarmed, and then grows it). */
+    if (run && rj->arm_key &&
+        rnk_cuda_workspace_size(b->kdev, job->args.m, job->args.n) > s->ws_bytes)
+        return rnp_fail(err, RND_UNARMABLE, "bwd: the stream's workspace must grow first");
     if (run && ws_ensure(b, s, job->args.m, job->args.n, &kerr) != 0) {
         put_error(job, kerr.code, kerr.msg);
         run = false;
