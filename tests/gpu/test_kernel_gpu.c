@@ -16,6 +16,7 @@
 #include "rn_test.h"
 #include "rnk_test.h"
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <math.h>
@@ -28,6 +29,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "rn_check.h" /* (after the CUDA headers: rn_cuda_entry) */
 
 extern char **environ;
 
@@ -799,6 +802,112 @@ static void test_gate_word(void **state)
     CU(cudaFreeHost(cword));
 }
 
+/* The daemon's armed calls in the order it makes them (daemon/cuda/submit.c,
+ * daemon/ring_arm.c): the stream waits for go >= key, the launch after it
+ * is gated on okay, and the host stores okay, then go (the call runs) or go
+ * alone (taken back: it must do nothing), at a random moment before or
+ * after the GPU reached the wait.  The words are a pair in pinned, mapped
+ * memory, as the daemon's are; both only grow.  Run: done = key and the
+ * usual bits; taken back: done as it was and nothing written. */
+typedef CUresult (*wait64_fn)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
+
+static void test_gate_stream(void **state)
+{
+    (void)state;
+    wait64_fn wait64 = (wait64_fn)rn_cuda_entry("cuStreamWaitValue64");
+    if (!wait64)
+        RN_SKIP("the driver has no cuStreamWaitValue64");
+    /* the ring path, then S */
+    gspec specs[] = {gs(8192, 256, RNK_BF16, RNK_BF16, RNK_BF16),
+                     gs(8192, 1024, RNK_BF16, RNK_F32, RNK_F32)};
+    const int iters = quick ? 40 : 400;
+    uint64_t *words = NULL, *wdev = NULL; /* [0] done, [1] go, [2] okay */
+    unsigned *cword = NULL, *cdev = NULL;
+    CU(cudaHostAlloc((void **)&words, 3 * sizeof(uint64_t), cudaHostAllocMapped));
+    CU(cudaHostGetDevicePointer((void **)&wdev, words, 0));
+    CU(cudaHostAlloc((void **)&cword, sizeof(unsigned), cudaHostAllocMapped));
+    CU(cudaHostGetDevicePointer((void **)&cdev, cword, 0));
+    *(volatile unsigned *)cword = 0;
+    uint64_t rs = seed ^ 0x5bd1e995u;
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+        gprob p;
+        gp_init(&p, &specs[k]);
+        run(&p);
+        verify_gpu(&p, "gate stream: none");
+        void *dx0, *dw0;
+        snap(&p, &dx0, &dw0);
+        uint8_t *ones = malloc(p.dxb > p.dwb ? p.dxb : p.dwb);
+        assert_non_null(ones);
+        memset(ones, 0xff, p.dxb > p.dwb ? p.dxb : p.dwb);
+        const uint64_t base = 0x0000000700000000ull + ((uint64_t)k << 20);
+        __atomic_store_n(&words[0], base, __ATOMIC_RELAXED);
+        __atomic_store_n(&words[1], base, __ATOMIC_RELAXED);
+        __atomic_store_n(&words[2], base, __ATOMIC_RELEASE);
+        int runs = 0, backs = 0;
+        for (int i = 1; i <= iters; i++) {
+            const uint64_t key = base + (uint64_t)i, done_before = words[0];
+            rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+            const bool open = (rs >> 60) % 4 != 0;                /* 3 in 4 run */
+            const uint64_t delay_ns = (rs >> 20) % 60000;          /* 0-60 us */
+            const bool check = i % 10 == 0 || !open;
+            if (check)
+                poison(&p);
+            if (wait64((CUstream)st, (CUdeviceptr)(uintptr_t)&wdev[1], key,
+                       CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS)
+                FAILF("cuStreamWaitValue64 on pinned mapped memory failed");
+            p.a.cancel = cdev;
+            p.a.gate = &wdev[2];
+            p.a.gate_key = key;
+            p.a.done[0] = &wdev[0];
+            p.a.done_value = key;
+            launch(&p);
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            do
+                clock_gettime(CLOCK_MONOTONIC, &t1);
+            while ((uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t1.tv_nsec -
+                       (uint64_t)t0.tv_nsec < delay_ns);
+            if (open)
+                __atomic_store_n(&words[2], key, __ATOMIC_RELEASE);
+            __atomic_store_n(&words[1], key, __ATOMIC_SEQ_CST);
+            CU(cudaStreamSynchronize(st));
+            const uint64_t d = __atomic_load_n(&words[0], __ATOMIC_ACQUIRE);
+            if (d != (open ? key : done_before))
+                FAILF("m=%lld n=%lld call %d (%s): done %llx, expected %llx", (long long)p.s.m,
+                      (long long)p.s.n, i, open ? "run" : "taken back", (unsigned long long)d,
+                      (unsigned long long)(open ? key : done_before));
+            if (check && open) {
+                expect_same(&p, dx0, dw0, "gate stream: the call ran");
+            } else if (check) {
+                void *dx, *dw;
+                snap(&p, &dx, &dw);
+                if (memcmp(dx, ones, p.dxb) != 0 || (dw && memcmp(dw, ones, p.dwb) != 0))
+                    FAILF("m=%lld n=%lld call %d taken back: its outputs were written",
+                          (long long)p.s.m, (long long)p.s.n, i);
+                free(dx);
+                free(dw);
+            }
+            if (open)
+                runs++;
+            else
+                backs++;
+        }
+        p.a.cancel = NULL;
+        p.a.gate = NULL;
+        p.a.done[0] = NULL;
+        run(&p);
+        expect_same(&p, dx0, dw0, "after the gated calls");
+        printf("gate stream m=%lld n=%lld: %d run, %d taken back\n", (long long)p.s.m,
+               (long long)p.s.n, runs, backs);
+        free(ones);
+        free(dx0);
+        free(dw0);
+        gp_free(&p);
+    }
+    CU(cudaFreeHost(words));
+    CU(cudaFreeHost(cword));
+}
+
 static void test_grid_invariance(void **state)
 {
     (void)state;
@@ -1123,6 +1232,7 @@ int main(int argc, char **argv)
         T(test_cancel_word),
         T(test_done_words),
         T(test_gate_word),
+        T(test_gate_stream),
         T(test_grid),
         T(test_no_deadlock_stream),
         T(test_no_deadlock_process),
