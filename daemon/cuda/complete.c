@@ -226,24 +226,31 @@ static void sync_times(const rnd_cuda_gjob *g, rnd_job *job)
 /* An armed ring call (--ring-ready=armed) that was not taken back, nor
  * cancelled, ran only if the okay word had reached its key, and its kernel
  * then wrote done: done short of its seq at its completion means that its
- * kernel skipped, which the mirror's order (okay before go) rules out.
- * Should it happen all the same, the daemon's words are not what it thinks:
- * the device is marked failing (the daemon exits, and its clients' watchers
- * let their streams go) and the call answered as failed, instead of its
- * client's stream waiting for good on a call reported done. */
-static void armed_skip_check(rnd_cuda *b, rnd_job *job, bool acked, uint32_t sess_id)
+ * kernel skipped, which the mirror's order (okay before go) rules out, or
+ * that the client lowered its own done word.  Either way the call is
+ * answered as failed (its status, and done from the host), with a log line
+ * at the 1st, 2nd, 4th, ... time (a client can cause it), not reported done
+ * with nothing computed.  The client's device done word is not raised here
+ * (the next call's kernel raises it). */
+static void armed_skip_check(rnd_job *job, uint32_t sess_id)
 {
+    static uint64_t seen;
     const rnd_ring_job *rj = job->ring;
     if (!rj->arm_key || rj->graph || atomic_load(&rj->revoked) || atomic_load(&job->cancelled) ||
         rnp_seq_reached(__atomic_load_n(rnd_ring_done_word(rj), __ATOMIC_ACQUIRE), rj->seq))
         return;
     unsigned long long go = __atomic_load_n(&rj->arm[0], __ATOMIC_ACQUIRE),
                        okay = __atomic_load_n(&rj->arm[1], __ATOMIC_ACQUIRE);
-    rnd_err("cuda session #%u: armed ring call %" PRIu64 " ended without its done word (go %llu, "
-            "okay %llu, its key %" PRIu64 ")", sess_id, rj->seq, go, okay, rj->arm_key);
-    rnd_cuda_mark_failed(b, "an armed call skipped although it was not taken back (go %llu, "
-                         "okay %llu)", go, okay);
-    fail_job(job, acked, "an armed call skipped although it was not taken back");
+    seen++;
+    if ((seen & (seen - 1)) == 0)
+        rnd_err("cuda session #%u: armed ring call %" PRIu64 " ended without its done word (go "
+                "%llu, okay %llu, its key %" PRIu64 "; %" PRIu64 " such calls so far)",
+                sess_id, rj->seq, go, okay, rj->arm_key, seen);
+    job->status = RN_INTERNAL;
+    snprintf(job->msg, sizeof job->msg,
+             "bwd: the daemon's armed kernel for this call did not run (go %llu, okay %llu)", go,
+             okay);
+    rnd_cuda_ring_answer_host(job);
 }
 
 /* One job's completion event fired (loop thread).  Everything of g is
@@ -281,7 +288,7 @@ static void complete(rnd_cuda *b, rnd_cuda_gjob *g)
             sync_times(g, job);
         else
             job->start_ns = job->end_ns = 0; /* not timed (RND_CUDA_TIME_EVERY) */
-        armed_skip_check(b, job, acked, sess_id);
+        armed_skip_check(job, sess_id);
         rnd_cuda_ring_wake(job);
     } else if (job->mode == RNP_MODE_SYNC) {
         sync_times(g, job);

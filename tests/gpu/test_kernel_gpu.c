@@ -860,7 +860,12 @@ static void test_gate_stream(void **state)
             p.a.gate_key = key;
             p.a.done[0] = &wdev[0];
             p.a.done_value = key;
-            launch(&p);
+            char msg[256];
+            need_ws(p.a.m, p.a.n);
+            if (rnk_cuda_bwd(dev, &p.a, ws, wsb, st, msg, sizeof msg) != 0) {
+                __atomic_store_n(&words[1], key, __ATOMIC_SEQ_CST); /* (the wait ends) */
+                FAILF("rnk_cuda_bwd: %s", msg);
+            }
             struct timespec t0, t1;
             clock_gettime(CLOCK_MONOTONIC, &t0);
             do
