@@ -40,6 +40,22 @@ summary_file=$out_final/summary-$part.txt
 . "$here/tests/gpu/run_lib.sh"
 export RN_BUILD=$build RN_SRC=$here CUDA_MODULE_LOADING=EAGER
 
+# Every step's timeout is cut to what is left of RA_BUDGET seconds (540 by
+# default: a device command's 10 minutes, less the pack's unpacking and this
+# script's end), and a step with less than 20 s left is skipped, so that the
+# script always ends on its own and keeps its logs.
+deadline=$((SECONDS + ${RA_BUDGET:-540}))
+left() { # left T: T, or less when the budget runs out first
+    local l=$((deadline - SECONDS))
+    [ "$l" -lt "$1" ] && echo "$l" || echo "$1"
+}
+within() { # within NAME T: whether a step of T seconds may start
+    if [ "$(left "$2")" -lt 20 ]; then
+        echo "$1: skipped, out of time" >>"$summary_file"
+        return 1
+    fi
+}
+
 mps=0
 finish() {
     [ $mps = 1 ] && mps_stop armed
@@ -62,9 +78,10 @@ mps_off() {
 # kept beside its own, and its counts and exit line go to the summary.
 bench() {
     local name=$1 t=$2; shift 2
+    within "$name" "$t" || return 0
     local before
     before=$(ls -d /tmp/rn-bench.* 2>/dev/null | tr '\n' ' ')
-    step "$name" "$name.log" timeout -k 5 "$t" "$build/bench/bench_e2e_cuda" \
+    step "$name" "$name.log" timeout -k 5 "$(left "$t")" "$build/bench/bench_e2e_cuda" \
         --daemon "$build/rmsnormd" "$@"
     local d
     for d in $(ls -d /tmp/rn-bench.* 2>/dev/null); do
@@ -84,31 +101,33 @@ if [ "$part" != measure ]; then
     san=()
     command -v compute-sanitizer >/dev/null && san=(compute-sanitizer --error-exitcode 9)
     RNK_GPU_TESTS=gate,done_words,cancel step "kernel gate (full)" kernel.log \
-        timeout -k 5 120 "$build/tests/gpu/test_kernel_gpu"
+        timeout -k 5 "$(left 120)" "$build/tests/gpu/test_kernel_gpu"
     # (not test_gate_stream: its host stores come after the launch, which
     # the sanitizer may hold until the kernel is done)
     RNK_GPU_QUICK=1 RNK_GPU_TESTS=gate_word,done_words,cancel step "kernel gate (memcheck, quick)" \
-        kernel-san.log timeout -k 5 180 "${san[@]}" "$build/tests/gpu/test_kernel_gpu"
+        kernel-san.log timeout -k 5 "$(left 150)" "${san[@]}" "$build/tests/gpu/test_kernel_gpu"
     mps_on
-    RN_DAEMON_ARGS=--ring-ready=armed step "fastpath_cuda armed (MPS)" fastpath_cuda.log \
-        timeout -k 5 240 "$build/tests/gpu/test_fastpath_cuda"
+    within "fastpath_cuda armed (MPS)" 200 &&
+        RN_DAEMON_ARGS=--ring-ready=armed step "fastpath_cuda armed (MPS)" fastpath_cuda.log \
+            timeout -k 5 "$(left 200)" "$build/tests/gpu/test_fastpath_cuda"
     mps_off
-    RN_TESTS='test_kill9_*' RN_DAEMON_ARGS=--ring-ready=armed \
-        step "fastpath_cuda kill -9, armed (no MPS)" fastpath_cuda_kill9.log \
-        timeout -k 5 150 "$build/tests/gpu/test_fastpath_cuda"
+    within "fastpath_cuda kill -9" 120 &&
+        RN_TESTS='test_kill9_*' RN_DAEMON_ARGS=--ring-ready=armed \
+            step "fastpath_cuda kill -9, armed (no MPS)" fastpath_cuda_kill9.log \
+            timeout -k 5 "$(left 120)" "$build/tests/gpu/test_fastpath_cuda"
 fi
 
 if [ "$part" != checks ]; then
     mps_on
     for mode in gpu host armed armed host gpu; do
-        bench "added-$mode-$SECONDS" 75 --label "MPS $mode" --fast-only --ks 0 --iters 300 \
+        bench "added-$mode-$SECONDS" 70 --label "MPS $mode" --fast-only --ks 0 --iters 300 \
             --daemon-arg "--ring-ready=$mode" --out "$out/added-$mode-$SECONDS.md"
     done
     # (armed-free: RMSNORMD_DEBUG_ARM_POLICY=free, rings arm whatever else is
     # in flight and other rings' calls take nothing back)
     for mode in host armed armed-free; do
         RMSNORMD_DEBUG_ARM_POLICY=$([ "$mode" = armed-free ] && echo free || echo alone) \
-            bench "tput-$mode" 100 --label "MPS $mode" --fast-only --tput-only --iters 300 \
+            bench "tput-$mode" 90 --label "MPS $mode" --fast-only --tput-only --iters 300 \
             --daemon-arg "--ring-ready=${mode%-free}" --daemon-arg "--log-level=debug" \
             --out "$out/tput-$mode.md"
     done

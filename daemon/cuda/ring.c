@@ -380,8 +380,10 @@ uint64_t *rnd_cuda_arm_open(rnd_backend *be)
             memset(words, 0, bytes);
             ok = b->wait64(b->streams[0].st, (CUdeviceptr)(uintptr_t)dev, 0,
                            CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
-            if (!ok)
+            if (!ok) {
                 why = "a stream cannot wait on pinned host memory";
+                b->arm_off = true; /* (for good; a failed allocation is tried again) */
+            }
         }
         if (!ok) {
             (void)cudaGetLastError();
@@ -389,7 +391,6 @@ uint64_t *rnd_cuda_arm_open(rnd_backend *be)
                 cudaFreeHost(words);
             free(b->arm_used);
             b->arm_used = NULL;
-            b->arm_off = true;
             rnd_warn("No armed calls (%s): rings run in host mode", why);
             return NULL;
         }
