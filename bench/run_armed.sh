@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The daemon's armed mode (--ring-ready=armed, daemon/ring_arm.c) on a GPU
-# host, run from the repository root, in two parts of about 4 minutes each
-# (one device command each; PART all runs both):
+# host, run from the repository root, in parts of about 4-6 minutes each
+# (one device command each; PART all runs checks and measure):
 #   checks  1. test_kernel_gpu's gate, done-word and cancel tests in full,
 #              then their quick subset under compute-sanitizer (memcheck);
 #           2. test_fastpath_cuda with RN_DAEMON_ARGS=--ring-ready=armed under
@@ -14,20 +14,25 @@
 #           4. under MPS, K = 1, 2, 4, 8 clients (--tput-only) for host, armed
 #              and armed with RMSNORMD_DEBUG_ARM_POLICY=free: what revocations
 #              cost when clients share the daemon (the daemon at
-#              --log-level=debug logs each revocation).
+#              --log-level=debug logs each revocation);
+#   late    5. under MPS, the GPU time added when producers come late
+#              (bench_e2e_cuda --lead-us 3000 and 30000: past the doorbell
+#              thread's 1 ms spin, where it polls ready words), for gpu,
+#              host, armed, and armed with a 100 ms spin
+#              (RMSNORMD_DEBUG_READY_SPIN_US=100000), in turn and back.
 # Every bench run ends with its daemon's counts (daemon_counts: fast.armed,
 # fast.revoked, ...): an "armed" row without armed calls measured host mode.
 # Writes to OUT: summary-PART.txt (each step's result as it ends, the bench
 # runs' counts and exit lines), added.md and tput.md (the tables), and
 # logs-PART.tgz (every log, the bench daemons' logs included).
-# Usage: bench/run_armed.sh BUILD OUT [checks|measure|all]   (BUILD: a build
+# Usage: bench/run_armed.sh BUILD OUT [checks|measure|late|all]   (BUILD: a build
 # or a pack of one, tests/gpu/pack_build.sh); LD_LIBRARY_PATH for the
 # runtime libraries.
 set -u
-build=${1:?usage: run_armed.sh BUILD OUT [checks|measure|all]}
-out=${2:?usage: run_armed.sh BUILD OUT [checks|measure|all]}
+build=${1:?usage: run_armed.sh BUILD OUT [checks|measure|late|all]}
+out=${2:?usage: run_armed.sh BUILD OUT [checks|measure|late|all]}
 part=${3:-all}
-case $part in checks | measure | all) ;; *) echo "run_armed.sh: PART: checks, measure or all" >&2; exit 2 ;; esac
+case $part in checks | measure | late | all) ;; *) echo "run_armed.sh: PART: checks, measure, late or all" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "$build" && pwd) # (the tests run rmsnormctl from $RN_BUILD, elsewhere)
 mkdir -p "$out/l-$part"
@@ -97,7 +102,7 @@ bench() {
     } >>"$summary_file"
 }
 
-if [ "$part" != measure ]; then
+if [ "$part" = checks ] || [ "$part" = all ]; then
     san=()
     command -v compute-sanitizer >/dev/null && san=(compute-sanitizer --error-exitcode 9)
     RNK_GPU_TESTS=gate,done_words,cancel step "kernel gate (full)" kernel.log \
@@ -117,7 +122,7 @@ if [ "$part" != measure ]; then
             timeout -k 5 "$(left 120)" "$build/tests/gpu/test_fastpath_cuda"
 fi
 
-if [ "$part" != checks ]; then
+if [ "$part" = measure ] || [ "$part" = all ]; then
     mps_on
     for mode in gpu host armed armed host gpu; do
         bench "added-$mode-$SECONDS" 70 --label "MPS $mode" --fast-only --ks 0 --iters 300 \
@@ -134,4 +139,20 @@ if [ "$part" != checks ]; then
     mps_off
     cat "$out"/added-*.md >"$out_final/added.md" 2>/dev/null
     cat "$out"/tput-*.md >"$out_final/tput.md" 2>/dev/null
+fi
+
+if [ "$part" = late ]; then
+    mps_on
+    for lead in 3000 30000; do
+        it=200
+        [ "$lead" = 30000 ] && it=40
+        for mode in gpu host armed armed-spin armed-spin armed host gpu; do
+            RMSNORMD_DEBUG_READY_SPIN_US=$([ "$mode" = armed-spin ] && echo 100000) \
+                bench "late-$lead-$mode-$SECONDS" 60 --label "MPS $mode lead $lead" --fast-only \
+                --ks 0 --iters "$it" --lead-us "$lead" --daemon-arg "--ring-ready=${mode%-spin}" \
+                --out "$out/late-$lead-$mode.md"
+        done
+    done
+    mps_off
+    cat "$out"/late-*.md >"$out_final/late.md" 2>/dev/null
 fi
