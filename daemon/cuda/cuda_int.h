@@ -313,6 +313,8 @@ struct rnd_cuda {
     bool kernel_done;              /* kernels write the done words (RMSNORMD_DEBUG_KERNEL_DONE=0: no) */
     bool lean_start;               /* no start event for ring jobs that wait for nothing
                                     * and are not timed (RMSNORMD_DEBUG_LEAN_START=1) */
+    bool gate_ready;               /* unarmed ring kernels gated on the ring's ready word
+                                    * (RMSNORMD_DEBUG_GATE_READY=1: a measurement) */
 
     bool failed, fatal_pending;
     char fail_msg[RNP_MAX_ERRMSG]; /* for the fatal hook; HEALTH shows the start */

@@ -162,6 +162,15 @@ void rnd_cuda_ring_probe(rnd_cuda *b, bool want)
     if (b->lean_start)
         rnd_info("RMSNORMD_DEBUG_LEAN_START=1: no start event for ring jobs that wait for "
                  "nothing");
+    /* Off unless RMSNORMD_DEBUG_GATE_READY=1 (a measurement): an unarmed
+     * ring job's kernel also reads the ring's ready word as its gate, in
+     * the cancel word's trip (always open: the job waited for the word, or
+     * was taken once it had come), which is what a kernel gated on the
+     * client's own ready word would cost. */
+    const char *gr = getenv("RMSNORMD_DEBUG_GATE_READY");
+    b->gate_ready = gr && !strcmp(gr, "1");
+    if (b->gate_ready)
+        rnd_info("RMSNORMD_DEBUG_GATE_READY=1: ring kernels read the ready word as their gate");
     b->cancel_dev = (CUdeviceptr)(uintptr_t)dev;
     b->rings = true;
     b->done_words = true;

@@ -290,8 +290,9 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
         job->args.done[1] = kdone ? (uint64_t *)rj->done_dev : NULL;
         job->args.done_value = rnd_ring_done_value(rj);
         job->args.gate = armed ? (const uint64_t *)(uintptr_t)rnd_cuda_arm_dev(b, rj->arm, 1)
-                               : NULL;
-        job->args.gate_key = rj->arm_key;
+                         : b->gate_ready && !graph && kdone ? (const uint64_t *)(uintptr_t)ready
+                                                            : NULL;
+        job->args.gate_key = armed ? rj->arm_key : rj->seq;
         (void)rnd_cuda_stamp(b, job, false, s->st); /* (RMSNORMD_DEBUG_STAMPS) */
         krc = rnk_cuda_bwd(b->kdev, &job->args, s->ws, s->ws_bytes, s->st, kmsg, sizeof kmsg);
         (void)rnd_cuda_stamp(b, job, true, s->st);
