@@ -308,6 +308,9 @@ typedef struct rnc_ring_dev {
      * default stream has in every thread; 0: not known (the handle serves
      * alone).  May be NULL. */
     uint64_t (*stream_id)(void *stream);
+    /* write's for two words, *addr = seq and then *addr2 = seq, in one
+     * call.  May be NULL (two writes). */
+    int (*write2)(rn_client *c, void *stream, uint64_t addr, uint64_t addr2, uint64_t seq);
 } rnc_ring_dev;
 
 /*

@@ -513,8 +513,13 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
                             "(another stream) could not be queued; nothing was published "
                             "(%.150s)", why);
         }
-        if ((rv = dev->write(c, stream, g->dev_base + RNP_RING_O_READY, seq)) != 0)
+        /* ready, then go (13.3: what the daemon's armed kernels wait for) */
+        uint64_t ra = g->dev_base + RNP_RING_O_READY, ga = g->dev_base + RNP_RING_O_GO;
+        if ((rv = dev->write2 ? dev->write2(c, stream, ra, ga, seq)
+                              : dev->write(c, stream, ra, seq)) != 0)
             return rv;
+        if (!dev->write2 && (rv = dev->write(c, stream, ga, seq)) != 0)
+            return rv; /* (nothing published: the next call takes this seq) */
         g->ready_stream = stream;
         g->ready_sid = sid;
         g->ready_queued = true;
@@ -524,6 +529,7 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
         g->ready_queued = false;
         /* The host's inputs are written: ready, then publish. */
         __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_READY), seq, __ATOMIC_RELEASE);
+        __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_GO), seq, __ATOMIC_RELEASE);
     }
     /* Release: the slot (and a host's inputs) before the producer word. */
     __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), seq, __ATOMIC_RELEASE);

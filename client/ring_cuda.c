@@ -81,9 +81,12 @@ static const char kick_ptx[] =
 
 typedef CUresult (*pfn_value64)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
 typedef CUresult (*pfn_stream_id)(CUstream s, unsigned long long *id);
+typedef CUresult (*pfn_batch)(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops,
+                              unsigned flags);
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pfn_value64 wait64, write64;
+static pfn_batch batch; /* (without it: two writes) */
 static pfn_stream_id get_id; /* (CUDA 12.0 on; without it the handle serves) */
 
 static void resolve(void)
@@ -93,6 +96,8 @@ static void resolve(void)
         wait64 = write64 = NULL;
     if (!rn_cuda_entry_to("cuStreamGetId", (void **)&get_id))
         get_id = NULL;
+    if (!rn_cuda_entry_to("cuStreamBatchMemOp", (void **)&batch))
+        batch = NULL;
 }
 
 /* The stream's id, unique among the context's streams for the process's
@@ -228,6 +233,31 @@ static int write_ready(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
     return 0;
 }
 
+/* ready, then go (ring.c), in one call where the driver batches: each
+ * write with its memory barrier, so that go is seen after ready. */
+static int write_ready_go(rn_client *c, void *stream, uint64_t addr, uint64_t addr2, uint64_t seq)
+{
+    CUstreamBatchMemOpParams ops[2];
+    CUresult r;
+
+    if (!batch) {
+        int rv = write_ready(c, stream, addr, seq);
+        return rv ? rv : write_ready(c, stream, addr2, seq);
+    }
+    memset(ops, 0, sizeof ops);
+    for (int i = 0; i < 2; i++) {
+        ops[i].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+        ops[i].writeValue.address = (CUdeviceptr)(i ? addr2 : addr);
+        ops[i].writeValue.value64 = seq;
+        ops[i].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+    }
+    r = batch((CUstream)stream, 2, ops, 0);
+    if (r != CUDA_SUCCESS)
+        return rnc_fail(c, RN_CUDA, "ring: cuStreamBatchMemOp (ready, go): CUDA driver error %d",
+                        (int)r);
+    return 0;
+}
+
 static pthread_mutex_t kick_mu = PTHREAD_MUTEX_INITIALIZER;
 static cudaLibrary_t kick_lib;
 static cudaKernel_t kick_fn;
@@ -331,6 +361,7 @@ const rnc_ring_dev rnc_cuda_ring_dev = {
     .attach = attach,
     .detach = detach,
     .write = write_ready,
+    .write2 = write_ready_go,
     .wait = wait_done,
     .done_word = done_word,
     .captured = captured,

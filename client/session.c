@@ -138,6 +138,7 @@ int rnc_ring_open_call(rn_client *c, uint32_t region, uint32_t slots, const rnc_
         q->u.ring_open.region.id = region;
         q->u.ring_open.offset = 0;
         q->u.ring_open.slots = slots;
+        q->u.ring_open.go = true; /* (ring.c writes go after ready at every call) */
         if (*done) {
             q->u.ring_open.done_region.id = (*done)->t.region.id;
             q->u.ring_open.done_offset = (*done)->t.offset;

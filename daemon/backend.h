@@ -121,14 +121,25 @@ typedef void (*rnd_job_event_fn)(rnd_job *job);
  * ring's memory mapped until every ring job's done event.
  *
  * An armed job (arm_key nonzero; --ring-ready=armed, ring_arm.c) was taken
- * before its ready word came.  It waits until the ring's go word (arm[0])
- * reaches arm_key instead of the ready word, and then runs as above only if
- * the okay word (arm[1]) reached arm_key too; else the daemon took it back
- * (revoked: it will take the slot again) and it does nothing at all: no
- * input read, no status, no done word, no wake-up.  The daemon's doorbell
- * thread writes okay then go once the client's ready word reached the job;
- * a revocation writes go alone.  Abandon does not apply to an armed job
- * (the daemon revokes it instead); a cancelled one writes nothing either way.
+ * before its ready word came, from a ring whose client's stream writes the
+ * go word after ready (RING_OPEN's go; PROTOCOL.md 13.3).  It waits until
+ * the ring's go word reaches arm_key instead of the ready word
+ * (rnd_ring_wait_met), and then runs as above only if its gate is open
+ * (rnd_ring_gate_open, ring_io.h): the ready word reached arm_key, and no
+ * earlier job of its arm_epoch found its own gate shut.  A shut gate
+ * latches (the backend's word arm[0] = arm_epoch), so that once one job
+ * skipped, every later one of its epoch skips too: done never passes a
+ * slot that did not run.  A job that finds its gate shut does nothing at
+ * all: no input read, no status, no done word, no wake-up; the backend
+ * sets skipped before its done event.  The daemon raises go itself to end
+ * the waits (a revocation, ring_arm.c): it marks the jobs revoked first,
+ * then writes go, so a revoked job whose gate is shut was taken back (the
+ * daemon takes its slot again: rnd_ring_taken_back); one that found its
+ * gate open ran and is answered as any other.  A skip that was not
+ * revoked is the client's error (go before ready): the backend answers it
+ * with RN_INVALID_ARGUMENT, status and done from the host.  Abandon does
+ * not apply to an armed job (the daemon revokes it instead); a cancelled
+ * one writes nothing either way.
  */
 typedef struct rnd_ring_job {
     void *ring;                        /* the ring's header, in the daemon's mapping */
@@ -156,11 +167,22 @@ typedef struct rnd_ring_job {
     atomic_int abandon;                /* nonzero: the status to answer, without
                                         * waiting, if the input is not ready yet
                                         * (RN_DRAINING, RN_UNKNOWN_SESSION) */
-    uint64_t *arm;                     /* armed: the ring's words {go, okay} (arm_open) */
+    uint64_t *arm;                     /* armed: the ring's backend words (arm_open):
+                                        * arm[0] the gate's latch */
     uint64_t arm_key;                  /* 0: not armed; else its key (the seq) */
-    atomic_bool revoked;               /* set by the loop once it took the armed job
-                                        * back: its done event answers nothing */
+    uint64_t arm_epoch;                /* armed: the ring's arming epoch (nonzero) */
+    atomic_bool revoked;               /* set by the loop when it takes the ring's armed
+                                        * calls back, before it raises go */
+    atomic_bool skipped;               /* set by the backend before the done event: the
+                                        * armed job found its gate shut and did nothing */
 } rnd_ring_job;
+
+/* Whether a ring job was taken back: revoked, and it found its gate shut
+ * (its done event answers nothing; the daemon takes the slot again). */
+static inline bool rnd_ring_taken_back(const rnd_ring_job *rj)
+{
+    return atomic_load(&rj->revoked) && atomic_load(&rj->skipped);
+}
 
 /* One BWD request on its way through a backend.  The server owns the memory. */
 struct rnd_job {
@@ -254,9 +276,10 @@ typedef struct rnd_backend_ops {
      * unordered queue). */
     bool (*graphs_ok)(rnd_backend *be, void *bsess);
     /* The armed calls (--ring-ready=armed, rnd_ring_job.arm): a ring's two
-     * words {go, okay}, zeroed, in memory this backend's jobs wait on and
-     * read (the cuda backend: pinned host memory mapped for the device), or
-     * NULL where it has none left (the ring then runs in host mode);
+     * words, zeroed, in memory this backend's jobs read and write (arm[0]:
+     * the gate's latch; the cuda backend: pinned host memory mapped for the
+     * device), or NULL where it has none left (the ring then runs in host
+     * mode);
      * arm_close takes them back once no job of the ring is left.  NULL
      * ops: the backend has none. */
     uint64_t *(*arm_open)(rnd_backend *be);

@@ -214,12 +214,17 @@ static void *worker(void *arg)
         pthread_mutex_unlock(&b->mu);
 
         char msg[RNP_MAX_ERRMSG] = "";
-        /* An armed job past its wait whose okay word did not come: the
-         * daemon took it back (backend.h); nothing at all is done. */
-        bool revoked = job->ring && !job->ring->graph && rnd_ring_gated_off(job->ring) &&
-                       rnd_ring_wait_met(job->ring);
-        bool skip = revoked || atomic_load(&job->cancelled);
-        int preset = job->ring && !revoked ? ring_preset(b, job) : 0;
+        /* An armed job past its wait whose gate is shut (backend.h): taken
+         * back if the daemon revoked it (marked before it raised go), else
+         * its client wrote go before ready; nothing at all is done. */
+        bool shut = job->ring && !job->ring->graph && job->ring->arm_key &&
+                    !atomic_load(&job->cancelled) && rnd_ring_wait_met(job->ring) &&
+                    !rnd_ring_gate_open(job->ring);
+        if (shut)
+            atomic_store(&job->ring->skipped, true);
+        bool revoked = shut && atomic_load(&job->ring->revoked);
+        bool skip = shut || atomic_load(&job->cancelled);
+        int preset = job->ring && !shut ? ring_preset(b, job) : 0;
         uintptr_t fault;
         job->start_ns = rnd_now_ns();
         int rc = skip || preset ? RNK_OK : rnk_cpu_bwd(&job->args, nt, msg, sizeof msg);
@@ -233,6 +238,11 @@ static void *worker(void *arg)
         } else if (revoked) {
             job->status = RN_RESTARTED;
             snprintf(job->msg, sizeof job->msg, "bwd: revoked; the daemon runs it again");
+        } else if (shut) {
+            job->status = RN_INVALID_ARGUMENT;
+            snprintf(job->msg, sizeof job->msg,
+                     "bwd: the ring's go word reached this call before its ready word "
+                     "(PROTOCOL.md 13.3); it was not run");
         } else if (skip) {
             job->status = RN_PEER_DIED;
             snprintf(job->msg, sizeof job->msg,
@@ -567,8 +577,9 @@ static int cpu_events(rnd_backend *be, void *bsess, const rnp_events_req *req,
                     "events: the cpu backend has no CUDA events (send BWD with ready_slot -1)");
 }
 
-/* The armed calls' words (backend.h): plain memory, which the workers
- * read (pick_stream) as a GPU would read the cuda backend's. */
+/* The armed calls' words (backend.h): plain memory, whose latch (arm[0])
+ * the workers read and write (rnd_ring_gate_open) as a kernel does the
+ * cuda backend's. */
 static uint64_t *cpu_arm_open(rnd_backend *be)
 {
     (void)be;

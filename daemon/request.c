@@ -106,8 +106,12 @@ static void answer_ring(req *r)
     rnd_stats *st = &r->ctx->stats;
     const rnd_job *job = &r->job;
 
-    if (atomic_load(&r->rj.revoked))
-        return; /* (taken back: its slot's next request answers it; fast.revoked) */
+    if (rnd_ring_taken_back(&r->rj)) {
+        st->fast_revoked++; /* (its slot's next request answers it) */
+        return;
+    }
+    if (r->rj.arm_key && atomic_load(&r->rj.skipped))
+        rnd_ring_arm_misuse(r->at.owner); /* (answered with its error: backend.h) */
     if (job->status != 0) {
         st->fast_errors++;
         if (job->status > 0 && job->status < RND_MAX_CODE)
@@ -192,7 +196,7 @@ void rnd_req_release(req *r)
                 rnd_region_unref(r->regs[t]);
     }
     if (r->state >= REQ_SUBMITTED) {
-        if (r->job.status == 0 && !atomic_load(&r->rj.revoked))
+        if (r->job.status == 0 && !rnd_ring_taken_back(&r->rj))
             ctx->stats.bytes_processed += r->bytes;
         rnd_req_uncount(r);
         rn_queue_remove(&r->run.link);

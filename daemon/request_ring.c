@@ -85,6 +85,7 @@ int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const r
         r->at.ready = r->rj.ready_seen = at->ready;
         r->at.arm = r->rj.arm = at->arm;
         r->at.arm_key = r->rj.arm_key = at->arm_key;
+        r->at.arm_epoch = r->rj.arm_epoch = at->arm_epoch;
         r->run.recv_ns = recv_ns;
         goto submit;
     }
@@ -99,7 +100,8 @@ int rnd_request_ring(rnd_ctx *ctx, rnd_session *s, const rnp_bwd_req *b, const r
     r->at = *at;
     r->rj = (rnd_ring_job){.ring = at->ring, .slot = at->slot, .seq = at->seq, .graph = at->graph,
                            .ready_seen = at->ready, .done_dev = at->done_dev,
-                           .force = at->force, .arm = at->arm, .arm_key = at->arm_key};
+                           .force = at->force, .arm = at->arm, .arm_key = at->arm_key,
+                           .arm_epoch = at->arm_epoch};
     rn_queue_init(&r->dups);
     rn_queue_init(&r->run.link);
 

@@ -66,18 +66,18 @@ static uint64_t now_ns(void)
 
 /* Under mu: whether a ring has slots the loop has not been told of, or
  * (--ring-ready=host) a slot the loop left became ready; *waiting says
- * whether a ring still has one left for its ready word, or an armed slot
- * waits for its okay (--ring-ready=armed: the mirror, ring_arm.c, is this
- * thread's; *armed then too). */
-static bool scan(rnd_rings *tab, bool *waiting, bool *armed)
+ * whether a ring still has one left for its ready word, or is frozen by a
+ * revocation (--ring-ready=armed: this thread keeps its go raised,
+ * ring_arm.c). */
+static bool scan(rnd_rings *tab, bool *waiting)
 {
     bool any = false;
     rn_queue *q;
-    *waiting = *armed = false;
+    *waiting = false;
     RN_QUEUE_FOREACH(q, &tab->list) {
         rnd_ring *g = RN_QUEUE_DATA(q, rnd_ring, link);
-        if (g->arm && rnd_ring_arm_mirror(g))
-            *waiting = *armed = true;
+        if (g->arm && rnd_ring_arm_poll(g))
+            *waiting = true;
         uint64_t prod = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), __ATOMIC_ACQUIRE);
         if (prod != g->seen) {
             g->seen = prod;
@@ -147,7 +147,7 @@ static void *doorbell_thread(void *arg)
     rnd_rings *tab = arg;
     static struct waitv w[WAITV_MAX];
     uint64_t active = now_ns();
-    bool have_waitv = true, waiting, armed;
+    bool have_waitv = true, waiting;
 
     /* Short sleeps (GRAPH_POLL_NS) should be short: the default slack of
      * 50 us would more than triple them. */
@@ -155,18 +155,8 @@ static void *doorbell_thread(void *arg)
 
     pthread_mutex_lock(&tab->mu);
     while (!tab->stop) {
-        bool found = scan(tab, &waiting, &armed);
-        if (tab->armed_ns > active) /* (a slot armed since: spin from then) */
-            active = tab->armed_ns;
+        bool found = scan(tab, &waiting);
         uint64_t now = now_ns(), short_ns = short_sleep_ns(tab, waiting, now - active);
-        if (!found && armed && now - active < tab->ready_spin_ns) {
-            /* An armed slot's hop is this thread's look at ready: it spins
-             * whether or not the loop polls. */
-            pthread_mutex_unlock(&tab->mu);
-            sched_yield();
-            pthread_mutex_lock(&tab->mu);
-            continue;
-        }
         if (!found && __atomic_load_n(&tab->loop_polls, __ATOMIC_SEQ_CST)) {
             /* The loop polls the rings itself (ring.c's on_poll): no spin
              * here, and the sleeping flags stay 0, so clients ring no
@@ -206,7 +196,7 @@ static void *doorbell_thread(void *arg)
             atomic_thread_fence(memory_order_seq_cst);
             /* A slot published before the flag was visible: its client
              * did not ring. */
-            found = scan(tab, &waiting, &armed);
+            found = scan(tab, &waiting);
             if (!found && !tab->stop) {
                 /* From this scan: a slot the loop left since the first one
                  * came with a kick that w[0] may have counted already, so
@@ -217,7 +207,7 @@ static void *doorbell_thread(void *arg)
                 if (!doze(w, n, poll_only, short_ns))
                     have_waitv = false;
                 pthread_mutex_lock(&tab->mu);
-                found = scan(tab, &waiting, &armed);
+                found = scan(tab, &waiting);
                 if (found && !short_ns && !poll_only && now_ns() - t_doze >= SLEEP_NS - 1000000)
                     /* Nothing woke it: a client that published without
                      * ringing (a GPU's write, or a lost wake-up). */
@@ -393,7 +383,8 @@ bool rnd_ring_pending(const rnd_session *s)
  * (or stopped taking): it closes now. */
 static bool close_due(const rnd_ring *g)
 {
-    return g->closing && (g->stopped || !rnd_ring_takeable(g, g->close_prod));
+    /* (not while frozen: the revoked slots that skip are taken again) */
+    return g->closing && !g->frozen && (g->stopped || !rnd_ring_takeable(g, g->close_prod));
 }
 
 /* The loop, after takes (also on every turn of its poll: nothing to do
@@ -418,10 +409,17 @@ void rnd_ring_session_end(rnd_session *s)
     if (!g)
         return;
     g->gone = s->gone;
-    /* Armed slots whose inputs did not come go back first: a live
-     * client's are taken again below (past the limits, as the rest), a
-     * dead one's skip. */
-    rnd_ring_revoke(g, "its session ends");
+    /* A dead client's armed calls end now (they skip, or run cancelled);
+     * a live client's stay queued for its go, and the rest are taken
+     * behind them below.  A ring that is still taking armed calls back
+     * cannot take them again after this (its session goes): they are not
+     * answered, and the client finds the ring closed (PROTOCOL.md 13.5). */
+    if (g->gone)
+        rnd_ring_revoke(g, "its session ends");
+    else if (g->frozen)
+        rnd_warn("Ring %u of '%s': its session ends while armed calls after %llu are being "
+                 "taken back; those that skip are not answered", g->id, s->name,
+                 (unsigned long long)g->revoke_from);
     /* A client that lives on gets an answer for every slot it published
      * before its session ended (a ring's worth at most: the producer word
      * as it is now; before, it was read again after each take, and a
@@ -546,6 +544,7 @@ int rnd_op_ring_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_r
     g->released = on_released;
     g->done_region = dr;
     g->done_dev = done_dev;
+    g->go = o->go;
     /* A new ring's streams may be made (CUDA calls that can wait for the
      * device): no armed wait of another ring's may hold them up. */
     rnd_rings_revoke_others(tab, s, "a new ring");
@@ -558,6 +557,7 @@ int rnd_op_ring_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_r
     r->ring = true;
     s->ring = g;
     __atomic_store_n(rnp_ring_u64(base, RNP_RING_O_DONE), 0, __ATOMIC_RELAXED);
+    __atomic_store_n(rnp_ring_u64(base, RNP_RING_O_GO), 0, __ATOMIC_RELAXED);
     __atomic_store_n(rnp_ring_u32(base, RNP_RING_O_STATE), RNP_RING_OPEN, __ATOMIC_RELAXED);
     __atomic_store_n(rnp_ring_u32(base, RNP_RING_O_CLOSE_STATUS), 0, __ATOMIC_RELAXED);
     pthread_mutex_lock(&tab->mu);
@@ -597,7 +597,9 @@ int rnd_op_ring_close(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_
     rnd_graphs_end(g, RN_UNKNOWN_SESSION);
     rnd_graphs_drop(g);
     /* Armed slots whose inputs did not come go back into the ring, as in
-     * host mode: a ring off the doorbell thread's list has no mirror. */
+     * host mode (the ring stays open until the revoked jobs ended and it
+     * took the skipped ones again): once off the doorbell thread's list,
+     * no revocation could end their waits. */
     rnd_ring_revoke(g, "RING_CLOSE");
     rnd_ring_take(g, false);
     if (close_due(g))

@@ -53,8 +53,10 @@ typedef struct rnd_ring_slot {
                                     * (--ring-ready=host): nothing waits for it */
     void *done_dev;                /* the ring's done word in device memory, or NULL */
     uint64_t *arm;                 /* armed (--ring-ready=armed, ring_arm.c): the ring's
-                                    * words {go, okay}; else NULL */
-    uint64_t arm_key;              /* armed: the key its gate waits for (the seq); else 0 */
+                                    * backend words (arm[0]: the gate's latch); else NULL */
+    uint64_t arm_key;              /* armed: the key its wait and gate compare (the seq);
+                                    * else 0 */
+    uint64_t arm_epoch;            /* armed: the ring's arming epoch */
     void **prep;                   /* NULL, or the ring's slot prepared ahead: *prep NULL:
                                     * prepare this slot (decode, validate, pin) and keep
                                     * it there, taking nothing; else submit *prep (b and
@@ -99,10 +101,6 @@ typedef struct rnd_rings {
     uint32_t next_id;
     int ready_mode;                /* --ring-ready, auto resolved for the backend
                                     * (RND_RING_READY_*, ring.c's take) */
-    uint64_t armed_ns;             /* armed mode: when a slot was last armed (under mu):
-                                    * the doorbell thread spins from then, as after a
-                                    * slot it saw itself (a slot taken through a bell
-                                    * or after a wait is not one) */
     uint32_t revoked_held;         /* armed mode: jobs taken back, not yet released (the
                                     * backends' queue limits leave them out) */
     bool arm_free;                 /* armed mode: arm whatever else is in flight, and no
@@ -158,6 +156,11 @@ void rnd_rings_limit_freed(rnd_rings *tab);
  * client's work is about to be queued, or a CUDA call that may wait for the
  * device (why, for the log).  Nothing to do in the other modes. */
 void rnd_rings_revoke_others(rnd_rings *tab, const rnd_session *except, const char *why);
+
+/* --ring-ready=armed (ring_arm.c): a ring job of owner's (rnd_ring_slot's
+ * owner) found its gate shut without a revocation: its client wrote go
+ * before ready.  The ring is not armed again (loop thread). */
+void rnd_ring_arm_misuse(void *owner);
 
 /* s's bell rang (chan.c): its client published while the daemon slept;
  * if s's ring has a slot not yet taken, the loop takes the rings' new

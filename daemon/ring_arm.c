@@ -1,49 +1,60 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ring_arm.c - --ring-ready=armed (being measured, issue 14): a ring slot
- * whose ready word has not come is queued at once, behind a word of the
- * daemon's own, instead of waiting in the ring (host mode) or behind the
- * client's ready word (gpu mode).
+ * ring_arm.c - --ring-ready=armed (issue 14): a ring slot whose ready word
+ * has not come is queued at once, its kernel behind the ring's go word,
+ * instead of waiting in the ring (host mode) or behind the ready word
+ * itself (gpu mode).
  *
- * Each ring has two words from the backend (arm_open: pinned host memory
- * mapped for the device on cuda), go and okay.  An armed job's stream
- * waits until go >= its key (the seq), and its kernel then runs only if
- * okay >= the key; else it does nothing at all, not even its done words
- * (backend.h, rnk_bwd_args.gate).  Who writes them:
- *   - the doorbell thread (rnd_ring_arm_mirror, under the rings' mutex)
- *     follows the client's ready word: okay, then go, up to the last armed
- *     slot.  So the call's hop from ready to the kernel is the stream's wait
- *     on a word in host memory, with no launch after ready;
- *   - a revocation (rnd_ring_revoke, the loop, under the mutex): the
- *     mirror stops (frozen), go is raised past every armed key, and okay
- *     stays where it is.  The armed jobs after okay then pass their waits
- *     and skip; the loop marks their requests revoked (their done events
- *     answer nothing) and rewinds the ring to okay, so their slots, intact
- *     (no done reached them), are taken again in host mode.  The mirror
- *     resumes once every revoked job was released: until then a skip still
- *     queued could read an okay written later and run as well.
+ * Only rings whose client's stream writes go after ready (RING_OPEN's go;
+ * PROTOCOL.md 13.3) are armed: the client's own stream releases the wait,
+ * as in gpu mode (the fast hop, however late the producer), and the daemon
+ * can release it too, which it cannot in gpu mode.  An armed job's kernel
+ * runs only if its gate is open (backend.h: the ready word reached its key
+ * and no earlier job of its epoch found its gate shut, a latch in the
+ * backend's word arm[0]); else it does nothing at all, not even its done
+ * words.
+ *
+ * A revocation (rnd_ring_revoke, the loop) ends the ring's armed waits
+ * whose go had not come: the ring is frozen (nothing is taken, nothing
+ * armed), its armed requests after `from` (the last seq taken ungated, or
+ * go as the client left it) are marked revoked, then the daemon writes go
+ * itself, up to the last armed seq, and keeps it there while the ring is
+ * frozen (the client's stream may lower it again: the doorbell thread
+ * raises it back, rnd_ring_arm_poll).  Each revoked job then ran (its
+ * client's ready had come by the time its gate looked: answered as any
+ * other) or skipped, and once one skipped every later one of the epoch
+ * does, so those that ran are the first ones.  When the last revoked job
+ * was released the ring thaws: it goes back to the ring's done word (what
+ * ran), takes the skipped slots again (in host mode, or armed in the next
+ * epoch once past the raised go) and arms again.  Nothing of the ring is
+ * taken while it is frozen: a slot taken ungated behind a skipped one
+ * would write done past it.
+ *
  * Why revoke: a stream that waits holds up what shares its hardware queue
- * (take_max's comment, ring_take.c).  Unlike gpu mode's waits, the daemon
- * can end these itself, so a ring is armed only while every request in
- * flight in the daemon is its session's, and is revoked when another
- * ring takes a slot, a classic BWD or a graph replay is submitted, a ring
- * opens, a region is being mapped (server.c's before_map), the cuda gate
- * would hold a close for it (rnd_backend_opts.revoke), the daemon drains,
- * RING_CLOSE comes or its own session ends (a closing ring arms nothing:
- * once closed it leaves the doorbell thread's list, and with it the
- * mirror).
+ * (take_max's comment, ring_take.c).  So a ring is armed only while every
+ * request in flight in the daemon is its session's, and is revoked when
+ * another ring takes a slot, a classic BWD or a graph replay is submitted,
+ * a ring opens, a region is being mapped (server.c's before_map), the cuda
+ * gate would hold a close for it (rnd_backend_opts.revoke), the daemon
+ * drains, RING_CLOSE comes or its own session ends (a closing ring arms
+ * nothing).
  *
  * RMSNORMD_DEBUG_ARM_POLICY=free (being measured): a ring arms whatever
  * else is in flight and other rings' calls take nothing back (the other
  * triggers stay): gpu mode's waits, but ones the daemon can end.
  *
  * What keeps it exact: done is one word ("every slot up to done ended"),
- * so while a ring has an armed slot, no later slot of it may run or be
- * answered ungated.  A slot whose ready word has come is taken ungated only
- * after the mirror step made every armed slot before it okay
- * (rnd_ring_arm_take); one that cannot be gated (invalid, m = 0: its done
- * is a stream write) is refused armed by the backend (RND_UNARMABLE) and
- * waits for its ready word in the ring, as in host mode.
+ * so no slot may run after one that skipped, which the latch ensures
+ * within an epoch; the epoch changes only at a revocation, after which
+ * nothing is taken until every revoked job ended.  A slot whose ready word
+ * has come is taken ungated: the armed slots before it will find their
+ * gates open (ready only grows).  One that cannot be gated (invalid, m = 0:
+ * its done is a stream write) is refused armed by the backend
+ * (RND_UNARMABLE) and waits for its ready word in the ring, as in host
+ * mode.  A slot at or below go (the client's or the daemon's last raise)
+ * is never armed: its wait would pass before its ready came.  A client
+ * that writes go before ready only gets its own calls refused
+ * (RN_INVALID_ARGUMENT) and its ring no longer armed.
  */
 #include "ring_int.h"
 
@@ -75,8 +86,9 @@ void rnd_ring_arm_open(rnd_ring *g)
 {
     rnd_ctx *ctx = g->tab->ctx;
 
-    if (g->tab->ready_mode == RND_RING_READY_ARMED && ctx->be->ops->arm_open)
+    if (g->tab->ready_mode == RND_RING_READY_ARMED && g->go && ctx->be->ops->arm_open)
         g->arm = ctx->be->ops->arm_open(ctx->be);
+    g->epoch = 1; /* (the latch starts at 0) */
 }
 
 void rnd_ring_arm_free(rnd_ring *g)
@@ -88,27 +100,19 @@ void rnd_ring_arm_free(rnd_ring *g)
     g->arm = NULL;
 }
 
-/* Under mu: okay and go up to ready, at most cap. */
-static void mirror_to(rnd_ring *g, uint64_t rd, uint64_t cap)
+static uint64_t go_word(const rnd_ring *g)
 {
-    uint64_t okay = __atomic_load_n(&g->arm[1], __ATOMIC_RELAXED);
-    uint64_t v = rnp_seq_reached(rd, cap) ? cap : rd;
-
-    if (g->frozen || v <= okay || !rnp_seq_reached(rd, okay + 1))
-        return;
-    /* okay first: a kernel reads it after its stream saw go. */
-    __atomic_store_n(&g->arm[1], v, __ATOMIC_RELEASE);
-    if (__atomic_load_n(&g->arm[0], __ATOMIC_RELAXED) < v)
-        __atomic_store_n(&g->arm[0], v, __ATOMIC_SEQ_CST);
+    return __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_GO), __ATOMIC_ACQUIRE);
 }
 
-bool rnd_ring_arm_mirror(rnd_ring *g)
+/* Under mu (the doorbell thread): while g is frozen, go stays raised. */
+bool rnd_ring_arm_poll(rnd_ring *g)
 {
-    if (!g->arm || g->frozen || g->armed_upto <= __atomic_load_n(&g->arm[1], __ATOMIC_RELAXED))
+    if (!g->arm || !g->frozen)
         return false;
-    mirror_to(g, __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_READY), __ATOMIC_ACQUIRE),
-              g->armed_upto);
-    return g->armed_upto > __atomic_load_n(&g->arm[1], __ATOMIC_RELAXED);
+    if (g->raise_to && !rnp_seq_reached(go_word(g), g->raise_to))
+        __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_GO), g->raise_to, __ATOMIC_SEQ_CST);
+    return true;
 }
 
 /* Whether every request in flight in the daemon is g's session's (or the
@@ -126,22 +130,16 @@ int rnd_ring_arm_take(rnd_ring *g, uint64_t seq, uint64_t rd, bool may_arm)
 
     pthread_mutex_lock(&tab->mu);
     if (rnp_seq_reached(rd, seq)) {
-        /* Taken ungated: every armed slot before it okay first (not while
-         * frozen, when none is left to cover). */
-        mirror_to(g, rd, seq);
+        /* Taken ungated: the armed slots before it find their gates open. */
         g->ungated = seq;
         how = RND_ARM_READY;
-    } else if (may_arm && !g->frozen && seq > __atomic_load_n(&g->arm[0], __ATOMIC_RELAXED) &&
-               !g->closing && !g->ending && !g->sess->ending && alone(g)) {
-        /* (seq > go: a go raised by an earlier revocation would let its
-         * wait pass before okay could come) */
+    } else if (may_arm && g->go && !g->arm_broken && !g->frozen && !g->closing && !g->ending &&
+               !g->sess->ending && !rnp_seq_reached(go_word(g), seq) &&
+               !rnp_seq_reached(g->raise_to, seq) && alone(g)) {
         g->armed_upto = seq;
-        tab->armed_ns = rnd_now_ns();
         how = RND_ARM_ARMED;
     }
     pthread_mutex_unlock(&tab->mu);
-    if (how == RND_ARM_ARMED)
-        rnd_rings_kick(tab); /* (the doorbell thread mirrors from now on) */
     return how;
 }
 
@@ -153,15 +151,47 @@ void rnd_ring_arm_refused(rnd_ring *g, uint64_t seq)
     pthread_mutex_unlock(&g->tab->mu);
 }
 
-/* No revoked job of g is left: the mirror may write okay again. */
-static void thaw(rnd_ring *g)
+void rnd_ring_arm_misuse(void *owner)
 {
+    rnd_ring *g = owner;
+
     pthread_mutex_lock(&g->tab->mu);
-    g->frozen = false;
+    bool first = !g->arm_broken;
+    g->arm_broken = true;
     pthread_mutex_unlock(&g->tab->mu);
+    if (first)
+        rnd_warn("Ring %u of '%s': its go word reached a call before its ready word did "
+                 "(PROTOCOL.md 13.3); the ring is no longer armed", g->id, g->sess->name);
 }
 
-/* A revoked job was released (its skip ended); then the ring's own release. */
+/* The last revoked job of g was released: back to what ran (the ring's done
+ * word, between from and the last armed seq), and take the rest again. */
+static void thaw(rnd_ring *g)
+{
+    uint64_t done = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_DONE), __ATOMIC_ACQUIRE);
+    uint64_t back = !rnp_seq_reached(done, g->revoke_from) ? g->revoke_from
+                    : rnp_seq_reached(done, g->armed_upto) ? g->armed_upto
+                                                           : done;
+
+    pthread_mutex_lock(&g->tab->mu);
+    g->frozen = false;
+    g->armed_upto = back;
+    pthread_mutex_unlock(&g->tab->mu);
+    /* Their slots are taken again from the first that did not run; a ring
+     * that stopped at a slot after them takes them before it stops again. */
+    if (rnp_seq_reached(g->cons, back) && g->cons != back) {
+        g->cons = back;
+        g->stopped = false;
+    }
+    __atomic_store_n(&g->wait_seq, 0, __ATOMIC_SEQ_CST);
+    rnd_ring_drop_prep(g);
+    rnd_debug("Ring %u of '%s': armed calls up to %llu ran, the rest taken again", g->id,
+              g->sess ? g->sess->name : "?", (unsigned long long)back);
+    uv_async_send(&g->tab->async);
+}
+
+/* A revoked job was released (it ran or skipped); then the ring's own
+ * release. */
 static void revoked_released(void *owner)
 {
     rnd_ring *g = owner;
@@ -180,39 +210,38 @@ unsigned rnd_ring_revoke(rnd_ring *g, const char *why)
     if (!g->arm || !g->sess || !tab->revoke)
         return 0;
     pthread_mutex_lock(&tab->mu);
-    uint64_t okay = __atomic_load_n(&g->arm[1], __ATOMIC_RELAXED);
-    if (g->frozen || g->armed_upto <= okay) {
+    uint64_t go = go_word(g);
+    uint64_t from = rnp_seq_reached(go, g->ungated) ? go : g->ungated;
+    if (g->frozen || rnp_seq_reached(from, g->armed_upto)) {
         pthread_mutex_unlock(&tab->mu);
-        return 0;
+        return 0; /* (every armed wait ended, or will once its go comes: none left) */
     }
-    /* go past every armed key, okay where it is: the armed jobs after it
-     * pass their waits and skip. */
+    /* Nothing is taken or armed from now until the revoked jobs ended, and
+     * arming goes on in the next epoch. */
     g->frozen = true;
-    if (__atomic_load_n(&g->arm[0], __ATOMIC_RELAXED) < g->armed_upto)
-        __atomic_store_n(&g->arm[0], g->armed_upto, __ATOMIC_SEQ_CST);
+    g->epoch++;
+    g->revoke_from = from;
     uint64_t upto = g->armed_upto;
-    uint64_t back = okay > g->ungated ? okay : g->ungated;
-    g->armed_upto = back;
     pthread_mutex_unlock(&tab->mu);
 
-    unsigned n = tab->revoke(g->sess, g, back, revoked_released);
+    /* Marked before go moves: a job that then finds its gate shut was
+     * taken back, not refused (backend.h). */
+    unsigned n = tab->revoke(g->sess, g, from, revoked_released);
     g->revoked += n;
     tab->revoked_held += n;
-    if (n == 0)
-        thaw(g); /* (none in flight: the backend answered them, failing) */
-    /* Their slots are taken again, in host mode, from the first; a ring
-     * that stopped at a slot after them takes them before it stops again. */
-    if (rnp_seq_reached(g->cons, back) && g->cons != back) {
-        g->cons = back;
-        g->stopped = false;
-    }
+    pthread_mutex_lock(&tab->mu);
+    g->raise_to = upto;
+    if (!rnp_seq_reached(go_word(g), upto))
+        __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_GO), upto, __ATOMIC_SEQ_CST);
+    pthread_mutex_unlock(&tab->mu);
+    rnd_rings_kick(tab); /* (the doorbell thread keeps go raised) */
     __atomic_store_n(&g->wait_seq, 0, __ATOMIC_SEQ_CST);
     rnd_ring_drop_prep(g);
     ctx->stats.fast_revokes++;
-    ctx->stats.fast_revoked += n;
-    rnd_debug("Ring %u of '%s': slots %llu..%llu taken back (%s)", g->id, g->sess->name,
-              (unsigned long long)back + 1, (unsigned long long)upto, why);
-    uv_async_send(&tab->async);
+    rnd_debug("Ring %u of '%s': armed slots %llu..%llu revoked (%s)", g->id, g->sess->name,
+              (unsigned long long)from + 1, (unsigned long long)upto, why);
+    if (n == 0)
+        thaw(g); /* (none in flight: the backend answered them, failing) */
     return n;
 }
 

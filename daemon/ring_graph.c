@@ -112,7 +112,7 @@ static void take_graph(rnd_ring *g, rnd_graph *gr)
         return;
     }
     rnd_ring_slot at = { g->base, gr->base, gen, false, on_graph_released, gr, true, true, NULL,
-                         NULL, 0, NULL };
+                         NULL, 0, 0, NULL };
     bool ok = rnp_ring_decode(gr->desc, 0, &b, &err) == 0;
     if (ok && gen - gr->taken != 1) {
         rnp_fail(&err, RN_INVALID_ARGUMENT,

@@ -78,12 +78,18 @@ typedef struct rnd_ring {
     uint32_t ngraphs, next_graph;
     uint64_t region_off;           /* the ring's offset in its region */
     /* --ring-ready=armed (ring_arm.c). */
-    uint64_t *arm;                 /* the words {go, okay} (the backend's arm_open), or
-                                    * NULL: the ring runs in host mode */
+    bool go;                       /* its client's stream writes go (RING_OPEN's go) */
+    uint64_t *arm;                 /* the backend's words (arm_open; arm[0] the gates'
+                                    * latch), or NULL: the ring runs in host mode */
+    uint64_t epoch;                /* the arming epoch (from 1; a revocation moves it) */
     uint64_t armed_upto;           /* the last seq taken armed, 0 if none (under mu) */
-    bool frozen;                   /* revoked: nothing is armed, and the doorbell thread
-                                    * writes no okay, until the revoked jobs are released
-                                    * (under mu) */
+    bool frozen;                   /* revoked: nothing is taken or armed until the
+                                    * revoked jobs are released (under mu) */
+    uint64_t revoke_from;          /* frozen: the last seq not revoked (under mu) */
+    uint64_t raise_to;             /* the daemon's last raise of go (a revocation):
+                                    * kept while frozen, and nothing at or below it is
+                                    * armed (under mu) */
+    bool arm_broken;               /* its client wrote go before ready: not armed again */
     uint64_t ungated;              /* the last seq taken unarmed while armed mode is on:
                                     * a revocation goes back no further (under mu) */
     uint32_t revoked;              /* jobs revoked, not yet released */
@@ -117,23 +123,25 @@ static inline void rnd_ring_drop_prep(rnd_ring *g)
 enum { RND_ARM_NO = 0, RND_ARM_READY = 1, RND_ARM_ARMED = 2 };
 /* At the rings' start: RMSNORMD_DEBUG_ARM_POLICY.  0 or an rn_status. */
 int rnd_rings_arm_init(rnd_rings *tab, rnp_error *err);
-/* The ring's words from the backend (g->arm, or NULL: host mode); and back. */
+/* The ring's words from the backend (g->arm, or NULL: host mode, also for
+ * a ring whose client does not write go); and back. */
 void rnd_ring_arm_open(rnd_ring *g);
 void rnd_ring_arm_free(rnd_ring *g);
-/* Under mu (the doorbell thread): okay and go follow the ready word up to
- * the last armed slot.  Returns whether an armed slot still waits. */
-bool rnd_ring_arm_mirror(rnd_ring *g);
+/* Under mu (the doorbell thread): a frozen ring's go stays where the
+ * revocation raised it.  Returns whether g is frozen (the thread keeps
+ * looking). */
+bool rnd_ring_arm_poll(rnd_ring *g);
 /* The loop, about to take slot seq (rd: the ready word as it read it):
- * RND_ARM_READY (its input is ready: taken as in host mode, the armed
- * slots before it now okay), RND_ARM_ARMED (taken armed: g->armed_upto is
- * seq) or RND_ARM_NO (left for its ready word, as in host mode).  Every
- * slot of an armed ring comes through here, also one that may not be
- * armed (may_arm false: refused before), for the mirror step. */
+ * RND_ARM_READY (its input is ready: taken as in host mode), RND_ARM_ARMED
+ * (taken armed: g->armed_upto is seq) or RND_ARM_NO (left for its ready
+ * word, as in host mode).  Every slot of an armed ring comes through here,
+ * also one that may not be armed (may_arm false: refused before). */
 int rnd_ring_arm_take(rnd_ring *g, uint64_t seq, uint64_t rd, bool may_arm);
 /* The backend refused slot seq armed (RND_UNARMABLE): it is taken again
  * unarmed, once its ready word came. */
 void rnd_ring_arm_refused(rnd_ring *g, uint64_t seq);
-/* Take back g's armed slots whose input has not come: how many. */
+/* End g's armed waits whose go has not come (the ring freezes until the
+ * revoked jobs ended): how many jobs were revoked. */
 unsigned rnd_ring_revoke(rnd_ring *g, const char *why);
 
 /* Wake the doorbell thread (from a long sleep: a ring or graph slot came). */

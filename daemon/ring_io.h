@@ -29,21 +29,31 @@ static inline bool rnd_ring_ready(const rnd_ring_job *rj)
     return rnp_seq_reached(ready, rj->seq);
 }
 
-/* Whether the job's wait is over: an armed job's once the go word reached
- * its key (the daemon's own word: revoked or okay), another's once the
- * ready word reached it. */
+/* Whether the job's wait is over: an armed job's once the ring's go word
+ * reached its key (its client's stream, or the daemon's revocation),
+ * another's once the ready word reached it. */
 static inline bool rnd_ring_wait_met(const rnd_ring_job *rj)
 {
     if (rj->arm_key)
-        return __atomic_load_n(&rj->arm[0], __ATOMIC_ACQUIRE) >= rj->arm_key;
+        return rnp_seq_reached(
+            __atomic_load_n(rnp_ring_u64(rj->ring, RNP_RING_O_GO), __ATOMIC_ACQUIRE), rj->arm_key);
     return rnd_ring_ready(rj);
 }
 
-/* An armed job whose wait is over runs only if okay reached its key; else
- * it was revoked and does nothing at all (backend.h). */
-static inline bool rnd_ring_gated_off(const rnd_ring_job *rj)
+/* An armed job past its wait: whether its gate is open (backend.h), as the
+ * kernel's gate decides it (rnk_bwd_args.gate): no earlier job of its epoch
+ * found its gate shut (the latch, arm[0]), and the ready word reached its
+ * key.  A shut gate latches.  Once per job; true for a job not armed. */
+static inline bool rnd_ring_gate_open(const rnd_ring_job *rj)
 {
-    return rj->arm_key && __atomic_load_n(&rj->arm[1], __ATOMIC_ACQUIRE) < rj->arm_key;
+    if (!rj->arm_key)
+        return true;
+    if (__atomic_load_n(&rj->arm[0], __ATOMIC_ACQUIRE) == rj->arm_epoch)
+        return false;
+    if (rnd_ring_ready(rj))
+        return true;
+    __atomic_store_n(&rj->arm[0], rj->arm_epoch, __ATOMIC_RELEASE);
+    return false;
 }
 
 /* Wake every thread sleeping on the low half of a ring word. */

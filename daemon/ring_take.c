@@ -68,7 +68,7 @@ static void prepare(rnd_ring *g, uint64_t seq)
         return;
     bool ok = copy_slot(g, seq, &b, &err) == 0;
     rnd_ring_slot at = { g->base, g->base + rnp_ring_slot_off(seq, g->slots), seq, false,
-                         g->released, g, false, false, g->done_dev, NULL, 0, &g->prep };
+                         g->released, g, false, false, g->done_dev, NULL, 0, 0, &g->prep };
     (void)tab->submit(ctx, g->sess, ok ? &b : NULL, ok ? NULL : &err, &at, rnd_now_ns());
 }
 
@@ -90,6 +90,13 @@ static unsigned take_max(rnd_ring *g, bool force, unsigned max)
 
         if (!rnd_ring_takeable(g, prod))
             return n;
+        /* --ring-ready=armed: nothing while a revocation's jobs run (a slot
+         * taken ungated behind one that skips would write done past it;
+         * ring_arm.c's thaw takes the ring's slots again). */
+        if (g->frozen) {
+            left(g, "a revocation");
+            return n;
+        }
         /* --ring-ready=host (the cuda backend's default): the slot waits
          * in the ring until its ready word reaches it (the doorbell thread
          * watches the word and wakes the loop), so that no stream of the
@@ -106,7 +113,7 @@ static unsigned take_max(rnd_ring *g, bool force, unsigned max)
         if (!force && tab->ready_mode != RND_RING_READY_GPU) {
             uint64_t rd = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_READY),
                                           __ATOMIC_ACQUIRE);
-            if (g->arm) /* (also for a slot refused armed: the mirror step) */
+            if (g->arm) /* (also for a slot refused armed: the ungated mark) */
                 armed = rnd_ring_arm_take(g, seq, rd, seq != g->unarmable) == RND_ARM_ARMED;
             if (!armed && !rnp_seq_reached(rd, seq)) {
                 prepare(g, seq);
@@ -127,7 +134,8 @@ static unsigned take_max(rnd_ring *g, bool force, unsigned max)
         uint8_t *slot = g->base + rnp_ring_slot_off(seq, g->slots);
         uint64_t t0 = rnd_now_ns(); /* (fast.take: the copy, checks, pins, submission) */
         rnd_ring_slot at = { g->base, slot, seq, force, g->released, g, false, ready,
-                             g->done_dev, armed ? g->arm : NULL, armed ? seq : 0, NULL };
+                             g->done_dev, armed ? g->arm : NULL, armed ? seq : 0,
+                             armed ? g->epoch : 0, NULL };
         rnd_ctx *ctx = tab->ctx;
         if (g->prep && (ctx->draining || ctx->failing || s->ending))
             rnd_ring_drop_prep(g); /* (taken afresh below: answered with the error) */

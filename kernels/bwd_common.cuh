@@ -99,6 +99,7 @@ struct Params {
     const unsigned *cancel; /* rnk_bwd_args.cancel: NULL or the word read first */
     const unsigned long long *gate; /* rnk_bwd_args.gate, read with the cancel word */
     unsigned long long gate_key;
+    unsigned long long *latch, latch_epoch; /* rnk_bwd_args.latch, read with gate */
     unsigned long long *done0, *done1, done_v; /* rnk_bwd_args.done, done_value */
     int64_t xstep, ystep, dstep, drstep; /* ring path: bytes between a stripe's rows */
     float inv_n;      /* 1 / n (RNK_LEAN's row means) */
@@ -472,9 +473,10 @@ __device__ __forceinline__ int64_t chunk_len(const Params &p, int k)
  * counters.  The whole launch thus sees one value.  A block that finds it
  * set claims no chunk and reads or writes no tensor; it only takes part in
  * the exit count (finish_and_exit without the finish), so the last block out
- * still resets the counters.  The gate word (rnk_bwd_args.gate) is read by
- * the same thread in the same trip: below its key the state is GATED, which
- * is SET without the done words, whatever the cancel word says.  Returns
+ * still resets the counters.  The gate word (rnk_bwd_args.gate) and its
+ * latch are read by the same thread in the same trip: below its key, or
+ * with the latch at its epoch, the state is GATED, which is SET without the
+ * done words, whatever the cancel word says (and the latch is set).  Returns
  * CANCEL_CLEAR, _SET or _GATED.
  */
 __device__ __forceinline__ int cancelled(const Params &p)
@@ -490,12 +492,20 @@ __device__ __forceinline__ int cancelled(const Params &p)
              * out before either is used.) */
             unsigned c = p.cancel ? *(const volatile unsigned *)p.cancel : 0u;
             unsigned long long gv = p.gate ? *(const volatile unsigned long long *)p.gate : 0ull;
+            unsigned long long lv = p.latch ? *(volatile unsigned long long *)p.latch : 0ull;
             /* A shut gate first: the daemon took the call back and runs
              * it again (or never, its client gone), so not even a
-             * cancelled launch may write its done words. */
-            st = p.gate && gv < p.gate_key ? CANCEL_GATED
-                 : c != 0u                 ? CANCEL_SET
-                                           : CANCEL_CLEAR;
+             * cancelled launch may write its done words.  It stays shut
+             * for the later launches of its epoch (the latch). */
+            const bool latched = p.latch && lv == p.latch_epoch;
+            const bool shut = p.gate && (latched || gv < p.gate_key);
+            if (shut && p.latch && !latched) {
+                *(volatile unsigned long long *)p.latch = p.latch_epoch;
+                __threadfence_system();
+            }
+            st = shut       ? CANCEL_GATED
+                 : c != 0u  ? CANCEL_SET
+                            : CANCEL_CLEAR;
             atomicExch(&p.ctr[CTR_CANCEL], st);
         } else {
             while ((st = ld_acquire(&p.ctr[CTR_CANCEL])) == CANCEL_READING)

@@ -212,6 +212,8 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
     p.cancel = a->cancel;
     p.gate = (const unsigned long long *)a->gate;
     p.gate_key = p.gate ? a->gate_key : 0ull;
+    p.latch = p.gate ? (unsigned long long *)a->latch : nullptr;
+    p.latch_epoch = p.latch ? a->latch_epoch : 0ull;
     p.done0 = (unsigned long long *)a->done[0];
     p.done1 = p.done0 ? (unsigned long long *)a->done[1] : nullptr;
     p.done_v = a->done_value;

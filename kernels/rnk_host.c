@@ -92,6 +92,10 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen)
         return fail(msg, msglen, "done: a word is not 8-byte aligned");
     if ((uintptr_t)a->gate % 8)
         return fail(msg, msglen, "gate: not 8-byte aligned");
+    if (a->latch && (!a->gate || !a->latch_epoch))
+        return fail(msg, msglen, "latch: set without a gate, or with epoch 0");
+    if ((uintptr_t)a->latch % 8)
+        return fail(msg, msglen, "latch: not 8-byte aligned");
     if (a->m == 0)
         return RNK_OK; /* a no-op: the row tensors may be absent */
     if (!a->x)

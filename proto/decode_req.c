@@ -201,7 +201,8 @@ static int ring_open_field(rnp_dctx *d, void *obj, int idx, const char *path)
     case 2: return rnp_dec_u64(d, path, &o->offset);
     case 3: return rnp_dec_u32(d, path, &o->slots);
     case 4: return rnp_dec_u32(d, path, &o->done_region.id);
-    default: return rnp_dec_u64(d, path, &o->done_offset);
+    case 5: return rnp_dec_u64(d, path, &o->done_offset);
+    default: return rnp_dec_bool(d, path, &o->go);
     }
 }
 
@@ -244,7 +245,7 @@ static int dec_body(rnp_dctx *d, void *msg)
     static const char *const unreg[] = { "session", "region" };
     static const char *const events[] = { "session", "ready", "device_uuid" };
     static const char *const ring_open[] = { "session", "region", "offset", "slots",
-                                             "done_region", "done_offset" };
+                                             "done_region", "done_offset", "go" };
     static const char *const ring_close[] = { "session", "ring" };
     static const char *const graph_open[] = { "session", "ring", "offset" };
     static const char *const graph_close[] = { "session", "ring", "graph" };
@@ -258,7 +259,7 @@ static int dec_body(rnp_dctx *d, void *msg)
     case RN_OP_BWD: return dec_bwd_req(d, &q->u.bwd);
     case RN_OP_BYE: return rnp_dec_map(d, "bye", session, 1, 0x1, session_field, &q->u.bye, NULL);
     case RN_OP_RING_OPEN:
-        return rnp_dec_map(d, "ring_open", ring_open, 6, 0xfu, ring_open_field, &q->u.ring_open,
+        return rnp_dec_map(d, "ring_open", ring_open, 7, 0xfu, ring_open_field, &q->u.ring_open,
                            NULL);
     case RN_OP_RING_CLOSE:
         return rnp_dec_map(d, "ring_close", ring_close, 2, 0x3u, ring_close_field,

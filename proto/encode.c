@@ -230,10 +230,11 @@ static void enc_request_body(enc *e, const rnp_request *q)
         kv_bin(e, "session", q->u.bye.b, RNP_SESSION_BYTES);
         break;
     case RN_OP_RING_OPEN: {
-        /* (the done word's fields only where set: an older daemon knows
-         * neither) */
+        /* (the done word's fields and go only where set: an older daemon
+         * knows none of them) */
         bool dr = q->u.ring_open.done_region.id != 0, doff = q->u.ring_open.done_offset != 0;
-        msgpack_pack_map(&e->pk, 4 + dr + doff);
+        bool go = q->u.ring_open.go;
+        msgpack_pack_map(&e->pk, 4 + dr + doff + go);
         kv_bin(e, "session", q->u.ring_open.session.b, RNP_SESSION_BYTES);
         kv_uint(e, "region", q->u.ring_open.region.id);
         kv_uint(e, "offset", q->u.ring_open.offset);
@@ -242,6 +243,8 @@ static void enc_request_body(enc *e, const rnp_request *q)
             kv_uint(e, "done_region", q->u.ring_open.done_region.id);
         if (doff)
             kv_uint(e, "done_offset", q->u.ring_open.done_offset);
+        if (go)
+            kv_bool(e, "go", true);
         break;
     }
     case RN_OP_RING_CLOSE:

@@ -154,6 +154,11 @@ typedef struct rnp_ring_open_req {
      * client's streams to wait on (PROTOCOL.md 13.2). */
     rnp_region_id done_region;
     uint64_t done_offset;
+    /* Optional (false: absent): the client's stream writes the ring's go
+     * word after ready at every call (rn_ring.h's RNP_RING_O_GO; PROTOCOL.md
+     * 13.3), so that the daemon may queue a call's kernel before ready
+     * (--ring-ready=armed). */
+    bool go;
 } rnp_ring_open_req;
 
 typedef struct rnp_ring_close_req {

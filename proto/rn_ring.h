@@ -47,6 +47,8 @@ enum rnp_ring_hdr_off {
     RNP_RING_O_SLOT_SIZE = 12,         /* u32, client, before RING_OPEN: RNP_RING_SLOT */
     RNP_RING_O_PROD = 64,              /* u64, client: seq of the last published slot */
     RNP_RING_O_READY = 128,            /* u64, client or its stream: inputs ready up to seq */
+    RNP_RING_O_GO = 136,               /* u64, the client's stream after ready (RING_OPEN's
+                                        * go), or the daemon: armed kernels may start */
     RNP_RING_O_DONE = 192,             /* u64, daemon or its stream: answered up to seq */
     RNP_RING_O_SLEEPING = 256,         /* u32, daemon: 1 while it may sleep on doorbell */
     RNP_RING_O_DOORBELL = 320,         /* u32, client: bumped to wake the daemon (futex) */

@@ -202,6 +202,10 @@ static void fail_job(rnd_job *job, bool acked, const char *why)
         job->done_slot = -1;
         job->start_ns = job->end_ns = rnd_now_ns();
     }
+    if (job->ring && job->ring->arm_key && atomic_load(&job->ring->revoked) &&
+        !rnp_seq_reached(__atomic_load_n(rnd_ring_done_word(job->ring), __ATOMIC_ACQUIRE),
+                         job->ring->seq))
+        atomic_store(&job->ring->skipped, true); /* (taken back: answered when taken again) */
     if (job->ring)
         rnd_cuda_ring_answer_host(job);
 }
@@ -223,33 +227,38 @@ static void sync_times(const rnd_cuda_gjob *g, rnd_job *job)
     job->start_ns = now > kns ? now - kns : 0;
 }
 
-/* An armed ring call (--ring-ready=armed) that was not taken back, nor
- * cancelled, ran only if the okay word had reached its key, and its kernel
- * then wrote done: done short of its seq at its completion means that its
- * kernel skipped, which the mirror's order (okay before go) rules out, or
- * that the client lowered its own done word.  Either way the call is
- * answered as failed (its status, and done from the host), with a log line
- * at the 1st, 2nd, 4th, ... time (a client can cause it), not reported done
- * with nothing computed.  The client's device done word is not raised here
- * (the next call's kernel raises it). */
+/* An armed ring call (--ring-ready=armed), not cancelled, at its
+ * completion: its kernel wrote done if its gate was open (backend.h), so
+ * done short of its seq says that it skipped.  Revoked, it was taken back
+ * (skipped set: the daemon takes the slot again); else its client's go came
+ * before its ready (or the client lowered its own done word): it is
+ * answered with RN_INVALID_ARGUMENT, status and done from the host, and a
+ * log line at the 1st, 2nd, 4th, ... time (a client can cause it), not
+ * reported done with nothing computed.  The client's device done word is
+ * not raised here (the next call's kernel raises it). */
 static void armed_skip_check(rnd_job *job, uint32_t sess_id)
 {
     static uint64_t seen;
-    const rnd_ring_job *rj = job->ring;
-    if (!rj->arm_key || rj->graph || atomic_load(&rj->revoked) || atomic_load(&job->cancelled) ||
+    rnd_ring_job *rj = job->ring;
+    if (!rj->arm_key || rj->graph || atomic_load(&job->cancelled) ||
         rnp_seq_reached(__atomic_load_n(rnd_ring_done_word(rj), __ATOMIC_ACQUIRE), rj->seq))
         return;
-    unsigned long long go = __atomic_load_n(&rj->arm[0], __ATOMIC_ACQUIRE),
-                       okay = __atomic_load_n(&rj->arm[1], __ATOMIC_ACQUIRE);
+    atomic_store(&rj->skipped, true);
+    if (atomic_load(&rj->revoked))
+        return;
+    unsigned long long rd = __atomic_load_n(rnp_ring_u64(rj->ring, RNP_RING_O_READY),
+                                            __ATOMIC_ACQUIRE),
+                       go = __atomic_load_n(rnp_ring_u64(rj->ring, RNP_RING_O_GO),
+                                            __ATOMIC_ACQUIRE);
     seen++;
     if ((seen & (seen - 1)) == 0)
-        rnd_err("cuda session #%u: armed ring call %" PRIu64 " ended without its done word (go "
-                "%llu, okay %llu, its key %" PRIu64 "; %" PRIu64 " such calls so far)",
-                sess_id, rj->seq, go, okay, rj->arm_key, seen);
-    job->status = RN_INTERNAL;
+        rnd_warn("cuda session #%u: armed ring call %" PRIu64 " skipped without a revocation "
+                 "(ready %llu, go %llu; %" PRIu64 " such calls so far)",
+                 sess_id, rj->seq, rd, go, seen);
+    job->status = RN_INVALID_ARGUMENT;
     snprintf(job->msg, sizeof job->msg,
-             "bwd: the daemon's armed kernel for this call did not run (go %llu, okay %llu)", go,
-             okay);
+             "bwd: the ring's go word reached this call before its ready word (PROTOCOL.md "
+             "13.3; ready %llu, go %llu); it was not run", rd, go);
     rnd_cuda_ring_answer_host(job);
 }
 

@@ -372,37 +372,26 @@ uint64_t *rnd_cuda_arm_open(rnd_backend *be)
     rnd_cuda *b = (rnd_cuda *)be;
     void *words = NULL, *dev = NULL;
 
-    if (!b->rings || !b->kernel_done || b->failed || b->arm_off)
+    if (!b->rings || !b->kernel_done || b->failed)
         return NULL;
     if (!b->arm_host) {
+        /* (Each ring's latch, which its armed kernels read with the cancel
+         * word and set when their gate is shut: backend.h.) */
         size_t bytes = RND_CUDA_CANCEL_WORDS * 2 * sizeof(uint64_t);
-        const char *why = "no pinned memory for their words";
         bool ok = cudaHostAlloc(&words, bytes, cudaHostAllocMapped | cudaHostAllocPortable) ==
                       cudaSuccess &&
                   cudaHostGetDevicePointer(&dev, words, 0) == cudaSuccess &&
                   (b->arm_used = calloc(RND_CUDA_CANCEL_WORDS, 1)) != NULL;
-        if (ok) {
-            /* A wait on these words that is met at once (0 >= 0): armed
-             * calls wait on this kind of memory, and a driver that refused
-             * such a wait would stop the first armed ring; none is armed
-             * then. */
-            memset(words, 0, bytes);
-            ok = b->wait64(b->streams[0].st, (CUdeviceptr)(uintptr_t)dev, 0,
-                           CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
-            if (!ok) {
-                why = "a stream cannot wait on pinned host memory";
-                b->arm_off = true; /* (for good; a failed allocation is tried again) */
-            }
-        }
         if (!ok) {
             (void)cudaGetLastError();
             if (words)
                 cudaFreeHost(words);
             free(b->arm_used);
             b->arm_used = NULL;
-            rnd_warn("No armed calls (%s): rings run in host mode", why);
+            rnd_warn("No armed calls (no pinned memory for their words): rings run in host mode");
             return NULL;
         }
+        memset(words, 0, bytes);
         b->arm_host = words;
         b->arm_dev = (CUdeviceptr)(uintptr_t)dev;
     }
@@ -410,8 +399,8 @@ uint64_t *rnd_cuda_arm_open(rnd_backend *be)
         if (!b->arm_used[i]) {
             b->arm_used[i] = 1;
             uint64_t *w = b->arm_host + 2 * i;
-            __atomic_store_n(&w[0], 0, __ATOMIC_RELAXED);
-            __atomic_store_n(&w[1], 0, __ATOMIC_RELEASE);
+            __atomic_store_n(&w[1], 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&w[0], 0, __ATOMIC_RELEASE);
             return w;
         }
     return NULL;
@@ -457,8 +446,8 @@ void rnd_cuda_ring_answer_host(rnd_job *job)
     rnd_ring_job *rj = job->ring;
     uint64_t *done = rnd_ring_done_word(rj);
 
-    if (atomic_load(&job->cancelled) || atomic_load(&rj->revoked))
-        return; /* (a revoked job answers nothing: its slot is taken again) */
+    if (atomic_load(&job->cancelled) || rnd_ring_taken_back(rj))
+        return; /* (a job taken back answers nothing: its slot is taken again) */
     if (!rj->graph && rnp_seq_reached(__atomic_load_n(done, __ATOMIC_ACQUIRE), rj->seq)) {
         rnd_cuda_ring_wake(job);
         return;

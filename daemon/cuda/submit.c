@@ -253,12 +253,13 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
      * visible to whatever the daemon launches after it saw the word. */
     if (run && !graph && !rj->ready_seen) {
         /* The gate sees the wait before the stream has it (gate.c).  An
-         * armed job waits on the ring's go word, the daemon's own. */
+         * armed job waits on the ring's go word, which its client's stream
+         * writes after ready (and the daemon, to take it back). */
         if (!rnd_cuda_gate_add(b, g, rj, NULL)) { /* (armed, a close runs) */
             rnd_cuda_gjob_free(b, g);
             return rnp_fail(err, RND_UNARMABLE, "bwd: a close runs; not armed now");
         }
-        CUdeviceptr wa = armed ? rnd_cuda_arm_dev(b, rj->arm, 0) : ready;
+        CUdeviceptr wa = armed ? ready + (RNP_RING_O_GO - RNP_RING_O_READY) : ready;
         uint64_t wv = armed ? rj->arm_key : rj->seq;
         if ((r = b->wait64(s->st, wa, wv, CU_STREAM_WAIT_VALUE_GEQ)) != CUDA_SUCCESS) {
             rc = drv_fail(b, s, "cuStreamWaitValue64 (ready)", r, err);
@@ -289,10 +290,14 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
         job->args.done[0] = kdone ? (uint64_t *)(uintptr_t)done : NULL;
         job->args.done[1] = kdone ? (uint64_t *)rj->done_dev : NULL;
         job->args.done_value = rnd_ring_done_value(rj);
-        job->args.gate = armed ? (const uint64_t *)(uintptr_t)rnd_cuda_arm_dev(b, rj->arm, 1)
-                         : b->gate_ready && !graph && kdone ? (const uint64_t *)(uintptr_t)ready
-                                                            : NULL;
+        /* An armed kernel's gate: the client's ready word, and the ring's
+         * latch (backend.h). */
+        job->args.gate = armed || (b->gate_ready && !graph && kdone)
+                             ? (const uint64_t *)(uintptr_t)ready
+                             : NULL;
         job->args.gate_key = armed ? rj->arm_key : rj->seq;
+        job->args.latch = armed ? (uint64_t *)(uintptr_t)rnd_cuda_arm_dev(b, rj->arm, 0) : NULL;
+        job->args.latch_epoch = armed ? rj->arm_epoch : 0;
         (void)rnd_cuda_stamp(b, job, false, s->st); /* (RMSNORMD_DEBUG_STAMPS) */
         krc = rnk_cuda_bwd(b->kdev, &job->args, s->ws, s->ws_bytes, s->st, kmsg, sizeof kmsg);
         (void)rnd_cuda_stamp(b, job, true, s->st);

@@ -732,7 +732,9 @@ static void test_done_words(void **state)
  * workspace clean (the next launch, gated open, runs as usual); at or above
  * the key it runs; the cancel word wins over an open gate (done words
  * written, outputs untouched), a shut gate over the cancel word (nothing
- * written).  Grids of 1 to 500 and every launch path, as test_done_words. */
+ * written); a shut gate sets its latch to its epoch, and a latch at the
+ * launch's epoch shuts an open gate (rnk_bwd_args.latch).  Grids of 1 to
+ * 500 and every launch path, as test_done_words. */
 static void test_gate_word(void **state)
 {
     (void)state;
@@ -744,9 +746,9 @@ static void test_gate_word(void **state)
     static const int grids[] = {0, 1, 500};
     const size_t nspecs = quick ? 2 : sizeof specs / sizeof specs[0];
     const size_t ngrids = quick ? 2 : sizeof grids / sizeof grids[0];
-    uint64_t *words = NULL, *wdev = NULL; /* [0] done, [1] gate */
+    uint64_t *words = NULL, *wdev = NULL; /* [0] done, [1] gate, [2] latch */
     unsigned *cword = NULL, *cdev = NULL;
-    CU(cudaHostAlloc((void **)&words, 2 * sizeof(uint64_t), cudaHostAllocMapped));
+    CU(cudaHostAlloc((void **)&words, 3 * sizeof(uint64_t), cudaHostAllocMapped));
     CU(cudaHostGetDevicePointer((void **)&wdev, words, 0));
     CU(cudaHostAlloc((void **)&cword, sizeof(unsigned), cudaHostAllocMapped));
     CU(cudaHostGetDevicePointer((void **)&cdev, cword, 0));
@@ -760,13 +762,19 @@ static void test_gate_word(void **state)
         for (size_t gi = 0; gi < ngrids; gi++) {
             rnk_cuda_force_grid(dev, grids[gi]);
             /* 0: shut (gate = key - 1); 1: open (= key); 2: open (> key);
-             * 3: shut, cancelled; 4: open, cancelled */
-            for (int c = 0; c < 5; c++) {
+             * 3: shut, cancelled; 4: open, cancelled; with a latch: 5 shut
+             * (it latches), 6 open but latched (the epoch of 5), 7 open in
+             * the next epoch */
+            for (int c = 0; c < 8; c++) {
                 const uint64_t key = 0x0000000500000000ull + (seq++ << 4);
-                const bool shut = c == 0 || c == 3, cancel = c >= 3;
+                const bool shut = c == 0 || c == 3 || c == 5 || c == 6, cancel = c == 3 || c == 4;
+                const uint64_t epoch = 0x1000u + (uint64_t)gi * 16u + (c == 7 ? 1u : 0u);
+                if (c == 5)
+                    *(volatile uint64_t *)&words[2] = epoch - 1; /* (not this epoch's) */
                 *(volatile unsigned *)cword = cancel ? 1u : 0u;
                 *(volatile uint64_t *)&words[0] = 0;
-                *(volatile uint64_t *)&words[1] = shut ? key - 1 : c == 2 ? key + 99 : key;
+                *(volatile uint64_t *)&words[1] =
+                    c == 0 || c == 3 || c == 5 ? key - 1 : c == 2 ? key + 99 : key;
                 poison(&p);
                 CU(cudaStreamSynchronize(st));
                 void *px = NULL, *pw = NULL;
@@ -774,6 +782,8 @@ static void test_gate_word(void **state)
                 p.a.cancel = cdev;
                 p.a.gate = &wdev[1];
                 p.a.gate_key = key;
+                p.a.latch = c >= 5 ? &wdev[2] : NULL;
+                p.a.latch_epoch = epoch;
                 p.a.done[0] = &wdev[0];
                 p.a.done_value = key;
                 launch(&p);
@@ -782,12 +792,17 @@ static void test_gate_word(void **state)
                 if (*(volatile uint64_t *)&words[0] != (done ? key : 0))
                     FAILF("m=%lld grid %d case %d: done word %llx", (long long)p.s.m,
                           grids[gi], c, (unsigned long long)*(volatile uint64_t *)&words[0]);
+                if (c >= 5 && *(volatile uint64_t *)&words[2] != (c == 7 ? epoch - 1 : epoch))
+                    FAILF("m=%lld grid %d case %d: latch %llx, expected %llx", (long long)p.s.m,
+                          grids[gi], c, (unsigned long long)*(volatile uint64_t *)&words[2],
+                          (unsigned long long)(c == 7 ? epoch - 1 : epoch));
                 expect_same(&p, ran ? dx0 : px, ran ? dw0 : pw,
                             ran ? "gate open: the usual bits" : "gated or cancelled: untouched");
                 free(px);
                 free(pw);
                 p.a.cancel = NULL;
                 p.a.gate = NULL;
+                p.a.latch = NULL;
                 p.a.done[0] = NULL;
             }
         }
@@ -804,11 +819,16 @@ static void test_gate_word(void **state)
 
 /* The daemon's armed calls in the order it makes them (daemon/cuda/submit.c,
  * daemon/ring_arm.c): the stream waits for go >= key, the launch after it
- * is gated on okay, and the host stores okay, then go (the call runs) or go
- * alone (taken back: it must do nothing), at a random moment before or
- * after the GPU reached the wait.  The words are a pair in pinned, mapped
- * memory, as the daemon's are; both only grow.  Run: done = key and the
- * usual bits; taken back: done as it was and nothing written. */
+ * is gated on the client's ready word with the ring's latch, and then
+ * either the client stores ready, then go (the call runs), or the daemon
+ * stores go alone (a revocation: the call must do nothing, and the daemon
+ * arms the next calls in a new epoch), at a random moment before or after
+ * the GPU reached the wait.  Every 8th round two calls are queued and
+ * revoked together, the first released alone and skipped, then ready and
+ * go raised past the second: the latch must skip the second too.  The
+ * words are pinned, mapped memory, as the ring's and the daemon's are.
+ * Run: done = key and the usual bits; skipped: done as it was and nothing
+ * written. */
 typedef CUresult (*wait64_fn)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
 
 static void test_gate_stream(void **state)
@@ -821,12 +841,14 @@ static void test_gate_stream(void **state)
     gspec specs[] = {gs(8192, 256, RNK_BF16, RNK_BF16, RNK_BF16),
                      gs(8192, 1024, RNK_BF16, RNK_F32, RNK_F32)};
     const int iters = quick ? 40 : 400;
-    uint64_t *words = NULL, *wdev = NULL; /* [0] done, [1] go, [2] okay */
+    uint64_t *words = NULL, *wdev = NULL; /* [0] done, [1] go, [2] ready, [3] latch */
     unsigned *cword = NULL, *cdev = NULL;
-    CU(cudaHostAlloc((void **)&words, 3 * sizeof(uint64_t), cudaHostAllocMapped));
+    CU(cudaHostAlloc((void **)&words, 4 * sizeof(uint64_t), cudaHostAllocMapped));
     CU(cudaHostGetDevicePointer((void **)&wdev, words, 0));
     CU(cudaHostAlloc((void **)&cword, sizeof(unsigned), cudaHostAllocMapped));
     CU(cudaHostGetDevicePointer((void **)&cdev, cword, 0));
+    cudaEvent_t ev;
+    CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
     *(volatile unsigned *)cword = 0;
     uint64_t rs = seed ^ 0x5bd1e995u;
     for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
@@ -840,31 +862,42 @@ static void test_gate_stream(void **state)
         assert_non_null(ones);
         memset(ones, 0xff, p.dxb > p.dwb ? p.dxb : p.dwb);
         const uint64_t base = 0x0000000700000000ull + ((uint64_t)k << 20);
+        uint64_t epoch = 1;
         __atomic_store_n(&words[0], base, __ATOMIC_RELAXED);
         __atomic_store_n(&words[1], base, __ATOMIC_RELAXED);
-        __atomic_store_n(&words[2], base, __ATOMIC_RELEASE);
-        int runs = 0, backs = 0;
+        __atomic_store_n(&words[2], base, __ATOMIC_RELAXED);
+        __atomic_store_n(&words[3], 0, __ATOMIC_RELEASE);
+        int runs = 0, backs = 0, latched = 0;
+        uint64_t key = base;
         for (int i = 1; i <= iters; i++) {
-            const uint64_t key = base + (uint64_t)i, done_before = words[0];
+            const uint64_t done_before = words[0];
             rs = rs * 6364136223846793005ull + 1442695040888963407ull;
-            const bool open = (rs >> 60) % 4 != 0;                /* 3 in 4 run */
+            const bool pair = i % 8 == 0;                          /* two, both skipped */
+            const bool open = !pair && (rs >> 60) % 4 != 0;        /* else 3 in 4 run */
             const uint64_t delay_ns = (rs >> 20) % 60000;          /* 0-60 us */
             const bool check = i % 10 == 0 || !open;
             if (check)
                 poison(&p);
-            if (wait64((CUstream)st, (CUdeviceptr)(uintptr_t)&wdev[1], key,
-                       CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS)
-                FAILF("cuStreamWaitValue64 on pinned mapped memory failed");
-            p.a.cancel = cdev;
-            p.a.gate = &wdev[2];
-            p.a.gate_key = key;
-            p.a.done[0] = &wdev[0];
-            p.a.done_value = key;
             char msg[256];
             need_ws(p.a.m, p.a.n);
-            if (rnk_cuda_bwd(dev, &p.a, ws, wsb, st, msg, sizeof msg) != 0) {
-                __atomic_store_n(&words[1], key, __ATOMIC_SEQ_CST); /* (the wait ends) */
-                FAILF("rnk_cuda_bwd: %s", msg);
+            for (int j = 0; j < (pair ? 2 : 1); j++) {
+                key++;
+                if (wait64((CUstream)st, (CUdeviceptr)(uintptr_t)&wdev[1], key,
+                           CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS)
+                    FAILF("cuStreamWaitValue64 on pinned mapped memory failed");
+                p.a.cancel = cdev;
+                p.a.gate = &wdev[2];
+                p.a.gate_key = key;
+                p.a.latch = &wdev[3];
+                p.a.latch_epoch = epoch;
+                p.a.done[0] = &wdev[0];
+                p.a.done_value = key;
+                if (rnk_cuda_bwd(dev, &p.a, ws, wsb, st, msg, sizeof msg) != 0) {
+                    __atomic_store_n(&words[1], key + 2, __ATOMIC_SEQ_CST); /* (the wait ends) */
+                    FAILF("rnk_cuda_bwd: %s", msg);
+                }
+                if (pair && j == 0)
+                    CU(cudaEventRecord(ev, st));
             }
             struct timespec t0, t1;
             clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -872,15 +905,29 @@ static void test_gate_stream(void **state)
                 clock_gettime(CLOCK_MONOTONIC, &t1);
             while ((uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t1.tv_nsec -
                        (uint64_t)t0.tv_nsec < delay_ns);
-            if (open)
+            if (pair) {
+                /* the first released alone, before its ready: it skips;
+                 * then ready and go past the second, whose gate is open
+                 * but latched */
+                __atomic_store_n(&words[1], key - 1, __ATOMIC_SEQ_CST);
+                CU(cudaEventSynchronize(ev));
                 __atomic_store_n(&words[2], key, __ATOMIC_RELEASE);
-            __atomic_store_n(&words[1], key, __ATOMIC_SEQ_CST);
+                __atomic_store_n(&words[1], key, __ATOMIC_SEQ_CST);
+            } else {
+                if (open)
+                    __atomic_store_n(&words[2], key, __ATOMIC_RELEASE);
+                __atomic_store_n(&words[1], key, __ATOMIC_SEQ_CST);
+            }
             CU(cudaStreamSynchronize(st));
             const uint64_t d = __atomic_load_n(&words[0], __ATOMIC_ACQUIRE);
             if (d != (open ? key : done_before))
                 FAILF("m=%lld n=%lld call %d (%s): done %llx, expected %llx", (long long)p.s.m,
                       (long long)p.s.n, i, open ? "run" : "taken back", (unsigned long long)d,
                       (unsigned long long)(open ? key : done_before));
+            if (!open && __atomic_load_n(&words[3], __ATOMIC_ACQUIRE) != epoch)
+                FAILF("m=%lld n=%lld call %d taken back: latch %llx, epoch %llx",
+                      (long long)p.s.m, (long long)p.s.n, i,
+                      (unsigned long long)words[3], (unsigned long long)epoch);
             if (check && open) {
                 expect_same(&p, dx0, dw0, "gate stream: the call ran");
             } else if (check) {
@@ -892,23 +939,31 @@ static void test_gate_stream(void **state)
                 free(dx);
                 free(dw);
             }
-            if (open)
+            if (open) {
                 runs++;
-            else
-                backs++;
+            } else {
+                /* the daemon: what was taken back is taken again (here:
+                 * its ready already came; the next key) in a new epoch */
+                backs += pair ? 2 : 1;
+                latched += pair;
+                epoch++;
+                __atomic_store_n(&words[2], key, __ATOMIC_RELEASE);
+            }
         }
         p.a.cancel = NULL;
         p.a.gate = NULL;
+        p.a.latch = NULL;
         p.a.done[0] = NULL;
         run(&p);
         expect_same(&p, dx0, dw0, "after the gated calls");
-        printf("gate stream m=%lld n=%lld: %d run, %d taken back\n", (long long)p.s.m,
-               (long long)p.s.n, runs, backs);
+        printf("gate stream m=%lld n=%lld: %d run, %d taken back (%d by the latch)\n",
+               (long long)p.s.m, (long long)p.s.n, runs, backs, latched);
         free(ones);
         free(dx0);
         free(dw0);
         gp_free(&p);
     }
+    CU(cudaEventDestroy(ev));
     CU(cudaFreeHost(words));
     CU(cudaFreeHost(cword));
 }

@@ -51,5 +51,14 @@ static int f_graph(rn_client *c, void *stream, uint64_t addr, void (*gone)(void 
     return 0;
 }
 
+/* ready and go (one call's write: writes counts calls) */
+static int f_write2(rn_client *c, void *stream, uint64_t addr, uint64_t addr2, uint64_t seq)
+{
+    int rv = f_write(c, stream, addr, seq);
+    if (rv == 0 && !((rnt_fake *)stream)->defer)
+        __atomic_store_n((uint64_t *)(uintptr_t)addr2, seq, __ATOMIC_RELEASE);
+    return rv;
+}
+
 const rnc_ring_dev rnt_fake_dev = {f_attach, f_detach, f_write,  f_wait,
-                                   f_captured, f_graph, NULL, NULL};
+                                   f_captured, f_graph, NULL, NULL, f_write2};

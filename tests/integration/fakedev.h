@@ -3,8 +3,8 @@
  * fakedev.h - a fake device side for libclient's ring path (rnc_ring_dev)
  * without a GPU, shared by the tests that drive rnc_bwd_ring_dev against a
  * CPU daemon: ring memory used at its host address, "stream" writes of
- * ready done at once from the host (or never, with defer: a producer that
- * does not end), waits that return at once, and a capture flag under which
+ * ready and go done at once from the host (or never, with defer: a
+ * producer that does not end), waits that return at once, and a capture flag under which
  * a call registers a graph slot the test then replays by hand.
  */
 #ifndef RN_TEST_FAKEDEV_H
@@ -16,7 +16,7 @@
 #include "client_int.h"
 
 typedef struct rnt_fake {
-    bool defer;                /* ready is never written */
+    bool defer;                /* ready and go are never written */
     bool capturing;            /* calls are captured: graph slots */
     int writes, waits, graphs; /* what libclient asked of the "stream" */
     uint64_t base;             /* the ring, at the last ready */

@@ -36,7 +36,7 @@ int rnr_ring_call(rnr_ring *g, rnp_request *q, rnp_reply *rep)
 }
 
 static int ring_open(rnr_ring *g, const char *endpoint, uint32_t slots, size_t data_bytes,
-                     bool seal)
+                     bool seal, bool go)
 {
     static rnp_request q;
     static rnp_reply r;
@@ -44,6 +44,7 @@ static int ring_open(rnr_ring *g, const char *endpoint, uint32_t slots, size_t d
     uint32_t pid, uid;
 
     memset(g, 0, sizeof *g);
+    g->no_go = !go;
     g->chan = g->fd = -1;
     g->slots = slots;
     size_t ring = (size_t)rnp_ring_bytes(slots);
@@ -77,6 +78,7 @@ static int ring_open(rnr_ring *g, const char *endpoint, uint32_t slots, size_t d
     q.u.ring_open.session = g->session;
     q.u.ring_open.region.id = g->region;
     q.u.ring_open.slots = slots;
+    q.u.ring_open.go = !g->no_go;
     if (rnr_ring_call(g, &q, &r) != 0) {
         printf("rawring: RING_OPEN failed: %d %s\n", r.status, r.error);
         return -1;
@@ -87,12 +89,17 @@ static int ring_open(rnr_ring *g, const char *endpoint, uint32_t slots, size_t d
 
 int rnr_ring_open(rnr_ring *g, const char *endpoint, uint32_t slots, size_t data_bytes)
 {
-    return ring_open(g, endpoint, slots, data_bytes, false);
+    return ring_open(g, endpoint, slots, data_bytes, false, true);
+}
+
+int rnr_ring_open_nogo(rnr_ring *g, const char *endpoint, uint32_t slots, size_t data_bytes)
+{
+    return ring_open(g, endpoint, slots, data_bytes, false, false);
 }
 
 int rnr_ring_open_sealed(rnr_ring *g, const char *endpoint, uint32_t slots, size_t data_bytes)
 {
-    return ring_open(g, endpoint, slots, data_bytes, true);
+    return ring_open(g, endpoint, slots, data_bytes, true, true);
 }
 
 void rnr_ring_close(rnr_ring *g)
@@ -142,6 +149,13 @@ void rnr_ring_req(const rnr_ring *g, const rn_bwd_args *a, rnp_bwd_req *b)
 void rnr_ring_ready(rnr_ring *g, uint64_t seq)
 {
     __atomic_store_n(rnp_ring_u64(g->mem, RNP_RING_O_READY), seq, __ATOMIC_RELEASE);
+    if (!g->no_go)
+        rnr_ring_go(g, seq);
+}
+
+void rnr_ring_go(rnr_ring *g, uint64_t seq)
+{
+    __atomic_store_n(rnp_ring_u64(g->mem, RNP_RING_O_GO), seq, __ATOMIC_RELEASE);
 }
 
 uint64_t rnr_ring_publish(rnr_ring *g, const rnp_bwd_req *b, const uint8_t *desc, bool set_ready)

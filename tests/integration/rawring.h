@@ -25,12 +25,17 @@ typedef struct rnr_ring {
     uint32_t region, ring, slots;
     uint64_t seq;                  /* the last published */
     bool no_bell;                  /* publish without ringing the doorbell */
+    bool no_go;                    /* opened without go (rnr_ring_open_nogo): ready
+                                    * writes no go */
 } rnr_ring;
 
 /* HELLO, AUTH, a memfd with a ring of slots slots and data_bytes of data
  * after it registered as one region, RING_OPEN at offset 0.  Returns 0 or
  * -1 (printed). */
 int rnr_ring_open(rnr_ring *g, const char *endpoint, uint32_t slots, size_t data_bytes);
+/* The same with RING_OPEN's go unset: a client whose ready comes without
+ * go (PROTOCOL.md 13.3), which the daemon never arms. */
+int rnr_ring_open_nogo(rnr_ring *g, const char *endpoint, uint32_t slots, size_t data_bytes);
 /* The same with the memfd sealed against shrinking, as libclient seals its
  * rings (the cuda backend takes no other; the CPU backend's test of a ring
  * shrunk under the daemon needs one that is not). */
@@ -47,8 +52,10 @@ void rnr_ring_req(const rnr_ring *g, const rn_bwd_args *a, rnp_bwd_req *b);
  * set ready to it first when set_ready.  Rings the doorbell when the daemon
  * sleeps.  Returns the slot's seq. */
 uint64_t rnr_ring_publish(rnr_ring *g, const rnp_bwd_req *b, const uint8_t *desc, bool set_ready);
-/* The "GPU side": ready = seq. */
+/* The "GPU side": ready = seq, then go = seq (unless no_go). */
 void rnr_ring_ready(rnr_ring *g, uint64_t seq);
+/* go = seq alone (a client that breaks PROTOCOL.md 13.3's order). */
+void rnr_ring_go(rnr_ring *g, uint64_t seq);
 uint64_t rnr_ring_done(const rnr_ring *g);
 /* Wait until done reaches seq (at most timeout_ms).  0 or -1. */
 int rnr_ring_wait(const rnr_ring *g, uint64_t seq, int timeout_ms);

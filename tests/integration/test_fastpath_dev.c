@@ -32,10 +32,11 @@
 /* The fake stream: device addresses are host addresses here. */
 typedef struct fake_stream {
     bool defer;                    /* hold ready writes until flush() */
-    uint64_t pending[MAX_OPS];     /* deferred ready values */
-    uint64_t *pending_at;
+    uint64_t pending[MAX_OPS];     /* deferred ready and go values, in order */
+    uint64_t *pending_at[MAX_OPS]; /* ... and their words */
     int npending;
-    int attaches, detaches, writes, waits;
+    int attaches, detaches, writes, waits; /* (writes: of ready) */
+    int go_writes;                 /* of go, each right after the same call's ready */
     uint64_t base;                 /* the ring's address at attach */
     uint64_t last_wait_addr, last_wait_seq;
     bool order_ok;                 /* ready before prod, wait after prod */
@@ -46,6 +47,7 @@ typedef struct fake_stream {
     bool blocked;                  /* such a wait not satisfied yet: later writes held */
     uint64_t block_seq;
     uint64_t id;                   /* its stream id (f_stream_id), 0: none known */
+    uint64_t last_ready;           /* the last ready value written */
 } fake_stream;
 
 static fake_stream *cur;
@@ -78,11 +80,21 @@ static int f_write(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
 {
     fake_stream *s = stream;
     (void)c;
-    s->writes++;
-    if (addr != s->base + RNP_RING_O_READY || word(s->base, RNP_RING_O_PROD) >= seq)
+    if (addr == s->base + RNP_RING_O_GO) {
+        /* (13.3: go after the same call's ready) */
+        s->go_writes++;
+        if (s->go_writes != s->writes || s->last_ready != seq)
+            s->order_ok = false;
+    } else {
+        s->writes++;
+        s->last_ready = seq;
+        if (addr != s->base + RNP_RING_O_READY)
+            s->order_ok = false;
+    }
+    if (word(s->base, RNP_RING_O_PROD) >= seq)
         s->order_ok = false;
     if (s->defer || s->blocked) {
-        s->pending_at = (uint64_t *)(uintptr_t)addr;
+        s->pending_at[s->npending] = (uint64_t *)(uintptr_t)addr;
         s->pending[s->npending++] = seq;
     } else {
         __atomic_store_n((uint64_t *)(uintptr_t)addr, seq, __ATOMIC_RELEASE);
@@ -137,7 +149,7 @@ static int f_done_word(rn_client *c, void **p)
 static void flush(fake_stream *s)
 {
     for (int i = 0; i < s->npending; i++)
-        __atomic_store_n(s->pending_at, s->pending[i], __ATOMIC_RELEASE);
+        __atomic_store_n(s->pending_at[i], s->pending[i], __ATOMIC_RELEASE);
     s->npending = 0;
 }
 
@@ -156,9 +168,9 @@ static uint64_t f_stream_id(void *stream)
 }
 
 static const rnc_ring_dev fake_dev = {f_attach, f_detach, f_write, f_wait,  NULL,
-                                      NULL,     NULL,     f_stream_id};
+                                      NULL,     NULL,     f_stream_id, NULL};
 static const rnc_ring_dev fake_dev_dw = {f_attach, f_detach, f_write,     f_wait,
-                                         NULL,     NULL,     f_done_word, f_stream_id};
+                                         NULL,     NULL,     f_done_word, f_stream_id, NULL};
 
 static rn_client *fast_client(const rnh_daemon *d)
 {

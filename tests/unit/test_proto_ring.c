@@ -332,6 +332,17 @@ static void test_ring_open_done_word(void **state)
     assert_int_equal(dq.u.ring_open.done_offset, 1ull << 33);
     assert_int_equal(dq.u.ring_open.region.id, 3);
     assert_int_equal(dq.u.ring_open.slots, 64);
+    assert_false(dq.u.ring_open.go);
+    assert_null(memmem(buf, len, "go", 2));
+    /* go: on the wire only when set */
+    rq.u.ring_open.go = true;
+    size_t len_go;
+    assert_int_equal(rnp_encode_request(&rq, buf, sizeof buf, &len_go, NULL), 0);
+    assert_int_equal(len_go, len + 4); /* (fixstr "go", true) */
+    memset(&dq, 0xa5, sizeof dq);
+    assert_int_equal(rnp_decode_request(buf, len_go, &dq, NULL), 0);
+    assert_true(dq.u.ring_open.go);
+    assert_int_equal(dq.u.ring_open.done_region.id, 4);
 }
 
 static void test_sequence(void **state)
