@@ -334,11 +334,13 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
                      const rnc_done_word *done, uint64_t *seq);
 /* Whether c's next fast-path call opens its ring (a new session). */
 bool rnc_ring_opening(const rn_client *c);
-/* RING_OPEN of the ring at offset 0 of region, with *done's word if any;
- * where the daemon refuses it (older than done words, or none for this
- * memory) *done becomes NULL and the ring opens without.  Sets *ring. */
+/* RING_OPEN of the ring at offset 0 of region, with go (the client writes
+ * it after ready: PROTOCOL.md 13.3) and *done's word if any; where the
+ * daemon refuses that (older than these fields, or no such word for this
+ * memory) *done becomes NULL, *go false, and the ring opens without.  Sets
+ * *go and *ring. */
 int rnc_ring_open_call(rn_client *c, uint32_t region, uint32_t slots, const rnc_done_word **done,
-                       uint32_t *ring);
+                       bool *go, uint32_t *ring);
 /* (A call on a stream being captured takes a graph slot instead of a seq:
  * *seq is 0, and nothing waits for it on the host.) */
 /* Wait until the call seq finished; then the first error not yet

@@ -332,7 +332,7 @@ static int ensure_open(rn_client *c, const rnc_done_word *done)
     if ((rv = rnc_chan_register(c, g->fd, g->size, &g->region)) != 0)
         return rv;
     g->done_addr = 0;
-    if ((rv = rnc_ring_open_call(c, g->region, RING_SLOTS, &done, &g->id)) != 0) {
+    if ((rv = rnc_ring_open_call(c, g->region, RING_SLOTS, &done, &g->go, &g->id)) != 0) {
         /* No answer: the daemon may have opened it all the same. */
         g->opened |= !c->replied;
         return rv;
@@ -515,10 +515,10 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
         }
         /* ready, then go (13.3: what the daemon's armed kernels wait for) */
         uint64_t ra = g->dev_base + RNP_RING_O_READY, ga = g->dev_base + RNP_RING_O_GO;
-        if ((rv = dev->write2 ? dev->write2(c, stream, ra, ga, seq)
-                              : dev->write(c, stream, ra, seq)) != 0)
+        bool two = g->go && dev->write2;
+        if ((rv = two ? dev->write2(c, stream, ra, ga, seq) : dev->write(c, stream, ra, seq)) != 0)
             return rv;
-        if (!dev->write2 && (rv = dev->write(c, stream, ga, seq)) != 0)
+        if (g->go && !two && (rv = dev->write(c, stream, ga, seq)) != 0)
             return rv; /* (nothing published: the next call takes this seq) */
         g->ready_stream = stream;
         g->ready_sid = sid;
@@ -529,7 +529,8 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
         g->ready_queued = false;
         /* The host's inputs are written: ready, then publish. */
         __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_READY), seq, __ATOMIC_RELEASE);
-        __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_GO), seq, __ATOMIC_RELEASE);
+        if (g->go)
+            __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_GO), seq, __ATOMIC_RELEASE);
     }
     /* Release: the slot (and a host's inputs) before the producer word. */
     __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_PROD), seq, __ATOMIC_RELEASE);

@@ -29,6 +29,7 @@ struct rnc_ring {
     int dpid;    /* a pidfd of that daemon (-1: none): once it exited, nobody does */
     rnp_session of;
     uint32_t id, region;
+    bool go;            /* opened with go: ready is followed by go (PROTOCOL.md 13.3) */
     uint64_t seq;       /* the last published */
     void *ready_stream; /* the stream the last call's ready went to (its id, */
     uint64_t ready_sid; /* rnc_ring_dev.stream_id, 0: none) ... */

@@ -128,27 +128,30 @@ int rnc_ensure_session(rn_client *c)
 /* ---- rings ------------------------------------------------------------------------- */
 
 int rnc_ring_open_call(rn_client *c, uint32_t region, uint32_t slots, const rnc_done_word **done,
-                       uint32_t *ring)
+                       bool *go, uint32_t *ring)
 {
     int rv;
 
+    *go = true; /* (ring.c writes go after ready at every call) */
     for (;;) {
         rnp_request *q = rnc_request(c, RN_OP_RING_OPEN);
         q->u.ring_open.session = c->session;
         q->u.ring_open.region.id = region;
         q->u.ring_open.offset = 0;
         q->u.ring_open.slots = slots;
-        q->u.ring_open.go = true; /* (ring.c writes go after ready at every call) */
+        q->u.ring_open.go = *go;
         if (*done) {
             q->u.ring_open.done_region.id = (*done)->t.region.id;
             q->u.ring_open.done_offset = (*done)->t.offset;
         }
         rv = rnc_transact(c, c->timeout_ms);
-        if (rv == 0 || !*done)
+        if (rv == 0 || (!*done && !*go))
             break;
-        /* Refused with the word (a daemon older than done_region, or one
-         * that has no such word for it): the ring's word. */
+        /* Refused with the optional fields (a daemon older than them, or
+         * one that has no such word for it): without them, the ring's done
+         * word, no go. */
         *done = NULL;
+        *go = false;
     }
     if (rv == 0)
         *ring = c->rep.u.ring_open.ring;

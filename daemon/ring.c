@@ -409,17 +409,10 @@ void rnd_ring_session_end(rnd_session *s)
     if (!g)
         return;
     g->gone = s->gone;
-    /* A dead client's armed calls end now (they skip, or run cancelled);
-     * a live client's stay queued for its go, and the rest are taken
-     * behind them below.  A ring that is still taking armed calls back
-     * cannot take them again after this (its session goes): they are not
-     * answered, and the client finds the ring closed (PROTOCOL.md 13.5). */
-    if (g->gone)
-        rnd_ring_revoke(g, "its session ends");
-    else if (g->frozen)
-        rnd_warn("Ring %u of '%s': its session ends while armed calls after %llu are being "
-                 "taken back; those that skip are not answered", g->id, s->name,
-                 (unsigned long long)g->revoke_from);
+    /* The armed calls' waits end now (ring_arm.c): a dead client's skip or
+     * run cancelled; a live client's that skip are taken again below, past
+     * the limits, as the rest, once every revoked one ended. */
+    rnd_ring_revoke(g, "its session ends");
     /* A client that lives on gets an answer for every slot it published
      * before its session ended (a ring's worth at most: the producer word
      * as it is now; before, it was read again after each take, and a
@@ -433,10 +426,24 @@ void rnd_ring_session_end(rnd_session *s)
                 g->close_prod = g->cons; /* (nothing, or garbage: none of it is taken) */
             g->ending = true;
         }
+        if (g->frozen) {
+            /* (the session stays while the revoked requests run) */
+            g->end_pending = true;
+            return;
+        }
         rnd_ring_take(g, true);
         if (!g->closing) /* (RING_CLOSE ended them) */
             rnd_graphs_end(g, RN_UNKNOWN_SESSION);
     }
+    ring_close(g);
+}
+
+void rnd_ring_end_thawed(rnd_ring *g)
+{
+    g->end_pending = false;
+    rnd_ring_take(g, true);
+    if (!g->closing)
+        rnd_graphs_end(g, RN_UNKNOWN_SESSION);
     ring_close(g);
 }
 

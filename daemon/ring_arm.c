@@ -187,7 +187,10 @@ static void thaw(rnd_ring *g)
     rnd_ring_drop_prep(g);
     rnd_debug("Ring %u of '%s': armed calls up to %llu ran, the rest taken again", g->id,
               g->sess ? g->sess->name : "?", (unsigned long long)back);
-    uv_async_send(&g->tab->async);
+    if (g->end_pending)
+        rnd_ring_end_thawed(g); /* (before the revoked request's session may go) */
+    else
+        uv_async_send(&g->tab->async);
 }
 
 /* A revoked job was released (it ran or skipped); then the ring's own

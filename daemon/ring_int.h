@@ -90,6 +90,8 @@ typedef struct rnd_ring {
                                     * kept while frozen, and nothing at or below it is
                                     * armed (under mu) */
     bool arm_broken;               /* its client wrote go before ready: not armed again */
+    bool end_pending;              /* its session ended (the client alive) while frozen:
+                                    * the rest is taken and the ring closed at the thaw */
     uint64_t ungated;              /* the last seq taken unarmed while armed mode is on:
                                     * a revocation goes back no further (under mu) */
     uint32_t revoked;              /* jobs revoked, not yet released */
@@ -143,6 +145,10 @@ void rnd_ring_arm_refused(rnd_ring *g, uint64_t seq);
 /* End g's armed waits whose go has not come (the ring freezes until the
  * revoked jobs ended): how many jobs were revoked. */
 unsigned rnd_ring_revoke(rnd_ring *g, const char *why);
+/* ring.c, for the thaw of a ring whose session ended meanwhile (its
+ * client alive, end_pending): the rest of its slots taken past the limits,
+ * then closed, as rnd_ring_session_end does. */
+void rnd_ring_end_thawed(rnd_ring *g);
 
 /* Wake the doorbell thread (from a long sleep: a ring or graph slot came). */
 static inline void rnd_rings_kick(rnd_rings *tab)

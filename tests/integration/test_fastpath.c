@@ -468,17 +468,24 @@ typedef struct raw_case {
     rnv_expect e;
 } raw_case;
 
-static void raw_open(rnh_daemon *d, raw_case *r, uint32_t slots, uint64_t seed)
+static void raw_open_go(rnh_daemon *d, raw_case *r, uint32_t slots, uint64_t seed, bool go)
 {
     char msg[300];
     memset(r, 0, sizeof *r);
     r->k = mixed_case(3);
     r->k.m = 48, r->k.n = 300;
-    assert_int_equal(rnr_ring_open(&r->g, d->endpoint, slots, rnv_bytes(&r->k) + 4096), 0);
+    size_t bytes = rnv_bytes(&r->k) + 4096;
+    assert_int_equal(go ? rnr_ring_open(&r->g, d->endpoint, slots, bytes)
+                        : rnr_ring_open_nogo(&r->g, d->endpoint, slots, bytes), 0);
     rnv_setup(&r->k, r->g.data, seed, &r->a);
     rnr_ring_req(&r->g, &r->a, &r->b);
     if (rnv_expect_init(&r->e, &r->a, 0, msg, sizeof msg) != 0)
         fail_msg("expectation: %s", msg);
+}
+
+static void raw_open(rnh_daemon *d, raw_case *r, uint32_t slots, uint64_t seed)
+{
+    raw_open_go(d, r, slots, seed, true);
 }
 
 /* Set by the --ring-ready=host variants: a slot left for its ready word is
@@ -1467,6 +1474,109 @@ static void test_armed_late(void **state)
     RNH_PASS(d);
 }
 
+/* A ring opened without go (RING_OPEN's go unset: its client writes no go
+ * word) is never armed: its slot waits for ready in the ring, as in host
+ * mode, and runs once ready comes. */
+static void test_armed_needs_go(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+    char msg[400];
+
+    RNH_NEED_READY_MODE(d, "armed");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open_go(d, &r, 4, 84, false);
+    uint64_t seq = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat_ge(d, "fast.ready_waits", 1, WAIT_MS), 0);
+    usleep(20000);
+    assert_int_equal(rnh_stat(d, "fast.armed"), 0);
+    assert_int_equal(rnh_stat(d, "inflight.current"), 0);
+    rnr_ring_ready(&r.g, seq);
+    assert_int_equal(rnr_ring_wait(&r.g, seq, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, seq, NULL, 0), 0);
+    if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
+        fail_msg("not armed: %s", msg);
+    assert_int_equal(rnh_stat(d, "fast.armed"), 0);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
+/* A client that writes go before ready (PROTOCOL.md 13.3): its armed call
+ * does not run and is answered RN_INVALID_ARGUMENT naming the go word, done
+ * moves past it, and the ring is not armed again (its next call waits for
+ * ready in the ring and runs). */
+static void test_armed_go_first(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+    char msg[400];
+
+    RNH_NEED_READY_MODE(d, "armed");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 4, 85);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
+    rnv_poison(&r.a);
+    rnr_ring_go(&r.g, s1);
+    assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s1, msg, sizeof msg), RN_INVALID_ARGUMENT);
+    assert_non_null(strstr(msg, "go word"));
+    assert_int_equal(((const uint8_t *)r.a.dx)[0], 0xA5); /* (rnv_poison's) */
+    assert_int_equal(rnh_wait_stat(d, "fast.errors", 1, WAIT_MS), 0);
+    uint64_t s2 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat_ge(d, "fast.ready_waits", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_stat(d, "fast.armed"), 1);
+    rnr_ring_ready(&r.g, s2);
+    assert_int_equal(rnr_ring_wait(&r.g, s2, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s2, NULL, 0), 0);
+    if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
+        fail_msg("after go first: %s", msg);
+    assert_int_equal(rnh_stat(d, "fast.armed"), 1);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
+/* A revoked call whose ready had come before its gate looked (its go not
+ * yet written: the client's stream writes ready, then go) runs when the
+ * daemon raises go, and is answered once, not taken again. */
+static void test_armed_revoked_ran(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r, o;
+    char msg[400];
+
+    RNH_NEED_READY_MODE(d, "armed");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 8, 86);
+    raw_open(d, &o, 8, 87);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
+    rnv_poison(&r.a);
+    __atomic_store_n(rnp_ring_u64(r.g.mem, RNP_RING_O_READY), s1, __ATOMIC_RELEASE);
+    usleep(20000);
+    assert_int_equal(rnr_ring_done(&r.g), 0); /* (go has not come) */
+    uint64_t t1 = rnr_ring_publish(&o.g, &o.b, NULL, true);
+    assert_int_equal(rnr_ring_wait(&o.g, t1, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s1, NULL, 0), 0);
+    if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
+        fail_msg("the revoked call that ran: %s", msg);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_stat(d, "fast.ok", 2, WAIT_MS), 0);
+    usleep(20000);
+    assert_int_equal(rnh_stat(d, "fast.ok"), 2);
+    assert_int_equal(rnh_stat(d, "fast.revokes"), 1);
+    assert_int_equal(rnh_stat(d, "fast.revoked"), 0);
+    rnr_ring_go(&r.g, s1); /* (the client's stream, late: changes nothing) */
+    rnv_expect_fini(&r.e);
+    rnv_expect_fini(&o.e);
+    rnr_ring_close(&r.g);
+    rnr_ring_close(&o.g);
+    RNH_PASS(d);
+}
+
 /* Another client's call takes the armed slot back (revoked): that call is
  * answered at once, the armed one only once its ready word comes, on the
  * inputs as they are then, and exactly once; the ring arms again once the
@@ -2052,6 +2162,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ready_late_host, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9_prepared, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_late, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_needs_go, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_go_first, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_revoked_ran, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_revoked, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_invalid_after, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_ring_close, rnh_setup, rnh_teardown),
