@@ -5,7 +5,7 @@
  * call's done, for producers D = 0 .. 200 ms behind the slot's publish (a
  * training loop's host runs ahead of its GPU by that much).  The daemon's
  * doorbell thread polls ready words (--ring-ready=host, the cuda backend's
- * default, and the armed mode's mirror) at a period that depends on how
+ * default) at a period that depends on how
  * long nothing came (daemon/ring.c); this measures each regime, and the
  * daemon's CPU time while it waits (user + system, from /proc).
  *

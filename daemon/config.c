@@ -71,11 +71,10 @@ static const flag_def flags[] = {
                                     "                          ready word): gpu (the daemon's stream waits on\n"
                                     "                          it), host (the ring thread polls it and submits\n"
                                     "                          only ready slots: no stream waits on a client),\n"
-                                    "                          armed (being measured: a slot is queued at once\n"
-                                    "                          behind a word of the daemon's, which the ring\n"
-                                    "                          thread sets once ready came, or which the daemon\n"
-                                    "                          sets itself to take the call back), auto (host\n"
-                                    "                          on cuda, gpu on cpu) (default auto)"},
+                                    "                          armed (a slot of a ring whose client writes go\n"
+                                    "                          after ready is queued at once behind go, which\n"
+                                    "                          the daemon can also write to take it back), auto\n"
+                                    "                          (host on cuda, gpu on cpu) (default auto)"},
     {"max-m", "N", "largest M (rows) of a request (default 16777216)"},
     {"max-n", "N", "largest N (columns) of a request (default 262144)"},
     {"idle-timeout", "SEC", "end a session idle this long (default 600; 0 = never)"},

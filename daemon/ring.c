@@ -381,9 +381,8 @@ bool rnd_ring_pending(const rnd_session *s)
 
 /* A closing ring has taken every slot published before its RING_CLOSE
  * (or stopped taking): it closes now. */
-static bool close_due(const rnd_ring *g)
+static bool close_due(const rnd_ring *g) /* (not while frozen: ring_arm.c) */
 {
-    /* (not while frozen: the revoked slots that skip are taken again) */
     return g->closing && !g->frozen && (g->stopped || !rnd_ring_takeable(g, g->close_prod));
 }
 
@@ -402,6 +401,19 @@ static void close_finished(rnd_rings *tab)
     }
 }
 
+/* A live client's ring at its session's end: the rest of its published
+ * slots taken past the limits, then closed; also rnd_rings.end_thawed
+ * (ring_arm.c's thaw of a ring whose session ended meanwhile). */
+static void end_live(void *ring)
+{
+    rnd_ring *g = ring;
+    g->end_pending = false;
+    rnd_ring_take(g, true);
+    if (!g->closing) /* (RING_CLOSE ended them) */
+        rnd_graphs_end(g, RN_UNKNOWN_SESSION);
+    ring_close(g);
+}
+
 void rnd_ring_session_end(rnd_session *s)
 {
     rnd_ring *g = s->ring;
@@ -409,10 +421,7 @@ void rnd_ring_session_end(rnd_session *s)
     if (!g)
         return;
     g->gone = s->gone;
-    /* The armed calls' waits end now (ring_arm.c): a dead client's skip or
-     * run cancelled; a live client's that skip are taken again below, past
-     * the limits, as the rest, once every revoked one ended. */
-    rnd_ring_revoke(g, "its session ends");
+    rnd_ring_revoke(g, "its session ends"); /* (a live client's skips: taken below) */
     /* A client that lives on gets an answer for every slot it published
      * before its session ended (a ring's worth at most: the producer word
      * as it is now; before, it was read again after each take, and a
@@ -426,24 +435,12 @@ void rnd_ring_session_end(rnd_session *s)
                 g->close_prod = g->cons; /* (nothing, or garbage: none of it is taken) */
             g->ending = true;
         }
-        if (g->frozen) {
-            /* (the session stays while the revoked requests run) */
+        if (g->frozen) /* (the session stays while revoked requests run) */
             g->end_pending = true;
-            return;
-        }
-        rnd_ring_take(g, true);
-        if (!g->closing) /* (RING_CLOSE ended them) */
-            rnd_graphs_end(g, RN_UNKNOWN_SESSION);
+        else
+            end_live(g);
+        return;
     }
-    ring_close(g);
-}
-
-void rnd_ring_end_thawed(rnd_ring *g)
-{
-    g->end_pending = false;
-    rnd_ring_take(g, true);
-    if (!g->closing)
-        rnd_graphs_end(g, RN_UNKNOWN_SESSION);
     ring_close(g);
 }
 
@@ -603,10 +600,8 @@ int rnd_op_ring_close(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_
     g->region->ring = false;
     rnd_graphs_end(g, RN_UNKNOWN_SESSION);
     rnd_graphs_drop(g);
-    /* Armed slots whose inputs did not come go back into the ring, as in
-     * host mode (the ring stays open until the revoked jobs ended and it
-     * took the skipped ones again): once off the doorbell thread's list,
-     * no revocation could end their waits. */
+    /* Armed waits end (no revocation reaches a ring off the list); the
+     * ring stays until it took the skipped slots again (close_due). */
     rnd_ring_revoke(g, "RING_CLOSE");
     rnd_ring_take(g, false);
     if (close_due(g))
@@ -631,6 +626,7 @@ int rnd_rings_init(rnd_ctx *ctx, rnd_rings *tab, rnd_ring_submit_fn *submit, rnp
     memset(tab, 0, sizeof *tab);
     tab->ctx = ctx;
     tab->submit = submit;
+    tab->end_thawed = end_live;
     /* auto: host on the cuda backend; the cpu backend's workers wait for
      * ready on the host themselves, so its slots are taken at once. */
     tab->ready_mode = ctx->cfg.ring_ready;

@@ -116,6 +116,10 @@ typedef struct rnd_rings {
      * owner) after seq `upto` revoked (rnd_ring_job.revoked) and sets their
      * release to `released`; returns how many. */
     unsigned (*revoke)(rnd_session *s, void *owner, uint64_t upto, void (*released)(void *owner));
+    /* ring.c: the thaw of a ring whose session ended meanwhile (its client
+     * alive, end_pending): the rest of its slots taken past the limits, and
+     * closed, as rnd_ring_session_end does. */
+    void (*end_thawed)(void *ring);
     bool deferred;                 /* a slot or replay was left at a limit (RN_BUSY):
                                     * the next request that frees one wakes the rings
                                     * (rnd_rings_limit_freed; loop thread) */

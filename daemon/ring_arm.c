@@ -188,7 +188,7 @@ static void thaw(rnd_ring *g)
     rnd_debug("Ring %u of '%s': armed calls up to %llu ran, the rest taken again", g->id,
               g->sess ? g->sess->name : "?", (unsigned long long)back);
     if (g->end_pending)
-        rnd_ring_end_thawed(g); /* (before the revoked request's session may go) */
+        g->tab->end_thawed(g); /* (before the revoked request's session may go) */
     else
         uv_async_send(&g->tab->async);
 }

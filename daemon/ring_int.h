@@ -145,10 +145,6 @@ void rnd_ring_arm_refused(rnd_ring *g, uint64_t seq);
 /* End g's armed waits whose go has not come (the ring freezes until the
  * revoked jobs ended): how many jobs were revoked. */
 unsigned rnd_ring_revoke(rnd_ring *g, const char *why);
-/* ring.c, for the thaw of a ring whose session ended meanwhile (its
- * client alive, end_pending): the rest of its slots taken past the limits,
- * then closed, as rnd_ring_session_end does. */
-void rnd_ring_end_thawed(rnd_ring *g);
 
 /* Wake the doorbell thread (from a long sleep: a ring or graph slot came). */
 static inline void rnd_rings_kick(rnd_rings *tab)

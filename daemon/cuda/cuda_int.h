@@ -501,7 +501,7 @@ static inline bool rnd_cuda_queue_full(const rnd_cuda *b)
 {
     return rnd_backend_queue_full(b->noutstanding, b->revoked_held, b->max_jobs);
 }
-/* The device address of an armed job's word (0: go, 1: okay). */
+/* The device address of an armed ring's word (0: the gates' latch). */
 CUdeviceptr rnd_cuda_arm_dev(const rnd_cuda *b, const uint64_t *words, int which);
 /* A tensor of job in a ring's host memory: RN_INVALID_ARGUMENT. */
 int rnd_cuda_host_tensors(rnd_cuda *b, const rnd_job *job, rnp_error *err);

@@ -1635,12 +1635,12 @@ static void test_armed_revoked(void **state)
     RNH_PASS(d);
 }
 
-/* A taken-back call's skip still queued when its slot is taken again and
- * its ready word comes: the mirror stays frozen (no okay written) until the
- * skip is released, so the skip does nothing and the call runs once.  The
- * call works in place (dx over dy): a second run would read its own dx as
- * dy.  The one worker is held by a large classic call meanwhile, and the
- * policy is free (the ring arms beside it). */
+/* A revoked call still queued when its ready word comes (the one worker is
+ * held by a large classic call meanwhile, and the policy is free: the ring
+ * arms beside it): the ring takes nothing until the revoked job ended, and
+ * the call runs once, as the revoked job (its gate open by then) or taken
+ * again after it.  The call works in place (dx over dy): a second run would
+ * read its own dx as dy. */
 typedef struct big_call {
     rn_client *c;
     laid l;
@@ -1717,8 +1717,9 @@ static void test_armed_frozen(void **state)
 }
 
 /* RING_CLOSE takes an armed call back into the ring (a closed ring leaves
- * the doorbell thread, and with it the mirror of its ready word): once its
- * ready word comes it is answered, and the ring closes. */
+ * the doorbell thread's list, past any revocation): the ring stays until
+ * the revoked job ended, takes the slot again, answers it once its ready
+ * word comes, and closes. */
 static void test_armed_ring_close(void **state)
 {
     rnh_daemon *d = *state;
