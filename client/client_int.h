@@ -337,8 +337,8 @@ bool rnc_ring_opening(const rn_client *c);
 /* RING_OPEN of the ring at offset 0 of region, with go (the client writes
  * it after ready: PROTOCOL.md 13.3) and *done's word if any; where the
  * daemon refuses that (older than these fields, or no such word for this
- * memory) *done becomes NULL, *go false, and the ring opens without.  Sets
- * *go and *ring. */
+ * memory) *go becomes false, then *done NULL, and the ring opens without.
+ * Sets *go and *ring. */
 int rnc_ring_open_call(rn_client *c, uint32_t region, uint32_t slots, const rnc_done_word **done,
                        bool *go, uint32_t *ring);
 /* (A call on a stream being captured takes a graph slot instead of a seq:

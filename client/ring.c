@@ -353,14 +353,15 @@ static void futex_wait(uint32_t *w, uint32_t val, uint64_t ns)
     syscall(SYS_futex, w, FUTEX_WAIT, val, &ts, NULL, 0);
 }
 
-/* A call of the host path after calls on streams: until the ready word,
- * which those streams write once their producers are done (and, on one
- * stream, once the call before was answered), reaches seq.  0, or
+/* A call of the host path after calls on streams: until the ready word
+ * (go, on a ring opened with it: written last, and it must not go back
+ * either), which those streams write once their producers are done (and,
+ * on one stream, once the call before was answered), reaches seq.  0, or
  * RN_TIMEOUT after c's timeout (nothing published); a daemon the watcher
  * saw go ends the wait too (the call then finds the loss). */
 static int wait_ready(rn_client *c, rnc_ring *g, uint64_t seq)
 {
-    const uint64_t *w = rnp_ring_u64(g->base, RNP_RING_O_READY);
+    const uint64_t *w = rnp_ring_u64(g->base, g->go ? RNP_RING_O_GO : RNP_RING_O_READY);
     const uint64_t t0 = rnc_now_ns();
     const uint64_t lim = c->timeout_ms < 0 ? UINT64_MAX : (uint64_t)c->timeout_ms * 1000000u;
     while (!rnp_seq_reached(__atomic_load_n(w, __ATOMIC_ACQUIRE), seq)) {
@@ -436,7 +437,7 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
                      const rnc_done_word *done, uint64_t *seqp)
 {
     rnc_ring *g;
-    int rv;
+    int rv, go_rv = 0;
 
     c->ring_setup_failed = false;
     if ((rv = ensure_open(c, done)) != 0) {
@@ -498,15 +499,17 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
     /* The ready word says that every slot up to it is ready (13.3): a call
      * must not raise it past an earlier call whose producer, on another
      * stream, is still running, nor may that stream's write come after
-     * this one's and lower it.  So a call on another stream than the last
-     * one's first waits for the last one's ready there, and a call of the
-     * host path for it here. */
+     * this one's and lower it (nor its go: a ring opened with go waits for
+     * the last one's go, written after its ready).  So a call on another
+     * stream than the last one's first waits for it there, and a call of
+     * the host path for it here. */
     if (dev) {
         /* The stream writes ready once the producer's work before this
          * call is done; nothing is published if that cannot be queued. */
         uint64_t sid = dev->stream_id ? dev->stream_id(stream) : 0;
         if (g->ready_queued && (g->ready_stream != stream || g->ready_sid != sid) &&
-            (rv = dev->wait(c, stream, g->dev_base + RNP_RING_O_READY, g->seq)) != 0) {
+            (rv = dev->wait(c, stream, g->dev_base + (g->go ? RNP_RING_O_GO : RNP_RING_O_READY),
+                            g->seq)) != 0) {
             char why[RN_ERRMSG_LEN];
             snprintf(why, sizeof why, "%s", c->last_error);
             return rnc_fail(c, rv, "ready: this stream's wait for the previous call's inputs "
@@ -518,8 +521,12 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
         bool two = g->go && dev->write2;
         if ((rv = two ? dev->write2(c, stream, ra, ga, seq) : dev->write(c, stream, ra, seq)) != 0)
             return rv;
-        if (g->go && !two && (rv = dev->write(c, stream, ga, seq)) != 0)
-            return rv; /* (nothing published: the next call takes this seq) */
+        /* (a failed second write: ready is queued for seq, which no later
+         * call may take with inputs not yet written, so the call is
+         * published all the same, reported failed; the next call's go
+         * covers it) */
+        if (g->go && !two)
+            go_rv = dev->write(c, stream, ga, seq);
         g->ready_stream = stream;
         g->ready_sid = sid;
         g->ready_queued = true;
@@ -558,7 +565,7 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
     uint64_t done_at = g->done_addr ? g->done_addr : g->dev_base + RNP_RING_O_DONE;
     if (dev && (rv = dev->wait(c, stream, done_at, seq)) != 0)
         return rv;
-    return 0;
+    return go_rv;
 }
 
 int rnc_ring_wait(rn_client *c, uint64_t seq)

@@ -145,13 +145,16 @@ int rnc_ring_open_call(rn_client *c, uint32_t region, uint32_t slots, const rnc_
             q->u.ring_open.done_offset = (*done)->t.offset;
         }
         rv = rnc_transact(c, c->timeout_ms);
-        if (rv == 0 || (!*done && !*go))
+        /* Refused with an optional field (a daemon older than it, or one
+         * that has no such word for it): again without go, then without
+         * the done word too (the ring's).  Not after no answer: the daemon
+         * may have opened it. */
+        if (rv == 0 || !c->replied || (!*done && !*go))
             break;
-        /* Refused with the optional fields (a daemon older than them, or
-         * one that has no such word for it): without them, the ring's done
-         * word, no go. */
-        *done = NULL;
-        *go = false;
+        if (*go)
+            *go = false;
+        else
+            *done = NULL;
     }
     if (rv == 0)
         *ring = c->rep.u.ring_open.ring;

@@ -214,12 +214,16 @@ static void *worker(void *arg)
         pthread_mutex_unlock(&b->mu);
 
         char msg[RNP_MAX_ERRMSG] = "";
-        /* An armed job past its wait whose gate is shut (backend.h): taken
-         * back if the daemon revoked it (marked before it raised go), else
-         * its client wrote go before ready; nothing at all is done. */
-        bool shut = job->ring && !job->ring->graph && job->ring->arm_key &&
-                    !atomic_load(&job->cancelled) && rnd_ring_wait_met(job->ring) &&
-                    !rnd_ring_gate_open(job->ring);
+        /* An armed job whose gate is shut (backend.h; its wait was met when
+         * pick took it: go may have moved back since, the gate decides):
+         * taken back if the daemon revoked it (marked before it raised go),
+         * else its client wrote go before ready; nothing at all is done.
+         * On a failed backend a revoked one is taken back unlooked (as the
+         * cuda backend's fail_job), the others answered failing. */
+        bool armed = job->ring && !job->ring->graph && job->ring->arm_key &&
+                     !atomic_load(&job->cancelled);
+        bool shut = armed && (b->failed ? atomic_load(&job->ring->revoked)
+                                        : !rnd_ring_gate_open(job->ring));
         if (shut)
             atomic_store(&job->ring->skipped, true);
         bool revoked = shut && atomic_load(&job->ring->revoked);

@@ -401,16 +401,18 @@ static void close_finished(rnd_rings *tab)
     }
 }
 
-/* A live client's ring at its session's end: the rest of its published
- * slots taken past the limits, then closed; also rnd_rings.end_thawed
- * (ring_arm.c's thaw of a ring whose session ended meanwhile). */
+/* A ring at its session's end: a live client's rest of published slots
+ * taken past the limits, then closed; also rnd_rings.end_thawed (ring_arm.c's
+ * thaw of a ring whose session ended meanwhile). */
 static void end_live(void *ring)
 {
     rnd_ring *g = ring;
     g->end_pending = false;
-    rnd_ring_take(g, true);
-    if (!g->closing) /* (RING_CLOSE ended them) */
-        rnd_graphs_end(g, RN_UNKNOWN_SESSION);
+    if (!g->gone) {
+        rnd_ring_take(g, true);
+        if (!g->closing) /* (RING_CLOSE ended them) */
+            rnd_graphs_end(g, RN_UNKNOWN_SESSION);
+    }
     ring_close(g);
 }
 
@@ -435,13 +437,11 @@ void rnd_ring_session_end(rnd_session *s)
                 g->close_prod = g->cons; /* (nothing, or garbage: none of it is taken) */
             g->ending = true;
         }
-        if (g->frozen) /* (the session stays while revoked requests run) */
-            g->end_pending = true;
-        else
-            end_live(g);
-        return;
     }
-    ring_close(g);
+    if (g->frozen) /* (the session stays while revoked requests run) */
+        g->end_pending = true; /* (and go stays raised: a client gone may live on) */
+    else
+        end_live(g);
 }
 
 /* ---- RING_OPEN, RING_CLOSE ---------------------------------------------------------------- */
@@ -675,8 +675,8 @@ int rnd_rings_init(rnd_ctx *ctx, rnd_rings *tab, rnd_ring_submit_fn *submit, rnp
              tab->ready_mode == RND_RING_READY_HOST
                  ? "a slot is taken once its inputs are ready; no stream waits on a client"
              : tab->ready_mode == RND_RING_READY_ARMED
-                 ? "armed: a slot is queued at once behind the daemon's word, set once its "
-                   "inputs are ready, or to take it back"
+                 ? "armed: a slot of a ring whose client writes go is queued at once behind "
+                   "go, which the daemon raises itself to take it back"
                  : "a slot is taken at once; its stream waits for its inputs on the GPU");
     return 0;
 }

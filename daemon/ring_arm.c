@@ -16,10 +16,9 @@
  *
  * A revocation (rnd_ring_revoke, the loop) ends the ring's armed waits
  * whose go had not come: the ring is frozen (nothing is taken, nothing
- * armed), its armed requests after `from` (the last seq taken ungated, or
- * go as the client left it) are marked revoked, then the daemon writes go
- * itself, up to the last armed seq, and keeps it there while the ring is
- * frozen (the client's stream may lower it again: the doorbell thread
+ * armed), its armed requests after `from` (go as the client left it) are
+ * marked revoked, then the daemon writes go itself, up to the last armed
+ * seq, and keeps it there while the ring is frozen (the client's stream may lower it again: the doorbell thread
  * raises it back, rnd_ring_arm_poll).  Each revoked job then ran (its
  * client's ready had come by the time its gate looked: answered as any
  * other) or skipped, and once one skipped every later one of the epoch
@@ -48,7 +47,9 @@
  * within an epoch; the epoch changes only at a revocation, after which
  * nothing is taken until every revoked job ended.  A slot whose ready word
  * has come is taken ungated: the armed slots before it will find their
- * gates open (ready only grows).  One that cannot be gated (invalid, m = 0:
+ * gates open (ready only grows; a client that breaks that, or writes go
+ * before ready, only gets its own calls wrong: the latch says which
+ * skipped, rnd_ring_gate_was_shut).  One that cannot be gated (invalid, m = 0:
  * its done is a stream write) is refused armed by the backend
  * (RND_UNARMABLE) and waits for its ready word in the ring, as in host
  * mode.  A slot at or below go (the client's or the daemon's last raise)
@@ -159,9 +160,9 @@ void rnd_ring_arm_misuse(void *owner)
     bool first = !g->arm_broken;
     g->arm_broken = true;
     pthread_mutex_unlock(&g->tab->mu);
-    if (first)
-        rnd_warn("Ring %u of '%s': its go word reached a call before its ready word did "
-                 "(PROTOCOL.md 13.3); the ring is no longer armed", g->id, g->sess->name);
+    if (first) /* (the ring may be closed, its session gone) */
+        rnd_warn("Ring %u: its go word reached a call before its ready word did "
+                 "(PROTOCOL.md 13.3); the ring is no longer armed", g->id);
 }
 
 /* The last revoked job of g was released: back to what ran (the ring's done
@@ -213,11 +214,13 @@ unsigned rnd_ring_revoke(rnd_ring *g, const char *why)
     if (!g->arm || !g->sess || !tab->revoke)
         return 0;
     pthread_mutex_lock(&tab->mu);
-    uint64_t go = go_word(g);
-    uint64_t from = rnp_seq_reached(go, g->ungated) ? go : g->ungated;
+    /* From go as the client left it: an armed call up to the last one
+     * taken ungated has its ready already and runs once go is raised (its
+     * client's go may never come: it died between the two writes). */
+    uint64_t from = go_word(g);
     if (g->frozen || rnp_seq_reached(from, g->armed_upto)) {
         pthread_mutex_unlock(&tab->mu);
-        return 0; /* (every armed wait ended, or will once its go comes: none left) */
+        return 0; /* (every armed wait ended: none left) */
     }
     /* Nothing is taken or armed from now until the revoked jobs ended, and
      * arming goes on in the next epoch. */

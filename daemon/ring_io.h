@@ -41,9 +41,10 @@ static inline bool rnd_ring_wait_met(const rnd_ring_job *rj)
 }
 
 /* An armed job past its wait: whether its gate is open (backend.h), as the
- * kernel's gate decides it (rnk_bwd_args.gate): no earlier job of its epoch
- * found its gate shut (the latch, arm[0]), and the ready word reached its
- * key.  A shut gate latches.  Once per job; true for a job not armed. */
+ * kernel's gate decides it (rnk_bwd_args.gate, latch): no earlier job of
+ * its epoch found its gate shut (the latch, arm[0]), and the ready word
+ * reached its key.  A shut gate latches (arm[1] = its key, then arm[0] =
+ * its epoch).  Once per job; true for a job not armed. */
 static inline bool rnd_ring_gate_open(const rnd_ring_job *rj)
 {
     if (!rj->arm_key)
@@ -52,8 +53,17 @@ static inline bool rnd_ring_gate_open(const rnd_ring_job *rj)
         return false;
     if (rnd_ring_ready(rj))
         return true;
+    __atomic_store_n(&rj->arm[1], rj->arm_key, __ATOMIC_RELAXED);
     __atomic_store_n(&rj->arm[0], rj->arm_epoch, __ATOMIC_RELEASE);
     return false;
+}
+
+/* After an armed job ended: whether its gate was shut, from the latch (the
+ * first key that skipped in the job's epoch, and every one after it). */
+static inline bool rnd_ring_gate_was_shut(const rnd_ring_job *rj)
+{
+    return rj->arm_key && __atomic_load_n(&rj->arm[0], __ATOMIC_ACQUIRE) == rj->arm_epoch &&
+           rnp_seq_reached(rj->arm_key, __atomic_load_n(&rj->arm[1], __ATOMIC_RELAXED));
 }
 
 /* Wake every thread sleeping on the low half of a ring word. */

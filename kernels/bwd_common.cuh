@@ -498,9 +498,10 @@ __device__ __forceinline__ int cancelled(const Params &p)
              * cancelled launch may write its done words.  It stays shut
              * for the later launches of its epoch (the latch). */
             const bool latched = p.latch && lv == p.latch_epoch;
-            const bool shut = p.gate && (latched || gv < p.gate_key);
+            const bool shut = p.gate && (latched || (long long)(gv - p.gate_key) < 0);
             if (shut && p.latch && !latched) {
-                *(volatile unsigned long long *)p.latch = p.latch_epoch;
+                ((volatile unsigned long long *)p.latch)[1] = p.gate_key;
+                ((volatile unsigned long long *)p.latch)[0] = p.latch_epoch;
                 __threadfence_system();
             }
             st = shut       ? CANCEL_GATED

@@ -83,12 +83,14 @@ typedef struct rnk_bwd_args {
      * aligned. */
     const uint64_t *gate;
     uint64_t gate_key;
-    /* NULL, or (with gate) a device word that keeps a shut gate shut, read
-     * with the cancel word: when it holds latch_epoch the launch is gated
-     * whatever gate says, and a launch that finds gate below gate_key
-     * stores latch_epoch there (the daemon's armed calls: once one call of
+    /* NULL, or (with gate) two device words that keep a shut gate shut,
+     * read with the cancel word: when latch[0] holds latch_epoch the launch
+     * is gated whatever gate says, and a launch that finds gate below
+     * gate_key (modulo 2^64) stores gate_key into latch[1], then
+     * latch_epoch into latch[0] (the daemon's armed calls: once one call of
      * an epoch skipped, every later one of it does, so done never passes a
-     * call that did not run).  8-byte aligned; latch_epoch nonzero. */
+     * call that did not run, and latch[1] says which skipped first).
+     * 8-byte aligned; latch_epoch nonzero. */
     uint64_t *latch;
     uint64_t latch_epoch;
     /* NULL, or where the launch tells a waiter that its work is over (the

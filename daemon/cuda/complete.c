@@ -228,20 +228,20 @@ static void sync_times(const rnd_cuda_gjob *g, rnd_job *job)
 }
 
 /* An armed ring call (--ring-ready=armed), not cancelled, at its
- * completion: its kernel wrote done if its gate was open (backend.h), so
- * done short of its seq says that it skipped.  Revoked, it was taken back
- * (skipped set: the daemon takes the slot again); else its client's go came
- * before its ready (or the client lowered its own done word): it is
- * answered with RN_INVALID_ARGUMENT, status and done from the host, and a
- * log line at the 1st, 2nd, 4th, ... time (a client can cause it), not
- * reported done with nothing computed.  The client's device done word is
- * not raised here (the next call's kernel raises it). */
+ * completion: the ring's latch says whether its gate was shut (its epoch's
+ * first skip at or before its key: rnd_ring_gate_was_shut; not done, which
+ * a job taken ungated after it may have moved past).  Revoked, it was taken
+ * back (skipped set: the daemon takes the slot again); else its client's go
+ * came before its ready: it is answered with RN_INVALID_ARGUMENT, its status
+ * (even if done passed it: a job taken ungated after it ran) and done from
+ * the host, with a log line at the 1st, 2nd, 4th, ... time (a client can
+ * cause it), not reported done with nothing computed.  The client's device
+ * done word is not raised here (the next call's kernel raises it). */
 static void armed_skip_check(rnd_job *job, uint32_t sess_id)
 {
     static uint64_t seen;
     rnd_ring_job *rj = job->ring;
-    if (!rj->arm_key || rj->graph || atomic_load(&job->cancelled) ||
-        rnp_seq_reached(__atomic_load_n(rnd_ring_done_word(rj), __ATOMIC_ACQUIRE), rj->seq))
+    if (!rj->arm_key || rj->graph || atomic_load(&job->cancelled) || !rnd_ring_gate_was_shut(rj))
         return;
     atomic_store(&rj->skipped, true);
     if (atomic_load(&rj->revoked))
@@ -259,6 +259,7 @@ static void armed_skip_check(rnd_job *job, uint32_t sess_id)
     snprintf(job->msg, sizeof job->msg,
              "bwd: the ring's go word reached this call before its ready word (PROTOCOL.md "
              "13.3; ready %llu, go %llu); it was not run", rd, go);
+    rnd_ring_put(rj, job->status, job->msg);
     rnd_cuda_ring_answer_host(job);
 }
 

@@ -732,8 +732,8 @@ static void test_done_words(void **state)
  * workspace clean (the next launch, gated open, runs as usual); at or above
  * the key it runs; the cancel word wins over an open gate (done words
  * written, outputs untouched), a shut gate over the cancel word (nothing
- * written); a shut gate sets its latch to its epoch, and a latch at the
- * launch's epoch shuts an open gate (rnk_bwd_args.latch).  Grids of 1 to
+ * written); a shut gate sets its latch to its epoch and key, and a latch
+ * at the launch's epoch shuts an open gate (rnk_bwd_args.latch).  Grids of 1 to
  * 500 and every launch path, as test_done_words. */
 static void test_gate_word(void **state)
 {
@@ -746,9 +746,9 @@ static void test_gate_word(void **state)
     static const int grids[] = {0, 1, 500};
     const size_t nspecs = quick ? 2 : sizeof specs / sizeof specs[0];
     const size_t ngrids = quick ? 2 : sizeof grids / sizeof grids[0];
-    uint64_t *words = NULL, *wdev = NULL; /* [0] done, [1] gate, [2] latch */
+    uint64_t *words = NULL, *wdev = NULL; /* [0] done, [1] gate, [2..3] latch */
     unsigned *cword = NULL, *cdev = NULL;
-    CU(cudaHostAlloc((void **)&words, 3 * sizeof(uint64_t), cudaHostAllocMapped));
+    CU(cudaHostAlloc((void **)&words, 4 * sizeof(uint64_t), cudaHostAllocMapped));
     CU(cudaHostGetDevicePointer((void **)&wdev, words, 0));
     CU(cudaHostAlloc((void **)&cword, sizeof(unsigned), cudaHostAllocMapped));
     CU(cudaHostGetDevicePointer((void **)&cdev, cword, 0));
@@ -761,6 +761,7 @@ static void test_gate_word(void **state)
         snap(&p, &dx0, &dw0);
         for (size_t gi = 0; gi < ngrids; gi++) {
             rnk_cuda_force_grid(dev, grids[gi]);
+            uint64_t latch_key = 0;
             /* 0: shut (gate = key - 1); 1: open (= key); 2: open (> key);
              * 3: shut, cancelled; 4: open, cancelled; with a latch: 5 shut
              * (it latches), 6 open but latched (the epoch of 5), 7 open in
@@ -769,8 +770,10 @@ static void test_gate_word(void **state)
                 const uint64_t key = 0x0000000500000000ull + (seq++ << 4);
                 const bool shut = c == 0 || c == 3 || c == 5 || c == 6, cancel = c == 3 || c == 4;
                 const uint64_t epoch = 0x1000u + (uint64_t)gi * 16u + (c == 7 ? 1u : 0u);
-                if (c == 5)
+                if (c == 5) {
                     *(volatile uint64_t *)&words[2] = epoch - 1; /* (not this epoch's) */
+                    *(volatile uint64_t *)&words[3] = 0;
+                }
                 *(volatile unsigned *)cword = cancel ? 1u : 0u;
                 *(volatile uint64_t *)&words[0] = 0;
                 *(volatile uint64_t *)&words[1] =
@@ -792,10 +795,17 @@ static void test_gate_word(void **state)
                 if (*(volatile uint64_t *)&words[0] != (done ? key : 0))
                     FAILF("m=%lld grid %d case %d: done word %llx", (long long)p.s.m,
                           grids[gi], c, (unsigned long long)*(volatile uint64_t *)&words[0]);
-                if (c >= 5 && *(volatile uint64_t *)&words[2] != (c == 7 ? epoch - 1 : epoch))
-                    FAILF("m=%lld grid %d case %d: latch %llx, expected %llx", (long long)p.s.m,
-                          grids[gi], c, (unsigned long long)*(volatile uint64_t *)&words[2],
-                          (unsigned long long)(c == 7 ? epoch - 1 : epoch));
+                /* (5 latches with its key; 6 leaves it; 7, the next epoch, too) */
+                if (c >= 5 && (*(volatile uint64_t *)&words[2] != (c == 7 ? epoch - 1 : epoch) ||
+                               *(volatile uint64_t *)&words[3] != (c == 5 ? key : latch_key)))
+                    FAILF("m=%lld grid %d case %d: latch %llx / %llx, expected %llx / %llx",
+                          (long long)p.s.m, grids[gi], c,
+                          (unsigned long long)*(volatile uint64_t *)&words[2],
+                          (unsigned long long)*(volatile uint64_t *)&words[3],
+                          (unsigned long long)(c == 7 ? epoch - 1 : epoch),
+                          (unsigned long long)(c == 5 ? key : latch_key));
+                if (c == 5)
+                    latch_key = key;
                 expect_same(&p, ran ? dx0 : px, ran ? dw0 : pw,
                             ran ? "gate open: the usual bits" : "gated or cancelled: untouched");
                 free(px);
@@ -841,9 +851,9 @@ static void test_gate_stream(void **state)
     gspec specs[] = {gs(8192, 256, RNK_BF16, RNK_BF16, RNK_BF16),
                      gs(8192, 1024, RNK_BF16, RNK_F32, RNK_F32)};
     const int iters = quick ? 40 : 400;
-    uint64_t *words = NULL, *wdev = NULL; /* [0] done, [1] go, [2] ready, [3] latch */
+    uint64_t *words = NULL, *wdev = NULL; /* [0] done, [1] go, [2] ready, [3..4] latch */
     unsigned *cword = NULL, *cdev = NULL;
-    CU(cudaHostAlloc((void **)&words, 4 * sizeof(uint64_t), cudaHostAllocMapped));
+    CU(cudaHostAlloc((void **)&words, 5 * sizeof(uint64_t), cudaHostAllocMapped));
     CU(cudaHostGetDevicePointer((void **)&wdev, words, 0));
     CU(cudaHostAlloc((void **)&cword, sizeof(unsigned), cudaHostAllocMapped));
     CU(cudaHostGetDevicePointer((void **)&cdev, cword, 0));
@@ -924,10 +934,14 @@ static void test_gate_stream(void **state)
                 FAILF("m=%lld n=%lld call %d (%s): done %llx, expected %llx", (long long)p.s.m,
                       (long long)p.s.n, i, open ? "run" : "taken back", (unsigned long long)d,
                       (unsigned long long)(open ? key : done_before));
-            if (!open && __atomic_load_n(&words[3], __ATOMIC_ACQUIRE) != epoch)
-                FAILF("m=%lld n=%lld call %d taken back: latch %llx, epoch %llx",
-                      (long long)p.s.m, (long long)p.s.n, i,
-                      (unsigned long long)words[3], (unsigned long long)epoch);
+            /* the latch: this epoch, and the first key that skipped */
+            const uint64_t first = pair ? key - 1 : key;
+            if (!open && (__atomic_load_n(&words[3], __ATOMIC_ACQUIRE) != epoch ||
+                          __atomic_load_n(&words[4], __ATOMIC_ACQUIRE) != first))
+                FAILF("m=%lld n=%lld call %d taken back: latch %llx / %llx, expected %llx / %llx",
+                      (long long)p.s.m, (long long)p.s.n, i, (unsigned long long)words[3],
+                      (unsigned long long)words[4], (unsigned long long)epoch,
+                      (unsigned long long)first);
             if (check && open) {
                 expect_same(&p, dx0, dw0, "gate stream: the call ran");
             } else if (check) {

@@ -5,8 +5,9 @@
  * rnd_ring_gate_open), the twin of the kernel's gate (rnk_bwd_args.gate,
  * latch): the wait ends once go reaches the key; the gate is open once
  * ready reached it, unless an earlier job of the same epoch found its gate
- * shut (the latch), which a job of the next epoch ignores; a job not armed
- * waits for ready and is always open.
+ * shut (the latch, with the first key that skipped: rnd_ring_gate_was_shut
+ * after the jobs ended), which a job of the next epoch ignores; a job not
+ * armed waits for ready and is always open.
  */
 #include "rn_test.h"
 
@@ -49,20 +50,27 @@ static void test_wait_and_gate(void **state)
     assert_true(rnd_ring_wait_met(&a));
     assert_true(rnd_ring_gate_open(&a));
     assert_int_equal(arm[0], 0);
+    assert_false(rnd_ring_gate_was_shut(&a));
     /* go past ready (the daemon's raise): shut, and latched */
     rnd_ring_job b = job(6, 1), c = job(7, 1);
     words(5, 9);
     assert_true(rnd_ring_wait_met(&b));
     assert_false(rnd_ring_gate_open(&b));
     assert_int_equal(arm[0], 1);
+    assert_int_equal(arm[1], 6); /* (the first key that skipped) */
+    assert_true(rnd_ring_gate_was_shut(&b));
+    assert_false(rnd_ring_gate_was_shut(&a)); /* (before the first skip: it ran) */
     /* ready came for the next one: still shut in this epoch */
     words(7, 9);
     assert_true(rnd_ring_wait_met(&c));
     assert_false(rnd_ring_gate_open(&c));
+    assert_int_equal(arm[1], 6);
+    assert_true(rnd_ring_gate_was_shut(&c));
     /* the next epoch ignores the latch */
     rnd_ring_job d = job(7, 2);
     assert_true(rnd_ring_gate_open(&d));
     assert_int_equal(arm[0], 1);
+    assert_false(rnd_ring_gate_was_shut(&d));
     /* not armed: the wait is ready's, the gate always open */
     rnd_ring_job e = job(8, 0);
     words(7, 9);
