@@ -46,6 +46,7 @@ typedef struct fake_stream {
     int ready_waits;               /* waits for another stream's ready (a second stream) */
     bool blocked;                  /* such a wait not satisfied yet: later writes held */
     uint64_t block_seq;
+    unsigned block_off;            /* ... on this word (go, or ready) */
     uint64_t id;                   /* its stream id (f_stream_id), 0: none known */
     uint64_t last_ready;           /* the last ready value written */
 } fake_stream;
@@ -106,10 +107,12 @@ static int f_wait(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
 {
     fake_stream *s = stream;
     (void)c;
-    if (addr == s->base + RNP_RING_O_READY) {
-        /* (the wait of a call on another stream than the last call's) */
+    if (addr == s->base + RNP_RING_O_READY || addr == s->base + RNP_RING_O_GO) {
+        /* (the wait of a call on another stream than the last call's: on
+         * go, written after ready, where the ring has it) */
         s->ready_waits++;
-        if (!rnp_seq_reached(word(s->base, RNP_RING_O_READY), seq)) {
+        s->block_off = (unsigned)(addr - s->base);
+        if (!rnp_seq_reached(word(s->base, s->block_off), seq)) {
             s->blocked = true;
             s->block_seq = seq;
         }
@@ -156,7 +159,7 @@ static void flush(fake_stream *s)
 /* A blocked stream whose wait is satisfied now goes on: its held writes. */
 static void resume(fake_stream *s)
 {
-    if (s->blocked && rnp_seq_reached(word(s->base, RNP_RING_O_READY), s->block_seq)) {
+    if (s->blocked && rnp_seq_reached(word(s->base, s->block_off), s->block_seq)) {
         s->blocked = false;
         flush(s);
     }
@@ -305,6 +308,7 @@ static void test_two_streams(void **state)
     b.base = a.base;
     assert_int_equal(call(c, &l[1].a, &b), 0);
     assert_int_equal(b.ready_waits, 1);
+    assert_int_equal(b.block_off, RNP_RING_O_GO); /* (go comes last, and must not go back) */
     assert_true(b.blocked);
     usleep(200000);
     assert_int_equal(word(a.base, RNP_RING_O_READY), 0);
