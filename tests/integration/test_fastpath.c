@@ -1635,12 +1635,17 @@ static void test_armed_revoked(void **state)
     RNH_PASS(d);
 }
 
-/* A revoked call still queued when its ready word comes (the one worker is
- * held by a large classic call meanwhile, and the policy is free: the ring
- * arms beside it): the ring takes nothing until the revoked job ended, and
- * the call runs once, as the revoked job (its gate open by then) or taken
- * again after it.  The call works in place (dx over dy): a second run would
- * read its own dx as dy. */
+/* A revoked call still queued (the one worker is held by a large classic
+ * call meanwhile, and the policy is free: the ring arms beside it), the
+ * ring taking nothing until the revoked job ended:
+ *   - its ready and go come while it is queued: it runs once, as the
+ *     revoked job (its gate open by then) or taken again after it;
+ *   - lower: the client's stream lowers go again (a late write of an
+ *     earlier call's): the doorbell thread raises it back while the ring
+ *     is frozen, so the revoked job still ends (skipped, taken back) once
+ *     the worker is free, and the call runs once after its ready.
+ * The call works in place (dx over dy): a second run would read its own dx
+ * as dy. */
 typedef struct big_call {
     rn_client *c;
     laid l;
@@ -1656,7 +1661,7 @@ static void *big_call_main(void *arg)
     return NULL;
 }
 
-static void test_armed_frozen(void **state)
+static void armed_frozen(void **state, bool lower)
 {
     rnh_daemon *d = *state;
     raw_case r;
@@ -1693,19 +1698,30 @@ static void test_armed_frozen(void **state)
     void *buf = NULL;
     if (rn_buffer_alloc(m, 1 << 16, &buf) != 0)
         fail_msg("rn_buffer_alloc: %s", rn_last_error(m));
-    assert_int_equal(rnh_wait_stat(d, "fast.revoked", 1, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_stat(d, "fast.revokes", 1, WAIT_MS), 0);
+    if (lower) {
+        rnr_ring_go(&r.g, 0);
+        pthread_join(th, NULL);
+        assert_int_equal(rnh_wait_stat(d, "fast.revoked", 1, WAIT_MS), 0);
+        assert_int_equal(rnh_wait_stat_ge(d, "fast.ready_waits", 1, WAIT_MS), 0);
+        assert_int_equal(rnr_ring_done(&r.g), 0);
+    }
     int64_t ready_ms = rnh_now_ms();
     rnr_ring_ready(&r.g, s1);
     assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
     assert_int_equal(rnr_ring_status(&r.g, s1, NULL, 0), 0);
-    pthread_join(th, NULL);
+    if (!lower)
+        pthread_join(th, NULL);
     assert_int_equal(bc.rc, 0);
     if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
         fail_msg("the call taken back, then run: %s", msg);
     check(&bc.l, "the large call");
-    printf("armed frozen: the large call ended %lld ms after ready was written%s\n",
-           (long long)(bc.end_ms - ready_ms),
-           bc.end_ms > ready_ms ? "" : " (too soon: this run shows nothing)");
+    if (!lower)
+        printf("armed frozen: the large call ended %lld ms after ready was written%s; "
+               "fast.revoked %lld\n", (long long)(bc.end_ms - ready_ms),
+               bc.end_ms > ready_ms ? "" : " (too soon: this run shows nothing)",
+               (long long)rnh_stat(d, "fast.revoked"));
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, WAIT_MS), 0);
     assert_int_equal(rnh_stat(d, "fast.ok"), 1);
     assert_int_equal(rn_buffer_free(m, buf), 0);
     rn_close(m);
@@ -1714,6 +1730,16 @@ static void test_armed_frozen(void **state)
     rnv_expect_fini(&r.e);
     rnr_ring_close(&r.g);
     RNH_PASS(d);
+}
+
+static void test_armed_frozen(void **state)
+{
+    armed_frozen(state, false);
+}
+
+static void test_armed_go_lowered(void **state)
+{
+    armed_frozen(state, true);
 }
 
 /* RING_CLOSE takes an armed call back into the ring (a closed ring leaves
@@ -2170,6 +2196,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_armed_invalid_after, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_ring_close, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_frozen, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_go_lowered, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_revoked_by_map, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_classic_limit, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_kill9, rnh_setup, rnh_teardown),
