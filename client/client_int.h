@@ -309,7 +309,8 @@ typedef struct rnc_ring_dev {
      * alone).  May be NULL. */
     uint64_t (*stream_id)(void *stream);
     /* write's for two words, *addr = seq and then *addr2 = seq, in one
-     * call.  May be NULL (two writes). */
+     * call: 0, or an rn_status with nothing queued (RN_UNSUPPORTED: the
+     * device side cannot, two writes instead).  May be NULL (two writes). */
     int (*write2)(rn_client *c, void *stream, uint64_t addr, uint64_t addr2, uint64_t seq);
 } rnc_ring_dev;
 

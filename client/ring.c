@@ -518,14 +518,17 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
         }
         /* ready, then go (13.3: what the daemon's armed kernels wait for) */
         uint64_t ra = g->dev_base + RNP_RING_O_READY, ga = g->dev_base + RNP_RING_O_GO;
-        bool two = g->go && dev->write2;
-        if ((rv = two ? dev->write2(c, stream, ra, ga, seq) : dev->write(c, stream, ra, seq)) != 0)
+        rv = g->go && dev->write2 ? dev->write2(c, stream, ra, ga, seq) : RN_UNSUPPORTED;
+        bool both = rv != RN_UNSUPPORTED;
+        if (!both)
+            rv = dev->write(c, stream, ra, seq);
+        if (rv != 0)
             return rv;
         /* (a failed second write: ready is queued for seq, which no later
          * call may take with inputs not yet written, so the call is
          * published all the same, reported failed; the next call's go
          * covers it) */
-        if (g->go && !two)
+        if (g->go && !both)
             go_rv = dev->write(c, stream, ga, seq);
         g->ready_stream = stream;
         g->ready_sid = sid;

@@ -233,17 +233,16 @@ static int write_ready(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
     return 0;
 }
 
-/* ready, then go (ring.c), in one call where the driver batches: each
- * write with its memory barrier, so that go is seen after ready. */
+/* ready, then go (ring.c), in one call: each write with its memory
+ * barrier, so that go is seen after ready.  RN_UNSUPPORTED, nothing queued,
+ * where the driver does not batch (ring.c then writes them one by one). */
 static int write_ready_go(rn_client *c, void *stream, uint64_t addr, uint64_t addr2, uint64_t seq)
 {
     CUstreamBatchMemOpParams ops[2];
     CUresult r;
 
-    if (!batch) {
-        int rv = write_ready(c, stream, addr, seq);
-        return rv ? rv : write_ready(c, stream, addr2, seq);
-    }
+    if (!batch)
+        return RN_UNSUPPORTED;
     memset(ops, 0, sizeof ops);
     for (int i = 0; i < 2; i++) {
         ops[i].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;

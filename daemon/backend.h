@@ -127,8 +127,9 @@ typedef void (*rnd_job_event_fn)(rnd_job *job);
  * (rnd_ring_wait_met), and then runs as above only if its gate is open
  * (rnd_ring_gate_open, ring_io.h): the ready word reached arm_key, and no
  * earlier job of its arm_epoch found its own gate shut.  A shut gate
- * latches (the backend's word arm[0] = arm_epoch), so that once one job
- * skipped, every later one of its epoch skips too: done never passes a
+ * latches (the backend's words: arm[1] = arm_key, arm[0] = arm_epoch), so
+ * that once one job skipped, every later one of its epoch skips too (and
+ * arm[1] says which skipped first): done never passes a
  * slot that did not run.  A job that finds its gate shut does nothing at
  * all: no input read, no status, no done word, no wake-up; the backend
  * sets skipped before its done event.  The daemon raises go itself to end
@@ -168,7 +169,7 @@ typedef struct rnd_ring_job {
                                         * waiting, if the input is not ready yet
                                         * (RN_DRAINING, RN_UNKNOWN_SESSION) */
     uint64_t *arm;                     /* armed: the ring's backend words (arm_open):
-                                        * arm[0] the gate's latch */
+                                        * arm[0..1] the gate's latch */
     uint64_t arm_key;                  /* 0: not armed; else its key (the seq) */
     uint64_t arm_epoch;                /* armed: the ring's arming epoch (nonzero) */
     atomic_bool revoked;               /* set by the loop when it takes the ring's armed
@@ -176,6 +177,11 @@ typedef struct rnd_ring_job {
     atomic_bool skipped;               /* set by the backend before the done event: the
                                         * armed job found its gate shut and did nothing */
 } rnd_ring_job;
+
+/* The answer of an armed job that skipped without a revocation (both
+ * backends; PROTOCOL.md 13.3 names it). */
+#define RND_GO_FIRST_MSG \
+    "bwd: the ring's go word reached this call before its ready word (PROTOCOL.md 13.3)"
 
 /* Whether a ring job was taken back: revoked, and it found its gate shut
  * (its done event answers nothing; the daemon takes the slot again). */
@@ -276,8 +282,8 @@ typedef struct rnd_backend_ops {
      * unordered queue). */
     bool (*graphs_ok)(rnd_backend *be, void *bsess);
     /* The armed calls (--ring-ready=armed, rnd_ring_job.arm): a ring's two
-     * words, zeroed, in memory this backend's jobs read and write (arm[0]:
-     * the gate's latch; the cuda backend: pinned host memory mapped for the
+     * words, zeroed, in memory this backend's jobs read and write (the
+     * gate's latch; the cuda backend: pinned host memory mapped for the
      * device), or NULL where it has none left (the ring then runs in host
      * mode);
      * arm_close takes them back once no job of the ring is left.  NULL

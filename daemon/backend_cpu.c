@@ -244,9 +244,7 @@ static void *worker(void *arg)
             snprintf(job->msg, sizeof job->msg, "bwd: revoked; the daemon runs it again");
         } else if (shut) {
             job->status = RN_INVALID_ARGUMENT;
-            snprintf(job->msg, sizeof job->msg,
-                     "bwd: the ring's go word reached this call before its ready word "
-                     "(PROTOCOL.md 13.3); it was not run");
+            snprintf(job->msg, sizeof job->msg, "%s; it was not run", RND_GO_FIRST_MSG);
         } else if (skip) {
             job->status = RN_PEER_DIED;
             snprintf(job->msg, sizeof job->msg,

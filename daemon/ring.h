@@ -53,7 +53,7 @@ typedef struct rnd_ring_slot {
                                     * (--ring-ready=host): nothing waits for it */
     void *done_dev;                /* the ring's done word in device memory, or NULL */
     uint64_t *arm;                 /* armed (--ring-ready=armed, ring_arm.c): the ring's
-                                    * backend words (arm[0]: the gate's latch); else NULL */
+                                    * backend words (arm[0..1]: the gate's latch); else NULL */
     uint64_t arm_key;              /* armed: the key its wait and gate compare (the seq);
                                     * else 0 */
     uint64_t arm_epoch;            /* armed: the ring's arming epoch */

@@ -124,24 +124,18 @@ static bool alone(const rnd_ring *g)
     return g->tab->arm_free || ctx->inflight_total == g->sess->inflight;
 }
 
-int rnd_ring_arm_take(rnd_ring *g, uint64_t seq, uint64_t rd, bool may_arm)
+bool rnd_ring_arm_take(rnd_ring *g, uint64_t seq)
 {
     rnd_rings *tab = g->tab;
-    int how = RND_ARM_NO;
 
     pthread_mutex_lock(&tab->mu);
-    if (rnp_seq_reached(rd, seq)) {
-        /* Taken ungated: the armed slots before it find their gates open. */
-        g->ungated = seq;
-        how = RND_ARM_READY;
-    } else if (may_arm && g->go && !g->arm_broken && !g->frozen && !g->closing && !g->ending &&
-               !g->sess->ending && !rnp_seq_reached(go_word(g), seq) &&
-               !rnp_seq_reached(g->raise_to, seq) && alone(g)) {
+    bool armed = g->go && !g->arm_broken && !g->frozen && !g->closing && !g->ending &&
+                 !g->sess->ending && !rnp_seq_reached(go_word(g), seq) &&
+                 !rnp_seq_reached(g->raise_to, seq) && alone(g);
+    if (armed)
         g->armed_upto = seq;
-        how = RND_ARM_ARMED;
-    }
     pthread_mutex_unlock(&tab->mu);
-    return how;
+    return armed;
 }
 
 void rnd_ring_arm_refused(rnd_ring *g, uint64_t seq)

@@ -79,7 +79,7 @@ typedef struct rnd_ring {
     uint64_t region_off;           /* the ring's offset in its region */
     /* --ring-ready=armed (ring_arm.c). */
     bool go;                       /* its client's stream writes go (RING_OPEN's go) */
-    uint64_t *arm;                 /* the backend's words (arm_open; arm[0] the gates'
+    uint64_t *arm;                 /* the backend's words (arm_open; arm[0..1] the gates'
                                     * latch), or NULL: the ring runs in host mode */
     uint64_t epoch;                /* the arming epoch (from 1; a revocation moves it) */
     uint64_t armed_upto;           /* the last seq taken armed, 0 if none (under mu) */
@@ -92,8 +92,6 @@ typedef struct rnd_ring {
     bool arm_broken;               /* its client wrote go before ready: not armed again */
     bool end_pending;              /* its session ended (the client alive) while frozen:
                                     * the rest is taken and the ring closed at the thaw */
-    uint64_t ungated;              /* the last seq taken unarmed while armed mode is on:
-                                    * a revocation goes back no further (under mu) */
     uint32_t revoked;              /* jobs revoked, not yet released */
     uint64_t unarmable;            /* a slot the backend refused armed (RND_UNARMABLE):
                                     * taken unarmed once its ready word came */
@@ -122,7 +120,6 @@ static inline void rnd_ring_drop_prep(rnd_ring *g)
 }
 
 /* ring_arm.c, for ring.c and ring_take.c (--ring-ready=armed). */
-enum { RND_ARM_NO = 0, RND_ARM_READY = 1, RND_ARM_ARMED = 2 };
 /* At the rings' start: RMSNORMD_DEBUG_ARM_POLICY.  0 or an rn_status. */
 int rnd_rings_arm_init(rnd_rings *tab, rnp_error *err);
 /* The ring's words from the backend (g->arm, or NULL: host mode, also for
@@ -133,12 +130,10 @@ void rnd_ring_arm_free(rnd_ring *g);
  * revocation raised it.  Returns whether g is frozen (the thread keeps
  * looking). */
 bool rnd_ring_arm_poll(rnd_ring *g);
-/* The loop, about to take slot seq (rd: the ready word as it read it):
- * RND_ARM_READY (its input is ready: taken as in host mode), RND_ARM_ARMED
- * (taken armed: g->armed_upto is seq) or RND_ARM_NO (left for its ready
- * word, as in host mode).  Every slot of an armed ring comes through here,
- * also one that may not be armed (may_arm false: refused before). */
-int rnd_ring_arm_take(rnd_ring *g, uint64_t seq, uint64_t rd, bool may_arm);
+/* The loop, about to take slot seq of an armed ring, whose ready word has
+ * not come: whether it is taken armed (g->armed_upto is seq then), else it
+ * is left for its ready word, as in host mode. */
+bool rnd_ring_arm_take(rnd_ring *g, uint64_t seq);
 /* The backend refused slot seq armed (RND_UNARMABLE): it is taken again
  * unarmed, once its ready word came. */
 void rnd_ring_arm_refused(rnd_ring *g, uint64_t seq);

@@ -113,9 +113,9 @@ static unsigned take_max(rnd_ring *g, bool force, unsigned max)
         if (!force && tab->ready_mode != RND_RING_READY_GPU) {
             uint64_t rd = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_READY),
                                           __ATOMIC_ACQUIRE);
-            if (g->arm) /* (also for a slot refused armed: the ungated mark) */
-                armed = rnd_ring_arm_take(g, seq, rd, seq != g->unarmable) == RND_ARM_ARMED;
-            if (!armed && !rnp_seq_reached(rd, seq)) {
+            bool came = rnp_seq_reached(rd, seq);
+            armed = g->arm && !came && seq != g->unarmable && rnd_ring_arm_take(g, seq);
+            if (!armed && !came) {
                 prepare(g, seq);
                 left(g, "its ready word");
                 if (__atomic_exchange_n(&g->wait_seq, seq, __ATOMIC_SEQ_CST) != seq) {

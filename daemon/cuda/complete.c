@@ -256,9 +256,8 @@ static void armed_skip_check(rnd_job *job, uint32_t sess_id)
                  "(ready %llu, go %llu; %" PRIu64 " such calls so far)",
                  sess_id, rj->seq, rd, go, seen);
     job->status = RN_INVALID_ARGUMENT;
-    snprintf(job->msg, sizeof job->msg,
-             "bwd: the ring's go word reached this call before its ready word (PROTOCOL.md "
-             "13.3; ready %llu, go %llu); it was not run", rd, go);
+    snprintf(job->msg, sizeof job->msg, "%s (ready %llu, go %llu); it was not run",
+             RND_GO_FIRST_MSG, rd, go);
     rnd_ring_put(rj, job->status, job->msg);
     rnd_cuda_ring_answer_host(job);
 }

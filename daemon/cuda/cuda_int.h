@@ -305,8 +305,9 @@ struct rnd_cuda {
     CUdeviceptr cancel_dev;        /* ... their device address */
     uint8_t *cancel_used;          /* which words a session holds */
     bool cancel_words;             /* kernels get theirs (off: RMSNORMD_DEBUG_CANCEL_WORD=0) */
-    uint64_t *arm_host;            /* armed calls' words {latch, 0} (pinned, mapped; made
-                                    * at the first arm_open): RND_CUDA_CANCEL_WORDS pairs */
+    uint64_t *arm_host;            /* armed rings' latches {epoch, first skipped key}
+                                    * (pinned, mapped; made at the first arm_open):
+                                    * RND_CUDA_CANCEL_WORDS pairs */
     CUdeviceptr arm_dev;           /* ... their device address */
     uint8_t *arm_used;             /* which pairs a ring holds */
     bool kernel_done;              /* kernels write the done words (RMSNORMD_DEBUG_KERNEL_DONE=0: no) */
