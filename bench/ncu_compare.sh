@@ -37,7 +37,7 @@ ncu_one() { # NAME M N KERNEL_REGEX COMMAND...
 while [ ${#shapes[@]} -ge 2 ]; do
     m=${shapes[0]} n=${shapes[1]}
     shapes=("${shapes[@]:2}")
-    ncu_one ours "$m" "$n" 'fast_kernel|general_kernel' "$bk" --shape "$m,$n,f32" --reps 8
+    ncu_one ours "$m" "$n" 'fast_kernel|general_kernel|s_kernel' "$bk" --shape "$m,$n,f32" --reps 8
     if python3 -c 'import quack.rmsnorm' 2>/dev/null; then
         ncu_one quack "$m" "$n" 'RMSNorm|[Rr]ms[Nn]orm' python3 - "$m" "$n" <<'PY'
 import sys, torch
