@@ -88,23 +88,9 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pfn_value64 wait64, write64;
 static pfn_batch batch; /* (without it: two writes) */
 static pfn_stream_id get_id; /* (CUDA 12.0 on; without it the handle serves) */
-/* Which of ready and go keep their memory barrier: both, unless
- * RMSNORMD_DEBUG_GO_FENCE=ready|go (a measurement of what the barrier costs;
- * either is unsafe: ready without it may be seen before the producer's
- * writes by a kernel a revocation released, go without it before ready). */
-static unsigned fence_ready = CU_STREAM_WRITE_VALUE_DEFAULT,
-                fence_go = CU_STREAM_WRITE_VALUE_DEFAULT;
-static int two_writes; /* (=two: both fenced, as two calls) */
 
 static void resolve(void)
 {
-    const char *f = getenv("RMSNORMD_DEBUG_GO_FENCE");
-
-    if (f && strcmp(f, "go") == 0)
-        fence_ready = CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER;
-    else if (f && strcmp(f, "ready") == 0)
-        fence_go = CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER;
-    two_writes = f && *f;
     if (!rn_cuda_entry_to("cuStreamWaitValue64", (void **)&wait64) ||
         !rn_cuda_entry_to("cuStreamWriteValue64", (void **)&write64))
         wait64 = write64 = NULL;
@@ -257,18 +243,12 @@ static int write_ready_go(rn_client *c, void *stream, uint64_t addr, uint64_t ad
 
     if (!batch)
         return RN_UNSUPPORTED;
-    if (two_writes) { /* (the measurement: a batch takes no flags) */
-        r = write64((CUstream)stream, (CUdeviceptr)addr, seq, fence_ready);
-        if (r == CUDA_SUCCESS)
-            r = write64((CUstream)stream, (CUdeviceptr)addr2, seq, fence_go);
-        return r == CUDA_SUCCESS ? 0 : rnc_fail(c, RN_CUDA, "ring: cuStreamWriteValue64 (ready, go): CUDA driver error %d", (int)r);
-    }
     memset(ops, 0, sizeof ops);
     for (int i = 0; i < 2; i++) {
         ops[i].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
         ops[i].writeValue.address = (CUdeviceptr)(i ? addr2 : addr);
         ops[i].writeValue.value64 = seq;
-        ops[i].writeValue.flags = i ? fence_go : fence_ready;
+        ops[i].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
     }
     r = batch((CUstream)stream, 2, ops, 0);
     if (r != CUDA_SUCCESS)

@@ -60,18 +60,6 @@ __host__ __device__ constexpr int s_tpr(int64_t n)
                                                                                            : 1024;
 }
 
-/* Rows prefetched into L2 ahead of the one in flight (a measurement knob,
- * 0: none): RNK_S_L2PF = D asks L2 for the row D stripes' steps beyond the
- * next, so that its loads find it there. */
-#ifndef RNK_S_L2PF
-#define RNK_S_L2PF 0
-#endif
-
-__device__ __forceinline__ void pf_l2(const void *p)
-{
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
 __device__ __forceinline__ uint4 ldnc16(const void *p)
 {
     uint4 v;
@@ -161,13 +149,6 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
             const int64_t j = t * R + grp, jn = j + R;
             SRow nx;
             s_load<T, RS, DRES>(p, nx, k + jn * P, jn < cnt, col, ok, nc);
-#if RNK_S_L2PF > 0
-            if (const int64_t jp = jn + (int64_t)R * RNK_S_L2PF; jp < cnt && ok) {
-                const int64_t rp = k + jp * P;
-                pf_l2((const char *)p.x + (rp * p.xs + col) * ES);
-                pf_l2((const char *)p.dy + (rp * p.dys + col) * ES);
-            }
-#endif
             float xf[VEC], yf[VEC];
             Vec<T>::unpack(cur.x, xf);
             Vec<T>::unpack(cur.y, yf);
