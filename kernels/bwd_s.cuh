@@ -81,6 +81,24 @@ template <bool RS> __device__ __forceinline__ void s_warp_sum(float &s1, float &
     }
 }
 
+/* The second tree, over the warps' sums (a measurement knob, 0 in
+ * production): with RNK_S_SHORT_TREE = 1 every group of WPR lanes holds the
+ * WPR warps' sums (lane i warp i % WPR's) and the tree has log2(WPR) steps,
+ * not 5 steps over zeros past the WPR-th lane: the same additions, in the
+ * same order, without the ones of a zero. */
+#ifndef RNK_S_SHORT_TREE
+#define RNK_S_SHORT_TREE 0
+#endif
+template <bool RS, int WPR> __device__ __forceinline__ void s_warps_sum(float &s1, float &s2)
+{
+#pragma unroll
+    for (int o = WPR / 2; o > 0; o >>= 1) {
+        if (!RS)
+            s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+        s2 += __shfl_xor_sync(0xffffffffu, s2, o);
+    }
+}
+
 /* One row's share of a thread: x, dy, dres vectors and rstd (zeros when the
  * row is past the chunk or the vector past n). */
 struct SRow {
@@ -169,9 +187,15 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                 /* Lane i takes warp i's sums (zeros past the row's warps),
                  * then the same fixed shuffle tree: every lane ends with the
                  * row's sums. */
+#if RNK_S_SHORT_TREE
+                s1 = !RS ? red[par][grp][lane % WPR][0] : 0.0f;
+                s2 = red[par][grp][lane % WPR][1];
+                s_warps_sum<RS, WPR>(s1, s2);
+#else
                 s1 = !RS && lane < WPR ? red[par][grp][lane][0] : 0.0f;
                 s2 = lane < WPR ? red[par][grp][lane][1] : 0.0f;
                 s_warp_sum<RS>(s1, s2);
+#endif
                 par ^= 1;
             }
             if (j < cnt) {
