@@ -82,7 +82,6 @@ __device__ __forceinline__ uint4 ldnc16(const void *p)
     return v;
 }
 
-
 /* A row's two sums over a warp by a fixed shuffle tree (s1 only when rstd
  * is recomputed): every lane ends with the warp's sums. */
 template <bool RS> __device__ __forceinline__ void s_warp_sum(stree_t &s1, stree_t &s2)
@@ -99,7 +98,7 @@ template <bool RS> __device__ __forceinline__ void s_warp_sum(stree_t &s1, stree
  * production): with RNK_S_SHORT_TREE = 1 every group of WPR lanes holds the
  * WPR warps' sums (lane i warp i % WPR's) and the tree has log2(WPR) steps,
  * not 5 steps over zeros past the WPR-th lane: the same additions, in the
- * same order, without the ones of a zero. */
+ * same order, without the ones of a zero (so a sum of -0 stays -0). */
 #ifndef RNK_S_SHORT_TREE
 #define RNK_S_SHORT_TREE 0
 #endif
