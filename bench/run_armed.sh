@@ -25,6 +25,9 @@
 # Writes to OUT: summary-PART.txt (each step's result as it ends, the bench
 # runs' counts and exit lines), added.md and tput.md (the tables), and
 # logs-PART.tgz (every log, the bench daemons' logs included).
+# RA_BENCH_ARGS: more bench_e2e_cuda arguments for the GPU-time runs of
+# measure and late, e.g. --split (x, dy and dx in allocations of their own,
+# as PyTorch's allocator gives large tensors).
 # Usage: bench/run_armed.sh BUILD OUT [checks|measure|late|all]   (BUILD: a build
 # or a pack of one, tests/gpu/pack_build.sh); LD_LIBRARY_PATH for the
 # runtime libraries.
@@ -50,6 +53,8 @@ export RN_BUILD=$build RN_SRC=$here CUDA_MODULE_LOADING=EAGER
 # script's end), and a step with less than 20 s left is skipped, so that the
 # script always ends on its own and keeps its logs.
 deadline=$((SECONDS + ${RA_BUDGET:-540}))
+extra=()
+[ -n "${RA_BENCH_ARGS:-}" ] && read -ra extra <<<"$RA_BENCH_ARGS"
 left() { # left T: T, or less when the budget runs out first
     local l=$((deadline - SECONDS))
     [ "$l" -lt "$1" ] && echo "$l" || echo "$1"
@@ -126,7 +131,7 @@ if [ "$part" = measure ] || [ "$part" = all ]; then
     mps_on
     for mode in gpu host armed armed host gpu; do
         bench "added-$mode-$SECONDS" 70 --label "MPS $mode" --fast-only --ks 0 --iters 300 \
-            --daemon-arg "--ring-ready=$mode" --out "$out/added-$mode-$SECONDS.md"
+            --daemon-arg "--ring-ready=$mode" "${extra[@]}" --out "$out/added-$mode-$SECONDS.md"
     done
     # (armed-free: RMSNORMD_DEBUG_ARM_POLICY=free, rings arm whatever else is
     # in flight and other rings' calls take nothing back)
@@ -150,7 +155,7 @@ if [ "$part" = late ]; then
             RMSNORMD_DEBUG_READY_SPIN_US=$([ "$mode" = armed-spin ] && echo 100000) \
                 bench "late-$lead-$mode-$SECONDS" 60 --label "MPS $mode lead $lead" --fast-only \
                 --ks 0 --iters "$it" --lead-us "$lead" --daemon-arg "--ring-ready=${mode%-spin}" \
-                --out "$out/late-$lead-$mode.md"
+                "${extra[@]}" --out "$out/late-$lead-$mode.md"
         done
     done
     mps_off
