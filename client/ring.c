@@ -133,7 +133,8 @@ void rnc_ring_forget(rn_client *c)
 static bool streams_pending(rnc_ring *g)
 {
     const uint64_t *r = rnp_ring_u64(g->base, RNP_RING_O_READY);
-    return g->dev && (!rnp_seq_reached(__atomic_load_n(r, __ATOMIC_ACQUIRE), g->seq) ||
+    return g->dev && (!rnp_seq_reached(rnp_ring_ready_seq(__atomic_load_n(r, __ATOMIC_ACQUIRE)),
+                                       g->seq) ||
                       !rnp_seq_reached(load_done(g), g->seq));
 }
 
@@ -516,7 +517,8 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
                             "(another stream) could not be queued; nothing was published "
                             "(%.150s)", why);
         }
-        /* ready, then go (13.3: what the daemon's armed kernels wait for) */
+        /* ready, then go (13.3: what this client's own calls on other
+         * streams wait for; the daemon's bit of ready cannot pass that) */
         uint64_t ra = g->dev_base + RNP_RING_O_READY, ga = g->dev_base + RNP_RING_O_GO;
         rv = g->go && dev->write2 ? dev->write2(c, stream, ra, ga, seq) : RN_UNSUPPORTED;
         bool both = rv != RN_UNSUPPORTED;

@@ -123,21 +123,24 @@ typedef void (*rnd_job_event_fn)(rnd_job *job);
  * An armed job (arm_key nonzero; --ring-ready=armed, ring_arm.c) was taken
  * before its ready word came, from a ring whose client's stream writes the
  * go word after ready (RING_OPEN's go; PROTOCOL.md 13.3).  It waits until
- * the ring's go word reaches arm_key instead of the ready word
- * (rnd_ring_wait_met), and then runs as above only if its gate is open
- * (rnd_ring_gate_open, ring_io.h): the ready word reached arm_key, and no
- * earlier job of its arm_epoch found its own gate shut.  A shut gate
+ * the ready word, the daemon's bit RNP_RING_READY_RAISED included, reaches
+ * arm_key (rnd_ring_wait_met: a stream wait's cyclic compare), and then
+ * runs as above only if its gate is open (rnd_ring_gate_open, ring_io.h):
+ * the client's ready, the bit left out, reached arm_key, and no earlier job
+ * of its arm_epoch found its own gate shut.  A shut gate
  * latches (the backend's words: arm[1] = arm_key, arm[0] = arm_epoch), so
  * that once one job skipped, every later one of its epoch skips too (and
  * arm[1] says which skipped first): done never passes a
  * slot that did not run.  A job that finds its gate shut does nothing at
  * all: no input read, no status, no done word, no wake-up; the backend
- * sets skipped before its done event.  The daemon raises go itself to end
- * the waits (a revocation, ring_arm.c): it marks the jobs revoked first,
- * then writes go, so a revoked job whose gate is shut was taken back (the
- * daemon takes its slot again: rnd_ring_taken_back); one that found its
- * gate open ran and is answered as any other.  A skip that was not
- * revoked is the client's error (go before ready): the backend answers it
+ * sets skipped before its done event.  The daemon sets its bit itself to
+ * end the waits (a revocation, ring_arm.c): it marks the jobs revoked
+ * first, then sets the bit, so a revoked job whose gate is shut was taken
+ * back (the daemon takes its slot again: rnd_ring_taken_back); one that
+ * found its gate open ran and is answered as any other.  A skip that was
+ * not revoked is the client's error (its ready word went back below the
+ * call after the wait saw it, or carried the daemon's bit): the backend
+ * answers it
  * with RN_INVALID_ARGUMENT, status and done from the host.  Abandon does
  * not apply to an armed job (the daemon revokes it instead); a cancelled
  * one writes nothing either way.
@@ -173,15 +176,16 @@ typedef struct rnd_ring_job {
     uint64_t arm_key;                  /* 0: not armed; else its key (the seq) */
     uint64_t arm_epoch;                /* armed: the ring's arming epoch (nonzero) */
     atomic_bool revoked;               /* set by the loop when it takes the ring's armed
-                                        * calls back, before it raises go */
+                                        * calls back, before it sets its bit */
     atomic_bool skipped;               /* set by the backend before the done event: the
                                         * armed job found its gate shut and did nothing */
 } rnd_ring_job;
 
 /* The answer of an armed job that skipped without a revocation (both
  * backends; PROTOCOL.md 13.3 names it). */
-#define RND_GO_FIRST_MSG \
-    "bwd: the ring's go word reached this call before its ready word (PROTOCOL.md 13.3)"
+#define RND_READY_BACK_MSG \
+    "bwd: the ring's ready word was below this call after its wait ended (PROTOCOL.md 13.3: " \
+    "ready only grows, and its bit 62 is the daemon's)"
 
 /* Whether a ring job was taken back: revoked, and it found its gate shut
  * (its done event answers nothing; the daemon takes the slot again). */

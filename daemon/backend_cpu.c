@@ -244,7 +244,7 @@ static void *worker(void *arg)
             snprintf(job->msg, sizeof job->msg, "bwd: revoked; the daemon runs it again");
         } else if (shut) {
             job->status = RN_INVALID_ARGUMENT;
-            snprintf(job->msg, sizeof job->msg, "%s; it was not run", RND_GO_FIRST_MSG);
+            snprintf(job->msg, sizeof job->msg, "%s; it was not run", RND_READY_BACK_MSG);
         } else if (skip) {
             job->status = RN_PEER_DIED;
             snprintf(job->msg, sizeof job->msg,

@@ -67,8 +67,8 @@ static uint64_t now_ns(void)
 /* Under mu: whether a ring has slots the loop has not been told of, or
  * (--ring-ready=host) a slot the loop left became ready; *waiting says
  * whether a ring still has one left for its ready word, or is frozen by a
- * revocation (--ring-ready=armed: this thread keeps its go raised,
- * ring_arm.c). */
+ * revocation (--ring-ready=armed: this thread keeps the daemon's bit of
+ * its ready word set, ring_arm.c). */
 static bool scan(rnd_rings *tab, bool *waiting)
 {
     bool any = false;
@@ -87,7 +87,7 @@ static bool scan(rnd_rings *tab, bool *waiting)
         if (w) {
             uint64_t ready = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_READY),
                                              __ATOMIC_ACQUIRE);
-            if (rnp_seq_reached(ready, w) &&
+            if (rnp_seq_reached(rnp_ring_ready_seq(ready), w) &&
                 __atomic_compare_exchange_n(&g->wait_seq, &w, 0, false, __ATOMIC_SEQ_CST,
                                             __ATOMIC_SEQ_CST))
                 any = true;

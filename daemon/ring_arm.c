@@ -1,33 +1,37 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ring_arm.c - --ring-ready=armed (issue 14): a ring slot whose ready word
- * has not come is queued at once, its kernel behind the ring's go word,
- * instead of waiting in the ring (host mode) or behind the ready word
- * itself (gpu mode).
+ * has not come is queued at once, its kernel behind a stream wait on the
+ * ready word (as in gpu mode) that the daemon can end itself, instead of
+ * waiting in the ring (host mode).
  *
- * Only rings whose client's stream writes go after ready (RING_OPEN's go;
- * PROTOCOL.md 13.3) are armed: the client's own stream releases the wait,
- * as in gpu mode (the fast hop, however late the producer), and the daemon
- * can release it too, which it cannot in gpu mode.  An armed job's kernel
- * runs only if its gate is open (backend.h: the ready word reached its key
- * and no earlier job of its epoch found its gate shut, a latch in the
- * backend's word arm[0]); else it does nothing at all, not even its done
- * words.
+ * The daemon ends such waits with its own bit of the ready word,
+ * RNP_RING_READY_RAISED (bit 62, PROTOCOL.md 13.3): set, the word is past
+ * every seq as a stream wait compares, while the client's progress, the
+ * word without the bit, is kept (the client's writes replace the whole
+ * word, the daemon only sets and clears its bit, with atomic OR and AND).
+ * Only rings whose client's stream writes go after ready (RING_OPEN's go)
+ * are armed: such a client orders its calls on several streams by go,
+ * which the daemon never writes, not by ready, whose bit a stream wait
+ * cannot leave out.  An armed job's kernel runs only if its gate is open
+ * (backend.h: the client's ready reached its key and no earlier job of
+ * its epoch found its gate shut, a latch in the backend's word arm[0]);
+ * else it does nothing at all, not even its done words.
  *
  * A revocation (rnd_ring_revoke, the loop) ends the ring's armed waits
- * whose go had not come: the ring is frozen (nothing is taken, nothing
- * armed), its armed requests after `from` (go as the client left it) are
- * marked revoked, then the daemon writes go itself, up to the last armed
- * seq, and keeps it there while the ring is frozen (the client's stream may lower it again: the doorbell thread
- * raises it back, rnd_ring_arm_poll).  Each revoked job then ran (its
- * client's ready had come by the time its gate looked: answered as any
- * other) or skipped, and once one skipped every later one of the epoch
- * does, so those that ran are the first ones.  When the last revoked job
- * was released the ring thaws: it goes back to the ring's done word (what
- * ran), takes the skipped slots again (in host mode, or armed in the next
- * epoch once past the raised go) and arms again.  Nothing of the ring is
- * taken while it is frozen: a slot taken ungated behind a skipped one
- * would write done past it.
+ * whose ready had not come: the ring is frozen (nothing is taken, nothing
+ * armed), its armed requests after `from` (ready as the client left it)
+ * are marked revoked, then the daemon sets its bit, and keeps it set while
+ * the ring is frozen (the client's stream may write ready again, clearing
+ * it: the doorbell thread sets it back, rnd_ring_arm_poll).  Each revoked
+ * job then ran (its client's ready had come by the time its gate looked:
+ * answered as any other) or skipped, and once one skipped every later one
+ * of the epoch does, so those that ran are the first ones.  When the last
+ * revoked job was released the ring thaws: the bit is cleared, the ring
+ * goes back to its done word (what ran), takes the skipped slots again
+ * (in host mode, or armed in the next epoch) and arms again.  Nothing of
+ * the ring is taken while it is frozen: a slot taken ungated behind a
+ * skipped one would write done past it.
  *
  * Why revoke: a stream that waits holds up what shares its hardware queue
  * (take_max's comment, ring_take.c).  So a ring is armed only while every
@@ -45,16 +49,15 @@
  * What keeps it exact: done is one word ("every slot up to done ended"),
  * so no slot may run after one that skipped, which the latch ensures
  * within an epoch; the epoch changes only at a revocation, after which
- * nothing is taken until every revoked job ended.  A slot whose ready word
- * has come is taken ungated: the armed slots before it will find their
- * gates open (ready only grows; a client that breaks that, or writes go
- * before ready, only gets its own calls wrong: the latch says which
- * skipped, rnd_ring_gate_was_shut).  One that cannot be gated (invalid, m = 0:
- * its done is a stream write) is refused armed by the backend
- * (RND_UNARMABLE) and waits for its ready word in the ring, as in host
- * mode.  A slot at or below go (the client's or the daemon's last raise)
- * is never armed: its wait would pass before its ready came.  A client
- * that writes go before ready only gets its own calls refused
+ * nothing is taken until every revoked job ended, and the daemon's bit is
+ * cleared before anything is armed again.  A slot whose ready word has come
+ * is taken ungated: the armed slots before it will find their gates open
+ * (ready only grows; a client that breaks that only gets its own calls
+ * wrong: the latch says which skipped, rnd_ring_gate_was_shut).  One that
+ * cannot be gated (invalid, m = 0: its done is a stream write) is refused
+ * armed by the backend (RND_UNARMABLE) and waits for its ready word in the
+ * ring, as in host mode.  A client whose ready word goes back below an
+ * armed call (PROTOCOL.md 13.3 forbids it) only gets its own calls refused
  * (RN_INVALID_ARGUMENT) and its ring no longer armed.
  */
 #include "ring_int.h"
@@ -101,18 +104,25 @@ void rnd_ring_arm_free(rnd_ring *g)
     g->arm = NULL;
 }
 
-static uint64_t go_word(const rnd_ring *g)
+static uint64_t *ready_word(const rnd_ring *g)
 {
-    return __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_GO), __ATOMIC_ACQUIRE);
+    return rnp_ring_u64(g->base, RNP_RING_O_READY);
 }
 
-/* Under mu (the doorbell thread): while g is frozen, go stays raised. */
+/* The client's progress: its ready word without the daemon's bit. */
+static uint64_t client_ready(const rnd_ring *g)
+{
+    return rnp_ring_ready_seq(__atomic_load_n(ready_word(g), __ATOMIC_ACQUIRE));
+}
+
+/* Under mu (the doorbell thread): while g is frozen, the daemon's bit stays
+ * set (a write of the client's stream clears it). */
 bool rnd_ring_arm_poll(rnd_ring *g)
 {
     if (!g->arm || !g->frozen)
         return false;
-    if (g->raise_to && !rnp_seq_reached(go_word(g), g->raise_to))
-        __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_GO), g->raise_to, __ATOMIC_SEQ_CST);
+    if (g->raised && !(__atomic_load_n(ready_word(g), __ATOMIC_ACQUIRE) & RNP_RING_READY_RAISED))
+        __atomic_fetch_or(ready_word(g), RNP_RING_READY_RAISED, __ATOMIC_SEQ_CST);
     return true;
 }
 
@@ -130,8 +140,8 @@ bool rnd_ring_arm_take(rnd_ring *g, uint64_t seq)
 
     pthread_mutex_lock(&tab->mu);
     bool armed = g->go && !g->arm_broken && !g->frozen && !g->closing && !g->ending &&
-                 !g->sess->ending && !rnp_seq_reached(go_word(g), seq) &&
-                 !rnp_seq_reached(g->raise_to, seq) && alone(g);
+                 !g->sess->ending && !rnp_seq_reached(client_ready(g), seq) &&
+                 !rnp_seq_reached(g->revoked_upto, seq) && alone(g);
     if (armed)
         g->armed_upto = seq;
     pthread_mutex_unlock(&tab->mu);
@@ -155,8 +165,8 @@ void rnd_ring_arm_misuse(void *owner)
     g->arm_broken = true;
     pthread_mutex_unlock(&g->tab->mu);
     if (first) /* (the ring may be closed, its session gone) */
-        rnd_warn("Ring %u: its go word reached a call before its ready word did "
-                 "(PROTOCOL.md 13.3); the ring is no longer armed", g->id);
+        rnd_warn("Ring %u: its ready word was below an armed call after the call's wait "
+                 "ended (PROTOCOL.md 13.3); the ring is no longer armed", g->id);
 }
 
 /* The last revoked job of g was released: back to what ran (the ring's done
@@ -169,6 +179,10 @@ static void thaw(rnd_ring *g)
                                                            : done;
 
     pthread_mutex_lock(&g->tab->mu);
+    /* The bit off before anything is armed again: an armed wait must end
+     * only once its own ready comes. */
+    __atomic_fetch_and(ready_word(g), ~RNP_RING_READY_RAISED, __ATOMIC_SEQ_CST);
+    g->raised = false;
     g->frozen = false;
     g->armed_upto = back;
     pthread_mutex_unlock(&g->tab->mu);
@@ -208,10 +222,9 @@ unsigned rnd_ring_revoke(rnd_ring *g, const char *why)
     if (!g->arm || !g->sess || !tab->revoke)
         return 0;
     pthread_mutex_lock(&tab->mu);
-    /* From go as the client left it: an armed call up to the last one
-     * taken ungated has its ready already and runs once go is raised (its
-     * client's go may never come: it died between the two writes). */
-    uint64_t from = go_word(g);
+    /* From ready as the client left it: an armed call up to there has its
+     * inputs ready, and its wait passes or has passed. */
+    uint64_t from = client_ready(g);
     if (g->frozen || rnp_seq_reached(from, g->armed_upto)) {
         pthread_mutex_unlock(&tab->mu);
         return 0; /* (every armed wait ended: none left) */
@@ -224,17 +237,17 @@ unsigned rnd_ring_revoke(rnd_ring *g, const char *why)
     uint64_t upto = g->armed_upto;
     pthread_mutex_unlock(&tab->mu);
 
-    /* Marked before go moves: a job that then finds its gate shut was
-     * taken back, not refused (backend.h). */
+    /* Marked before the bit is set: a job that then finds its gate shut
+     * was taken back, not refused (backend.h). */
     unsigned n = tab->revoke(g->sess, g, from, revoked_released);
     g->revoked += n;
     tab->revoked_held += n;
     pthread_mutex_lock(&tab->mu);
-    g->raise_to = upto;
-    if (!rnp_seq_reached(go_word(g), upto))
-        __atomic_store_n(rnp_ring_u64(g->base, RNP_RING_O_GO), upto, __ATOMIC_SEQ_CST);
+    g->raised = true;
+    g->revoked_upto = upto;
+    __atomic_fetch_or(ready_word(g), RNP_RING_READY_RAISED, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&tab->mu);
-    rnd_rings_kick(tab); /* (the doorbell thread keeps go raised) */
+    rnd_rings_kick(tab); /* (the doorbell thread keeps the bit set) */
     __atomic_store_n(&g->wait_seq, 0, __ATOMIC_SEQ_CST);
     rnd_ring_drop_prep(g);
     ctx->stats.fast_revokes++;

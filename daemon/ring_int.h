@@ -86,10 +86,12 @@ typedef struct rnd_ring {
     bool frozen;                   /* revoked: nothing is taken or armed until the
                                     * revoked jobs are released (under mu) */
     uint64_t revoke_from;          /* frozen: the last seq not revoked (under mu) */
-    uint64_t raise_to;             /* the daemon's last raise of go (a revocation):
-                                    * kept while frozen, and nothing at or below it is
-                                    * armed (under mu) */
-    bool arm_broken;               /* its client wrote go before ready: not armed again */
+    bool raised;                   /* frozen: the daemon's bit of the ready word is set,
+                                    * and kept set (under mu) */
+    uint64_t revoked_upto;         /* the last seq the last revocation took back:
+                                    * nothing at or below it is armed again (under mu) */
+    bool arm_broken;               /* its ready word went back below an armed call
+                                    * (PROTOCOL.md 13.3): not armed again */
     bool end_pending;              /* its session ended (the client alive) while frozen:
                                     * the rest is taken and the ring closed at the thaw */
     uint32_t revoked;              /* jobs revoked, not yet released */
@@ -126,8 +128,9 @@ int rnd_rings_arm_init(rnd_rings *tab, rnp_error *err);
  * a ring whose client does not write go); and back. */
 void rnd_ring_arm_open(rnd_ring *g);
 void rnd_ring_arm_free(rnd_ring *g);
-/* Under mu (the doorbell thread): a frozen ring's go stays where the
- * revocation raised it.  Returns whether g is frozen (the thread keeps
+/* Under mu (the doorbell thread): a frozen ring's ready word keeps the
+ * daemon's bit the revocation set (the client's stream may write ready
+ * again meanwhile).  Returns whether g is frozen (the thread keeps
  * looking). */
 bool rnd_ring_arm_poll(rnd_ring *g);
 /* The loop, about to take slot seq of an armed ring, whose ready word has
@@ -137,7 +140,7 @@ bool rnd_ring_arm_take(rnd_ring *g, uint64_t seq);
 /* The backend refused slot seq armed (RND_UNARMABLE): it is taken again
  * unarmed, once its ready word came. */
 void rnd_ring_arm_refused(rnd_ring *g, uint64_t seq);
-/* End g's armed waits whose go has not come (the ring freezes until the
+/* End g's armed waits whose ready has not come (the ring freezes until the
  * revoked jobs ended): how many jobs were revoked. */
 unsigned rnd_ring_revoke(rnd_ring *g, const char *why);
 

@@ -19,24 +19,27 @@
 #include "backend.h"
 #include "rn_ring.h"
 
-/* Whether the ring's ready word has reached the job's seq (acquire: the
- * client's inputs, written before ready, are visible after). */
+/* Whether the client's ready word has reached the job's seq, the daemon's
+ * bit aside (acquire: the client's inputs, written before ready, are
+ * visible after). */
 static inline bool rnd_ring_ready(const rnd_ring_job *rj)
 {
     if (rj->graph)
         return true; /* the generation word moved: its inputs are written */
     uint64_t ready = __atomic_load_n(rnp_ring_u64(rj->ring, RNP_RING_O_READY), __ATOMIC_ACQUIRE);
-    return rnp_seq_reached(ready, rj->seq);
+    return rnp_seq_reached(rnp_ring_ready_seq(ready), rj->seq);
 }
 
-/* Whether the job's wait is over: an armed job's once the ring's go word
- * reached its key (its client's stream, or the daemon's revocation),
- * another's once the ready word reached it. */
+/* Whether the job's wait is over: an armed job's as its stream's wait
+ * decides it, once the ready word with the daemon's bit reached its key
+ * (its client's stream, or the daemon's revocation); another's once the
+ * client's ready reached it. */
 static inline bool rnd_ring_wait_met(const rnd_ring_job *rj)
 {
     if (rj->arm_key)
         return rnp_seq_reached(
-            __atomic_load_n(rnp_ring_u64(rj->ring, RNP_RING_O_GO), __ATOMIC_ACQUIRE), rj->arm_key);
+            __atomic_load_n(rnp_ring_u64(rj->ring, RNP_RING_O_READY), __ATOMIC_ACQUIRE),
+            rj->arm_key);
     return rnd_ring_ready(rj);
 }
 

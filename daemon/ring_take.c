@@ -113,7 +113,7 @@ static unsigned take_max(rnd_ring *g, bool force, unsigned max)
         if (!force && tab->ready_mode != RND_RING_READY_GPU) {
             uint64_t rd = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_READY),
                                           __ATOMIC_ACQUIRE);
-            bool came = rnp_seq_reached(rd, seq);
+            bool came = rnp_seq_reached(rnp_ring_ready_seq(rd), seq);
             armed = g->arm && !came && seq != g->unarmable && rnd_ring_arm_take(g, seq);
             if (!armed && !came) {
                 prepare(g, seq);

@@ -491,7 +491,9 @@ __device__ __forceinline__ int cancelled(const Params &p)
             /* (No fence: the state is the whole message.  Both loads go
              * out before either is used.) */
             unsigned c = p.cancel ? *(const volatile unsigned *)p.cancel : 0u;
-            unsigned long long gv = p.gate ? *(const volatile unsigned long long *)p.gate : 0ull;
+            /* (bit 62 is not the client's: rnk.h) */
+            unsigned long long gv =
+                p.gate ? *(const volatile unsigned long long *)p.gate & ~(1ull << 62) : 0ull;
             unsigned long long lv = p.latch ? *(volatile unsigned long long *)p.latch : 0ull;
             /* A shut gate first: the daemon took the call back and runs
              * it again (or never, its client gone), so not even a

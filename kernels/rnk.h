@@ -79,8 +79,9 @@ typedef struct rnk_bwd_args {
      * below gate_key, the launch does nothing at all: no tensor, and no done
      * words either (the daemon's armed calls, daemon/cuda/ring.c: a call
      * queued before its inputs were ready, which the daemon may take back
-     * and run again later), also when the cancel word is set.  8-byte
-     * aligned. */
+     * and run again later), also when the cancel word is set.  Bit 62 of
+     * the word is left out of the compare (the daemon's own bit of the
+     * ready word it gates on: PROTOCOL.md 13.3).  8-byte aligned. */
     const uint64_t *gate;
     uint64_t gate_key;
     /* NULL, or (with gate) two device words that keep a shut gate shut,

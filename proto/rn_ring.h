@@ -46,9 +46,10 @@ enum rnp_ring_hdr_off {
     RNP_RING_O_SLOTS = 8,              /* u32, client, before RING_OPEN */
     RNP_RING_O_SLOT_SIZE = 12,         /* u32, client, before RING_OPEN: RNP_RING_SLOT */
     RNP_RING_O_PROD = 64,              /* u64, client: seq of the last published slot */
-    RNP_RING_O_READY = 128,            /* u64, client or its stream: inputs ready up to seq */
+    RNP_RING_O_READY = 128,            /* u64, client or its stream: inputs ready up to seq;
+                                        * bit 62 the daemon's (RNP_RING_READY_RAISED) */
     RNP_RING_O_GO = 136,               /* u64, the client's stream after ready (RING_OPEN's
-                                        * go), or the daemon: armed kernels may start */
+                                        * go): its own calls on other streams wait on it */
     RNP_RING_O_DONE = 192,             /* u64, daemon or its stream: answered up to seq */
     RNP_RING_O_SLEEPING = 256,         /* u32, daemon: 1 while it may sleep on doorbell */
     RNP_RING_O_DOORBELL = 320,         /* u32, client: bumped to wake the daemon (futex) */
@@ -130,6 +131,18 @@ static inline uint64_t rnp_ring_slot_off(uint64_t seq, uint32_t slots)
 static inline bool rnp_seq_reached(uint64_t word, uint64_t seq)
 {
     return (int64_t)(word - seq) >= 0;
+}
+
+/* The daemon's bit of the ready word (PROTOCOL.md 13.3): set while it takes
+ * a ring's armed calls back, so that their stream waits (ready >= seq,
+ * modulo 2^64) pass; bit 62, not 63, because such a wait is cyclic.  The
+ * client's progress is the word without it, and seqs stay below 2^62. */
+#define RNP_RING_READY_RAISED (1ull << 62)
+
+/* The seq the client's ready word says, the daemon's bit cleared. */
+static inline uint64_t rnp_ring_ready_seq(uint64_t word)
+{
+    return word & ~RNP_RING_READY_RAISED;
 }
 
 /* Whether the client may publish seq with done at `done`: the slot it

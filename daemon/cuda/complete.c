@@ -246,18 +246,19 @@ static void armed_skip_check(rnd_job *job, uint32_t sess_id)
     atomic_store(&rj->skipped, true);
     if (atomic_load(&rj->revoked))
         return;
-    unsigned long long rd = __atomic_load_n(rnp_ring_u64(rj->ring, RNP_RING_O_READY),
-                                            __ATOMIC_ACQUIRE),
+    unsigned long long word = __atomic_load_n(rnp_ring_u64(rj->ring, RNP_RING_O_READY),
+                                              __ATOMIC_ACQUIRE),
+                       rd = rnp_ring_ready_seq(word),
                        go = __atomic_load_n(rnp_ring_u64(rj->ring, RNP_RING_O_GO),
                                             __ATOMIC_ACQUIRE);
     seen++;
     if ((seen & (seen - 1)) == 0)
         rnd_warn("cuda session #%u: armed ring call %" PRIu64 " skipped without a revocation "
-                 "(ready %llu, go %llu; %" PRIu64 " such calls so far)",
-                 sess_id, rj->seq, rd, go, seen);
+                 "(ready %llu%s, go %llu; %" PRIu64 " such calls so far)",
+                 sess_id, rj->seq, rd, word & RNP_RING_READY_RAISED ? " and bit 62" : "", go, seen);
     job->status = RN_INVALID_ARGUMENT;
-    snprintf(job->msg, sizeof job->msg, "%s (ready %llu, go %llu); it was not run",
-             RND_GO_FIRST_MSG, rd, go);
+    snprintf(job->msg, sizeof job->msg, "%s (ready %llu%s, go %llu); it was not run",
+             RND_READY_BACK_MSG, rd, word & RNP_RING_READY_RAISED ? " and bit 62" : "", go);
     rnd_ring_put(rj, job->status, job->msg);
     rnd_cuda_ring_answer_host(job);
 }

@@ -23,7 +23,7 @@
  * cannot make the gate forget a wait the GPU has not passed.  The gate is
  * shut while a wait not satisfied is older than the grace
  * (RND_CUDA_GATE_GRACE_MS, RMSNORMD_DEBUG_CLOSE_GATE_MS), or while an armed
- * call's wait on the ring's go word is (--ring-ready=armed: the gate then
+ * call's wait on the ring's ready word is (--ring-ready=armed: the gate then
  * asks the loop to take such calls back, rnd_backend_opts.revoke); the look stops
  * there, or at the first wait not satisfied that is younger (the ones after
  * it were queued later still), so it costs a load or a query or two.

@@ -488,10 +488,10 @@ void rnd_cuda_ring_release_cancelled(rnd_cuda *b)
         if (g->cs->cancel >= 0)
             __atomic_store_n(&b->cancel_host[g->cs->cancel], 1u, __ATOMIC_SEQ_CST);
         uint64_t *ready = rnp_ring_u64(job->ring->ring, RNP_RING_O_READY);
-        uint64_t seen = __atomic_load_n(ready, __ATOMIC_ACQUIRE);
-        /* (An armed job waits on the ring's go word, which the end of its
-         * session raises and keeps raised until it ended: ring_arm.c's
-         * revocation.) */
+        uint64_t seen = rnp_ring_ready_seq(__atomic_load_n(ready, __ATOMIC_ACQUIRE));
+        /* (An armed job's wait ends with the daemon's bit of the ready
+         * word, which the end of its session sets and keeps set until it
+         * ended: ring_arm.c's revocation.) */
         if (!job->ring->arm_key && !rnp_seq_reached(seen, job->ring->seq)) {
             /* Its status says it did not run as asked (a session can end
              * with its client alive: a channel that stopped reading), then

@@ -253,15 +253,14 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
      * visible to whatever the daemon launches after it saw the word. */
     if (run && !graph && !rj->ready_seen) {
         /* The gate sees the wait before the stream has it (gate.c).  An
-         * armed job waits on the ring's go word, which its client's stream
-         * writes after ready (and the daemon, to take it back). */
+         * armed job waits on the ready word for its key, which the daemon's
+         * bit of the word passes too (to take it back). */
         if (!rnd_cuda_gate_add(b, g, rj, NULL)) { /* (armed, a close runs) */
             rnd_cuda_gjob_free(b, g);
             return rnp_fail(err, RND_UNARMABLE, "bwd: a close runs; not armed now");
         }
-        CUdeviceptr wa = armed ? ready + (RNP_RING_O_GO - RNP_RING_O_READY) : ready;
         uint64_t wv = armed ? rj->arm_key : rj->seq;
-        if ((r = b->wait64(s->st, wa, wv, CU_STREAM_WAIT_VALUE_GEQ)) != CUDA_SUCCESS) {
+        if ((r = b->wait64(s->st, ready, wv, CU_STREAM_WAIT_VALUE_GEQ)) != CUDA_SUCCESS) {
             rc = drv_fail(b, s, "cuStreamWaitValue64 (ready)", r, err);
             rnd_cuda_gjob_free(b, g);
             return rc;

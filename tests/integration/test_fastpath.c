@@ -1502,11 +1502,13 @@ static void test_armed_needs_go(void **state)
     RNH_PASS(d);
 }
 
-/* A client that writes go before ready (PROTOCOL.md 13.3): its armed call
- * does not run and is answered RN_INVALID_ARGUMENT naming the go word, done
- * moves past it, and the ring is not armed again (its next call waits for
- * ready in the ring and runs). */
-static void test_armed_go_first(void **state)
+/* A client that writes the daemon's bit of its ready word (PROTOCOL.md 13.3:
+ * bit 62 is the daemon's): its armed call's wait passes, its gate finds the
+ * client's ready below it, and no revocation took it back: it does not run
+ * and is answered RN_INVALID_ARGUMENT naming the ready word, done moves
+ * past it, and the ring is not armed again (its next call waits for ready
+ * in the ring and runs). */
+static void test_armed_ready_bit(void **state)
 {
     rnh_daemon *d = *state;
     raw_case r;
@@ -1518,10 +1520,11 @@ static void test_armed_go_first(void **state)
     uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
     assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
     rnv_poison(&r.a);
-    rnr_ring_go(&r.g, s1);
+    __atomic_store_n(rnp_ring_u64(r.g.mem, RNP_RING_O_READY), RNP_RING_READY_RAISED,
+                     __ATOMIC_RELEASE);
     assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
     assert_int_equal(rnr_ring_status(&r.g, s1, msg, sizeof msg), RN_INVALID_ARGUMENT);
-    assert_non_null(strstr(msg, "go word"));
+    assert_non_null(strstr(msg, "ready word"));
     assert_int_equal(((const uint8_t *)r.a.dx)[0], 0xA5); /* (rnv_poison's) */
     assert_int_equal(rnh_wait_stat(d, "fast.errors", 1, WAIT_MS), 0);
     uint64_t s2 = rnr_ring_publish(&r.g, &r.b, NULL, false);
@@ -1531,49 +1534,10 @@ static void test_armed_go_first(void **state)
     assert_int_equal(rnr_ring_wait(&r.g, s2, WAIT_MS), 0);
     assert_int_equal(rnr_ring_status(&r.g, s2, NULL, 0), 0);
     if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
-        fail_msg("after go first: %s", msg);
+        fail_msg("after the bit: %s", msg);
     assert_int_equal(rnh_stat(d, "fast.armed"), 1);
     rnv_expect_fini(&r.e);
     rnr_ring_close(&r.g);
-    RNH_PASS(d);
-}
-
-/* A revoked call whose ready had come before its gate looked (its go not
- * yet written: the client's stream writes ready, then go) runs when the
- * daemon raises go, and is answered once, not taken again. */
-static void test_armed_revoked_ran(void **state)
-{
-    rnh_daemon *d = *state;
-    raw_case r, o;
-    char msg[400];
-
-    RNH_NEED_READY_MODE(d, "armed");
-    assert_int_equal(rnh_start(d), 0);
-    raw_open(d, &r, 8, 86);
-    raw_open(d, &o, 8, 87);
-    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
-    assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
-    rnv_poison(&r.a);
-    __atomic_store_n(rnp_ring_u64(r.g.mem, RNP_RING_O_READY), s1, __ATOMIC_RELEASE);
-    usleep(20000);
-    assert_int_equal(rnr_ring_done(&r.g), 0); /* (go has not come) */
-    uint64_t t1 = rnr_ring_publish(&o.g, &o.b, NULL, true);
-    assert_int_equal(rnr_ring_wait(&o.g, t1, WAIT_MS), 0);
-    assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
-    assert_int_equal(rnr_ring_status(&r.g, s1, NULL, 0), 0);
-    if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
-        fail_msg("the revoked call that ran: %s", msg);
-    assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, WAIT_MS), 0);
-    assert_int_equal(rnh_wait_stat(d, "fast.ok", 2, WAIT_MS), 0);
-    usleep(20000);
-    assert_int_equal(rnh_stat(d, "fast.ok"), 2);
-    assert_int_equal(rnh_stat(d, "fast.revokes"), 1);
-    assert_int_equal(rnh_stat(d, "fast.revoked"), 0);
-    rnr_ring_go(&r.g, s1); /* (the client's stream, late: changes nothing) */
-    rnv_expect_fini(&r.e);
-    rnv_expect_fini(&o.e);
-    rnr_ring_close(&r.g);
-    rnr_ring_close(&o.g);
     RNH_PASS(d);
 }
 
@@ -1609,6 +1573,8 @@ static void test_armed_revoked(void **state)
     assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, WAIT_MS), 0);
     assert_int_equal(rnh_wait_stat_ge(d, "fast.ready_waits", 1, WAIT_MS), 0);
     assert_int_equal(rnr_ring_done(&r.g), 0);
+    /* (the daemon's bit of ready cleared at the thaw: the client's 0 again) */
+    assert_int_equal(__atomic_load_n(rnp_ring_u64(r.g.mem, RNP_RING_O_READY), __ATOMIC_ACQUIRE), 0);
     memcpy(r.g.data, saved, n);
     rnr_ring_ready(&r.g, s1);
     assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
@@ -1640,10 +1606,11 @@ static void test_armed_revoked(void **state)
  * ring taking nothing until the revoked job ended:
  *   - its ready and go come while it is queued: it runs once, as the
  *     revoked job (its gate open by then) or taken again after it;
- *   - lower: the client's stream lowers go again (a late write of an
- *     earlier call's): the doorbell thread raises it back while the ring
- *     is frozen, so the revoked job still ends (skipped, taken back) once
- *     the worker is free, and the call runs once after its ready.
+ *   - lower: the client's stream writes ready again (a late write of an
+ *     earlier call's), which clears the daemon's bit: the doorbell thread
+ *     sets it back while the ring is frozen, so the revoked job still ends
+ *     (skipped, taken back) once the worker is free, and the call runs once
+ *     after its ready.
  * The call works in place (dx over dy): a second run would read its own dx
  * as dy. */
 typedef struct big_call {
@@ -1700,7 +1667,7 @@ static void armed_frozen(void **state, bool lower)
         fail_msg("rn_buffer_alloc: %s", rn_last_error(m));
     assert_int_equal(rnh_wait_stat(d, "fast.revokes", 1, WAIT_MS), 0);
     if (lower) {
-        rnr_ring_go(&r.g, 0);
+        __atomic_store_n(rnp_ring_u64(r.g.mem, RNP_RING_O_READY), 0, __ATOMIC_RELEASE);
         pthread_join(th, NULL);
         assert_int_equal(rnh_wait_stat(d, "fast.revoked", 1, WAIT_MS), 0);
         assert_int_equal(rnh_wait_stat_ge(d, "fast.ready_waits", 1, WAIT_MS), 0);
@@ -1737,7 +1704,7 @@ static void test_armed_frozen(void **state)
     armed_frozen(state, false);
 }
 
-static void test_armed_go_lowered(void **state)
+static void test_armed_bit_cleared(void **state)
 {
     armed_frozen(state, true);
 }
@@ -2190,13 +2157,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kill9_prepared, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_late, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_needs_go, rnh_setup, rnh_teardown),
-        cmocka_unit_test_setup_teardown(test_armed_go_first, rnh_setup, rnh_teardown),
-        cmocka_unit_test_setup_teardown(test_armed_revoked_ran, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_ready_bit, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_revoked, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_invalid_after, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_ring_close, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_frozen, rnh_setup, rnh_teardown),
-        cmocka_unit_test_setup_teardown(test_armed_go_lowered, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_bit_cleared, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_revoked_by_map, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_classic_limit, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_kill9, rnh_setup, rnh_teardown),

@@ -3,11 +3,14 @@
  * test_daemon_ring_gate.c - an armed ring job's wait and gate as the CPU
  * backend decides them (daemon/ring_io.h: rnd_ring_wait_met,
  * rnd_ring_gate_open), the twin of the kernel's gate (rnk_bwd_args.gate,
- * latch): the wait ends once go reaches the key; the gate is open once
- * ready reached it, unless an earlier job of the same epoch found its gate
- * shut (the latch, with the first key that skipped: rnd_ring_gate_was_shut
+ * latch): the wait ends once the ready word reaches the key, as a stream
+ * wait compares it (the daemon's bit RNP_RING_READY_RAISED passes every
+ * key); the gate is open once the client's ready, the bit left out,
+ * reached it, unless an earlier job of the same epoch found its gate shut
+ * (the latch, with the first key that skipped: rnd_ring_gate_was_shut
  * after the jobs ended), which a job of the next epoch ignores; a job not
- * armed waits for ready and is always open.
+ * armed waits for the client's ready and is always open.  The go word
+ * plays no part (the client's own).
  */
 #include "rn_test.h"
 
@@ -18,10 +21,10 @@
 static uint64_t ring[RNP_RING_HDR / 8];
 static uint64_t arm[2];
 
-static void words(uint64_t ready, uint64_t go)
+static void ready(uint64_t word)
 {
-    *rnp_ring_u64(ring, RNP_RING_O_READY) = ready;
-    *rnp_ring_u64(ring, RNP_RING_O_GO) = go;
+    *rnp_ring_u64(ring, RNP_RING_O_READY) = word;
+    *rnp_ring_u64(ring, RNP_RING_O_GO) = 0; /* (never read) */
 }
 
 static rnd_ring_job job(uint64_t seq, uint64_t epoch)
@@ -39,21 +42,21 @@ static rnd_ring_job job(uint64_t seq, uint64_t epoch)
 static void test_wait_and_gate(void **state)
 {
     (void)state;
+    const uint64_t R = RNP_RING_READY_RAISED;
     memset(ring, 0, sizeof ring);
     memset(arm, 0, sizeof arm);
     rnd_ring_job a = job(5, 1);
-    words(4, 4);
+    ready(4);
     assert_false(rnd_ring_wait_met(&a));
-    words(5, 4);
-    assert_false(rnd_ring_wait_met(&a)); /* (ready alone: no) */
-    words(5, 5);
+    ready(5);
     assert_true(rnd_ring_wait_met(&a));
     assert_true(rnd_ring_gate_open(&a));
     assert_int_equal(arm[0], 0);
     assert_false(rnd_ring_gate_was_shut(&a));
-    /* go past ready (the daemon's raise): shut, and latched */
+    /* the daemon's bit (a revocation): the wait passes, the gate is shut,
+     * and latched */
     rnd_ring_job b = job(6, 1), c = job(7, 1);
-    words(5, 9);
+    ready(5 | R);
     assert_true(rnd_ring_wait_met(&b));
     assert_false(rnd_ring_gate_open(&b));
     assert_int_equal(arm[0], 1);
@@ -61,30 +64,38 @@ static void test_wait_and_gate(void **state)
     assert_true(rnd_ring_gate_was_shut(&b));
     assert_false(rnd_ring_gate_was_shut(&a)); /* (before the first skip: it ran) */
     /* ready came for the next one: still shut in this epoch */
-    words(7, 9);
+    ready(7 | R);
     assert_true(rnd_ring_wait_met(&c));
     assert_false(rnd_ring_gate_open(&c));
     assert_int_equal(arm[1], 6);
     assert_true(rnd_ring_gate_was_shut(&c));
-    /* the next epoch ignores the latch */
+    /* the next epoch ignores the latch; the bit set or not, the client's
+     * ready decides */
     rnd_ring_job d = job(7, 2);
     assert_true(rnd_ring_gate_open(&d));
     assert_int_equal(arm[0], 1);
     assert_false(rnd_ring_gate_was_shut(&d));
-    /* not armed: the wait is ready's, the gate always open */
+    /* not armed: the wait is the client's ready, the bit left out, and the
+     * gate always open */
     rnd_ring_job e = job(8, 0);
-    words(7, 9);
+    ready(7 | R);
     assert_false(rnd_ring_wait_met(&e));
-    words(8, 0);
+    ready(8);
     assert_true(rnd_ring_wait_met(&e));
     assert_true(rnd_ring_gate_open(&e));
     /* sequence numbers compare modulo 2^64 */
     rnd_ring_job f = job(2, 3);
-    words(UINT64_MAX, 1);
+    ready(UINT64_MAX);
     assert_false(rnd_ring_wait_met(&f));
-    words(2, 3);
+    ready(2);
     assert_true(rnd_ring_wait_met(&f));
     assert_true(rnd_ring_gate_open(&f));
+    /* the bit passes a wait for any key within 2^62 of the client's */
+    rnd_ring_job g = job(1000, 4);
+    ready(3 | R);
+    assert_true(rnd_ring_wait_met(&g));
+    assert_false(rnd_ring_gate_open(&g));
+    assert_int_equal(rnp_ring_ready_seq(3 | R), 3);
 }
 
 int main(void)
