@@ -833,18 +833,20 @@ static void test_gate_word(void **state)
 }
 
 /* The daemon's armed calls in the order it makes them (daemon/cuda/submit.c,
- * daemon/ring_arm.c): the stream waits for go >= key, the launch after it
- * is gated on the client's ready word with the ring's latch, and then
- * either the client stores ready, then go (the call runs), or the daemon
- * stores go alone (a revocation: the call must do nothing, and the daemon
- * arms the next calls in a new epoch), at a random moment before or after
- * the GPU reached the wait.  Every 8th round two calls are queued and
- * revoked together, the first released alone and skipped, then ready and
- * go raised past the second: the latch must skip the second too.  The
- * words are pinned, mapped memory, as the ring's and the daemon's are.
- * Run: done = key and the usual bits; skipped: done as it was and nothing
- * written. */
+ * daemon/ring_arm.c): the stream waits for ready >= key (cyclic, as the
+ * driver compares), the launch after it is gated on the client's ready
+ * word, bit 62 left out, with the ring's latch, and then either the client
+ * stores ready (the call runs), or the daemon sets bit 62 of ready with an
+ * atomic OR (a revocation: the wait passes, the call must do nothing, and
+ * the daemon arms the next calls in a new epoch), at a random moment
+ * before or after the GPU reached the wait.  Every 8th round two calls are
+ * queued and revoked together: the bit releases both, the first skips,
+ * then the client's ready comes past the second, whose gate is open by
+ * then: the latch must skip it too.  The words are pinned, mapped memory,
+ * as the ring's and the daemon's are.  Run: done = key and the usual
+ * bits; skipped: done as it was and nothing written. */
 typedef CUresult (*wait64_fn)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
+#define RAISED (1ull << 62) /* (RNP_RING_READY_RAISED: the daemon's bit of ready) */
 
 static void test_gate_stream(void **state)
 {
@@ -856,7 +858,7 @@ static void test_gate_stream(void **state)
     gspec specs[] = {gs(8192, 256, RNK_BF16, RNK_BF16, RNK_BF16),
                      gs(8192, 1024, RNK_BF16, RNK_F32, RNK_F32)};
     const int iters = quick ? 40 : 400;
-    uint64_t *words = NULL, *wdev = NULL; /* [0] done, [1] go, [2] ready, [3..4] latch */
+    uint64_t *words = NULL, *wdev = NULL; /* [0] done, [1] unused, [2] ready, [3..4] latch */
     unsigned *cword = NULL, *cdev = NULL;
     CU(cudaHostAlloc((void **)&words, 5 * sizeof(uint64_t), cudaHostAllocMapped));
     CU(cudaHostGetDevicePointer((void **)&wdev, words, 0));
@@ -897,7 +899,7 @@ static void test_gate_stream(void **state)
             need_ws(p.a.m, p.a.n);
             for (int j = 0; j < (pair ? 2 : 1); j++) {
                 key++;
-                if (wait64((CUstream)st, (CUdeviceptr)(uintptr_t)&wdev[1], key,
+                if (wait64((CUstream)st, (CUdeviceptr)(uintptr_t)&wdev[2], key,
                            CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS)
                     FAILF("cuStreamWaitValue64 on pinned mapped memory failed");
                 p.a.cancel = cdev;
@@ -908,7 +910,7 @@ static void test_gate_stream(void **state)
                 p.a.done[0] = &wdev[0];
                 p.a.done_value = key;
                 if (rnk_cuda_bwd(dev, &p.a, ws, wsb, st, msg, sizeof msg) != 0) {
-                    __atomic_store_n(&words[1], key + 2, __ATOMIC_SEQ_CST); /* (the wait ends) */
+                    __atomic_fetch_or(&words[2], RAISED, __ATOMIC_SEQ_CST); /* (the wait ends) */
                     FAILF("rnk_cuda_bwd: %s", msg);
                 }
                 if (pair && j == 0)
@@ -921,17 +923,16 @@ static void test_gate_stream(void **state)
             while ((uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t)t1.tv_nsec -
                        (uint64_t)t0.tv_nsec < delay_ns);
             if (pair) {
-                /* the first released alone, before its ready: it skips;
-                 * then ready and go past the second, whose gate is open
+                /* the bit releases both, the first skips; then the
+                 * client's ready past the second, whose gate is then open
                  * but latched */
-                __atomic_store_n(&words[1], key - 1, __ATOMIC_SEQ_CST);
+                __atomic_fetch_or(&words[2], RAISED, __ATOMIC_SEQ_CST);
                 CU(cudaEventSynchronize(ev));
                 __atomic_store_n(&words[2], key, __ATOMIC_RELEASE);
-                __atomic_store_n(&words[1], key, __ATOMIC_SEQ_CST);
+            } else if (open) {
+                __atomic_store_n(&words[2], key, __ATOMIC_RELEASE);
             } else {
-                if (open)
-                    __atomic_store_n(&words[2], key, __ATOMIC_RELEASE);
-                __atomic_store_n(&words[1], key, __ATOMIC_SEQ_CST);
+                __atomic_fetch_or(&words[2], RAISED, __ATOMIC_SEQ_CST);
             }
             CU(cudaStreamSynchronize(st));
             const uint64_t d = __atomic_load_n(&words[0], __ATOMIC_ACQUIRE);
@@ -962,7 +963,8 @@ static void test_gate_stream(void **state)
                 runs++;
             } else {
                 /* the daemon: what was taken back is taken again (here:
-                 * its ready already came; the next key) in a new epoch */
+                 * its ready comes, which clears the bit; the next key) in
+                 * a new epoch */
                 backs += pair ? 2 : 1;
                 latched += pair;
                 epoch++;
