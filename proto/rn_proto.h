@@ -155,9 +155,10 @@ typedef struct rnp_ring_open_req {
     rnp_region_id done_region;
     uint64_t done_offset;
     /* Optional (false: absent): the client's stream writes the ring's go
-     * word after ready at every call (rn_ring.h's RNP_RING_O_GO; PROTOCOL.md
-     * 13.3), so that the daemon may queue a call's kernel before ready
-     * (--ring-ready=armed). */
+     * word after ready at every call and orders its calls on several
+     * streams by go (rn_ring.h's RNP_RING_O_GO; PROTOCOL.md 13.3), so that
+     * the daemon may queue a call's kernel before ready and end its wait
+     * with its own bit of ready (--ring-ready=armed). */
     bool go;
 } rnp_ring_open_req;
 
