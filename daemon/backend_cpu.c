@@ -215,9 +215,10 @@ static void *worker(void *arg)
 
         char msg[RNP_MAX_ERRMSG] = "";
         /* An armed job whose gate is shut (backend.h; its wait was met when
-         * pick took it: go may have moved back since, the gate decides):
-         * taken back if the daemon revoked it (marked before it raised go),
-         * else its client wrote go before ready; nothing at all is done.
+         * pick took it: ready may have moved back since, the gate decides):
+         * taken back if the daemon revoked it (marked before it set its bit
+         * of ready), else its client's ready went back or carried the bit;
+         * nothing at all is done.
          * On a failed backend a revoked one is taken back unlooked (as the
          * cuda backend's fail_job), the others answered failing. */
         bool armed = job->ring && !job->ring->graph && job->ring->arm_key &&

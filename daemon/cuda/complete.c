@@ -231,8 +231,9 @@ static void sync_times(const rnd_cuda_gjob *g, rnd_job *job)
  * completion: the ring's latch says whether its gate was shut (its epoch's
  * first skip at or before its key: rnd_ring_gate_was_shut; not done, which
  * a job taken ungated after it may have moved past).  Revoked, it was taken
- * back (skipped set: the daemon takes the slot again); else its client's go
- * came before its ready: it is answered with RN_INVALID_ARGUMENT, its status
+ * back (skipped set: the daemon takes the slot again); else its client's
+ * ready was below it after its wait ended (it went back, or carried the
+ * daemon's bit): it is answered with RN_INVALID_ARGUMENT, its status
  * (even if done passed it: a job taken ungated after it ran) and done from
  * the host, with a log line at the 1st, 2nd, 4th, ... time (a client can
  * cause it), not reported done with nothing computed.  The client's device
