@@ -252,14 +252,15 @@ static void armed_skip_check(rnd_job *job, uint32_t sess_id)
                        rd = rnp_ring_ready_seq(word),
                        go = __atomic_load_n(rnp_ring_u64(rj->ring, RNP_RING_O_GO),
                                             __ATOMIC_ACQUIRE);
+    const char *bit = word & RNP_RING_READY_RAISED ? " and bit 62" : "";
     seen++;
     if ((seen & (seen - 1)) == 0)
         rnd_warn("cuda session #%u: armed ring call %" PRIu64 " skipped without a revocation "
                  "(ready %llu%s, go %llu; %" PRIu64 " such calls so far)",
-                 sess_id, rj->seq, rd, word & RNP_RING_READY_RAISED ? " and bit 62" : "", go, seen);
+                 sess_id, rj->seq, rd, bit, go, seen);
     job->status = RN_INVALID_ARGUMENT;
     snprintf(job->msg, sizeof job->msg, "%s (ready %llu%s, go %llu); it was not run",
-             RND_READY_BACK_MSG, rd, word & RNP_RING_READY_RAISED ? " and bit 62" : "", go);
+             RND_READY_BACK_MSG, rd, bit, go);
     rnd_ring_put(rj, job->status, job->msg);
     rnd_cuda_ring_answer_host(job);
 }

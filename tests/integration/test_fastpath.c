@@ -1474,6 +1474,21 @@ static void test_armed_late(void **state)
     RNH_PASS(d);
 }
 
+/* Seq of r, published unarmed and left for its ready word: ready comes, it
+ * runs once with the expected results, and fast.armed is still `armed`. */
+static void runs_once_ready(rnh_daemon *d, raw_case *r, uint64_t seq, int64_t armed,
+                            const char *what)
+{
+    char msg[400];
+
+    rnr_ring_ready(&r->g, seq);
+    assert_int_equal(rnr_ring_wait(&r->g, seq, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r->g, seq, NULL, 0), 0);
+    if (rnv_compare(&r->a, &r->e, true, NULL, msg, sizeof msg) != 0)
+        fail_msg("%s: %s", what, msg);
+    assert_int_equal(rnh_stat(d, "fast.armed"), armed);
+}
+
 /* A ring opened without go (RING_OPEN's go unset: its client writes no go
  * word) is never armed: its slot waits for ready in the ring, as in host
  * mode, and runs once ready comes. */
@@ -1481,7 +1496,6 @@ static void test_armed_needs_go(void **state)
 {
     rnh_daemon *d = *state;
     raw_case r;
-    char msg[400];
 
     RNH_NEED_READY_MODE(d, "armed");
     assert_int_equal(rnh_start(d), 0);
@@ -1491,12 +1505,7 @@ static void test_armed_needs_go(void **state)
     usleep(20000);
     assert_int_equal(rnh_stat(d, "fast.armed"), 0);
     assert_int_equal(rnh_stat(d, "inflight.current"), 0);
-    rnr_ring_ready(&r.g, seq);
-    assert_int_equal(rnr_ring_wait(&r.g, seq, WAIT_MS), 0);
-    assert_int_equal(rnr_ring_status(&r.g, seq, NULL, 0), 0);
-    if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
-        fail_msg("not armed: %s", msg);
-    assert_int_equal(rnh_stat(d, "fast.armed"), 0);
+    runs_once_ready(d, &r, seq, 0, "not armed");
     rnv_expect_fini(&r.e);
     rnr_ring_close(&r.g);
     RNH_PASS(d);
@@ -1530,12 +1539,7 @@ static void test_armed_ready_bit(void **state)
     uint64_t s2 = rnr_ring_publish(&r.g, &r.b, NULL, false);
     assert_int_equal(rnh_wait_stat_ge(d, "fast.ready_waits", 1, WAIT_MS), 0);
     assert_int_equal(rnh_stat(d, "fast.armed"), 1);
-    rnr_ring_ready(&r.g, s2);
-    assert_int_equal(rnr_ring_wait(&r.g, s2, WAIT_MS), 0);
-    assert_int_equal(rnr_ring_status(&r.g, s2, NULL, 0), 0);
-    if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
-        fail_msg("after the bit: %s", msg);
-    assert_int_equal(rnh_stat(d, "fast.armed"), 1);
+    runs_once_ready(d, &r, s2, 1, "after the bit");
     rnv_expect_fini(&r.e);
     rnr_ring_close(&r.g);
     RNH_PASS(d);
