@@ -72,9 +72,10 @@ static const flag_def flags[] = {
                                     "                          it), host (the ring thread polls it and submits\n"
                                     "                          only ready slots: no stream waits on a client),\n"
                                     "                          armed (a slot of a ring whose client writes go\n"
-                                    "                          after ready is queued at once behind go, which\n"
-                                    "                          the daemon can also write to take it back), auto\n"
-                                    "                          (host on cuda, gpu on cpu) (default auto)"},
+                                    "                          is queued at once; its wait on ready has a bit\n"
+                                    "                          the daemon sets to take it back), auto (cuda:\n"
+                                    "                          armed under MPS, else host; cpu: gpu)\n"
+                                    "                          (default auto)"},
     {"max-m", "N", "largest M (rows) of a request (default 16777216)"},
     {"max-n", "N", "largest N (columns) of a request (default 262144)"},
     {"idle-timeout", "SEC", "end a session idle this long (default 600; 0 = never)"},

@@ -627,14 +627,18 @@ int rnd_rings_init(rnd_ctx *ctx, rnd_rings *tab, rnd_ring_submit_fn *submit, rnp
     tab->ctx = ctx;
     tab->submit = submit;
     tab->end_thawed = end_live;
-    /* auto: host on the cuda backend; the cpu backend's workers wait for
-     * ready on the host themselves, so its slots are taken at once. */
+    /* auto: on the cuda backend armed under MPS (bench/RESULTS.md: it adds
+     * what gpu adds, and nothing more when producers come late, where host
+     * adds 80-260 us), host without MPS (where every stream wait on a client
+     * is a context switch); the cpu backend's workers wait for ready on the
+     * host themselves, so its slots are taken at once. */
     tab->ready_mode = ctx->cfg.ring_ready;
+    if (tab->ready_mode == RND_RING_READY_AUTO)
+        tab->ready_mode = strcmp(ctx->dev.backend, "cuda") != 0 ? RND_RING_READY_GPU
+                          : ctx->dev.mps                       ? RND_RING_READY_ARMED
+                                                               : RND_RING_READY_HOST;
     if (tab->ready_mode == RND_RING_READY_ARMED && !ctx->be->ops->arm_open)
         tab->ready_mode = RND_RING_READY_HOST;
-    if (tab->ready_mode == RND_RING_READY_AUTO)
-        tab->ready_mode = strcmp(ctx->dev.backend, "cuda") == 0 ? RND_RING_READY_HOST
-                                                                 : RND_RING_READY_GPU;
     /* RMSNORMD_DEBUG_READY_SPIN_US=N (being measured: what the spin costs a
      * host whose cores the clients need): the spin for ready words. */
     tab->ready_spin_ns = READY_SPIN_NS;
@@ -675,8 +679,8 @@ int rnd_rings_init(rnd_ctx *ctx, rnd_rings *tab, rnd_ring_submit_fn *submit, rnp
              tab->ready_mode == RND_RING_READY_HOST
                  ? "a slot is taken once its inputs are ready; no stream waits on a client"
              : tab->ready_mode == RND_RING_READY_ARMED
-                 ? "armed: a slot of a ring whose client writes go is queued at once behind "
-                   "go, which the daemon raises itself to take it back"
+                 ? "armed: a slot of a ring whose client writes go is queued at once, its "
+                   "wait on ready guarded by a bit the daemon sets to take it back"
                  : "a slot is taken at once; its stream waits for its inputs on the GPU");
     return 0;
 }
