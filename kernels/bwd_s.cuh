@@ -34,19 +34,6 @@
 
 namespace rnk {
 
-/* The trees' type (a measurement knob, float in production): with
- * RNK_S_TREE64 = 1 each thread's sums of its 8 columns, still fp32, meet in
- * fp64 over the warp and the row's warps, and are rounded to fp32 once, for
- * the accuracy target of issue 15 (bench/RESULTS.md). */
-#ifndef RNK_S_TREE64
-#define RNK_S_TREE64 0
-#endif
-#if RNK_S_TREE64
-typedef double stree_t;
-#else
-typedef float stree_t;
-#endif
-
 /* Block shape of TPR threads a row: BT threads, R rows at once, MINB blocks
  * a SM (32 warps: 64 registers a thread). */
 template <int TPR> struct SShape {
@@ -58,7 +45,7 @@ template <int TPR> struct SShape {
 /* The block's shared arrays: the row sums of each warp (double-buffered by
  * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag. */
 template <int TPR, int VEC> struct SShared {
-    stree_t red[2][SShape<TPR>::R][SShape<TPR>::WPR][2];
+    float red[2][SShape<TPR>::R][SShape<TPR>::WPR][2];
     float comb[SShape<TPR>::R > 1 ? (SShape<TPR>::R - 1) * TPR * VEC : 1];
     int claim[2], last;
 };
@@ -84,29 +71,10 @@ __device__ __forceinline__ uint4 ldnc16(const void *p)
 
 /* A row's two sums over a warp by a fixed shuffle tree (s1 only when rstd
  * is recomputed): every lane ends with the warp's sums. */
-template <bool RS> __device__ __forceinline__ void s_warp_sum(stree_t &s1, stree_t &s2)
+template <bool RS> __device__ __forceinline__ void s_warp_sum(float &s1, float &s2)
 {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-        if (!RS)
-            s1 += __shfl_xor_sync(0xffffffffu, s1, o);
-        s2 += __shfl_xor_sync(0xffffffffu, s2, o);
-    }
-}
-
-/* The second tree, over the warps' sums (a measurement knob, 0 in
- * production): with RNK_S_SHORT_TREE = 1 every group of WPR lanes holds the
- * WPR warps' sums (lane i warp i % WPR's) and the tree has log2(WPR) steps,
- * not 5 steps over zeros past the WPR-th lane: the same additions, in the
- * same order, without the ones of a zero (so a sum of -0 stays -0). */
-#ifndef RNK_S_SHORT_TREE
-#define RNK_S_SHORT_TREE 0
-#endif
-template <bool RS, int WPR>
-__device__ __forceinline__ void s_warps_sum(stree_t &s1, stree_t &s2)
-{
-#pragma unroll
-    for (int o = WPR / 2; o > 0; o >>= 1) {
         if (!RS)
             s1 += __shfl_xor_sync(0xffffffffu, s1, o);
         s2 += __shfl_xor_sync(0xffffffffu, s2, o);
@@ -184,14 +152,13 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
             float xf[VEC], yf[VEC];
             Vec<T>::unpack(cur.x, xf);
             Vec<T>::unpack(cur.y, yf);
-            float f1 = 0.0f, f2 = 0.0f;
+            float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
             for (int e = 0; e < VEC; e++) {
                 if (!RS)
-                    f1 += xf[e] * xf[e];
-                f2 += xf[e] * (yf[e] * wv[e]);
+                    s1 += xf[e] * xf[e];
+                s2 += xf[e] * (yf[e] * wv[e]);
             }
-            stree_t s1 = f1, s2 = f2;
             s_warp_sum<RS>(s1, s2);
             if (WPR > 1) {
                 if (lane == 0) {
@@ -202,20 +169,14 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                 /* Lane i takes warp i's sums (zeros past the row's warps),
                  * then the same fixed shuffle tree: every lane ends with the
                  * row's sums. */
-#if RNK_S_SHORT_TREE
-                s1 = !RS ? red[par][grp][lane % WPR][0] : stree_t(0);
-                s2 = red[par][grp][lane % WPR][1];
-                s_warps_sum<RS, WPR>(s1, s2);
-#else
-                s1 = !RS && lane < WPR ? red[par][grp][lane][0] : stree_t(0);
-                s2 = lane < WPR ? red[par][grp][lane][1] : stree_t(0);
+                s1 = !RS && lane < WPR ? red[par][grp][lane][0] : 0.0f;
+                s2 = lane < WPR ? red[par][grp][lane][1] : 0.0f;
                 s_warp_sum<RS>(s1, s2);
-#endif
                 par ^= 1;
             }
             if (j < cnt) {
-                const float rstd = RS ? cur.rs : 1.0f / sqrtf((float)s1 * p.inv_n + p.eps);
-                const float c = rstd * ((float)s2 * p.inv_n);
+                const float rstd = RS ? cur.rs : 1.0f / sqrtf(s1 * p.inv_n + p.eps);
+                const float c = rstd * (s2 * p.inv_n);
                 float rf[VEC], d[VEC];
                 if (DRES)
                     Vec<T>::unpack(cur.r, rf);
