@@ -627,16 +627,13 @@ int rnd_rings_init(rnd_ctx *ctx, rnd_rings *tab, rnd_ring_submit_fn *submit, rnp
     tab->ctx = ctx;
     tab->submit = submit;
     tab->end_thawed = end_live;
-    /* auto: on the cuda backend armed under MPS (bench/RESULTS.md: it adds
-     * what gpu adds, and nothing more when producers come late, where host
-     * adds 80-260 us), host without MPS (where every stream wait on a client
-     * is a context switch); the cpu backend's workers wait for ready on the
-     * host themselves, so its slots are taken at once. */
+    /* auto: cuda, armed under MPS (what gpu adds, late producers too; host
+     * adds 80-260 us then: bench/RESULTS.md), else host (a stream's wait on
+     * a client is a context switch); cpu: gpu (its workers wait for ready). */
     tab->ready_mode = ctx->cfg.ring_ready;
     if (tab->ready_mode == RND_RING_READY_AUTO)
         tab->ready_mode = strcmp(ctx->dev.backend, "cuda") != 0 ? RND_RING_READY_GPU
-                          : ctx->dev.mps                       ? RND_RING_READY_ARMED
-                                                               : RND_RING_READY_HOST;
+                          : ctx->dev.mps ? RND_RING_READY_ARMED : RND_RING_READY_HOST;
     if (tab->ready_mode == RND_RING_READY_ARMED && !ctx->be->ops->arm_open)
         tab->ready_mode = RND_RING_READY_HOST;
     /* RMSNORMD_DEBUG_READY_SPIN_US=N (being measured: what the spin costs a

@@ -97,10 +97,10 @@ static unsigned take_max(rnd_ring *g, bool force, unsigned max)
             left(g, "a revocation");
             return n;
         }
-        /* --ring-ready=host (the cuda backend's default): the slot waits
-         * in the ring until its ready word reaches it (the doorbell thread
-         * watches the word and wakes the loop), so that no stream of the
-         * daemon waits on a client.  A stream's wait is the faster hop
+        /* --ring-ready=host (the cuda backend's default without MPS): the
+         * slot waits in the ring until its ready word reaches it (the
+         * doorbell thread watches the word and wakes the loop), so that no
+         * stream of the daemon waits on a client.  A stream's wait is the faster hop
          * (5-8 us less GPU time a call), but while it waits the driver
          * holds up what shares its hardware queue (the daemon's streams
          * outnumber its 8: other rings' kernels, bench/RESULTS.md: 8

@@ -181,8 +181,8 @@ int rnh_wait_stat_ge(const rnh_daemon *d, const char *name, int64_t min, int tim
  * under --ring-ready=host (the test's flags or RN_DAEMON_ARGS), left in the
  * ring and counted in fast.ready_waits (`waits` of them) with nothing in
  * flight.  For the cpu backend's suites: it reads the flags, not the
- * backend's default (auto is host on cuda).  Returns 0, or -1 as
- * rnh_wait_stat. */
+ * backend's default (auto is armed on cuda under MPS, else host).
+ * Returns 0, or -1 as rnh_wait_stat. */
 int rnh_wait_slot_pending(const rnh_daemon *d, int64_t taken, int64_t waits, int timeout_ms);
 
 /* VmRSS of pid in KiB, -1 on error. */
