@@ -100,11 +100,11 @@ static unsigned take_max(rnd_ring *g, bool force, unsigned max)
         /* --ring-ready=host (the cuda backend's default without MPS): the
          * slot waits in the ring until its ready word reaches it (the
          * doorbell thread watches the word and wakes the loop), so that no
-         * stream of the daemon waits on a client.  A stream's wait is the faster hop
-         * (5-8 us less GPU time a call), but while it waits the driver
-         * holds up what shares its hardware queue (the daemon's streams
-         * outnumber its 8: other rings' kernels, bench/RESULTS.md: 8
-         * clients, 8 000-17 000 calls a second against 33 000) and the
+         * stream of the daemon waits on a client.  A stream's wait is the
+         * faster hop (5-8 us less GPU time a call), but while it waits the
+         * driver holds up what shares its hardware queue (the daemon's
+         * streams outnumber its 8: other rings' kernels, bench/RESULTS.md:
+         * 8 clients, 8 000-17 000 calls a second against 33 000) and the
          * CUDA calls that wait for the device (a new ring's streams: 12
          * clients arriving during one client's 5 s stall waited it out). */
         /* --ring-ready=armed (ring_arm.c): such a slot is taken at once,
