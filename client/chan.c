@@ -113,27 +113,11 @@ static int receive(rn_client *c, uint8_t *in, ssize_t *n, uint64_t deadline_ns, 
  * gone). */
 static int send_msg(rn_client *c, const rnp_chan_msg *m, int fd)
 {
-    union {
-        struct cmsghdr align;
-        char b[CMSG_SPACE(sizeof(int))];
-    } cb;
-    uint8_t out[RNP_CHAN_MAX];
-    struct iovec iov = {out, rnp_chan_encode(m, out)};
-    struct msghdr mh = {0};
-    ssize_t n;
+    int e = rnp_chan_send(c->chan, m, fd);
 
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    if (fd >= 0)
-        rnp_chan_attach_fd(&mh, cb.b, sizeof cb.b, fd);
-    do
-        n = sendmsg(c->chan, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    while (n < 0 && errno == EINTR);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    if (e == EAGAIN || e == EWOULDBLOCK)
         return RN_TIMEOUT;
-    if (n < 0)
-        return lost(c, "send", errno);
-    return 0;
+    return e ? lost(c, "send", e) : 0;
 }
 
 /*

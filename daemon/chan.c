@@ -169,26 +169,12 @@ static void unbind(rnd_session *s)
  * 0, or -1 after ending c. */
 static int send_rep_fd(conn *c, const rnp_chan_msg *rep, int fd)
 {
-    union {
-        struct cmsghdr align;
-        char b[CMSG_SPACE(sizeof(int))];
-    } cb;
-    uint8_t m[RNP_CHAN_MAX];
-    struct iovec iov = {m, rnp_chan_encode(rep, m)};
-    struct msghdr mh = {0};
-    ssize_t n;
+    int e = rnp_chan_send(c->fd, rep, fd);
 
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    if (fd >= 0)
-        rnp_chan_attach_fd(&mh, cb.b, sizeof cb.b, fd);
-    do
-        n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    while (n < 0 && errno == EINTR);
-    if (n == (ssize_t)iov.iov_len)
+    if (!e)
         return 0;
     rnd_debug("Session channel of pid %u: reply not sent (%s): closing", (unsigned)c->pid,
-              n < 0 ? strerror(errno) : "short");
+              e == EMSGSIZE ? "short" : strerror(e));
     conn_end(c, "session channel closed");
     return -1;
 }

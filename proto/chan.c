@@ -5,6 +5,7 @@
  * encoded back.  The daemon and libclient both use these; which types a
  * side accepts, and what a field's value means, is theirs to decide.
  */
+#include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -241,6 +242,29 @@ void rnp_chan_attach_fd(struct msghdr *mh, void *cbuf, size_t cblen, int fd)
     cm->cmsg_type = SCM_RIGHTS;
     cm->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+}
+
+int rnp_chan_send(int sock, const rnp_chan_msg *msg, int fd)
+{
+    union {
+        struct cmsghdr align;
+        char b[CMSG_SPACE(sizeof(int))];
+    } cb;
+    uint8_t out[RNP_CHAN_MAX];
+    struct iovec iov = {out, rnp_chan_encode(msg, out)};
+    struct msghdr mh = {0};
+    ssize_t n;
+
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    if (fd >= 0)
+        rnp_chan_attach_fd(&mh, cb.b, sizeof cb.b, fd);
+    do
+        n = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return errno;
+    return n == (ssize_t)iov.iov_len ? 0 : EMSGSIZE;
 }
 
 unsigned rnp_chan_take_fds(struct msghdr *mh, int *fds, unsigned max)

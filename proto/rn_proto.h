@@ -559,6 +559,11 @@ size_t rnp_chan_encode(const rnp_chan_msg *msg, uint8_t *buf);
  * at least CMSG_SPACE(sizeof(int))). */
 struct msghdr;
 void rnp_chan_attach_fd(struct msghdr *mh, void *cbuf, size_t cblen, int fd);
+/* Encode msg and send it on sock (SOCK_SEQPACKET: all of it or nothing)
+ * without waiting and without SIGPIPE, with descriptor fd attached unless
+ * it is -1, again after EINTR.  Returns 0, or an errno value (EAGAIN or
+ * EWOULDBLOCK: no room, nothing sent; EMSGSIZE for a short send). */
+int rnp_chan_send(int sock, const rnp_chan_msg *msg, int fd);
 /* The descriptors a received mh brought, in order: the first max into fds,
  * the others closed.  Returns how many were stored. */
 unsigned rnp_chan_take_fds(struct msghdr *mh, int *fds, unsigned max);

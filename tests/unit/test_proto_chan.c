@@ -5,14 +5,18 @@
  * the field its message names, in the documented order; the message type
  * known as soon as the header is; descriptor counts; every type's exact
  * length and its bytes on the wire; round trips; an ERROR whose text has no
- * NUL.
+ * NUL; rnp_chan_send on a socket pair.
  *
  * Run with --write-corpus DIR to write fuzz_chan's seeds (one message of
  * every type, behind the harness's control byte) to DIR (tests/fuzz/corpus);
  * test_corpus_fresh checks that the checked-in seeds match.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 #include "rn_proto.h"
 #include "rn_test.h"
@@ -310,6 +314,59 @@ static void test_descriptors(void **state)
     }
 }
 
+/* rnp_chan_send on a real socket pair: the encoded bytes arrive as one
+ * message, with the descriptor attached (a working duplicate of it) or
+ * none; a full socket is EAGAIN with nothing sent, a closed peer an error
+ * without SIGPIPE. */
+static void test_send(void **state)
+{
+    (void)state;
+    int sv[2], pfd[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK, 0, sv), 0);
+    assert_int_equal(pipe(pfd), 0);
+    for (int with_fd = 0; with_fd <= 1; with_fd++) {
+        rnp_chan_msg m = sample(RNP_CHAN_REGISTER_FD);
+        uint8_t want[RNP_CHAN_MAX], got[RNP_CHAN_MAX + 1];
+        size_t len = rnp_chan_encode(&m, want);
+        union {
+            struct cmsghdr align;
+            char b[CMSG_SPACE(sizeof(int))];
+        } cb;
+        struct iovec iov = {got, sizeof got};
+        struct msghdr mh = {0};
+        int fds[1] = {-1};
+
+        assert_int_equal(rnp_chan_send(sv[0], &m, with_fd ? pfd[1] : -1), 0);
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = cb.b;
+        mh.msg_controllen = sizeof cb.b;
+        assert_int_equal(recvmsg(sv[1], &mh, 0), (ssize_t)len);
+        assert_memory_equal(got, want, len);
+        assert_int_equal(rnp_chan_take_fds(&mh, fds, 1), (unsigned)with_fd);
+        if (with_fd) {
+            assert_int_equal(write(fds[0], "k", 1), 1);
+            char c = 0;
+            assert_int_equal(read(pfd[0], &c, 1), 1);
+            assert_int_equal(c, 'k');
+            close(fds[0]);
+        }
+    }
+    /* Full: the peer reads nothing. */
+    rnp_chan_msg m = sample(RNP_CHAN_AUTH);
+    int e = 0, sent = 0;
+    while (sent < 100000 && (e = rnp_chan_send(sv[0], &m, -1)) == 0)
+        sent++;
+    assert_true(e == EAGAIN || e == EWOULDBLOCK);
+    assert_true(sent > 0);
+    close(sv[1]);
+    e = rnp_chan_send(sv[0], &m, -1); /* (ECONNRESET: it closed unread) */
+    assert_true(e == EPIPE || e == ECONNRESET);
+    close(sv[0]);
+    close(pfd[0]);
+    close(pfd[1]);
+}
+
 /* Each type's exact length, every other one up to RNP_CHAN_MAX RN_MALFORMED
  * naming the type (longer is RN_TOO_BIG: test_header). */
 static void test_exact_length(void **state)
@@ -571,6 +628,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_header),
         cmocka_unit_test(test_unknown_type),
         cmocka_unit_test(test_descriptors),
+        cmocka_unit_test(test_send),
         cmocka_unit_test(test_exact_length),
         cmocka_unit_test(test_error_text),
         cmocka_unit_test(test_values_not_judged),
