@@ -439,7 +439,7 @@ void rnd_ring_session_end(rnd_session *s)
         }
     }
     if (g->frozen) /* (the session stays while revoked requests run) */
-        g->end_pending = true; /* (and go stays raised: a client gone may live on) */
+        g->end_pending = true; /* (its bit of ready set till the thaw: a client gone may live on) */
     else
         end_live(g);
 }

@@ -162,8 +162,9 @@ void rnd_rings_limit_freed(rnd_rings *tab);
 void rnd_rings_revoke_others(rnd_rings *tab, const rnd_session *except, const char *why);
 
 /* --ring-ready=armed (ring_arm.c): a ring job of owner's (rnd_ring_slot's
- * owner) found its gate shut without a revocation: its client wrote go
- * before ready.  The ring is not armed again (loop thread). */
+ * owner) found its gate shut without a revocation: its client's ready went
+ * back below it, or carried the daemon's bit.  The ring is not armed again
+ * (loop thread). */
 void rnd_ring_arm_misuse(void *owner);
 
 /* s's bell rang (chan.c): its client published while the daemon slept;

@@ -51,9 +51,11 @@
  * within an epoch; the epoch changes only at a revocation, after which
  * nothing is taken until every revoked job ended, and the daemon's bit is
  * cleared before anything is armed again.  A slot whose ready word has come
- * is taken ungated: the armed slots before it will find their gates open
- * (ready only grows; a client that breaks that only gets its own calls
- * wrong: the latch says which skipped, rnd_ring_gate_was_shut).  One that
+ * is taken ungated, unless an armed slot before it has not ended: then it
+ * is armed too (gated behind the same latch), so that a revocation after
+ * the client's ready went back (which PROTOCOL.md 13.3 forbids) finds every
+ * slot after its `from` armed, and none runs, or writes done, past one that
+ * skipped (the latch says which skipped, rnd_ring_gate_was_shut).  One that
  * cannot be gated (invalid, m = 0: its done is a stream write) is refused
  * armed by the backend (RND_UNARMABLE) and waits for its ready word in the
  * ring, as in host mode.  A client whose ready word goes back below an
@@ -134,13 +136,24 @@ static bool alone(const rnd_ring *g)
     return g->tab->arm_free || ctx->inflight_total == g->sess->inflight;
 }
 
+bool rnd_ring_arm_behind(const rnd_ring *g)
+{
+    uint64_t done = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_DONE), __ATOMIC_ACQUIRE);
+    return g->armed_upto && !rnp_seq_reached(done, g->armed_upto);
+}
+
 bool rnd_ring_arm_take(rnd_ring *g, uint64_t seq)
 {
     rnd_rings *tab = g->tab;
 
     pthread_mutex_lock(&tab->mu);
+    /* (behind an armed call not yet ended, a slot whose ready came is
+     * gated too: taken ungated, it would run, and write done, even if that
+     * call skipped, were the client's ready to go back and a revocation to
+     * come; its slot would then be taken again at the thaw) */
     bool armed = g->go && !g->arm_broken && !g->frozen && !g->closing && !g->ending &&
-                 !g->sess->ending && !rnp_seq_reached(client_ready(g), seq) &&
+                 !g->sess->ending &&
+                 (!rnp_seq_reached(client_ready(g), seq) || rnd_ring_arm_behind(g)) &&
                  !rnp_seq_reached(g->revoked_upto, seq) && alone(g);
     if (armed)
         g->armed_upto = seq;

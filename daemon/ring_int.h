@@ -133,10 +133,16 @@ void rnd_ring_arm_free(rnd_ring *g);
  * again meanwhile).  Returns whether g is frozen (the thread keeps
  * looking). */
 bool rnd_ring_arm_poll(rnd_ring *g);
-/* The loop, about to take slot seq of an armed ring, whose ready word has
- * not come: whether it is taken armed (g->armed_upto is seq then), else it
- * is left for its ready word, as in host mode. */
+/* The loop, about to take slot seq of an armed ring: whether it is taken
+ * armed (g->armed_upto is seq then).  A slot whose ready word has not come
+ * is, where the ring may arm (else it is left for its word, as in host
+ * mode); one whose word came is too while an armed slot before it has not
+ * ended (the done word short of armed_upto), so that every slot behind an
+ * armed call that may still skip is gated by the same latch. */
 bool rnd_ring_arm_take(rnd_ring *g, uint64_t seq);
+/* The loop: whether an armed slot of g has not ended yet (its done word
+ * short of armed_upto). */
+bool rnd_ring_arm_behind(const rnd_ring *g);
 /* The backend refused slot seq armed (RND_UNARMABLE): it is taken again
  * unarmed, once its ready word came. */
 void rnd_ring_arm_refused(rnd_ring *g, uint64_t seq);

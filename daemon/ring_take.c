@@ -108,13 +108,15 @@ static unsigned take_max(rnd_ring *g, bool force, unsigned max)
          * CUDA calls that wait for the device (a new ring's streams: 12
          * clients arriving during one client's 5 s stall waited it out). */
         /* --ring-ready=armed (ring_arm.c): such a slot is taken at once,
-         * armed, while the policy lets it; else as in host mode. */
+         * armed, while the policy lets it; else as in host mode.  (So is a
+         * slot whose word came while an armed one before it runs.) */
         bool ready = false, armed = false;
         if (!force && tab->ready_mode != RND_RING_READY_GPU) {
             uint64_t rd = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_READY),
                                           __ATOMIC_ACQUIRE);
             bool came = rnp_seq_reached(rnp_ring_ready_seq(rd), seq);
-            armed = g->arm && !came && seq != g->unarmable && rnd_ring_arm_take(g, seq);
+            armed = g->arm && (!came || rnd_ring_arm_behind(g)) && seq != g->unarmable &&
+                    rnd_ring_arm_take(g, seq);
             if (!armed && !came) {
                 prepare(g, seq);
                 left(g, "its ready word");

@@ -440,7 +440,10 @@ int rnd_cuda_host_tensors(rnd_cuda *b, const rnd_job *job, rnp_error *err)
 }
 
 /* done = seq into the daemon's mapping of the ring, if it is not there yet,
- * with status and message first; then a wake-up of the client's sleepers. */
+ * with status and message first; then a wake-up of the client's sleepers.
+ * A ring's done only moves up: a later job's kernel may write it between
+ * this load and the store (the client's ready went back: ring_arm.c), so
+ * the store is a compare-and-swap that gives way to a later seq. */
 void rnd_cuda_ring_answer_host(rnd_job *job)
 {
     rnd_ring_job *rj = job->ring;
@@ -448,12 +451,19 @@ void rnd_cuda_ring_answer_host(rnd_job *job)
 
     if (atomic_load(&job->cancelled) || rnd_ring_taken_back(rj))
         return; /* (a job taken back answers nothing: its slot is taken again) */
-    if (!rj->graph && rnp_seq_reached(__atomic_load_n(done, __ATOMIC_ACQUIRE), rj->seq)) {
+    uint64_t cur = __atomic_load_n(done, __ATOMIC_ACQUIRE);
+    if (!rj->graph && rnp_seq_reached(cur, rj->seq)) {
         rnd_cuda_ring_wake(job);
         return;
     }
     rnd_ring_put(rj, job->status, job->msg);
-    __atomic_store_n(done, rnd_ring_done_value(rj), __ATOMIC_RELEASE);
+    if (rj->graph)
+        __atomic_store_n(done, rnd_ring_done_value(rj), __ATOMIC_RELEASE);
+    else
+        while (!rnp_seq_reached(cur, rj->seq) &&
+               !__atomic_compare_exchange_n(done, &cur, rj->seq, false, __ATOMIC_RELEASE,
+                                            __ATOMIC_ACQUIRE))
+            ;
     rnd_cuda_ring_wake(job);
 }
 

@@ -1713,6 +1713,76 @@ static void test_armed_bit_cleared(void **state)
     armed_frozen(state, true);
 }
 
+/* A client whose ready goes back (PROTOCOL.md 13.3 forbids it) after a
+ * slot whose ready had come was taken behind an armed one (the one worker
+ * held by a large classic call, the policy free): that slot is armed too,
+ * so a revocation then takes both back, neither runs nor moves done, and
+ * each runs once when ready comes.  (Taken ungated, the second ran past the
+ * first's skip, done went to 2, and the thaw took it again: three runs.) */
+static void test_armed_ready_back(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+    big_call bc = {0};
+    pthread_t th;
+    char msg[400];
+    rnv_case k = {.m = 4096, .n = 4096, .x = RN_DTYPE_F32, .dy = RN_DTYPE_F32,
+                  .dx = RN_DTYPE_F32, .eps = 1e-6f};
+
+    RNH_NEED_READY_MODE(d, "armed");
+    rnh_arg(d, "--threads");
+    rnh_arg(d, "1");
+    setenv("RMSNORMD_DEBUG_ARM_POLICY", "free", 1);
+    int started = rnh_start(d);
+    unsetenv("RMSNORMD_DEBUG_ARM_POLICY");
+    assert_int_equal(started, 0);
+    memset(&r, 0, sizeof r);
+    r.k = mixed_case(3);
+    r.k.m = 48, r.k.n = 300;
+    assert_int_equal(rnr_ring_open(&r.g, d->endpoint, 8, rnv_bytes(&r.k) + 4096), 0);
+    rnv_setup(&r.k, r.g.data, 89, &r.a);
+    rnr_ring_req(&r.g, &r.a, &r.b);
+    if (rnv_expect_init(&r.e, &r.a, 0, msg, sizeof msg) != 0)
+        fail_msg("expectation: %s", msg);
+    bc.c = client_on(d, RN_PATH_CLASSIC);
+    lay(bc.c, &k, 5, &bc.l);
+    assert_int_equal(pthread_create(&th, NULL, big_call_main, &bc), 0);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);
+    rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
+    uint64_t s2 = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 3, WAIT_MS), 0);
+    assert_int_equal(rnh_stat(d, "fast.armed"), 2);
+    __atomic_store_n(rnp_ring_u64(r.g.mem, RNP_RING_O_READY), 0, __ATOMIC_RELEASE);
+    rn_client *m = client_on(d, RN_PATH_CLASSIC);
+    void *buf = NULL;
+    if (rn_buffer_alloc(m, 1 << 16, &buf) != 0)
+        fail_msg("rn_buffer_alloc: %s", rn_last_error(m));
+    assert_int_equal(rnh_wait_stat(d, "fast.revokes", 1, WAIT_MS), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(bc.rc, 0);
+    assert_int_equal(rnh_wait_stat(d, "fast.revoked", 2, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_done(&r.g), 0);
+    assert_int_equal(rnh_stat(d, "fast.ok"), 0);
+    rnv_poison(&r.a);
+    rnr_ring_ready(&r.g, s2);
+    assert_int_equal(rnr_ring_wait(&r.g, s2, WAIT_MS), 0);
+    for (uint64_t q = 1; q <= s2; q++)
+        assert_int_equal(rnr_ring_status(&r.g, q, NULL, 0), 0);
+    if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
+        fail_msg("after ready came again: %s", msg);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, WAIT_MS), 0);
+    assert_int_equal(rnh_stat(d, "fast.ok"), 2);
+    assert_int_equal(rn_buffer_free(m, buf), 0);
+    rn_close(m);
+    unlay(bc.c, &bc.l);
+    rn_close(bc.c);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
 /* RING_CLOSE takes an armed call back into the ring (a closed ring leaves
  * the doorbell thread's list, past any revocation): the ring stays until
  * the revoked job ended, takes the slot again, answers it once its ready
@@ -2167,6 +2237,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_armed_ring_close, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_frozen, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_bit_cleared, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_ready_back, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_revoked_by_map, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_classic_limit, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_kill9, rnh_setup, rnh_teardown),
