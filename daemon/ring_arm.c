@@ -73,6 +73,24 @@
 
 int rnd_rings_arm_init(rnd_rings *tab, rnp_error *err)
 {
+    /* RMSNORMD_DEBUG_ARM_QUIET_US=N (being measured: what revocations cost
+     * clients that share the daemon): a ring arms only once no other
+     * session's ring call (or new ring) came for N us, so that the calls of
+     * several clients at once go host mode's way instead of being armed and
+     * taken back. */
+    const char *q = getenv("RMSNORMD_DEBUG_ARM_QUIET_US");
+    if (q && *q) {
+        char *end;
+        unsigned long us = strtoul(q, &end, 10);
+        if (*end || us > 10000000)
+            return rnp_fail(err, RN_INVALID_ARGUMENT,
+                            "RMSNORMD_DEBUG_ARM_QUIET_US: not a number of microseconds "
+                            "up to 10000000: '%s'", q);
+        tab->arm_quiet_ns = (uint64_t)us * 1000u;
+        if (us && tab->ready_mode == RND_RING_READY_ARMED)
+            rnd_warn("RMSNORMD_DEBUG_ARM_QUIET_US=%lu: a ring arms only %lu us after another "
+                     "session's work", us, us);
+    }
     /* RMSNORMD_DEBUG_ARM_POLICY=free: being measured against the default,
      * alone (above). */
     const char *ap = getenv("RMSNORMD_DEBUG_ARM_POLICY");
@@ -129,10 +147,14 @@ bool rnd_ring_arm_poll(rnd_ring *g)
 }
 
 /* Whether every request in flight in the daemon is g's session's (or the
- * policy is free: RMSNORMD_DEBUG_ARM_POLICY). */
+ * policy is free: RMSNORMD_DEBUG_ARM_POLICY), and (RMSNORMD_DEBUG_ARM_QUIET_US)
+ * no other session's ring call came for that long. */
 static bool alone(const rnd_ring *g)
 {
     const rnd_ctx *ctx = g->tab->ctx;
+    if (g->tab->arm_quiet_ns && g->other_ns &&
+        rnd_now_ns() - g->other_ns < g->tab->arm_quiet_ns)
+        return false;
     return g->tab->arm_free || ctx->inflight_total == g->sess->inflight;
 }
 
@@ -277,8 +299,11 @@ void rnd_rings_revoke_others(rnd_rings *tab, const rnd_session *except, const ch
 
     if (tab->ready_mode != RND_RING_READY_ARMED || !tab->started)
         return;
+    uint64_t now = tab->arm_quiet_ns && except ? rnd_now_ns() : 0;
     RN_QUEUE_FOREACH(q, &tab->list) {
         rnd_ring *g = RN_QUEUE_DATA(q, rnd_ring, link);
+        if (g->sess != except && now)
+            g->other_ns = now;
         if (g->sess != except && g->arm)
             rnd_ring_revoke(g, why);
     }
