@@ -639,18 +639,12 @@ int rnd_rings_init(rnd_ctx *ctx, rnd_rings *tab, rnd_ring_submit_fn *submit, rnp
     /* RMSNORMD_DEBUG_READY_SPIN_US=N (being measured: what the spin costs a
      * host whose cores the clients need): the spin for ready words. */
     tab->ready_spin_ns = READY_SPIN_NS;
-    const char *rs = getenv("RMSNORMD_DEBUG_READY_SPIN_US");
-    if (rs && *rs) {
-        char *end;
-        unsigned long us = strtoul(rs, &end, 10);
-        if (*end || us > 1000000)
-            return rnp_fail(err, RN_INVALID_ARGUMENT,
-                            "RMSNORMD_DEBUG_READY_SPIN_US: not a number of microseconds "
-                            "up to 1000000: '%s'", rs);
-        tab->ready_spin_ns = (uint64_t)us * 1000u;
-        rnd_warn("RMSNORMD_DEBUG_READY_SPIN_US=%lu: the doorbell thread spins %lu us for "
-                 "ready words", us, us);
-    }
+    if ((rc = rnd_ring_env_us("RMSNORMD_DEBUG_READY_SPIN_US", 1000000, &tab->ready_spin_ns,
+                              err)) != 0)
+        return rc;
+    if (tab->ready_spin_ns != READY_SPIN_NS)
+        rnd_warn("RMSNORMD_DEBUG_READY_SPIN_US=%llu: the doorbell thread spins that many us "
+                 "for ready words", (unsigned long long)(tab->ready_spin_ns / 1000));
     if ((rc = rnd_rings_arm_init(tab, err)) != 0)
         return rc;
     rn_queue_init(&tab->list);

@@ -71,6 +71,20 @@
 #include "log.h"
 #include "rn_ring.h"
 
+int rnd_ring_env_us(const char *name, unsigned long max, uint64_t *ns, rnp_error *err)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return 0;
+    char *end;
+    unsigned long us = strtoul(v, &end, 10);
+    if (*end || us > max)
+        return rnp_fail(err, RN_INVALID_ARGUMENT,
+                        "%s: not a number of microseconds up to %lu: '%s'", name, max, v);
+    *ns = (uint64_t)us * 1000u;
+    return 0;
+}
+
 int rnd_rings_arm_init(rnd_rings *tab, rnp_error *err)
 {
     /* RMSNORMD_DEBUG_ARM_QUIET_US=N (being measured: what revocations cost
@@ -78,19 +92,12 @@ int rnd_rings_arm_init(rnd_rings *tab, rnp_error *err)
      * session's ring call (or new ring) came for N us, so that the calls of
      * several clients at once go host mode's way instead of being armed and
      * taken back. */
-    const char *q = getenv("RMSNORMD_DEBUG_ARM_QUIET_US");
-    if (q && *q) {
-        char *end;
-        unsigned long us = strtoul(q, &end, 10);
-        if (*end || us > 10000000)
-            return rnp_fail(err, RN_INVALID_ARGUMENT,
-                            "RMSNORMD_DEBUG_ARM_QUIET_US: not a number of microseconds "
-                            "up to 10000000: '%s'", q);
-        tab->arm_quiet_ns = (uint64_t)us * 1000u;
-        if (us && tab->ready_mode == RND_RING_READY_ARMED)
-            rnd_warn("RMSNORMD_DEBUG_ARM_QUIET_US=%lu: a ring arms only %lu us after another "
-                     "session's work", us, us);
-    }
+    int rc = rnd_ring_env_us("RMSNORMD_DEBUG_ARM_QUIET_US", 10000000, &tab->arm_quiet_ns, err);
+    if (rc != 0)
+        return rc;
+    if (tab->arm_quiet_ns && tab->ready_mode == RND_RING_READY_ARMED)
+        rnd_warn("RMSNORMD_DEBUG_ARM_QUIET_US=%llu: a ring arms only that many us after "
+                 "another session's ring call", (unsigned long long)(tab->arm_quiet_ns / 1000));
     /* RMSNORMD_DEBUG_ARM_POLICY=free: being measured against the default,
      * alone (above). */
     const char *ap = getenv("RMSNORMD_DEBUG_ARM_POLICY");

@@ -1681,12 +1681,13 @@ static void *big_call_main(void *arg)
     return NULL;
 }
 
-static void armed_frozen(void **state, bool lower)
+/* The daemon armed with one worker and the policy free, r's ring of 8
+ * slots for a small mixed call (seed; in place: dx over dy, so that a
+ * second run would read its own dx as dy), and bc's large classic call of
+ * another client holding the worker, in flight when this returns. */
+static void held_worker(rnh_daemon *d, raw_case *r, big_call *bc, pthread_t *th, uint64_t seed,
+                        bool inplace)
 {
-    rnh_daemon *d = *state;
-    raw_case r;
-    big_call bc = {0};
-    pthread_t th;
     char msg[400];
     rnv_case k = {.m = 4096, .n = 4096, .x = RN_DTYPE_F32, .dy = RN_DTYPE_F32,
                   .dx = RN_DTYPE_F32, .eps = 1e-6f};
@@ -1698,18 +1699,31 @@ static void armed_frozen(void **state, bool lower)
     int started = rnh_start(d);
     unsetenv("RMSNORMD_DEBUG_ARM_POLICY");
     assert_int_equal(started, 0);
-    memset(&r, 0, sizeof r);
-    r.k = mixed_case(3);
-    r.k.m = 48, r.k.n = 300, r.k.dres = RN_DTYPE_NONE, r.k.inplace = true;
-    assert_int_equal(rnr_ring_open(&r.g, d->endpoint, 8, rnv_bytes(&r.k) + 4096), 0);
-    rnv_setup(&r.k, r.g.data, 88, &r.a);
-    rnr_ring_req(&r.g, &r.a, &r.b);
-    if (rnv_expect_init(&r.e, &r.a, 0, msg, sizeof msg) != 0)
+    memset(r, 0, sizeof *r);
+    r->k = mixed_case(3);
+    r->k.m = 48, r->k.n = 300;
+    if (inplace)
+        r->k.dres = RN_DTYPE_NONE, r->k.inplace = true;
+    assert_int_equal(rnr_ring_open(&r->g, d->endpoint, 8, rnv_bytes(&r->k) + 4096), 0);
+    rnv_setup(&r->k, r->g.data, seed, &r->a);
+    rnr_ring_req(&r->g, &r->a, &r->b);
+    if (rnv_expect_init(&r->e, &r->a, 0, msg, sizeof msg) != 0)
         fail_msg("expectation: %s", msg);
-    bc.c = client_on(d, RN_PATH_CLASSIC);
-    lay(bc.c, &k, 5, &bc.l);
-    assert_int_equal(pthread_create(&th, NULL, big_call_main, &bc), 0);
+    bc->c = client_on(d, RN_PATH_CLASSIC);
+    lay(bc->c, &k, 5, &bc->l);
+    assert_int_equal(pthread_create(th, NULL, big_call_main, bc), 0);
     assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);
+}
+
+static void armed_frozen(void **state, bool lower)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+    big_call bc = {0};
+    pthread_t th;
+    char msg[400];
+
+    held_worker(d, &r, &bc, &th, 88, true);
     uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
     assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
     /* Another session maps memory: the armed call is taken back, its skip
@@ -1775,28 +1789,8 @@ static void test_armed_ready_back(void **state)
     big_call bc = {0};
     pthread_t th;
     char msg[400];
-    rnv_case k = {.m = 4096, .n = 4096, .x = RN_DTYPE_F32, .dy = RN_DTYPE_F32,
-                  .dx = RN_DTYPE_F32, .eps = 1e-6f};
 
-    RNH_NEED_READY_MODE(d, "armed");
-    rnh_arg(d, "--threads");
-    rnh_arg(d, "1");
-    setenv("RMSNORMD_DEBUG_ARM_POLICY", "free", 1);
-    int started = rnh_start(d);
-    unsetenv("RMSNORMD_DEBUG_ARM_POLICY");
-    assert_int_equal(started, 0);
-    memset(&r, 0, sizeof r);
-    r.k = mixed_case(3);
-    r.k.m = 48, r.k.n = 300;
-    assert_int_equal(rnr_ring_open(&r.g, d->endpoint, 8, rnv_bytes(&r.k) + 4096), 0);
-    rnv_setup(&r.k, r.g.data, 89, &r.a);
-    rnr_ring_req(&r.g, &r.a, &r.b);
-    if (rnv_expect_init(&r.e, &r.a, 0, msg, sizeof msg) != 0)
-        fail_msg("expectation: %s", msg);
-    bc.c = client_on(d, RN_PATH_CLASSIC);
-    lay(bc.c, &k, 5, &bc.l);
-    assert_int_equal(pthread_create(&th, NULL, big_call_main, &bc), 0);
-    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);
+    held_worker(d, &r, &bc, &th, 89, false);
     rnr_ring_publish(&r.g, &r.b, NULL, false);
     assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
     uint64_t s2 = rnr_ring_publish(&r.g, &r.b, NULL, true);
