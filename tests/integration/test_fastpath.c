@@ -1715,6 +1715,34 @@ static void held_worker(rnh_daemon *d, raw_case *r, big_call *bc, pthread_t *th,
     assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, WAIT_MS), 0);
 }
 
+/* Another session maps memory: the armed calls are taken back (their
+ * skips queued behind the large call).  Its client, and *buf to free. */
+static rn_client *map_elsewhere(rnh_daemon *d, void **buf)
+{
+    rn_client *m = client_on(d, RN_PATH_CLASSIC);
+    *buf = NULL;
+    if (rn_buffer_alloc(m, 1 << 16, buf) != 0)
+        fail_msg("rn_buffer_alloc: %s", rn_last_error(m));
+    assert_int_equal(rnh_wait_stat(d, "fast.revokes", 1, WAIT_MS), 0);
+    return m;
+}
+
+/* The end of a held_worker test: nothing in flight, ok calls answered on the
+ * fast path, and everything closed. */
+static void held_end(rnh_daemon *d, raw_case *r, big_call *bc, rn_client *m, void *buf,
+                     int64_t ok)
+{
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, WAIT_MS), 0);
+    assert_int_equal(rnh_stat(d, "fast.ok"), ok);
+    assert_int_equal(rn_buffer_free(m, buf), 0);
+    rn_close(m);
+    unlay(bc->c, &bc->l);
+    rn_close(bc->c);
+    rnv_expect_fini(&r->e);
+    rnr_ring_close(&r->g);
+    RNH_PASS(d);
+}
+
 static void armed_frozen(void **state, bool lower)
 {
     rnh_daemon *d = *state;
@@ -1726,13 +1754,8 @@ static void armed_frozen(void **state, bool lower)
     held_worker(d, &r, &bc, &th, 88, true);
     uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
     assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
-    /* Another session maps memory: the armed call is taken back, its skip
-     * queued behind the large call. */
-    rn_client *m = client_on(d, RN_PATH_CLASSIC);
-    void *buf = NULL;
-    if (rn_buffer_alloc(m, 1 << 16, &buf) != 0)
-        fail_msg("rn_buffer_alloc: %s", rn_last_error(m));
-    assert_int_equal(rnh_wait_stat(d, "fast.revokes", 1, WAIT_MS), 0);
+    void *buf;
+    rn_client *m = map_elsewhere(d, &buf); /* (s1 taken back) */
     if (lower) {
         __atomic_store_n(rnp_ring_u64(r.g.mem, RNP_RING_O_READY), 0, __ATOMIC_RELEASE);
         pthread_join(th, NULL);
@@ -1755,15 +1778,7 @@ static void armed_frozen(void **state, bool lower)
                "fast.revoked %lld\n", (long long)(bc.end_ms - ready_ms),
                bc.end_ms > ready_ms ? "" : " (too soon: this run shows nothing)",
                (long long)rnh_stat(d, "fast.revoked"));
-    assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, WAIT_MS), 0);
-    assert_int_equal(rnh_stat(d, "fast.ok"), 1);
-    assert_int_equal(rn_buffer_free(m, buf), 0);
-    rn_close(m);
-    unlay(bc.c, &bc.l);
-    rn_close(bc.c);
-    rnv_expect_fini(&r.e);
-    rnr_ring_close(&r.g);
-    RNH_PASS(d);
+    held_end(d, &r, &bc, m, buf, 1);
 }
 
 static void test_armed_frozen(void **state)
@@ -1797,11 +1812,8 @@ static void test_armed_ready_back(void **state)
     assert_int_equal(rnh_wait_stat(d, "inflight.current", 3, WAIT_MS), 0);
     assert_int_equal(rnh_stat(d, "fast.armed"), 2);
     __atomic_store_n(rnp_ring_u64(r.g.mem, RNP_RING_O_READY), 0, __ATOMIC_RELEASE);
-    rn_client *m = client_on(d, RN_PATH_CLASSIC);
-    void *buf = NULL;
-    if (rn_buffer_alloc(m, 1 << 16, &buf) != 0)
-        fail_msg("rn_buffer_alloc: %s", rn_last_error(m));
-    assert_int_equal(rnh_wait_stat(d, "fast.revokes", 1, WAIT_MS), 0);
+    void *buf;
+    rn_client *m = map_elsewhere(d, &buf);
     pthread_join(th, NULL);
     assert_int_equal(bc.rc, 0);
     assert_int_equal(rnh_wait_stat(d, "fast.revoked", 2, WAIT_MS), 0);
@@ -1815,15 +1827,7 @@ static void test_armed_ready_back(void **state)
         assert_int_equal(rnr_ring_status(&r.g, q, NULL, 0), 0);
     if (rnv_compare(&r.a, &r.e, true, NULL, msg, sizeof msg) != 0)
         fail_msg("after ready came again: %s", msg);
-    assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, WAIT_MS), 0);
-    assert_int_equal(rnh_stat(d, "fast.ok"), 2);
-    assert_int_equal(rn_buffer_free(m, buf), 0);
-    rn_close(m);
-    unlay(bc.c, &bc.l);
-    rn_close(bc.c);
-    rnv_expect_fini(&r.e);
-    rnr_ring_close(&r.g);
-    RNH_PASS(d);
+    held_end(d, &r, &bc, m, buf, 2);
 }
 
 /* RING_CLOSE takes an armed call back into the ring (a closed ring leaves
