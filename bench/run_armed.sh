@@ -11,11 +11,10 @@
 #   measure 3. under MPS, the GPU time added per call (bench_e2e_cuda
 #              --fast-only --ks 0) with the three ready modes taking turns,
 #              two rounds: gpu, host, armed, armed, host, gpu;
-#           4. under MPS, K = 1, 2, 4, 8 clients (--tput-only) for host, armed,
-#              armed with RMSNORMD_DEBUG_ARM_POLICY=free and armed with
-#              RMSNORMD_DEBUG_ARM_QUIET_US=1000: what revocations cost when
-#              clients share the daemon (the daemon at --log-level=debug logs
-#              each revocation);
+#           4. under MPS, K = 1, 2, 4, 8 clients (--tput-only) for host, armed
+#              and armed with RMSNORMD_DEBUG_ARM_POLICY=free: what revocations
+#              cost when clients share the daemon (the daemon at
+#              --log-level=debug logs each revocation);
 #   late    5. under MPS, the GPU time added when producers come late
 #              (bench_e2e_cuda --lead-us 3000 and 30000: past the doorbell
 #              thread's 1 ms spin, where it polls ready words), for gpu,
@@ -135,14 +134,11 @@ if [ "$part" = measure ] || [ "$part" = all ]; then
             --daemon-arg "--ring-ready=$mode" "${extra[@]}" --out "$out/added-$mode-$SECONDS.md"
     done
     # (armed-free: RMSNORMD_DEBUG_ARM_POLICY=free, rings arm whatever else is
-    # in flight and other rings' calls take nothing back; armed-quiet:
-    # RMSNORMD_DEBUG_ARM_QUIET_US=1000, a ring arms only 1 ms after another
-    # client's last ring call)
-    for mode in host armed armed-free armed-quiet; do
+    # in flight and other rings' calls take nothing back)
+    for mode in host armed armed-free; do
         RMSNORMD_DEBUG_ARM_POLICY=$([ "$mode" = armed-free ] && echo free || echo alone) \
-            RMSNORMD_DEBUG_ARM_QUIET_US=$([ "$mode" = armed-quiet ] && echo 1000 || echo 0) \
             bench "tput-$mode" 90 --label "MPS $mode" --fast-only --tput-only --iters 300 \
-            --daemon-arg "--ring-ready=${mode%-*}" --daemon-arg "--log-level=debug" \
+            --daemon-arg "--ring-ready=${mode%-free}" --daemon-arg "--log-level=debug" \
             --out "$out/tput-$mode.md"
     done
     mps_off

@@ -106,9 +106,6 @@ typedef struct rnd_rings {
     bool arm_free;                 /* armed mode: arm whatever else is in flight, and no
                                     * revocation for other rings' calls
                                     * (RMSNORMD_DEBUG_ARM_POLICY=free, being measured) */
-    uint64_t arm_quiet_ns;         /* armed mode: a ring arms only once no other session's
-                                    * ring call (or new ring) came for this long (0: at
-                                    * once; RMSNORMD_DEBUG_ARM_QUIET_US, being measured) */
     uint64_t ready_spin_ns;        /* host mode: how long the thread spins for a ready
                                     * word after anything came (READY_SPIN_NS;
                                     * RMSNORMD_DEBUG_READY_SPIN_US, being measured) */

@@ -87,17 +87,6 @@ int rnd_ring_env_us(const char *name, unsigned long max, uint64_t *ns, rnp_error
 
 int rnd_rings_arm_init(rnd_rings *tab, rnp_error *err)
 {
-    /* RMSNORMD_DEBUG_ARM_QUIET_US=N (being measured: what revocations cost
-     * clients that share the daemon): a ring arms only once no other
-     * session's ring call (or new ring) came for N us, so that the calls of
-     * several clients at once go host mode's way instead of being armed and
-     * taken back. */
-    int rc = rnd_ring_env_us("RMSNORMD_DEBUG_ARM_QUIET_US", 10000000, &tab->arm_quiet_ns, err);
-    if (rc != 0)
-        return rc;
-    if (tab->arm_quiet_ns && tab->ready_mode == RND_RING_READY_ARMED)
-        rnd_warn("RMSNORMD_DEBUG_ARM_QUIET_US=%llu: a ring arms only that many us after "
-                 "another session's ring call", (unsigned long long)(tab->arm_quiet_ns / 1000));
     /* RMSNORMD_DEBUG_ARM_POLICY=free: being measured against the default,
      * alone (above). */
     const char *ap = getenv("RMSNORMD_DEBUG_ARM_POLICY");
@@ -154,14 +143,10 @@ bool rnd_ring_arm_poll(rnd_ring *g)
 }
 
 /* Whether every request in flight in the daemon is g's session's (or the
- * policy is free: RMSNORMD_DEBUG_ARM_POLICY), and (RMSNORMD_DEBUG_ARM_QUIET_US)
- * no other session's ring call came for that long. */
+ * policy is free: RMSNORMD_DEBUG_ARM_POLICY). */
 static bool alone(const rnd_ring *g)
 {
     const rnd_ctx *ctx = g->tab->ctx;
-    if (g->tab->arm_quiet_ns && g->other_ns &&
-        rnd_now_ns() - g->other_ns < g->tab->arm_quiet_ns)
-        return false;
     return g->tab->arm_free || ctx->inflight_total == g->sess->inflight;
 }
 
@@ -306,11 +291,8 @@ void rnd_rings_revoke_others(rnd_rings *tab, const rnd_session *except, const ch
 
     if (tab->ready_mode != RND_RING_READY_ARMED || !tab->started)
         return;
-    uint64_t now = tab->arm_quiet_ns && except ? rnd_now_ns() : 0;
     RN_QUEUE_FOREACH(q, &tab->list) {
         rnd_ring *g = RN_QUEUE_DATA(q, rnd_ring, link);
-        if (g->sess != except && now)
-            g->other_ns = now;
         if (g->sess != except && g->arm)
             rnd_ring_revoke(g, why);
     }

@@ -97,8 +97,6 @@ typedef struct rnd_ring {
     uint32_t revoked;              /* jobs revoked, not yet released */
     uint64_t unarmable;            /* a slot the backend refused armed (RND_UNARMABLE):
                                     * taken unarmed once its ready word came */
-    uint64_t other_ns;             /* when another session's ring call or ring last came
-                                    * (with rnd_rings.arm_quiet_ns; rnd_now_ns, loop) */
     /* ring.c's release of one of the ring's jobs (a slot's or a replay's):
      * a graph replay's release ends with it. */
     void (*released)(void *ring);

@@ -1511,55 +1511,6 @@ static void test_armed_needs_go(void **state)
     RNH_PASS(d);
 }
 
-/* RMSNORMD_DEBUG_ARM_QUIET_US (being measured): after another session's
- * new ring and ring call a ring arms nothing for that long (its slot waits
- * for ready in the ring, as in host mode), and arms again once it has
- * passed. */
-static void test_armed_quiet(void **state)
-{
-    rnh_daemon *d = *state;
-    raw_case r, o;
-    char msg[400];
-
-    RNH_NEED_READY_MODE(d, "armed");
-    setenv("RMSNORMD_DEBUG_ARM_QUIET_US", "1000000", 1);
-    int started = rnh_start(d);
-    unsetenv("RMSNORMD_DEBUG_ARM_QUIET_US");
-    assert_int_equal(started, 0);
-    raw_open(d, &r, 8, 85);
-    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
-    assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
-    runs_once_ready(d, &r, s1, 1, "armed, alone");
-    /* The other client's ring and call: r arms nothing for 1 s. */
-    raw_open(d, &o, 8, 86);
-    rnv_poison(&o.a);
-    uint64_t t1 = rnr_ring_publish(&o.g, &o.b, NULL, true);
-    assert_int_equal(rnr_ring_wait(&o.g, t1, WAIT_MS), 0);
-    if (rnv_compare(&o.a, &o.e, true, NULL, msg, sizeof msg) != 0)
-        fail_msg("the other client's call: %s", msg);
-    int64_t t0 = rnh_now_ms();
-    int64_t waits = rnh_stat(d, "fast.ready_waits");
-    rnv_poison(&r.a);
-    uint64_t s2 = rnr_ring_publish(&r.g, &r.b, NULL, false);
-    assert_int_equal(rnh_wait_stat_ge(d, "fast.ready_waits", waits + 1, WAIT_MS), 0);
-    if (rnh_now_ms() - t0 < 800)
-        assert_int_equal(rnh_stat(d, "fast.armed"), 1);
-    runs_once_ready(d, &r, s2, 1, "within the quiet time");
-    /* Past it: armed again. */
-    int64_t left = 1100 - (rnh_now_ms() - t0);
-    if (left > 0)
-        usleep((useconds_t)left * 1000);
-    rnv_poison(&r.a);
-    uint64_t s3 = rnr_ring_publish(&r.g, &r.b, NULL, false);
-    assert_int_equal(rnh_wait_stat(d, "fast.armed", 2, WAIT_MS), 0);
-    runs_once_ready(d, &r, s3, 2, "armed again");
-    rnv_expect_fini(&r.e);
-    rnv_expect_fini(&o.e);
-    rnr_ring_close(&r.g);
-    rnr_ring_close(&o.g);
-    RNH_PASS(d);
-}
-
 /* A client that writes the daemon's bit of its ready word (PROTOCOL.md 13.3:
  * bit 62 is the daemon's): its armed call's wait passes, its gate finds the
  * client's ready below it, and no revocation took it back: it does not run
@@ -2285,7 +2236,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_armed_frozen, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_bit_cleared, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_ready_back, rnh_setup, rnh_teardown),
-        cmocka_unit_test_setup_teardown(test_armed_quiet, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_revoked_by_map, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_classic_limit, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_kill9, rnh_setup, rnh_teardown),
