@@ -214,6 +214,11 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned *p)
     return v;
 }
 
+__device__ __forceinline__ void fence_acq_rel_gpu()
+{
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
 __device__ __forceinline__ void red_release_add(unsigned *p, unsigned v)
 {
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -488,13 +493,22 @@ __device__ __forceinline__ int cancelled(const Params &p)
         unsigned st = atomicCAS(&p.ctr[CTR_CANCEL], (unsigned)CANCEL_UNKNOWN,
                                 (unsigned)CANCEL_READING);
         if (st == CANCEL_UNKNOWN) {
-            /* (No fence: the state is the whole message.  Both loads go
-             * out before either is used.) */
+            /* The three loads go out together; the fence after them
+             * makes them an acquire (at the GPU's scope: the client's
+             * kernels that wrote the inputs ran on this GPU, and its
+             * write of ready follows them with a system-wide fence), so
+             * this launch's reads of the inputs come after an open gate,
+             * and a release for the verdict, which the other blocks read
+             * with acquire.  (ld.acquire of the gate word instead cost
+             * 1.3-1.5 us a call, fence.acq_rel.sys 0.6, this fence 0.2
+             * at most: bench/RESULTS.md.)  The cancel word needs no
+             * order: a set one means nothing is read. */
             unsigned c = p.cancel ? *(const volatile unsigned *)p.cancel : 0u;
             /* (bit 62 is not the client's: rnk.h) */
             unsigned long long gv =
                 p.gate ? *(const volatile unsigned long long *)p.gate & ~(1ull << 62) : 0ull;
             unsigned long long lv = p.latch ? *(volatile unsigned long long *)p.latch : 0ull;
+            fence_acq_rel_gpu();
             /* A shut gate first: the daemon took the call back and runs
              * it again (or never, its client gone), so not even a
              * cancelled launch may write its done words.  It stays shut
