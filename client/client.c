@@ -98,6 +98,10 @@ int rn_connect(const rn_connect_opts *opts, rn_client **out)
     if (dwenv && *dwenv && strcmp(dwenv, "device") != 0 && strcmp(dwenv, "host") != 0)
         return rnc_fail(NULL, RN_INVALID_ARGUMENT,
                         "RMSNORMD_DONE_WORD: '%.40s' is not a place (device, host)", dwenv);
+    uint32_t ring_slots;
+    rv = rnc_ring_slots_env(&ring_slots);
+    if (rv != 0)
+        return rv;
     if (o.path != RN_PATH_CLASSIC && o.path != RN_PATH_FAST && o.path != RN_PATH_AUTO)
         return rnc_fail(NULL, RN_INVALID_ARGUMENT, "path: %d is not a path (RN_PATH_*)", o.path);
     if (o.timeout_ms < -1)
@@ -128,6 +132,7 @@ int rn_connect(const rn_connect_opts *opts, rn_client **out)
     const char *benv = getenv("RMSNORMD_BELL");
     c->bell_off = benv && strcmp(benv, "0") == 0;
     c->done_host = dwenv && strcmp(dwenv, "host") == 0;
+    c->ring_slots = ring_slots;
     if (o.client_name && *o.client_name)
         snprintf(c->name, sizeof c->name, "%s", o.client_name);
     else

@@ -122,6 +122,7 @@ struct rn_client {
     rnc_watch *watch;
     bool watch_off;     /* RMSNORMD_WATCH=0: no watcher thread */
     bool done_host;     /* RMSNORMD_DONE_WORD=host: streams wait on the ring's word */
+    uint32_t ring_slots; /* its ring's depth (RMSNORMD_RING_SLOTS, rnc_ring_slots_env) */
     /* Written by the watcher thread when the daemon went (watch.c), read by
      * the calls: __atomic loads and stores only.  watch_fired is 0 or an
      * RNC_WATCH_* reason; watch_answered the done word the daemon left. */
@@ -333,6 +334,10 @@ typedef struct rnc_done_word {
 } rnc_done_word;
 int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev, void *stream,
                      const rnc_done_word *done, uint64_t *seq);
+/* RMSNORMD_RING_SLOTS (rn_connect): *slots, the depth of the client's ring
+ * (a power of two up to RNP_RING_MAX_SLOTS; unset: 64), or
+ * RN_INVALID_ARGUMENT naming the variable. */
+int rnc_ring_slots_env(uint32_t *slots);
 /* Whether c's next fast-path call opens its ring (a new session). */
 bool rnc_ring_opening(const rn_client *c);
 /* RING_OPEN of the ring at offset 0 of region, with go (the client writes

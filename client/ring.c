@@ -65,13 +65,34 @@ static uint64_t load_done(const rnc_ring *g)
     return __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_DONE), __ATOMIC_ACQUIRE);
 }
 
+/* A deeper ring lets a caller run further ahead of the GPU before a call
+ * waits on the host for the oldest one (CUDA's own launch queue holds
+ * about a thousand); the daemon takes at most its max_inflight of them at
+ * a time whatever the depth. */
+int rnc_ring_slots_env(uint32_t *slots)
+{
+    const char *e = getenv("RMSNORMD_RING_SLOTS");
+    *slots = RING_SLOTS_DEFAULT;
+    if (!e || !*e)
+        return 0;
+    char *end;
+    unsigned long v = strtoul(e, &end, 10);
+    if (*end || e[0] == '-' || !v || v > RNP_RING_MAX_SLOTS || (v & (v - 1)))
+        return rnc_fail(NULL, RN_INVALID_ARGUMENT,
+                        "RMSNORMD_RING_SLOTS: '%.40s' is not a power of two from 1 to %u", e,
+                        RNP_RING_MAX_SLOTS);
+    *slots = (uint32_t)v;
+    return 0;
+}
+
 static int create(rn_client *c, rnc_ring **out)
 {
     rnc_ring *g = calloc(1, sizeof *g);
 
     if (!g)
         return rnc_fail(c, RN_NOMEM, "ring: out of memory");
-    g->size = (size_t)rnc_gslot_off(GRAPH_SLOTS);
+    g->slots = c->ring_slots ? c->ring_slots : RING_SLOTS_DEFAULT;
+    g->size = (size_t)rnc_gslot_off(g, GRAPH_SLOTS);
     g->c = c;
     /* Sealed against shrinking: the daemon reads the ring from its own
      * mapping, and a cut file would fault it (the cuda backend refuses an
@@ -80,11 +101,11 @@ static int create(rn_client *c, rnc_ring **out)
     if (g->fd < 0 || ftruncate(g->fd, (off_t)g->size) != 0 ||
         fcntl(g->fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
         int e = errno;
+        size_t size = g->size;
         if (g->fd >= 0)
             close(g->fd);
         free(g);
-        return rnc_fail(c, RN_SYSTEM, "ring: memfd of %zu bytes: %s",
-                        (size_t)rnc_gslot_off(GRAPH_SLOTS), strerror(e));
+        return rnc_fail(c, RN_SYSTEM, "ring: memfd of %zu bytes: %s", size, strerror(e));
     }
     g->base = mmap(NULL, g->size, PROT_READ | PROT_WRITE, MAP_SHARED, g->fd, 0);
     if (g->base == MAP_FAILED) {
@@ -170,7 +191,7 @@ static void collect(rnc_ring *g, uint64_t done)
 
     while (!rnp_seq_reached(g->checked, done)) {
         uint64_t seq = ++g->checked;
-        int st = rnp_ring_get_result(g->base + rnp_ring_slot_off(seq, RING_SLOTS), m, sizeof m);
+        int st = rnp_ring_get_result(g->base + rnp_ring_slot_off(seq, g->slots), m, sizeof m);
         if (st != 0)
             rnc_ring_note(g, st, "call %llu: %s", (unsigned long long)seq, m);
     }
@@ -326,14 +347,14 @@ static int ensure_open(rn_client *c, const rnc_done_word *done)
             return rv;
         g = c->ring;
     }
-    rnp_ring_init(g->base, RING_SLOTS);
+    rnp_ring_init(g->base, g->slots);
     memset(g->base + RNP_RING_HDR, 0, g->size - RNP_RING_HDR);
     g->seq = g->checked = 0;
     g->ready_queued = false;
     if ((rv = rnc_chan_register(c, g->fd, g->size, &g->region)) != 0)
         return rv;
     g->done_addr = 0;
-    if ((rv = rnc_ring_open_call(c, g->region, RING_SLOTS, &done, &g->go, &g->id)) != 0) {
+    if ((rv = rnc_ring_open_call(c, g->region, g->slots, &done, &g->go, &g->id)) != 0) {
         /* No answer: the daemon may have opened it all the same. */
         g->opened |= !c->replied;
         return rv;
@@ -344,7 +365,7 @@ static int ensure_open(rn_client *c, const rnc_done_word *done)
     g->done_addr = done ? done->addr : 0;
     g->of = c->session;
     g->open = g->opened = true;
-    rnc_watch_arm(c, g->base, RING_SLOTS, rnc_gslot_off(0), GRAPH_SLOTS, g->done_addr);
+    rnc_watch_arm(c, g->base, g->slots, rnc_gslot_off(g, 0), GRAPH_SLOTS, g->done_addr);
     return 0;
 }
 
@@ -479,22 +500,24 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
     }
     uint64_t seq = g->seq + 1;
     /* A full ring: wait for the oldest call.  RMSNORMD_DEBUG_RING_AHEAD=N
-     * (1..64, for measurements) lets the caller be at most N calls ahead of
-     * the answers instead of a ring's worth. */
-    static uint32_t ahead_env;
+     * (for measurements) lets the caller be at most N calls ahead of the
+     * answers instead of a ring's worth. */
+    static uint32_t ahead_env; /* (UINT32_MAX: unset) */
     uint32_t ahead = __atomic_load_n(&ahead_env, __ATOMIC_RELAXED);
     if (!ahead) {
         const char *e = getenv("RMSNORMD_DEBUG_RING_AHEAD");
         long v = e ? strtol(e, NULL, 10) : 0;
-        ahead = v >= 1 && v <= (long)RING_SLOTS ? (uint32_t)v : RING_SLOTS;
+        ahead = v >= 1 && v <= (long)RNP_RING_MAX_SLOTS ? (uint32_t)v : UINT32_MAX;
         __atomic_store_n(&ahead_env, ahead, __ATOMIC_RELAXED);
     }
+    if (ahead > g->slots)
+        ahead = g->slots;
     if (!rnp_ring_can_publish(seq, load_done(g), ahead) &&
         (rv = wait_done(c, g, seq - ahead, false)) != 0)
         return rv;
     if ((rv = report(c, g)) != 0)
         return rv;
-    uint8_t *slot = g->base + rnp_ring_slot_off(seq, RING_SLOTS);
+    uint8_t *slot = g->base + rnp_ring_slot_off(seq, g->slots);
     rnp_ring_encode(b, seq, slot);
     rnp_ring_put_result(slot, 0, NULL);
     /* The ready word says that every slot up to it is ready (13.3): a call

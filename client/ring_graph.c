@@ -198,7 +198,7 @@ int rnc_graph_publish(rn_client *c, rnc_ring *g, const rnp_bwd_req *b, const rnc
     rnp_request *q = rnc_request(c, RN_OP_GRAPH_OPEN);
     q->u.graph_open.session = c->session;
     q->u.graph_open.ring = g->id;
-    q->u.graph_open.offset = rnc_gslot_off(i);
+    q->u.graph_open.offset = rnc_gslot_off(g, i);
     /* The daemon copies the descriptor and checks it as it would check a
      * slot: a bad call fails here, at capture. */
     if ((rv = rnc_transact(c, c->timeout_ms)) != 0)
@@ -210,7 +210,7 @@ int rnc_graph_publish(rn_client *c, rnc_ring *g, const rnp_bwd_req *b, const rnc
     else {
         n->token = g->token;
         n->slot = i;
-        rv = dev->graph(c, stream, g->dev_base + rnc_gslot_off(i), graph_gone, n);
+        rv = dev->graph(c, stream, g->dev_base + rnc_gslot_off(g, i), graph_gone, n);
     }
     if (rv != 0) {
         char why[RN_ERRMSG_LEN];

@@ -15,8 +15,10 @@
 #include "client_int.h"
 #include "rn_ring.h"
 
-/* Slots of a client's ring: calls in flight at most. */
-#define RING_SLOTS 64u
+/* Slots of a client's ring (calls published and not answered, at most),
+ * unless RMSNORMD_RING_SLOTS says otherwise (a power of two up to
+ * RNP_RING_MAX_SLOTS). */
+#define RING_SLOTS_DEFAULT 64u
 /* Graph slots after the ring: calls captured in live graphs at most. */
 #define GRAPH_SLOTS 128u
 
@@ -24,6 +26,7 @@ struct rnc_ring {
     int fd; /* the memfd; -1 when none */
     uint8_t *base;
     size_t size;
+    uint32_t slots; /* the ring's, a power of two; graph slots after them */
     bool open; /* RING_OPEN answered in the session `of` */
     bool opened; /* ... in some session: a daemon may hold this memory */
     int dpid;    /* a pidfd of that daemon (-1: none): once it exited, nobody does */
@@ -52,14 +55,14 @@ struct rnc_ring {
 };
 
 /* Graph slot i's offset in the ring's memory, and its address. */
-static inline uint64_t rnc_gslot_off(uint32_t i)
+static inline uint64_t rnc_gslot_off(const rnc_ring *g, uint32_t i)
 {
-    return rnp_ring_bytes(RING_SLOTS) + (uint64_t)i * RNP_GRAPH_SLOT;
+    return rnp_ring_bytes(g->slots) + (uint64_t)i * RNP_GRAPH_SLOT;
 }
 
 static inline uint8_t *rnc_gslot(const rnc_ring *g, uint32_t i)
 {
-    return g->base + rnc_gslot_off(i);
+    return g->base + rnc_gslot_off(g, i);
 }
 
 /* Record an error of g's calls, to be reported once (the next call,

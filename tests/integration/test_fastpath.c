@@ -292,6 +292,68 @@ static void test_errors_accumulate(void **state)
     RNH_PASS(d);
 }
 
+/* RMSNORMD_RING_SLOTS: how far a client may run ahead.  With 1024 slots,
+ * 300 calls are all published while the daemon is stopped (64, the
+ * default, would make the 65th wait for the oldest); with 4, 40 calls go
+ * round the ring ten times; every result is right.  A value that is not a
+ * power of two up to 1024 fails rn_connect, naming the variable.  (Read
+ * at rn_connect: unset after it, the client keeps its depth.) */
+static void test_ring_slots_env(void **state)
+{
+    rnh_daemon *d = *state;
+    rnv_case k = mixed_case(3);
+    laid l;
+
+    assert_int_equal(rnh_start(d), 0);
+    static const char *bad[] = {"100", "0", "2048", "64k", "-4"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rn_connect_opts o = RN_CONNECT_OPTS_INIT;
+        rn_client *bc = NULL;
+        o.endpoint = d->endpoint;
+        o.path = RN_PATH_FAST;
+        setenv("RMSNORMD_RING_SLOTS", bad[i], 1);
+        assert_int_equal(rn_connect(&o, &bc), RN_INVALID_ARGUMENT);
+        assert_null(bc);
+        if (!strstr(rn_last_error(NULL), "RMSNORMD_RING_SLOTS"))
+            fail_msg("'%s': %s", bad[i], rn_last_error(NULL));
+    }
+
+    setenv("RMSNORMD_RING_SLOTS", "1024", 1);
+    rn_client *c = client_on(d, RN_PATH_FAST);
+    unsetenv("RMSNORMD_RING_SLOTS");
+    lay(c, &k, 0x9d3b1e55u ^ (uint64_t)getpid(), &l);
+    if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0) /* (the ring opens) */
+        fail_msg("the first call: %s", rn_last_error(c));
+    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    for (int i = 0; i < 300; i++)
+        if (rn_rmsnorm_bwd_host_async(c, &l.a) != 0) {
+            kill(d->pid, SIGCONT);
+            fail_msg("call %d with the daemon stopped: %s", i, rn_last_error(c));
+        }
+    assert_int_equal(kill(d->pid, SIGCONT), 0);
+    assert_int_equal(rn_sync(c), 0);
+    check(&l, "1024 slots");
+    assert_int_equal(rnh_stat(d, "fast.slots"), 301);
+    unlay(c, &l);
+    rn_close(c);
+
+    setenv("RMSNORMD_RING_SLOTS", "4", 1);
+    c = client_on(d, RN_PATH_FAST);
+    unsetenv("RMSNORMD_RING_SLOTS");
+    for (int i = 0; i < 40; i++) {
+        rnv_case ki = mixed_case(i);
+        laid li;
+        lay(c, &ki, 0x61c8864680b583ebull * (uint64_t)(i + 1) ^ (uint64_t)getpid(), &li);
+        if (rn_rmsnorm_bwd_host(c, &li.a, NULL) != 0)
+            fail_msg("call %d, 4 slots: %s", i, rn_last_error(c));
+        check(&li, "4 slots");
+        unlay(c, &li);
+    }
+    assert_int_equal(rnh_stat(d, "fast.slots"), 341);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
 /* Classic clients calling back to back do not starve ring calls on the
  * CPU backend: its unordered queue and the rings' streams take turns.
  * Before, the queue came first, and with one worker a ring call waited for
@@ -2248,6 +2310,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_close_in_fork_child, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_finished_not_lost, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_errors_accumulate, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_ring_slots_env, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_not_starved, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ring_reopen_waits, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stopped_fails_fast, rnh_setup, rnh_teardown),
