@@ -26,11 +26,27 @@
  * Loads: x, rstd and (when dx is not dy) dy through the read-only path, dy
  * through plain loads when dx aliases it (each row is read whole, by the
  * threads that write it, before any of its dx is stored).
+ *
+ * Knobs (compile time, for measurements; production builds none):
+ *   RNK_S_PAIR=1  rows of several warps two at a time, a stripe's row j and
+ *                 j + R, whose sums meet at one block barrier (s_pairs): half
+ *                 the barriers, the same trees and row sums, dw bitwise the
+ *                 same; 2 rows in registers, as production.
+ *   RNK_S_PAIR=2  the same with the next pair loaded ahead (4 rows) and half
+ *                 the blocks a SM (128 registers a thread), except for blocks
+ *                 of 1024 threads, which keep 64 and RNK_S_PAIR=1's loads.
  */
 #ifndef RNK_BWD_S_CUH
 #define RNK_BWD_S_CUH
 
 #include "bwd_finish.cuh"
+
+#ifndef RNK_S_PAIR
+#define RNK_S_PAIR 0
+#endif
+#if RNK_S_PAIR < 0 || RNK_S_PAIR > 2
+#error "RNK_S_PAIR: 0 (production), 1 or 2"
+#endif
 
 namespace rnk {
 
@@ -40,12 +56,21 @@ template <int TPR> struct SShape {
     static constexpr int BT = TPR < 128 ? 128 : TPR;
     static constexpr int R = BT / TPR;
     static constexpr int WPR = TPR / 32;
+#if RNK_S_PAIR == 2
+    /* 16 warps: 128 registers a thread for 4 rows in flight (a block of
+     * 1024 threads cannot have more than 64). */
+    static constexpr int MINB = BT < 1024 ? 512 / BT : 1;
+#else
     static constexpr int MINB = 1024 / BT;
+#endif
 };
+/* Rows a stripe reduces at one barrier: 2 under RNK_S_PAIR (a pair's sums
+ * side by side, row j's warps then row j + R's). */
+enum { S_BAR_ROWS = RNK_S_PAIR ? 2 : 1 };
 /* The block's shared arrays: the row sums of each warp (double-buffered by
  * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag. */
 template <int TPR, int VEC> struct SShared {
-    float red[2][SShape<TPR>::R][SShape<TPR>::WPR][2];
+    float red[2][SShape<TPR>::R][S_BAR_ROWS * SShape<TPR>::WPR][2];
     float comb[SShape<TPR>::R > 1 ? (SShape<TPR>::R - 1) * TPR * VEC : 1];
     int claim[2], last;
 };
@@ -108,6 +133,146 @@ __device__ __forceinline__ void s_load(const Params &p, SRow &d, int64_t row, bo
         d.rs = __ldg(p.rstd + row);
 }
 
+#if RNK_S_PAIR
+/* RNK_S_PAIR's pieces of a row, the same arithmetic as s_chunks' loop: its
+ * two sums over the warp, ... */
+template <class T, bool RS>
+__device__ __forceinline__ void s_sums(const SRow &d, const float (&wv)[Vec<T>::N], float &s1,
+                                       float &s2)
+{
+    constexpr int VEC = Vec<T>::N;
+    float xf[VEC], yf[VEC];
+    Vec<T>::unpack(d.x, xf);
+    Vec<T>::unpack(d.y, yf);
+    s1 = 0.0f;
+    s2 = 0.0f;
+#pragma unroll
+    for (int e = 0; e < VEC; e++) {
+        if (!RS)
+            s1 += xf[e] * xf[e];
+        s2 += xf[e] * (yf[e] * wv[e]);
+    }
+    s_warp_sum<RS>(s1, s2);
+}
+
+/* ... and, from the row's sums over the block, its dx (stored at row
+ * `row`) and its step of dw. */
+template <class T, bool RS, bool DRES>
+__device__ __forceinline__ void s_dx(const Params &p, const SRow &d, const float (&wv)[Vec<T>::N],
+                                     float s1, float s2, float (&acc)[Vec<T>::N], int64_t row,
+                                     int col, bool ok)
+{
+    constexpr int VEC = Vec<T>::N;
+    constexpr int64_t ES = (int64_t)sizeof(T);
+    float xf[VEC], yf[VEC], rf[VEC], dd[VEC];
+    Vec<T>::unpack(d.x, xf);
+    Vec<T>::unpack(d.y, yf);
+    const float rstd = RS ? d.rs : 1.0f / sqrtf(s1 * p.inv_n + p.eps);
+    const float c = rstd * (s2 * p.inv_n);
+    if (DRES)
+        Vec<T>::unpack(d.r, rf);
+#pragma unroll
+    for (int e = 0; e < VEC; e++) {
+        const float xh = __fmul_rn(xf[e], rstd);
+        dd[e] = rstd * (yf[e] * wv[e] - xh * c);
+        if (DRES)
+            dd[e] += rf[e];
+#if RNK_DW_FMA
+        acc[e] = __fmaf_rn(yf[e], xh, acc[e]);
+#else
+        acc[e] = __fadd_rn(acc[e], __fmul_rn(yf[e], xh));
+#endif
+    }
+    if (ok)
+        st16((char *)p.dx + (row * p.dxs + col) * ES, Vec<T>::pack(dd));
+}
+
+/*
+ * RNK_S_PAIR: one chunk's rows for rows of several warps, two of a stripe per
+ * block barrier.  Pair u of stripe grp is its rows j = 2uR + grp and j + R
+ * (the rows production's iterations 2u and 2u + 1 take): both rows' warp sums
+ * go to red[par] side by side, one __syncthreads, then each row is added over
+ * its warps by the same tree as production, so every row's sums and rstd are
+ * production's bit for bit.  dx and dw then go row j first, row j + R second:
+ * acc sees production's additions in its order, each rounded alone, and dw
+ * stays bitwise the same.  dx is production's expression, but which product of
+ * dy * w - xhat * c an FMA takes in is the compilers' choice, element by
+ * element (production's RS instantiations fuse dy * w in most, xhat * c in
+ * some): dx may differ from production's by that one fp32 rounding, not bit
+ * for bit.  The block runs ceil(iters / 2) pairs, the same count in every
+ * stripe (barriers match); rows at or past cnt load as zeros, store nothing
+ * and add nothing, as production's.  par flips once a pair: red[par] is
+ * written again only after the next pair's barrier, which no warp passes
+ * before every warp has read this pair's sums.
+ *
+ * Loads: RNK_S_PAIR=1 keeps production's 2 rows in registers (its 64 a
+ * thread): the next pair's rows go out as the pair's free theirs, row j + 2R
+ * once row j's dx is stored, j + 3R after j + R's.  Holding a third row
+ * across the barrier (the next pair's first, issued before the sums) made
+ * ptxas spill 10 to 50 words a pair (sm_90).  RNK_S_PAIR=2 (blocks under 1024
+ * threads) issues the whole next pair before the sums: 4 rows, in flight
+ * across the barrier, in up to 128 registers at half the occupancy.
+ */
+template <class T, int TPR, bool RS, bool DRES>
+__device__ __forceinline__ void s_pairs(const Params &p, SShared<TPR, Vec<T>::N> &sh, int k,
+                                        int64_t cnt, const float (&wv)[Vec<T>::N],
+                                        float (&acc)[Vec<T>::N], int &par)
+{
+    using S = SShape<TPR>;
+    constexpr int R = S::R, WPR = S::WPR, VEC = Vec<T>::N;
+    constexpr bool AHEAD2 = RNK_S_PAIR == 2 && S::BT < 1024;
+    auto &red = sh.red;
+    const int tid = threadIdx.x, grp = tid / TPR, lt = tid % TPR;
+    const int lane = tid & 31, wir = lt >> 5;
+    const int col = lt * VEC;
+    const bool ok = col < p.n;
+    const bool nc = p.dx != p.dy;
+    const int64_t P = p.nchunks;
+    const int64_t pairs = ((cnt + R - 1) / R + 1) / 2;
+    SRow a, b;
+    s_load<T, RS, DRES>(p, a, k + grp * P, grp < cnt, col, ok, nc);
+    s_load<T, RS, DRES>(p, b, k + (grp + R) * P, grp + R < cnt, col, ok, nc);
+#pragma unroll 1
+    for (int64_t u = 0; u < pairs; u++) {
+        const int64_t j = 2 * u * R + grp, j1 = j + R, jn = j + 2 * R, jn1 = jn + R;
+        SRow na, nb;
+        if (AHEAD2) {
+            s_load<T, RS, DRES>(p, na, k + jn * P, jn < cnt, col, ok, nc);
+            s_load<T, RS, DRES>(p, nb, k + jn1 * P, jn1 < cnt, col, ok, nc);
+        }
+        float s1a, s2a, s1b, s2b;
+        s_sums<T, RS>(a, wv, s1a, s2a);
+        s_sums<T, RS>(b, wv, s1b, s2b);
+        if (lane == 0) {
+            red[par][grp][wir][0] = s1a;
+            red[par][grp][wir][1] = s2a;
+            red[par][grp][WPR + wir][0] = s1b;
+            red[par][grp][WPR + wir][1] = s2b;
+        }
+        __syncthreads();
+        /* As production: lane i takes warp i's sums of each row (zeros past
+         * the row's warps), then the fixed tree, a row at a time. */
+        s1a = !RS && lane < WPR ? red[par][grp][lane][0] : 0.0f;
+        s2a = lane < WPR ? red[par][grp][lane][1] : 0.0f;
+        s1b = !RS && lane < WPR ? red[par][grp][WPR + lane][0] : 0.0f;
+        s2b = lane < WPR ? red[par][grp][WPR + lane][1] : 0.0f;
+        s_warp_sum<RS>(s1a, s2a);
+        s_warp_sum<RS>(s1b, s2b);
+        par ^= 1;
+        if (j < cnt)
+            s_dx<T, RS, DRES>(p, a, wv, s1a, s2a, acc, k + j * P, col, ok);
+        if (!AHEAD2) /* (into row j's registers, free now) */
+            s_load<T, RS, DRES>(p, na, k + jn * P, jn < cnt, col, ok, nc);
+        if (j1 < cnt)
+            s_dx<T, RS, DRES>(p, b, wv, s1b, s2b, acc, k + j1 * P, col, ok);
+        if (!AHEAD2)
+            s_load<T, RS, DRES>(p, nb, k + jn1 * P, jn1 < cnt, col, ok, nc);
+        a = na;
+        b = nb;
+    }
+}
+#endif
+
 /*
  * The claim loop from the block's first chunk k0 on: rows, dx, the chunk's
  * partial (stripes added in order: p = +0 + stripe_0 + ... + stripe_{R-1})
@@ -142,6 +307,11 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
 #pragma unroll
         for (int e = 0; e < VEC; e++)
             acc[e] = 0.0f;
+#if RNK_S_PAIR
+        if constexpr (WPR > 1) {
+            s_pairs<T, TPR, RS, DRES>(p, sh, k, cnt, wv, acc, par);
+        } else { /* (one warp a row, no barrier: production's loop, closed below) */
+#endif
         SRow cur;
         s_load<T, RS, DRES>(p, cur, k + grp * P, grp < cnt, col, ok, nc);
 #pragma unroll 1
@@ -197,6 +367,9 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
             }
             cur = nx;
         }
+#if RNK_S_PAIR
+        }
+#endif
         if (tid == 0)
             s_claim[(it + 1) & 1] = (int)nxt;
         if (!p.dw) {
