@@ -502,7 +502,7 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
     /* A full ring: wait for the oldest call.  RMSNORMD_DEBUG_RING_AHEAD=N
      * (for measurements) lets the caller be at most N calls ahead of the
      * answers instead of a ring's worth. */
-    static uint32_t ahead_env; /* (UINT32_MAX: unset) */
+    static uint32_t ahead_env; /* (0: not read yet; UINT32_MAX: not set) */
     uint32_t ahead = __atomic_load_n(&ahead_env, __ATOMIC_RELAXED);
     if (!ahead) {
         const char *e = getenv("RMSNORMD_DEBUG_RING_AHEAD");
