@@ -35,6 +35,12 @@
  *   RNK_S_PAIR=2  the same with the next pair loaded ahead (4 rows) and half
  *                 the blocks a SM (128 registers a thread), except for blocks
  *                 of 1024 threads, which keep 64 and RNK_S_PAIR=1's loads.
+ *   RNK_S_LEAN=1  the same rows, trees and arithmetic as production with
+ *                 fewer instructions a row (s_lean): per-thread pointers
+ *                 advanced by a byte step instead of row * stride + col in
+ *                 64 bits each row, two row buffers taking turns (no copy,
+ *                 no zeroing a row), the buffer parity fixed at each turn,
+ *                 dy's load kind chosen once a chunk.  Not with RNK_S_PAIR.
  */
 #ifndef RNK_BWD_S_CUH
 #define RNK_BWD_S_CUH
@@ -46,6 +52,15 @@
 #endif
 #if RNK_S_PAIR < 0 || RNK_S_PAIR > 2
 #error "RNK_S_PAIR: 0 (production), 1 or 2"
+#endif
+#ifndef RNK_S_LEAN
+#define RNK_S_LEAN 0
+#endif
+#if RNK_S_LEAN < 0 || RNK_S_LEAN > 1
+#error "RNK_S_LEAN: 0 (production) or 1"
+#endif
+#if RNK_S_LEAN && RNK_S_PAIR
+#error "RNK_S_LEAN and RNK_S_PAIR are two experiments: one at a time"
 #endif
 
 namespace rnk {
@@ -273,6 +288,161 @@ __device__ __forceinline__ void s_pairs(const Params &p, SShared<TPR, Vec<T>::N>
 }
 #endif
 
+#if RNK_S_LEAN
+/*
+ * RNK_S_LEAN: one chunk's rows as production's loop in s_chunks (the same
+ * rows, loads, sums, trees, barriers and dx / dw expressions), with the
+ * bookkeeping around them cut:
+ *   - each thread keeps its stripe's pointers to x, dy, dx (dres, rstd) and
+ *     adds a byte step (R rows of the chunk: R * P rows of the tensor) a row,
+ *     instead of forming (k + j * P) * stride + col in 64 bits per row and
+ *     tensor;
+ *   - two row buffers take turns (the loop is written twice, a and b), so
+ *     the next row is not copied into the current one, and a buffer is not
+ *     zeroed before each load: both are zeroed once a chunk, a thread past
+ *     n never loads (its zeros stay, as production's), and a row past the
+ *     chunk's end leaves the buffer's old row, whose sums meet only in its
+ *     own stripe's slots of red and are dropped with the row (no dx, no dw);
+ *   - red's parity is fixed at each of the two turns: the chunk's first row
+ *     takes red[0].  Between chunks every thread passes a __syncthreads
+ *     (s_chunks: the comb, publish, atomic_tail or !dw barrier) after its
+ *     last read of red, so red[0] may be written again at once;
+ *   - dy's load kind (nc: dx is not dy) is a template argument, chosen once
+ *     a chunk;
+ *   - one down-counter of the block's row steps (n_it, the same in every
+ *     stripe, so barriers match); this stripe's rows end d = iters - (its
+ *     rows) steps earlier (d is 0 or 1, 0 when R = 1).
+ */
+/*
+ * dx's dy * w - xhat * c: production writes both products plain (mul.f32,
+ * sub.f32 in its PTX), and ptxas fuses one into the FMA: dy * w where NVVM
+ * computed it again for dx, fma(dy, w, -round(xhat * c)), or xhat * c where
+ * NVVM kept the row sum's round(dy * w) for it, fma(-c, xhat, round(dy * w)).
+ * NVVM's choice goes element by element and instantiation by instantiation,
+ * so s_lean writes every operation with its rounding and takes production's
+ * choice from this table, read from production's sm_90 PTX of CUDA 13.0
+ * (MODE_FUSED; the benchmark's other modes take the same): bit e set =
+ * element e fused fma(-c, xhat, round(dy * w)).  Another compiler may choose
+ * otherwise: g60_bits compares dx bit for bit.
+ */
+template <class T, int TPR, bool RS, bool DRES> constexpr unsigned s_lean_reuse()
+{
+    if (sizeof(T) == 2 && Vec<T>::DT == RNK_BF16)
+        return TPR == 64 ? (RS ? 0x20u : 0xa0u) : (RS && DRES ? 0u : 0x20u);
+    return TPR == 64 || RS || DRES ? 0u : 0x80u; /* fp16 */
+}
+
+template <class T, int TPR, bool RS, bool DRES, bool NC>
+__device__ __forceinline__ void s_lean(const Params &p, SShared<TPR, Vec<T>::N> &sh, int k,
+                                       int64_t cnt, const float (&wv)[Vec<T>::N],
+                                       float (&acc)[Vec<T>::N])
+{
+    using S = SShape<TPR>;
+    constexpr int R = S::R, WPR = S::WPR, VEC = Vec<T>::N;
+    constexpr int64_t ES = (int64_t)sizeof(T);
+    constexpr unsigned RU = s_lean_reuse<T, TPR, RS, DRES>();
+    auto &red = sh.red;
+    const int tid = threadIdx.x, grp = R == 1 ? 0 : tid / TPR, lt = R == 1 ? tid : tid % TPR;
+    const int lane = tid & 31, wir = lt >> 5;
+    const int col = lt * VEC;
+    const bool ok = col < p.n;
+    const int64_t P = p.nchunks, r0 = k + grp * P, RP = R * P;
+    /* (a chunk's rows: under 2^31, as m / P + 1 rows of at least 257
+     * columns of 2 bytes, P >= 128, is) */
+    const int iters = (int)((cnt + R - 1) / R);
+    const int d = R == 1 ? 0 : iters - (int)((cnt - grp + R - 1) / R);
+    const char *px = (const char *)p.x + (r0 * p.xs + col) * ES;
+    const char *py = (const char *)p.dy + (r0 * p.dys + col) * ES;
+    const char *pr = DRES ? (const char *)p.dres + (r0 * p.drs + col) * ES : nullptr;
+    const float *prs = RS ? p.rstd + r0 : nullptr;
+    char *pd = (char *)p.dx + (r0 * p.dxs + col) * ES;
+    const int64_t sx = RP * p.xs * ES, sy = RP * p.dys * ES, sr = DRES ? RP * p.drs * ES : 0;
+    const int64_t sd = RP * p.dxs * ES;
+    SRow a, b;
+    a.x = a.y = a.r = b.x = b.y = b.r = make_uint4(0u, 0u, 0u, 0u);
+    a.rs = b.rs = 0.0f;
+    /* Load the stripe's next row into nx when there is one (left > 1), the
+     * pointers past it. */
+    auto load = [&](SRow &nx, bool on) {
+        if (on && ok) {
+            nx.x = ldnc16(px);
+            nx.y = NC ? ldnc16(py) : ld16(py);
+            if (DRES)
+                nx.r = ld16(pr);
+        }
+        if (RS && on)
+            nx.rs = __ldg(prs);
+        px += sx;
+        py += sy;
+        if (DRES)
+            pr += sr;
+        if (RS)
+            prs += RP;
+    };
+    /* One row step: cur's row reduced, dx stored (when the stripe still has
+     * a row), the next row loaded into nx; q: red's parity. */
+    auto step = [&](SRow &cur, SRow &nx, int q, int n_it) {
+        load(nx, n_it > d + 1);
+        float xf[VEC], yf[VEC];
+        Vec<T>::unpack(cur.x, xf);
+        Vec<T>::unpack(cur.y, yf);
+        float s1 = 0.0f, s2 = 0.0f, yw[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; e++) {
+            yw[e] = __fmul_rn(yf[e], wv[e]);
+            if (!RS)
+                s1 = __fmaf_rn(xf[e], xf[e], s1);
+            s2 = __fmaf_rn(xf[e], yw[e], s2);
+        }
+        s_warp_sum<RS>(s1, s2);
+        if (WPR > 1) {
+            if (lane == 0) {
+                red[q][grp][wir][0] = s1;
+                red[q][grp][wir][1] = s2;
+            }
+            __syncthreads();
+            s1 = !RS && lane < WPR ? red[q][grp][lane][0] : 0.0f;
+            s2 = lane < WPR ? red[q][grp][lane][1] : 0.0f;
+            s_warp_sum<RS>(s1, s2);
+        }
+        if (R == 1 || n_it > d) {
+            const float rstd = RS ? cur.rs : 1.0f / sqrtf(__fmaf_rn(s1, p.inv_n, p.eps));
+            const float c = __fmul_rn(rstd, __fmul_rn(s2, p.inv_n));
+            float rf[VEC], dd[VEC];
+            if (DRES)
+                Vec<T>::unpack(cur.r, rf);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                const float xh = __fmul_rn(xf[e], rstd);
+                const float t = RU >> e & 1u ? __fmaf_rn(-c, xh, yw[e])
+                                             : __fmaf_rn(yf[e], wv[e], -__fmul_rn(xh, c));
+                dd[e] = DRES ? __fmaf_rn(rstd, t, rf[e]) : __fmul_rn(rstd, t);
+#if RNK_DW_FMA
+                acc[e] = __fmaf_rn(yf[e], xh, acc[e]);
+#else
+                acc[e] = __fadd_rn(acc[e], __fmul_rn(yf[e], xh));
+#endif
+            }
+            if (ok)
+                st16(pd, Vec<T>::pack(dd));
+        }
+        pd += sd;
+    };
+    if (iters <= 0)
+        return;
+    load(a, iters > d);
+#pragma unroll 1
+    for (int n_it = iters;;) {
+        step(a, b, 0, n_it);
+        if (--n_it == 0)
+            break;
+        step(b, a, 1, n_it);
+        if (--n_it == 0)
+            break;
+    }
+}
+#endif
+
 /*
  * The claim loop from the block's first chunk k0 on: rows, dx, the chunk's
  * partial (stripes added in order: p = +0 + stripe_0 + ... + stripe_{R-1})
@@ -312,6 +482,13 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
             s_pairs<T, TPR, RS, DRES>(p, sh, k, cnt, wv, acc, par);
         } else { /* (one warp a row, no barrier: production's loop, closed below) */
 #endif
+#if RNK_S_LEAN
+        (void)iters, (void)WPR, (void)ES, (void)red, (void)lane, (void)wir, (void)P, (void)par;
+        if (nc)
+            s_lean<T, TPR, RS, DRES, true>(p, sh, k, cnt, wv, acc);
+        else
+            s_lean<T, TPR, RS, DRES, false>(p, sh, k, cnt, wv, acc);
+#else
         SRow cur;
         s_load<T, RS, DRES>(p, cur, k + grp * P, grp < cnt, col, ok, nc);
 #pragma unroll 1
@@ -367,6 +544,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
             }
             cur = nx;
         }
+#endif
 #if RNK_S_PAIR
         }
 #endif
