@@ -41,6 +41,9 @@
  *                 64 bits each row, two row buffers taking turns (no copy,
  *                 no zeroing a row), the buffer parity fixed at each turn,
  *                 dy's load kind chosen once a chunk.  Not with RNK_S_PAIR.
+ *   RNK_S_LEAN=2  =1 with wv and the byte steps in shared memory, read where
+ *                 used, and red's slot stored by the lane that reads it: no
+ *                 spill in the row loop at TPR 128-512 (=1: 11 a row).
  */
 #ifndef RNK_BWD_S_CUH
 #define RNK_BWD_S_CUH
@@ -56,8 +59,8 @@
 #ifndef RNK_S_LEAN
 #define RNK_S_LEAN 0
 #endif
-#if RNK_S_LEAN < 0 || RNK_S_LEAN > 1
-#error "RNK_S_LEAN: 0 (production) or 1"
+#if RNK_S_LEAN < 0 || RNK_S_LEAN > 2
+#error "RNK_S_LEAN: 0 (production), 1 or 2"
 #endif
 #if RNK_S_LEAN && RNK_S_PAIR
 #error "RNK_S_LEAN and RNK_S_PAIR are two experiments: one at a time"
@@ -82,12 +85,28 @@ template <int TPR> struct SShape {
 /* Rows a stripe reduces at one barrier: 2 under RNK_S_PAIR (a pair's sums
  * side by side, row j's warps then row j + R's). */
 enum { S_BAR_ROWS = RNK_S_PAIR ? 2 : 1 };
+#if RNK_S_LEAN == 2
+/* RNK_S_LEAN=2: each thread's wv in shared memory, wv[0..3] in lo, the rest
+ * in hi (blocks of 1024 threads: wv[4..5], wv[6..7] stay in registers, as
+ * all 8 would pass the 48 KiB of static shared memory). */
+template <int BT> struct SWsh {
+    float4 lo[BT], hi[BT];
+};
+template <> struct SWsh<1024> {
+    float4 lo[1024];
+    float2 hi[1024];
+};
+#endif
 /* The block's shared arrays: the row sums of each warp (double-buffered by
  * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag. */
 template <int TPR, int VEC> struct SShared {
     float red[2][SShape<TPR>::R][S_BAR_ROWS * SShape<TPR>::WPR][2];
     float comb[SShape<TPR>::R > 1 ? (SShape<TPR>::R - 1) * TPR * VEC : 1];
     int claim[2], last;
+#if RNK_S_LEAN == 2
+    SWsh<SShape<TPR>::BT> wsh;
+    longlong2 step[2]; /* s_lean's byte steps: x, dy; dx, dres */
+#endif
 };
 /* The fast path's widest row: 1024 threads of 8 columns. */
 enum { S_MAX_N = 8192 };
@@ -356,8 +375,31 @@ __device__ __forceinline__ void s_lean(const Params &p, SShared<TPR, Vec<T>::N> 
     const char *pr = DRES ? (const char *)p.dres + (r0 * p.drs + col) * ES : nullptr;
     const float *prs = RS ? p.rstd + r0 : nullptr;
     char *pd = (char *)p.dx + (r0 * p.dxs + col) * ES;
+    /* byte steps {x, dy}, {dx, dres}; RNK_S_LEAN=2: read from shared memory
+     * where used (s_kernel writes them), not held in 8 registers */
+#if RNK_S_LEAN == 2
+    const longlong2 *const stp = sh.step;
+#else
     const int64_t sx = RP * p.xs * ES, sy = RP * p.dys * ES, sr = DRES ? RP * p.drs * ES : 0;
-    const int64_t sd = RP * p.dxs * ES;
+    const longlong2 stp[2] = {{sx, sy}, {RP * p.dxs * ES, sr}};
+#endif
+    /* RNK_S_LEAN=2: wv read from shared memory each row, twice when a
+     * barrier lies between its uses, instead of 8 registers held */
+    auto wget = [&](float(&w)[VEC]) {
+#if RNK_S_LEAN == 2
+        const float4 u = sh.wsh.lo[tid];
+        const auto v = sh.wsh.hi[tid];
+        w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w, w[4] = v.x, w[5] = v.y;
+        if constexpr (S::BT < 1024)
+            w[6] = v.z, w[7] = v.w;
+        else
+            w[6] = wv[6], w[7] = wv[7];
+#else
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            w[e] = wv[e];
+#endif
+    };
     SRow a, b;
     a.x = a.y = a.r = b.x = b.y = b.r = make_uint4(0u, 0u, 0u, 0u);
     a.rs = b.rs = 0.0f;
@@ -372,10 +414,10 @@ __device__ __forceinline__ void s_lean(const Params &p, SShared<TPR, Vec<T>::N> 
         }
         if (RS && on)
             nx.rs = __ldg(prs);
-        px += sx;
-        py += sy;
+        px += stp[0].x;
+        py += stp[0].y;
         if (DRES)
-            pr += sr;
+            pr += stp[1].y;
         if (RS)
             prs += RP;
     };
@@ -386,19 +428,22 @@ __device__ __forceinline__ void s_lean(const Params &p, SShared<TPR, Vec<T>::N> 
         float xf[VEC], yf[VEC];
         Vec<T>::unpack(cur.x, xf);
         Vec<T>::unpack(cur.y, yf);
-        float s1 = 0.0f, s2 = 0.0f, yw[VEC];
+        float s1 = 0.0f, s2 = 0.0f, yw[VEC], w[VEC];
+        wget(w);
 #pragma unroll
         for (int e = 0; e < VEC; e++) {
-            yw[e] = __fmul_rn(yf[e], wv[e]);
+            yw[e] = __fmul_rn(yf[e], w[e]);
             if (!RS)
                 s1 = __fmaf_rn(xf[e], xf[e], s1);
             s2 = __fmaf_rn(xf[e], yw[e], s2);
         }
         s_warp_sum<RS>(s1, s2);
         if (WPR > 1) {
-            if (lane == 0) {
-                red[q][grp][wir][0] = s1;
-                red[q][grp][wir][1] = s2;
+            /* (every lane holds the warp's sums, bit for bit: lane wir
+             * stores them, at the address that lane reads back) */
+            if (lane == (RNK_S_LEAN == 2 ? wir : 0)) {
+                red[q][grp][RNK_S_LEAN == 2 ? lane : wir][0] = s1;
+                red[q][grp][RNK_S_LEAN == 2 ? lane : wir][1] = s2;
             }
             __syncthreads();
             s1 = !RS && lane < WPR ? red[q][grp][lane][0] : 0.0f;
@@ -411,11 +456,12 @@ __device__ __forceinline__ void s_lean(const Params &p, SShared<TPR, Vec<T>::N> 
             float rf[VEC], dd[VEC];
             if (DRES)
                 Vec<T>::unpack(cur.r, rf);
+            wget(w);
 #pragma unroll
             for (int e = 0; e < VEC; e++) {
                 const float xh = __fmul_rn(xf[e], rstd);
                 const float t = RU >> e & 1u ? __fmaf_rn(-c, xh, yw[e])
-                                             : __fmaf_rn(yf[e], wv[e], -__fmul_rn(xh, c));
+                                             : __fmaf_rn(yf[e], w[e], -__fmul_rn(xh, c));
                 dd[e] = DRES ? __fmaf_rn(rstd, t, rf[e]) : __fmul_rn(rstd, t);
 #if RNK_DW_FMA
                 acc[e] = __fmaf_rn(yf[e], xh, acc[e]);
@@ -426,7 +472,7 @@ __device__ __forceinline__ void s_lean(const Params &p, SShared<TPR, Vec<T>::N> 
             if (ok)
                 st16(pd, Vec<T>::pack(dd));
         }
-        pd += sd;
+        pd += stp[1].x;
     };
     if (iters <= 0)
         return;
@@ -467,6 +513,14 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
 #pragma unroll
     for (int e = 0; e < VEC; e++)
         wv[e] = ok ? (p.w ? ld_any(p.w_dt, p.w, col + e) + p.offset : 1.0f) : 0.0f;
+#if RNK_S_LEAN == 2
+    static_assert(VEC == 8, "wsh: 8 columns a thread");
+    sh.wsh.lo[tid] = make_float4(wv[0], wv[1], wv[2], wv[3]);
+    if constexpr (S::BT < 1024)
+        sh.wsh.hi[tid] = make_float4(wv[4], wv[5], wv[6], wv[7]);
+    else
+        sh.wsh.hi[tid] = make_float2(wv[4], wv[5]);
+#endif
 
     int it = 0, par = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
@@ -608,6 +662,13 @@ __global__ void __launch_bounds__(SShape<TPR>::BT, SShape<TPR>::MINB) s_kernel(P
     }
     if (threadIdx.x == 0)
         sh.claim[0] = (int)nxt;
+#if RNK_S_LEAN == 2
+    if (threadIdx.x == 0) { /* (s_lean's steps, R * P rows) */
+        const int64_t RP = (int64_t)SShape<TPR>::R * p.nchunks * (int64_t)sizeof(T);
+        sh.step[0] = make_longlong2(RP * p.xs, RP * p.dys);
+        sh.step[1] = make_longlong2(RP * p.dxs, p.dres ? RP * p.drs : 0);
+    }
+#endif
     __syncthreads();
     trace_mark(p, 1, 1);
     if (p.rstd && !p.dres)
