@@ -355,6 +355,54 @@ static void test_ring_slots_env(void **state)
     RNH_PASS(d);
 }
 
+/* A deep ring's calls when the daemon dies: 300 calls of a ring of 1024
+ * slots published while the daemon is stopped, then the daemon killed:
+ * rn_sync reports them lost at once (the watcher's count of the slots
+ * published and not answered covers the whole ring), and a call once a
+ * daemon is back runs in a new session. */
+static void test_ring_slots_daemon_dies(void **state)
+{
+    rnh_daemon *d = *state;
+    rn_connect_opts o = RN_CONNECT_OPTS_INIT;
+    rn_client *c = NULL;
+    rnv_case k = mixed_case(3);
+    laid l;
+
+    assert_int_equal(rnh_start(d), 0);
+    o.endpoint = d->endpoint;
+    o.path = RN_PATH_FAST;
+    o.timeout_ms = 1000;
+    setenv("RMSNORMD_RING_SLOTS", "1024", 1);
+    int rv = rn_connect(&o, &c);
+    unsetenv("RMSNORMD_RING_SLOTS");
+    if (rv != 0)
+        fail_msg("rn_connect: %s", rn_last_error(NULL));
+    lay(c, &k, 0x7f4a7c15u ^ (uint64_t)getpid(), &l);
+    if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
+        fail_msg("the first call: %s", rn_last_error(c));
+    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    for (int i = 0; i < 300; i++)
+        if (rn_rmsnorm_bwd_host_async(c, &l.a) != 0) {
+            kill(d->pid, SIGCONT);
+            fail_msg("call %d with the daemon stopped: %s", i, rn_last_error(c));
+        }
+    assert_int_equal(kill(d->pid, SIGKILL), 0);
+    assert_int_equal(rnh_wait_exit(d, WAIT_MS), 128 + SIGKILL);
+    int64_t t0 = rnh_now_ms();
+    rv = rn_sync(c);
+    int64_t ms = rnh_now_ms() - t0;
+    if (rv != RN_RESTARTED || ms > 3000 || !strstr(rn_last_error(c), "calls 2..301:"))
+        fail_msg("rn_sync after the daemon died: %s after %lld ms: %s", rn_err_name(rv),
+                 (long long)ms, rn_last_error(c));
+    assert_int_equal(rnh_start(d), 0);
+    if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
+        fail_msg("a call once a daemon is back: %s", rn_last_error(c));
+    check(&l, "after the daemon came back");
+    unlay(c, &l);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
 /* Classic clients calling back to back do not starve ring calls on the
  * CPU backend: its unordered queue and the rings' streams take turns.
  * Before, the queue came first, and with one worker a ring call waited for
@@ -2312,6 +2360,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_finished_not_lost, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_errors_accumulate, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ring_slots_env, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_ring_slots_daemon_dies, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_not_starved, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ring_reopen_waits, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stopped_fails_fast, rnh_setup, rnh_teardown),
