@@ -77,7 +77,7 @@ int rnc_ring_slots_env(uint32_t *slots)
         return 0;
     char *end;
     unsigned long v = strtoul(e, &end, 10);
-    if (*end || e[0] == '-' || !v || v > RNP_RING_MAX_SLOTS || (v & (v - 1)))
+    if (*end || e[0] < '0' || e[0] > '9' || !v || v > RNP_RING_MAX_SLOTS || (v & (v - 1)))
         return rnc_fail(NULL, RN_INVALID_ARGUMENT,
                         "RMSNORMD_RING_SLOTS: '%.40s' is not a power of two from 1 to %u", e,
                         RNP_RING_MAX_SLOTS);

@@ -125,8 +125,7 @@ static inline void rnd_ring_drop_prep(rnd_ring *g)
 /* A debugging variable of microseconds, name, up to max: *ns set if it is
  * (left as it is if unset or empty).  0 or RN_INVALID_ARGUMENT naming it. */
 int rnd_ring_env_us(const char *name, unsigned long max, uint64_t *ns, rnp_error *err);
-/* At the rings' start: RMSNORMD_DEBUG_ARM_POLICY.
- * 0 or an rn_status. */
+/* At the rings' start: RMSNORMD_DEBUG_ARM_POLICY.  0 or an rn_status. */
 int rnd_rings_arm_init(rnd_rings *tab, rnp_error *err);
 /* The ring's words from the backend (g->arm, or NULL: host mode, also for
  * a ring whose client does not write go); and back. */

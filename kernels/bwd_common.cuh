@@ -495,8 +495,10 @@ __device__ __forceinline__ int cancelled(const Params &p)
         if (st == CANCEL_UNKNOWN) {
             /* The three loads go out together; the fence after them
              * makes them an acquire (at the GPU's scope: the client's
-             * kernels that wrote the inputs ran on this GPU, and its
-             * write of ready follows them with a system-wide fence), so
+             * kernels that wrote the inputs ran on this GPU, in the
+             * default memory synchronization domain, and its stream's
+             * write of ready follows them with a system-wide barrier;
+             * a producer in the remote domain would need .sys), so
              * this launch's reads of the inputs come after an open gate,
              * and a release for the verdict, which the other blocks read
              * with acquire.  (ld.acquire of the gate word instead cost
