@@ -92,6 +92,11 @@ static int create(rn_client *c, rnc_ring **out)
     if (!g)
         return rnc_fail(c, RN_NOMEM, "ring: out of memory");
     g->slots = c->ring_slots ? c->ring_slots : RING_SLOTS_DEFAULT;
+    /* RMSNORMD_DEBUG_RING_AHEAD=N (for measurements): the caller at most N
+     * calls ahead of the answers instead of a ring's worth. */
+    const char *ae = getenv("RMSNORMD_DEBUG_RING_AHEAD");
+    long ahead = ae ? strtol(ae, NULL, 10) : 0;
+    g->ahead = ahead >= 1 && ahead < (long)g->slots ? (uint32_t)ahead : g->slots;
     g->size = (size_t)rnc_gslot_off(g, GRAPH_SLOTS);
     g->c = c;
     /* Sealed against shrinking: the daemon reads the ring from its own
@@ -499,21 +504,9 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
         return rnc_graph_publish(c, g, b, dev, stream);
     }
     uint64_t seq = g->seq + 1;
-    /* A full ring: wait for the oldest call.  RMSNORMD_DEBUG_RING_AHEAD=N
-     * (for measurements) lets the caller be at most N calls ahead of the
-     * answers instead of a ring's worth. */
-    static uint32_t ahead_env; /* (0: not read yet; UINT32_MAX: not set) */
-    uint32_t ahead = __atomic_load_n(&ahead_env, __ATOMIC_RELAXED);
-    if (!ahead) {
-        const char *e = getenv("RMSNORMD_DEBUG_RING_AHEAD");
-        long v = e ? strtol(e, NULL, 10) : 0;
-        ahead = v >= 1 && v <= (long)RNP_RING_MAX_SLOTS ? (uint32_t)v : UINT32_MAX;
-        __atomic_store_n(&ahead_env, ahead, __ATOMIC_RELAXED);
-    }
-    if (ahead > g->slots)
-        ahead = g->slots;
-    if (!rnp_ring_can_publish(seq, load_done(g), ahead) &&
-        (rv = wait_done(c, g, seq - ahead, false)) != 0)
+    /* A full ring (or g->ahead calls out): wait for the oldest call. */
+    if (!rnp_ring_can_publish(seq, load_done(g), g->ahead) &&
+        (rv = wait_done(c, g, seq - g->ahead, false)) != 0)
         return rv;
     if ((rv = report(c, g)) != 0)
         return rv;

@@ -27,6 +27,7 @@ struct rnc_ring {
     uint8_t *base;
     size_t size;
     uint32_t slots; /* the ring's, a power of two; graph slots after them */
+    uint32_t ahead; /* calls out at most before one waits: slots, or less */
     bool open; /* RING_OPEN answered in the session `of` */
     bool opened; /* ... in some session: a daemon may hold this memory */
     int dpid;    /* a pidfd of that daemon (-1: none): once it exited, nobody does */

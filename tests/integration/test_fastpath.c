@@ -28,15 +28,28 @@
 
 #define WAIT_MS 20000
 
-static rn_client *client_on(const rnh_daemon *d, int path)
+/* A client of d on path, with timeout_ms (0: the default) and, unless
+ * slots is NULL, RMSNORMD_RING_SLOTS=slots at rn_connect. */
+static rn_client *client_with(const rnh_daemon *d, int path, int timeout_ms, const char *slots)
 {
     rn_connect_opts o = RN_CONNECT_OPTS_INIT;
     rn_client *c = NULL;
     o.endpoint = d->endpoint;
     o.path = path;
-    if (rn_connect(&o, &c) != 0)
+    o.timeout_ms = timeout_ms;
+    if (slots)
+        setenv("RMSNORMD_RING_SLOTS", slots, 1);
+    int rv = rn_connect(&o, &c);
+    if (slots)
+        unsetenv("RMSNORMD_RING_SLOTS");
+    if (rv != 0)
         fail_msg("rn_connect: %s", rn_last_error(NULL));
     return c;
+}
+
+static rn_client *client_on(const rnh_daemon *d, int path)
+{
+    return client_with(d, path, 0, NULL);
 }
 
 /* A case laid out in a fresh buffer of c, with its expectation. */
@@ -318,9 +331,7 @@ static void test_ring_slots_env(void **state)
             fail_msg("'%s': %s", bad[i], rn_last_error(NULL));
     }
 
-    setenv("RMSNORMD_RING_SLOTS", "1024", 1);
-    rn_client *c = client_on(d, RN_PATH_FAST);
-    unsetenv("RMSNORMD_RING_SLOTS");
+    rn_client *c = client_with(d, RN_PATH_FAST, 0, "1024");
     lay(c, &k, 0x9d3b1e55u ^ (uint64_t)getpid(), &l);
     if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0) /* (the ring opens) */
         fail_msg("the first call: %s", rn_last_error(c));
@@ -340,16 +351,7 @@ static void test_ring_slots_env(void **state)
 
     /* 4 slots: with the daemon stopped the fifth call waits for the first,
      * and gives up after the client's timeout, publishing nothing. */
-    rn_connect_opts o = RN_CONNECT_OPTS_INIT;
-    o.endpoint = d->endpoint;
-    o.path = RN_PATH_FAST;
-    o.timeout_ms = 300;
-    setenv("RMSNORMD_RING_SLOTS", "4", 1);
-    c = NULL;
-    int rv = rn_connect(&o, &c);
-    unsetenv("RMSNORMD_RING_SLOTS");
-    if (rv != 0)
-        fail_msg("rn_connect: %s", rn_last_error(NULL));
+    c = client_with(d, RN_PATH_FAST, 300, "4");
     lay(c, &k, 0x1b873593u ^ (uint64_t)getpid(), &l);
     if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
         fail_msg("the first call, 4 slots: %s", rn_last_error(c));
@@ -359,7 +361,7 @@ static void test_ring_slots_env(void **state)
             kill(d->pid, SIGCONT);
             fail_msg("call %d of 4 with the daemon stopped: %s", i, rn_last_error(c));
         }
-    rv = rn_rmsnorm_bwd_host_async(c, &l.a);
+    int rv = rn_rmsnorm_bwd_host_async(c, &l.a);
     assert_int_equal(kill(d->pid, SIGCONT), 0);
     if (rv == 0 || !strstr(rn_last_error(c), "did not finish within"))
         fail_msg("a fifth call into a full ring of 4: %s: %s", rn_err_name(rv),
@@ -390,20 +392,11 @@ static void test_ring_slots_env(void **state)
 static void test_ring_slots_daemon_dies(void **state)
 {
     rnh_daemon *d = *state;
-    rn_connect_opts o = RN_CONNECT_OPTS_INIT;
-    rn_client *c = NULL;
     rnv_case k = mixed_case(3);
     laid l;
 
     assert_int_equal(rnh_start(d), 0);
-    o.endpoint = d->endpoint;
-    o.path = RN_PATH_FAST;
-    o.timeout_ms = 1000;
-    setenv("RMSNORMD_RING_SLOTS", "1024", 1);
-    int rv = rn_connect(&o, &c);
-    unsetenv("RMSNORMD_RING_SLOTS");
-    if (rv != 0)
-        fail_msg("rn_connect: %s", rn_last_error(NULL));
+    rn_client *c = client_with(d, RN_PATH_FAST, 1000, "1024");
     lay(c, &k, 0x7f4a7c15u ^ (uint64_t)getpid(), &l);
     if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
         fail_msg("the first call: %s", rn_last_error(c));
@@ -416,7 +409,7 @@ static void test_ring_slots_daemon_dies(void **state)
     assert_int_equal(kill(d->pid, SIGKILL), 0);
     assert_int_equal(rnh_wait_exit(d, WAIT_MS), 128 + SIGKILL);
     int64_t t0 = rnh_now_ms();
-    rv = rn_sync(c);
+    int rv = rn_sync(c);
     int64_t ms = rnh_now_ms() - t0;
     /* (calls 2..301; 3..301 if the daemon answered call 2 before SIGSTOP
      * took hold) */
@@ -489,17 +482,11 @@ static void test_not_starved(void **state)
  * of 16 asynchronous calls: 16 timeouts). */
 static void stopped_fails_fast(rnh_daemon *d, int path, bool kill9)
 {
-    rn_connect_opts o = RN_CONNECT_OPTS_INIT;
-    rn_client *c = NULL;
     laid l;
     rnv_case k = mixed_case(6);
 
     assert_int_equal(rnh_start(d), 0);
-    o.endpoint = d->endpoint;
-    o.path = path;
-    o.timeout_ms = 1000;
-    if (rn_connect(&o, &c) != 0)
-        fail_msg("rn_connect: %s", rn_last_error(NULL));
+    rn_client *c = client_with(d, path, 1000, NULL);
     lay(c, &k, 33, &l);
     if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
         fail_msg("a call: %s", rn_last_error(c));
