@@ -308,9 +308,10 @@ static void test_errors_accumulate(void **state)
 /* RMSNORMD_RING_SLOTS: how far a client may run ahead.  With 1024 slots,
  * 300 calls are all published while the daemon is stopped (64, the
  * default, would make the 65th wait for the oldest); with 4, the fifth
- * waits, and 40 calls go round the ring ten times; every result is right.  A value that is not a
- * power of two up to 1024 fails rn_connect, naming the variable.  (Read
- * at rn_connect: unset after it, the client keeps its depth.) */
+ * waits, and 40 calls go round the ring ten times; every result is right.
+ * A value that is not a power of two up to 1024 fails rn_connect, naming
+ * the variable.  (Read at rn_connect: unset after it, the client keeps its
+ * depth.) */
 static void test_ring_slots_env(void **state)
 {
     rnh_daemon *d = *state;
