@@ -335,7 +335,7 @@ typedef struct rnc_done_word {
 int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev, void *stream,
                      const rnc_done_word *done, uint64_t *seq);
 /* RMSNORMD_RING_SLOTS (rn_connect): *slots, the depth of the client's ring
- * (a power of two up to RNP_RING_MAX_SLOTS; unset: 64), or
+ * (a power of two up to RNP_RING_MAX_SLOTS; unset: 1024), or
  * RN_INVALID_ARGUMENT naming the variable. */
 int rnc_ring_slots_env(uint32_t *slots);
 /* Whether c's next fast-path call opens its ring (a new session). */

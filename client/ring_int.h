@@ -18,7 +18,7 @@
 /* Slots of a client's ring (calls published and not answered, at most),
  * unless RMSNORMD_RING_SLOTS says otherwise (a power of two up to
  * RNP_RING_MAX_SLOTS). */
-#define RING_SLOTS_DEFAULT 64u
+#define RING_SLOTS_DEFAULT 1024u
 /* Graph slots after the ring: calls captured in live graphs at most. */
 #define GRAPH_SLOTS 128u
 

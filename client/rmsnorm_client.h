@@ -132,7 +132,7 @@ typedef struct rn_connect_opts {
  * RMSNORMD_RING_SLOTS=N at rn_connect sets the ring's depth, how many
  * fast-path calls a client may have published and not answered before a
  * call waits on the host for the oldest: a power of two from 1 to 1024
- * (64 by default; another value: RN_INVALID_ARGUMENT).  The ring takes
+ * (1024 by default; another value: RN_INVALID_ARGUMENT).  The ring takes
  * 512 bytes of shared memory a slot.
  */
 enum { RN_PATH_DEFAULT = 0, RN_PATH_CLASSIC = 1, RN_PATH_FAST = 2, RN_PATH_AUTO = 3 };
