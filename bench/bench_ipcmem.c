@@ -27,17 +27,36 @@
  * own and synchronises (as the daemon's kernel follows the client's
  * producer; under MPS two clients, without MPS a context switch).
  *
+ * --ways LIST: the memories timed (all five by default; all are allocated).
+ * --words LIST: each timed with each of these launches (a column
+ * memory+launch; none alone by default), the words as the daemon's fast
+ * path passes them (submit.c's ring_submit) with values that let it run
+ * (cancel 0, gate at its key, latch not at its epoch): none (no words, as
+ * bench_e2e_cuda in-process); dev (cancel, gate, latch in device memory);
+ * host (the daemon's: cancel, latch in mapped cudaHostAlloc memory, gate in
+ * a memfd page mapped and cudaHostRegister'ed, as a ring's ready); done
+ * (host, and the kernel writes done[0] into that page, as the ring's, and
+ * done[1] into the child's cudaMalloc opened by IPC, as libclient's); pool
+ * (done, the workspace from cudaMallocAsync as a ring stream's: the
+ * daemon's armed launch).  --wait: each launch queued behind a wait
+ * (cuStreamWaitValue64) on a host word the host writes 20 us after queueing
+ * start event, kernel and end event, so the start event is taken as the
+ * daemon's (after its stream's wait on ready), not on an idle stream before
+ * the host launched the kernel.  --means: a row of means too.
+ *
  * Each launch is timed alone (CUDA events around it, then synchronised), so
  * the times are the kernel's and not the host's.  Every set of tensors holds
  * the same random data (the same seeds); after timing, dx and dw are
  * poisoned, computed once more from each set, and compared bit for bit with
- * local's (they must be equal: same data, same alignment, same plan).
+ * the first column's (they must be equal: same data, same alignment, same
+ * plan).
  *
  *   bench_ipcmem [--iters N] [--rounds R] [--shape M,N]... [--split] [--neighbour]
- *                [--label TEXT] [--out FILE]
- * Prints one line per shape (median us on each memory, the ratios to local,
- * and each set's base address modulo 2 MiB, in KiB) and appends them to FILE
- * as a markdown table.  Run with and without MPS.
+ *                [--ways LIST] [--words LIST] [--wait] [--means] [--label TEXT]
+ *                [--out FILE]
+ * Prints a markdown table, a row per shape (median us on each column, the
+ * ratios to the first, and each memory's base address modulo 2 MiB, in
+ * KiB), and appends it to FILE.  Run with and without MPS.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -46,11 +65,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench_problem.h"
+#include "bench_util.h"
 #include "gpu/e2e_cuda.h"
 #include "rnk.h"
 #include "rnk_test.h"
@@ -67,6 +88,8 @@
 
 enum { W_LOCAL, W_IPC, W_VMM, W_VMM_IMP, W_VMM_IMP_1G, W_COUNT };
 static const char *way_name[W_COUNT] = {"local", "ipc", "vmm", "vmm-imp", "vmm-imp-1g"};
+enum { M_NONE, M_DEV, M_HOST, M_DONE, M_POOL, M_COUNT }; /* --words */
+static const char *mode_name[M_COUNT] = {"none", "dev", "host", "done", "pool"};
 
 /* ---- the driver's virtual memory calls ---------------------------------- */
 
@@ -83,6 +106,7 @@ static struct {
     CUresult (*export_fd)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
                           unsigned long long);
     CUresult (*import_fd)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
+    CUresult (*wait64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
 } drv;
 
 static void load(const char *name, void **fn)
@@ -107,16 +131,14 @@ static void drv_load(void)
     load("cuMemRelease", (void **)&drv.release);
     load("cuMemExportToShareableHandle", (void **)&drv.export_fd);
     load("cuMemImportFromShareableHandle", (void **)&drv.import_fd);
+    load("cuStreamWaitValue64", (void **)&drv.wait64);
 }
 
 static CUmemAllocationProp vmm_prop(void)
 {
-    CUmemAllocationProp p;
-    memset(&p, 0, sizeof p);
-    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    p.location.id = 0;
-    p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    CUmemAllocationProp p = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                             .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+                             .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
     return p;
 }
 
@@ -133,11 +155,8 @@ static size_t vmm_size(size_t bytes)
 static char *vmm_map(CUmemGenericAllocationHandle h, size_t size, size_t align)
 {
     CUdeviceptr va;
-    CUmemAccessDesc a;
-    memset(&a, 0, sizeof a);
-    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    a.location.id = 0;
-    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CUmemAccessDesc a = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+                         .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     CU(drv.reserve(&va, size, align, 0, 0));
     CU(drv.map(va, size, 0, h, 0));
     CU(drv.access(va, size, &a, 1));
@@ -224,10 +243,62 @@ static void layout(rnk_bwd_args *k, char *const base[BP_PARTS], int64_t m, int64
     }
 }
 
-/* The child: on 'A' allocates a cudaMalloc arena and a cuMemCreate one,
- * fills both, sends the IPC handle and then the allocation's descriptor; on
- * 'K' runs a one-thread kernel; on 'F' frees; on 'Q' leaves.  Every command
- * is answered. */
+/* ---- the words of --words and --wait (main sets them once) ------------------ */
+
+static struct {
+    uint64_t *dev;    /* dev: [0] cancel (its low half), [1] gate, [2] [3] latch */
+    uint64_t *latch;  /* host: pinned, mapped, [0] [1]; [2] --wait's word */
+    uint64_t *page;   /* a memfd page, registered: [0] gate (a ring's ready), [8] done */
+    void *cancel_d, *latch_d, *page_d; /* device addresses; cancel: 4096 zero words */
+    uint64_t *done1;  /* the child's done word, opened by IPC handle */
+} wd;
+
+static void *host_words(size_t bytes, void **dev)
+{
+    void *h;
+    CK(cudaHostAlloc(&h, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+    memset(h, 0, bytes);
+    CK(cudaHostGetDevicePointer(dev, h, 0));
+    return h;
+}
+
+static void words_init(void)
+{
+    static const uint64_t dv[4] = {0, 1, 0, 0}; /* cancel 0, gate at its key 1, latch 0 */
+    int fd = memfd_create("bench_ipcmem", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, 4096) != 0 ||
+        (wd.page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+        perror("bench_ipcmem: memfd");
+        exit(1);
+    }
+    close(fd);
+    wd.page[0] = 1;
+    CK(cudaHostRegister(wd.page, 4096, cudaHostRegisterMapped | cudaHostRegisterPortable));
+    CK(cudaHostGetDevicePointer(&wd.page_d, wd.page, 0));
+    host_words(4096 * sizeof(unsigned), &wd.cancel_d);
+    wd.latch = host_words(3 * sizeof(uint64_t), &wd.latch_d);
+    CK(cudaMalloc((void **)&wd.dev, sizeof dv));
+    CK(cudaMemcpy(wd.dev, dv, sizeof dv, cudaMemcpyHostToDevice));
+}
+
+/* k, a memory's tensors, launched as --words' mode m. */
+static void words(rnk_bwd_args *k, int m)
+{
+    if (m == M_NONE)
+        return;
+    k->gate_key = k->latch_epoch = 1;
+    k->cancel = m == M_DEV ? (const void *)wd.dev : wd.cancel_d;
+    k->gate = m == M_DEV ? (void *)(wd.dev + 1) : wd.page_d;
+    k->latch = m == M_DEV ? (void *)(wd.dev + 2) : wd.latch_d;
+    k->done[0] = m >= M_DONE ? (uint64_t *)wd.page_d + 8 : NULL;
+    k->done[1] = m >= M_DONE ? wd.done1 : NULL;
+}
+
+/* The child: first sends the IPC handle of a zeroed 2 MiB cudaMalloc (its
+ * done words, as libclient's); then on 'A' allocates a cudaMalloc arena and
+ * a cuMemCreate one, fills both, sends the IPC handle and then the
+ * allocation's descriptor; on 'K' runs a one-thread kernel; on 'F' frees; on
+ * 'Q' leaves.  Every command is answered. */
 static void child(int sock)
 {
     rne_kernels kern;
@@ -235,12 +306,18 @@ static void child(int sock)
     char *arena[BP_PARTS], *varena[BP_PARTS];
     size_t bytes[BP_PARTS], vsize[BP_PARTS];
     CUmemGenericAllocationHandle vh[BP_PARTS];
+    cudaIpcMemHandle_t dh;
+    void *done;
     int np = 0;
     CK(cudaSetDevice(0));
     CK(cudaFree(NULL));
     drv_load();
     CK(rne_load(&kern));
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CK(cudaMalloc(&done, 2u << 20));
+    CK(cudaMemset(done, 0, 2u << 20));
+    CK(cudaIpcGetMemHandle(&dh, done));
+    xio(sock, &dh, sizeof dh, 1);
     for (;;) {
         char c;
         xio(sock, &c, 1, 0);
@@ -292,47 +369,87 @@ static int cmp_f(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* dx and dw of one set after a launch on poisoned outputs, into host copies. */
-static void outputs(rnk_device *dev, rnk_bwd_args *k, void *ws, size_t wsb, cudaStream_t st,
-                    uint16_t *dx, float *dw)
+static void bwd(rnk_device *dev, const rnk_bwd_args *k, void *ws, size_t wsb, cudaStream_t st)
 {
     char msg[200];
-    size_t mn = (size_t)(k->m * k->n);
-    CK(cudaMemsetAsync((void *)k->dx, 0xff, mn * 2, st));
-    CK(cudaMemsetAsync(k->dw, 0xff, (size_t)k->n * 4, st));
     if (rnk_cuda_bwd(dev, k, ws, wsb, st, msg, sizeof msg)) {
         fprintf(stderr, "bench_ipcmem: %s\n", msg);
         exit(1);
     }
+}
+
+static uint64_t seq; /* the launches' done value and --wait's word, up by one a launch */
+
+/* dx and dw of one set after a launch on poisoned outputs, into host copies;
+ * its done words, if any, checked. */
+static void outputs(rnk_device *dev, rnk_bwd_args *k, void *ws, size_t wsb, cudaStream_t st,
+                    uint16_t *dx, float *dw)
+{
+    size_t mn = (size_t)(k->m * k->n);
+    uint64_t d1 = 0;
+    CK(cudaMemsetAsync((void *)k->dx, 0xff, mn * 2, st));
+    CK(cudaMemsetAsync(k->dw, 0xff, (size_t)k->n * 4, st));
+    k->done_value = ++seq;
+    bwd(dev, k, ws, wsb, st);
     CK(cudaMemcpyAsync(dx, k->dx, mn * 2, cudaMemcpyDeviceToHost, st));
     CK(cudaMemcpyAsync(dw, k->dw, (size_t)k->n * 4, cudaMemcpyDeviceToHost, st));
+    CK(cudaMemcpyAsync(&d1, wd.done1, sizeof d1, cudaMemcpyDeviceToHost, st));
     CK(cudaStreamSynchronize(st));
+    if (k->done[0] && (__atomic_load_n(wd.page + 8, __ATOMIC_ACQUIRE) != seq || d1 != seq)) {
+        fprintf(stderr, "bench_ipcmem: the done words are not %llu\n", (unsigned long long)seq);
+        exit(1);
+    }
 }
 
 typedef struct opts {
-    int iters, rounds, nshapes, neighbour;
+    int iters, rounds, nshapes, neighbour, wait, means;
+    unsigned ways, modes; /* masks over way_name and mode_name */
     int64_t shapes[16][2];
     const char *label, *out;
 } opts;
 
+/* A comma-separated list of names into a mask; 0 when a name is unknown. */
+static unsigned mask_of(char *list, const char *const *name, int count)
+{
+    unsigned mask = 0;
+    for (char *sv, *t = strtok_r(list, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
+        int i = 0;
+        while (i < count && strcmp(t, name[i]))
+            i++;
+        mask |= i < count ? 1u << i : 1u << 31;
+    }
+    return mask >> 31 ? 0 : mask;
+}
+
 static int parse(int argc, char **argv, opts *o)
 {
     static const int64_t def[][2] = {{16384, 1024}, {32768, 4096}, {49152, 4096}, {65536, 4096}};
-    *o = (opts){.iters = 40, .rounds = 4, .label = ""};
+    *o = (opts){.iters = 40, .rounds = 4, .label = "", .ways = (1u << W_COUNT) - 1, .modes = 1};
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+        int more = i + 1 < argc;
+        if (!strcmp(argv[i], "--iters") && more)
             o->iters = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--rounds") && more)
             o->rounds = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--label") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--label") && more)
             o->label = argv[++i];
-        else if (!strcmp(argv[i], "--out") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--out") && more)
             o->out = argv[++i];
         else if (!strcmp(argv[i], "--neighbour"))
             o->neighbour = 1;
+        else if (!strcmp(argv[i], "--wait"))
+            o->wait = 1;
+        else if (!strcmp(argv[i], "--means"))
+            o->means = 1;
         else if (!strcmp(argv[i], "--split"))
             split = 1;
-        else if (!strcmp(argv[i], "--shape") && i + 1 < argc && o->nshapes < 16) {
+        else if (!strcmp(argv[i], "--ways") && more &&
+                 (o->ways = mask_of(argv[++i], way_name, W_COUNT)))
+            continue;
+        else if (!strcmp(argv[i], "--words") && more &&
+                 (o->modes = mask_of(argv[++i], mode_name, M_COUNT)))
+            continue;
+        else if (!strcmp(argv[i], "--shape") && more && o->nshapes < 16) {
             long long m, n;
             if (sscanf(argv[++i], "%lld,%lld", &m, &n) != 2 || m < 1 || n < 1) {
                 fprintf(stderr, "bench_ipcmem: --shape wants M,N\n");
@@ -342,7 +459,8 @@ static int parse(int argc, char **argv, opts *o)
             o->shapes[o->nshapes++][1] = n;
         } else {
             fprintf(stderr, "usage: bench_ipcmem [--iters N] [--rounds R] [--shape M,N]... "
-                            "[--split] [--neighbour] [--label TEXT] [--out FILE]\n");
+                            "[--split] [--neighbour] [--ways LIST] [--words LIST] [--wait] "
+                            "[--means] [--label TEXT] [--out FILE] (bench_ipcmem.c's top)\n");
             return 2;
         }
     }
@@ -355,6 +473,22 @@ static int parse(int argc, char **argv, opts *o)
         memcpy(o->shapes, def, sizeof def);
     }
     return 0;
+}
+
+enum { V_MAX = W_COUNT * M_COUNT }; /* columns: a memory with a launch */
+
+/* One row of a shape's times v, on stdout and in FILE (fs[1], if open). */
+static void row(FILE *const fs[2], const char *label, const char *nb, const char *sh,
+                const double *v, int nv, const char *al, int eq)
+{
+    for (int j = 0; j < 2 && fs[j]; j++) {
+        fprintf(fs[j], "| %s%s | %s |", label, nb, sh);
+        for (int i = 0; i < nv; i++)
+            fprintf(fs[j], " %.2f |", v[i]);
+        for (int i = 1; i < nv; i++)
+            fprintf(fs[j], " %.3f |", v[i] / v[0]);
+        fprintf(fs[j], " %s | %s |\n", al, eq ? "yes" : "NO");
+    }
 }
 
 int main(int argc, char **argv)
@@ -380,10 +514,11 @@ int main(int argc, char **argv)
     close(sv[1]);
     int sock = sv[0];
 
-    char msg[200];
+    char msg[200], c;
     rnk_device *dev;
     cudaStream_t st;
     cudaEvent_t e0, e1;
+    cudaIpcMemHandle_t dh;
     CK(cudaSetDevice(0));
     CK(cudaFree(NULL));
     drv_load();
@@ -394,39 +529,48 @@ int main(int argc, char **argv)
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    FILE *f = o.out ? fopen(o.out, "a") : NULL;
-    if (o.out && !f) {
+    words_init();
+    xio(sock, &dh, sizeof dh, 0);
+    CK(cudaIpcOpenMemHandle((void **)&wd.done1, dh, cudaIpcMemLazyEnablePeerAccess));
+    int nv = 0, vw[V_MAX], vm[V_MAX]; /* the columns' memories and launches */
+    char vname[V_MAX][24];
+    for (int i = 0; i < V_MAX; i++) {
+        int w = vw[nv] = i / M_COUNT, m = vm[nv] = i % M_COUNT;
+        if ((o.ways >> w & 1) && (o.modes >> m & 1))
+            snprintf(vname[nv++], sizeof vname[0], "%s%s%s", way_name[w], m ? "+" : "",
+                     m ? mode_name[m] : "");
+    }
+    FILE *fs[2] = {stdout, o.out ? fopen(o.out, "a") : NULL};
+    if (o.out && !fs[1]) {
         perror(o.out);
         return 1;
     }
-    char nb[40];
-    snprintf(nb, sizeof nb, "%s%s", split ? " (split)" : "", o.neighbour ? " (neighbour)" : "");
-    if (f) {
-        fprintf(f, "\n| label | shape |");
-        for (int w = 0; w < W_COUNT; w++)
-            fprintf(f, " %s us |", way_name[w]);
-        for (int w = 1; w < W_COUNT; w++)
-            fprintf(f, " %s / local |", way_name[w]);
-        fprintf(f, " base mod 2 MiB, KiB | bits equal |\n|---|---|");
-        for (int w = 1; w < 2 * W_COUNT; w++)
-            fprintf(f, "---|");
-        fprintf(f, "---|---|\n");
+    char nb[48];
+    snprintf(nb, sizeof nb, "%s%s%s", split ? " (split)" : "", o.neighbour ? " (neighbour)" : "",
+             o.wait ? " (wait)" : "");
+    for (int j = 0; j < 2 && fs[j]; j++) {
+        fprintf(fs[j], "\n| label | shape |");
+        for (int v = 0; v < nv; v++)
+            fprintf(fs[j], " %s us |", vname[v]);
+        for (int v = 1; v < nv; v++)
+            fprintf(fs[j], " %s / %s |", vname[v], vname[0]);
+        fprintf(fs[j], " base mod 2 MiB, KiB | bits equal |\n|---|---|");
+        for (int v = 1; v < 2 * nv; v++)
+            fprintf(fs[j], "---|");
+        fprintf(fs[j], "---|---|\n");
     }
-    printf("%-10s %11s", "label", "shape");
-    for (int w = 0; w < W_COUNT; w++)
-        printf(" %10s", way_name[w]);
-    printf("   ratios to local; base mod 2 MiB (KiB); bits\n");
-    float *t = malloc(sizeof *t * (size_t)o.iters * (size_t)o.rounds * W_COUNT);
+    float *t = malloc(sizeof *t * (size_t)o.iters * (size_t)o.rounds * (size_t)nv);
     if (!t)
         return 1;
     for (int s = 0; s < o.nshapes; s++) {
         int64_t m = o.shapes[s][0], n = o.shapes[s][1];
         size_t bytes[BP_PARTS], vsize[BP_PARTS];
         CUmemGenericAllocationHandle vh[BP_PARTS], ih[BP_PARTS];
-        char *base[W_COUNT][BP_PARTS], c = 'A';
-        rnk_bwd_args k[W_COUNT];
+        char *base[W_COUNT][BP_PARTS];
+        rnk_bwd_args kw[W_COUNT], k[V_MAX];
         int np = bp_parts(m, n, split, bytes);
         CUmemAllocationProp p = vmm_prop();
+        c = 'A';
         xio(sock, &c, 1, 1);
         xio(sock, o.shapes[s], sizeof o.shapes[s], 1);
         for (int i = 0; i < np; i++) {
@@ -445,78 +589,82 @@ int main(int argc, char **argv)
             base[W_VMM_IMP_1G][i] = vmm_map(ih[i], vsize[i], (size_t)1 << 30);
         }
         for (int w = 0; w < W_COUNT; w++) /* local and vmm filled here, the others by the child */
-            layout(&k[w], base[w], m, n, w == W_LOCAL || w == W_VMM, st);
+            layout(&kw[w], base[w], m, n, w == W_LOCAL || w == W_VMM, st);
         size_t wsb = rnk_cuda_workspace_size(dev, m, n);
-        void *ws;
-        CK(cudaMalloc(&ws, wsb));
-        if (rnk_cuda_workspace_init(ws, wsb, st, msg, sizeof msg)) {
-            fprintf(stderr, "bench_ipcmem: %s\n", msg);
-            return 1;
+        void *ws[2], *vws[V_MAX]; /* cudaMalloc's, the pool's (cudaMallocAsync) */
+        CK(cudaMalloc(&ws[0], wsb));
+        CK(cudaMallocAsync(&ws[1], wsb, st));
+        for (int i = 0; i < 2; i++)
+            if (rnk_cuda_workspace_init(ws[i], wsb, st, msg, sizeof msg)) {
+                fprintf(stderr, "bench_ipcmem: %s\n", msg);
+                return 1;
+            }
+        for (int v = 0; v < nv; v++) {
+            k[v] = kw[vw[v]];
+            words(&k[v], vm[v]);
+            vws[v] = ws[vm[v] == M_POOL];
         }
-        int cnt[W_COUNT] = {0};
+        int cnt[V_MAX] = {0};
         for (int r = -1; r < o.rounds; r++) /* round -1 warms up, untimed */
-            for (int wi = 0; wi < W_COUNT; wi++) {
-                int w = (wi + (r < 0 ? 0 : r)) % W_COUNT; /* each round starts elsewhere */
+            for (int vi = 0; vi < nv; vi++) {
+                int v = (vi + (r < 0 ? 0 : r)) % nv; /* each round starts elsewhere */
                 for (int i = 0; i < o.iters; i++) {
                     if (o.neighbour) {
                         c = 'K';
                         xio(sock, &c, 1, 1);
                         xio(sock, &c, 1, 0);
                     }
+                    k[v].done_value = ++seq;
+                    if (o.wait)
+                        CU(drv.wait64(st, (CUdeviceptr)(uintptr_t)wd.latch_d + 16, seq,
+                                      CU_STREAM_WAIT_VALUE_GEQ));
                     CK(cudaEventRecord(e0, st));
-                    if (rnk_cuda_bwd(dev, &k[w], ws, wsb, st, msg, sizeof msg)) {
-                        fprintf(stderr, "bench_ipcmem: %s\n", msg);
-                        return 1;
-                    }
+                    bwd(dev, &k[v], vws[v], wsb, st);
                     CK(cudaEventRecord(e1, st));
+                    if (o.wait) { /* the stream waits by now; then ready comes */
+                        for (uint64_t t0 = now_ns(); now_ns() - t0 < 20000;)
+                            ;
+                        __atomic_store_n(&wd.latch[2], seq, __ATOMIC_RELEASE);
+                    }
                     CK(cudaEventSynchronize(e1));
                     float ms;
                     CK(cudaEventElapsedTime(&ms, e0, e1));
                     if (r >= 0)
-                        t[(size_t)w * o.iters * o.rounds + cnt[w]++] = ms * 1000.0f;
+                        t[(size_t)v * o.iters * o.rounds + cnt[v]++] = ms * 1000.0f;
                 }
             }
-        double med[W_COUNT];
-        for (int w = 0; w < W_COUNT; w++) {
-            float *v = t + (size_t)w * o.iters * o.rounds;
-            qsort(v, (size_t)cnt[w], sizeof *v, cmp_f);
-            med[w] = v[cnt[w] / 2];
+        double med[V_MAX], mean[V_MAX];
+        for (int v = 0; v < nv; v++) {
+            float *x = t + (size_t)v * o.iters * o.rounds;
+            qsort(x, (size_t)cnt[v], sizeof *x, cmp_f);
+            med[v] = x[cnt[v] / 2];
+            mean[v] = 0;
+            for (int i = 0; i < cnt[v]; i++)
+                mean[v] += x[i] / cnt[v];
         }
         size_t mn = (size_t)(m * n);
-        uint16_t *dx0 = malloc(mn * 2), *dx1 = malloc(mn * 2);
-        float *dw0 = malloc((size_t)n * 4), *dw1 = malloc((size_t)n * 4);
-        if (!dx0 || !dx1 || !dw0 || !dw1)
+        uint16_t *dx0 = malloc(mn * 4 + (size_t)n * 8); /* dx0, dx1, dw0, dw1 */
+        if (!dx0)
             return 1;
+        uint16_t *dx1 = dx0 + mn;
+        float *dw0 = (float *)(dx1 + mn), *dw1 = dw0 + n;
         int eq = 1;
-        outputs(dev, &k[W_LOCAL], ws, wsb, st, dx0, dw0);
-        for (int w = 1; w < W_COUNT; w++) {
-            outputs(dev, &k[w], ws, wsb, st, dx1, dw1);
+        outputs(dev, &k[0], vws[0], wsb, st, dx0, dw0);
+        for (int v = 1; v < nv; v++) {
+            outputs(dev, &k[v], vws[v], wsb, st, dx1, dw1);
             eq &= !memcmp(dx0, dx1, mn * 2) && !memcmp(dw0, dw1, (size_t)n * 4);
         }
         free(dx0);
-        free(dx1);
-        free(dw0);
-        free(dw1);
-        char sh[32], al[96] = "";
+        char sh[32], al[96] = "", lb[80];
         snprintf(sh, sizeof sh, "%lldx%lld", (long long)m, (long long)n);
         for (int w = 0; w < W_COUNT; w++)
-            snprintf(al + strlen(al), sizeof al - strlen(al), "%s%llu", w ? "/" : "",
-                     (unsigned long long)((uintptr_t)base[w][0] % (2u << 20) / 1024));
-        printf("%-10s %11s", o.label, sh);
-        for (int w = 0; w < W_COUNT; w++)
-            printf(" %10.2f", med[w]);
-        printf("  ");
-        for (int w = 1; w < W_COUNT; w++)
-            printf(" %.3f", med[w] / med[0]);
-        printf("; %s; %s%s\n", al, eq ? "equal" : "DIFFER", nb);
-        if (f) {
-            fprintf(f, "| %s%s | %s |", o.label, nb, sh);
-            for (int w = 0; w < W_COUNT; w++)
-                fprintf(f, " %.2f |", med[w]);
-            for (int w = 1; w < W_COUNT; w++)
-                fprintf(f, " %.3f |", med[w] / med[0]);
-            fprintf(f, " %s | %s |\n", al, eq ? "yes" : "NO");
-        }
+            if (o.ways >> w & 1)
+                snprintf(al + strlen(al), sizeof al - strlen(al), "%s%llu", al[0] ? "/" : "",
+                         (unsigned long long)((uintptr_t)base[w][0] % (2u << 20) / 1024));
+        row(fs, o.label, nb, sh, med, nv, al, eq);
+        snprintf(lb, sizeof lb, "%s mean", o.label);
+        if (o.means)
+            row(fs, lb, nb, sh, mean, nv, al, eq);
         fflush(stdout);
         for (int i = 0; i < np; i++) {
             CK(cudaIpcCloseMemHandle(base[W_IPC][i]));
@@ -527,7 +675,9 @@ int main(int argc, char **argv)
             CU(drv.release(vh[i]));
             CU(drv.release(ih[i]));
         }
-        CK(cudaFree(ws));
+        CK(cudaFree(ws[0]));
+        CK(cudaFreeAsync(ws[1], st));
+        CK(cudaStreamSynchronize(st));
         c = 'F';
         xio(sock, &c, 1, 1);
         xio(sock, &c, 1, 0);
@@ -536,11 +686,12 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    char q = 'Q';
-    xio(sock, &q, 1, 1);
+    CK(cudaIpcCloseMemHandle(wd.done1));
+    c = 'Q';
+    xio(sock, &c, 1, 1);
     waitpid(pid, NULL, 0);
-    if (f)
-        fclose(f);
+    if (fs[1])
+        fclose(fs[1]);
     free(t);
     rnk_cuda_fini(dev);
     return 0;
