@@ -156,6 +156,7 @@ __device__ __forceinline__ unsigned exit_count(const Params &p)
  * the next launch comes after this one's end. */
 __device__ __forceinline__ void write_done(const Params &p)
 {
+#if RNK_DONE_ORDER == 0
     __threadfence();
     if (atomicAdd(&p.ctr[CTR_END], 1u) != gridDim.x - 1)
         return;
@@ -163,6 +164,26 @@ __device__ __forceinline__ void write_done(const Params &p)
     st_relaxed_sys64(p.done0, p.done_v);
     if (p.done1)
         st_release_sys64(p.done1, p.done_v);
+#else
+    /* (Experiment, off: the count one atom.acq_rel, the release of each
+     * block's writes and the last block's acquire of them.) */
+    if (atom_acq_rel_add(&p.ctr[CTR_END], 1u) != gridDim.x - 1)
+        return;
+#if RNK_DONE_ORDER == 1
+    __threadfence_system();
+    st_relaxed_sys64(p.done0, p.done_v);
+    if (p.done1)
+        st_release_sys64(p.done1, p.done_v);
+#else
+    /* =2: the client's device word first, released at the GPU's scope (its
+     * stream's wait and its kernels are on this GPU), then the ring's word
+     * at the system's, so that the stream's wait does not wait for a store
+     * over the bus. */
+    if (p.done1)
+        st_release_gpu64(p.done1, p.done_v);
+    st_release_sys64(p.done0, p.done_v);
+#endif
+#endif
     p.ctr[CTR_END] = 0u;
 }
 
