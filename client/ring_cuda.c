@@ -142,7 +142,8 @@ static void detach(void *base)
 /*
  * Where the caller's stream waits for done: by default on a done word of
  * the ring's own in device memory (RING_OPEN's done_region), which the
- * daemon's stream writes after the ring's word; RMSNORMD_DONE_WORD=host at
+ * daemon writes with the ring's word (its kernel just before it, its
+ * stream just after it: PROTOCOL.md 13.2); RMSNORMD_DONE_WORD=host at
  * rn_connect: on the ring's word in host memory.  Eight processes
  * under MPS saw a stream's wait on a word in host memory late by 8-61 ms
  * now and then, and never on device memory, which also took 2-5 us off a

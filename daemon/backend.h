@@ -160,7 +160,8 @@ typedef struct rnd_ring_job {
                                         * slots (a replay may hold up their ready). */
     void *done_dev;                    /* NULL, or the ring's done word in device memory
                                         * (the client's region, the daemon's mapping): done
-                                        * is written there too, after the ring's */
+                                        * is written there too, after the ring's (before
+                                        * it by a kernel that ran: rnk.h) */
     bool ready_seen;                   /* the ring's ready word had reached seq before the
                                         * job was taken (--ring-ready=host): its input is
                                         * ready, no stream waits for it */

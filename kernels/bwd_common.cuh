@@ -78,14 +78,6 @@ static constexpr size_t WS_HEADER = CTR_WORDS * 4;
 #ifndef RNK_EARLY_EXIT
 #define RNK_EARLY_EXIT 1
 #endif
-/* Issue 14, an experiment (off): how the last block writes the fast path's
- * done words (bwd_finish.cuh write_done): 0 production's; 1 the end count
- * one atom.acq_rel instead of a fence and an atomicAdd; 2 that, and the
- * client's device word first, released at the GPU's scope, then the ring's
- * word in host memory. */
-#ifndef RNK_DONE_ORDER
-#define RNK_DONE_ORDER 0
-#endif
 
 struct Params {
     const void *x, *dy, *w, *dres;
@@ -245,10 +237,6 @@ __device__ __forceinline__ void st_relaxed(unsigned *p, unsigned v)
     asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-__device__ __forceinline__ void st_relaxed_sys64(unsigned long long *p, unsigned long long v)
-{
-    asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
 __device__ __forceinline__ void st_release_sys64(unsigned long long *p, unsigned long long v)
 {
     asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");

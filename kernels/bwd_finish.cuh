@@ -149,41 +149,23 @@ __device__ __forceinline__ unsigned exit_count(const Params &p)
 
 /* Thread 0, after its block's last write (rnk_bwd_args.done): the block
  * that counts itself out last (CTR_END, after any finish) writes the done
- * words.  Each block's fence orders its writes (its threads' before the
- * barrier that precedes this) before its count; the last block's
- * system-scope fence orders everything it counted before the stores, the
- * first word before the second (release).  CTR_END's reset is a plain store:
- * the next launch comes after this one's end. */
+ * words.  Each block's count is an acq_rel atomic: the release of its
+ * writes (its threads' before the barrier that precedes this), and for the
+ * last block the acquire of everyone's.  Then done[1], the client's word
+ * in device memory that its stream waits on, with a release at the GPU's
+ * scope (the stream's wait and the kernels after it are on this GPU), and
+ * only then done[0], the ring's word in host memory, with a release at the
+ * system's: done[1] does not wait for a store over the bus (0.4-2.8 us a
+ * call on an H100, bench/RESULTS.md).  Without done[1], done[0] alone.
+ * CTR_END's reset is a plain store: the next launch comes after this one's
+ * end. */
 __device__ __forceinline__ void write_done(const Params &p)
 {
-#if RNK_DONE_ORDER == 0
-    __threadfence();
-    if (atomicAdd(&p.ctr[CTR_END], 1u) != gridDim.x - 1)
-        return;
-    __threadfence_system(); /* (after the count: the acquire, and the release of done0) */
-    st_relaxed_sys64(p.done0, p.done_v);
-    if (p.done1)
-        st_release_sys64(p.done1, p.done_v);
-#else
-    /* (Experiment, off: the count one atom.acq_rel, the release of each
-     * block's writes and the last block's acquire of them.) */
     if (atom_acq_rel_add(&p.ctr[CTR_END], 1u) != gridDim.x - 1)
         return;
-#if RNK_DONE_ORDER == 1
-    __threadfence_system();
-    st_relaxed_sys64(p.done0, p.done_v);
-    if (p.done1)
-        st_release_sys64(p.done1, p.done_v);
-#else
-    /* =2: the client's device word first, released at the GPU's scope (its
-     * stream's wait and its kernels are on this GPU), then the ring's word
-     * at the system's, so that the stream's wait does not wait for a store
-     * over the bus. */
     if (p.done1)
         st_release_gpu64(p.done1, p.done_v);
     st_release_sys64(p.done0, p.done_v);
-#endif
-#endif
     p.ctr[CTR_END] = 0u;
 }
 

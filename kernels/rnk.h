@@ -96,8 +96,10 @@ typedef struct rnk_bwd_args {
     uint64_t latch_epoch;
     /* NULL, or where the launch tells a waiter that its work is over (the
      * fast path's done words, daemon/cuda/ring.c): the launch's last block,
-     * after every other write of the launch and a system-scope fence, stores
-     * done_value into done[0], then into done[1] when not NULL; device
+     * after every other write of the launch, stores done_value into done[1]
+     * when not NULL, released at the GPU's scope (for waiters on this GPU: a
+     * stream's wait, the kernels after it), then into done[0], released at
+     * the system's (a host may read it); device
      * addresses (device memory, or host memory mapped for the device), 8-byte
      * aligned (else RNK_EINVAL, as for done[1] without done[0]).  The
      * caller's stream then needs no write after the kernel for them.  A

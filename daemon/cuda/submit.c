@@ -318,8 +318,9 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     }
     /* The ring's done, then the done word in the client's device memory
      * (RING_OPEN's done_region), which the client's stream waits on: a
-     * stream past its wait finds the ring's word there too (rn_check).
-     * Written by the kernel when it ran (kdone). */
+     * stream past its wait finds the ring's word there too (rn_check), and
+     * with it this slot's error.  Written by the kernel when it ran (kdone),
+     * the device word first (rnk.h): such a slot has no error to find. */
     if (!kdone && (r = write_done(b, s->st, done, rj)) != CUDA_SUCCESS) {
         drv_fail(b, s, "cuStreamWriteValue64 (done)", r, &kerr);
         rnd_cuda_mark_failed(b, "writing a ring's done word: %.150s", kerr.msg);
