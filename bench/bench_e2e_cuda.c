@@ -71,7 +71,9 @@
  * (HELLO: the device has no 64-bit stream memory operations) says
  * "path=classic" and its rows are the classic path's again.  --fast-only:
  * the fast path's rows only; --tput-only: 4. only (the K rows); --ks MASK:
- * only the K rows in MASK (1, 2, 4, 8 summed); --tput-inproc: the K rows
+ * only the K rows in MASK (1, 2, 4, 8 summed); --tput-shape M,N: the K
+ * rows at M x N (8192x1024 by default: the GPU is busy from K = 1 there,
+ * so a smaller shape shows how the path itself scales); --tput-inproc: the K rows
  * with the kernel linked into each client instead of the daemon (what the
  * GPU itself does with K processes).
  *
@@ -86,7 +88,7 @@
  * when it did not exit 0; a signal to the driver kills its daemon too.
  *
  *   bench_e2e_cuda [--daemon PATH] [--label TEXT] [--iters N] [--out FILE] [--fast]
- *                  [--split] [--lead-us US] [--daemon-arg ARG]...
+ *                  [--split] [--lead-us US] [--tput-shape M,N] [--daemon-arg ARG]...
  *                  (ARG added to the daemon's command line)
  */
 #include <errno.h>
@@ -312,6 +314,7 @@ static double field(const char *line, const char *key)
 /* 1. to 3. in one client process, then 4. with K of them; rows labelled
  * label.  Clients take the path RMSNORMD_PATH says (the caller sets it). */
 static int tput_ks = 15; /* --ks: the K rows to run, a mask of 1, 2, 4 and 8 */
+static int tput_m = 8192, tput_n = 1024; /* --tput-shape (the clients: RN_E2E_TPUT_SHAPE) */
 
 static void run_all(const char *label, const char *endpoint, int iters, bool tput_only,
                     FILE *out)
@@ -354,7 +357,8 @@ static void run_all(const char *label, const char *endpoint, int iters, bool tpu
             fprintf(stderr, "single client failed\n");
     }
 tput:
-    printf("== %s: throughput, 8192x1024 bf16, %d calls per client ==\n", label, iters);
+    printf("== %s: throughput, %dx%d bf16, %d calls per client ==\n", label, tput_m, tput_n,
+           iters);
     for (int k = 1; k <= 8; k *= 2) {
         if (!(tput_ks & k))
             continue;
@@ -409,15 +413,15 @@ tput:
         double kern = mean_us(d0.comp_n, d0.comp_ns, d1.comp_n, d1.comp_ns);
         printf("K=%d calls=%.0f wall_ms=%.1f first_done_ms=%.1f calls_per_s=%.0f "
                "together_per_s=%.0f stragglers=%d host_p50_us=%.1f busy=%.0f "
-               "daemon_take_us=%.1f daemon_kernel_us=%.1f\n",
+               "daemon_take_us=%.1f daemon_kernel_us=%.1f shape=%dx%d\n",
                k, calls, wall / 1e3, wall_min / 1e3, calls / (wall / 1e6), med * k, stragglers, hp,
-               busy, take, kern);
+               busy, take, kern, tput_m, tput_n);
         if (out)
             fprintf(out, "| %s | K=%d | %.0f calls/s | together %.0f calls/s | %d straggler%s "
                          "| host p50 %.1f us | %.0f BUSY waits | daemon take %.1f us, "
-                         "kernel %.1f us |\n",
+                         "kernel %.1f us | %dx%d |\n",
                     label, k, calls / (wall / 1e6), med * k, stragglers,
-                    stragglers == 1 ? "" : "s", hp, busy, take, kern);
+                    stragglers == 1 ? "" : "s", hp, busy, take, kern, tput_m, tput_n);
     }
 }
 
@@ -471,6 +475,15 @@ int main(int argc, char **argv)
             tput_ks = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--lead-us") == 0) /* read by the clients (e2e_client.c) */
             setenv("RN_E2E_LEAD_US", argv[i + 1], 1);
+        else if (strcmp(argv[i], "--tput-shape") == 0) { /* read by the clients too */
+            char end;
+            if (sscanf(argv[i + 1], "%d,%d%c", &tput_m, &tput_n, &end) != 2 || tput_m < 1 ||
+                tput_n < 1) {
+                fprintf(stderr, "bench_e2e_cuda: --tput-shape takes M,N: '%s'\n", argv[i + 1]);
+                return 2;
+            }
+            setenv("RN_E2E_TPUT_SHAPE", argv[i + 1], 1);
+        }
         i++;
     }
     /* A client that dies must not take the driver with it. */

@@ -5,6 +5,7 @@
  * stdout) and "tput" (4., after "ready" and a "go" on stdin).
  */
 #include <cuda_runtime_api.h>
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -394,7 +395,12 @@ int client_tput(const char *endpoint, int iters)
     work w;
 
     client_init(endpoint, iters);
-    setup_work(&w, 8192, 1024);
+    /* (RN_E2E_TPUT_SHAPE: bench_e2e_cuda --tput-shape, checked there) */
+    int64_t m = 8192, n = 1024;
+    const char *shape = getenv("RN_E2E_TPUT_SHAPE");
+    if (shape && sscanf(shape, "%" SCNd64 ",%" SCNd64, &m, &n) != 2)
+        return 1;
+    setup_work(&w, m, n);
     /* (the stamp kernel too: its first launch loads its module, which
      * held every client's first timed call up by 10-20 ms) */
     for (int i = 0; i < 20; i++) {
