@@ -615,7 +615,14 @@ int rnc_ring_sync(rn_client *c, bool wait)
      * returned. */
     if (g->open && wait && (rv = wait_done(c, g, g->seq, false)) != 0 && g->open)
         return rv;
+    /* Whether the session is gone, before done is read: a call answered
+     * before the session ended is collected, not reported lost (a stream
+     * past its wait on the device word may find done a moment behind:
+     * PROTOCOL.md 13.2). */
     uint32_t fired = g->open ? rnc_watch_fired(c) : 0;
+    bool gone = g->open && (fired || rnc_chan_closed(c));
+    bool ended = g->open && (gone || __atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_STATE),
+                                                     __ATOMIC_ACQUIRE) != RNP_RING_OPEN);
     if (g->open)
         collect(g, fired ? __atomic_load_n(&c->watch_answered, __ATOMIC_SEQ_CST) : load_done(g));
     rnc_collect_graphs(g);
@@ -623,9 +630,7 @@ int rnc_ring_sync(rn_client *c, bool wait)
      * outstanding: said now, so that graphs whose replays compute nothing
      * any more are not silent (lost() reports them). */
     if (g->open) {
-        bool gone = fired || rnc_chan_closed(c);
-        if (gone || __atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_STATE), __ATOMIC_ACQUIRE) !=
-                        RNP_RING_OPEN)
+        if (ended)
             lost(g, RN_RESTARTED,
                  fired ? rnc_watch_why(fired) : "the daemon ended the session (or exited)");
         if (gone)

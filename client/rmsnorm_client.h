@@ -133,7 +133,9 @@ typedef struct rn_connect_opts {
  * fast-path calls a client may have published and not answered before a
  * call waits on the host for the oldest: a power of two from 1 to 1024
  * (1024 by default; another value: RN_INVALID_ARGUMENT).  The ring takes
- * 512 bytes of shared memory a slot.
+ * 512 bytes of shared memory a slot, and 128 KiB for graph slots (about
+ * 640 KiB at 1024 slots; on the CUDA backend page-locked in both
+ * processes).
  */
 enum { RN_PATH_DEFAULT = 0, RN_PATH_CLASSIC = 1, RN_PATH_FAST = 2, RN_PATH_AUTO = 3 };
 

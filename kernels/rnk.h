@@ -97,9 +97,11 @@ typedef struct rnk_bwd_args {
     /* NULL, or where the launch tells a waiter that its work is over (the
      * fast path's done words, daemon/cuda/ring.c): the launch's last block,
      * after every other write of the launch, stores done_value into done[1]
-     * when not NULL, released at the GPU's scope (for waiters on this GPU: a
-     * stream's wait, the kernels after it), then into done[0], released at
-     * the system's (a host may read it); device
+     * when not NULL, released at the GPU's scope (for waiters on this GPU in
+     * the default memory synchronization domain: a stream's wait, the
+     * kernels after it), then into done[0], released at the system's (a host
+     * may read it): done[1] may lead done[0], and done[0] at done_value
+     * means done[1] was written; device
      * addresses (device memory, or host memory mapped for the device), 8-byte
      * aligned (else RNK_EINVAL, as for done[1] without done[0]).  The
      * caller's stream then needs no write after the kernel for them.  A

@@ -17,8 +17,9 @@
  *                 --ring-ready=host, where the loop takes only ready slots),
  *                 records the start event, runs the kernel, writes done =
  *                 seq: the kernel's last block writes the done words
- *                 (rnk_bwd_args.done: after a system-scope fence; the
- *                 ring's word, then the client's), and the stream writes
+ *                 (rnk_bwd_args.done: the client's word, released at the
+ *                 GPU's scope, then the ring's, at the system's), and the
+ *                 stream writes
  *                 nothing after it (1-2 us less GPU time a call than the
  *                 stream's writes, bench/RESULTS.md); with m = 0, or
  *                 RMSNORMD_DEBUG_KERNEL_DONE=0, the stream writes them

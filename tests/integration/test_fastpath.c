@@ -189,9 +189,9 @@ static void test_results(void **state)
 }
 
 
-/* Many calls without waiting (more than the ring has slots, so the client
- * also waits for a full ring), one rn_sync, every result checked; two such
- * clients at once, as separate processes. */
+/* Many calls without waiting (more than the ring has slots: 64 here, so
+ * the client also waits for a full ring), one rn_sync, every result
+ * checked; two such clients at once, as separate processes. */
 static void test_pipelined_two_clients(void **state)
 {
     rnh_daemon *d = *state;
@@ -199,12 +199,14 @@ static void test_pipelined_two_clients(void **state)
     char line[256];
 
     assert_int_equal(rnh_start(d), 0);
+    setenv("RMSNORMD_RING_SLOTS", "64", 1); /* (the clients' environment) */
     for (int i = 0; i < 2; i++) {
         char seed[32];
         snprintf(seed, sizeof seed, "%d", 1000 * (i + 1) + (int)getpid());
         const char *argv[] = {"prog_fastring", "verify", d->endpoint, "150", seed, NULL};
         assert_int_equal(rnh_spawn("prog_fastring", argv, false, &p[i]), 0);
     }
+    unsetenv("RMSNORMD_RING_SLOTS");
     for (int i = 0; i < 2; i++) {
         int n = rnh_read_line(&p[i], line, sizeof line, 120000);
         if (n < 0 || strcmp(line, "ok 150") != 0)
@@ -307,7 +309,7 @@ static void test_errors_accumulate(void **state)
 
 /* RMSNORMD_RING_SLOTS: how far a client may run ahead.  With 1024 slots,
  * 300 calls are all published while the daemon is stopped (64, the
- * default, would make the 65th wait for the oldest); with 4, the fifth
+ * default before 1024, made the 65th wait for the oldest); with 4, the fifth
  * waits, and 40 calls go round the ring ten times; every result is right.
  * A value that is not a power of two up to 1024 fails rn_connect, naming
  * the variable.  (Read at rn_connect: unset after it, the client keeps its
