@@ -153,7 +153,8 @@ __device__ __forceinline__ unsigned exit_count(const Params &p)
  * writes (its threads' before the barrier that precedes this), and for the
  * last block the acquire of everyone's.  Then done[1], the client's word
  * in device memory that its stream waits on, with a release at the GPU's
- * scope (the stream's wait and the kernels after it are on this GPU), and
+ * scope (the stream's wait and the kernels after it are on this GPU, in
+ * the default memory synchronization domain), and
  * only then done[0], the ring's word in host memory, with a release at the
  * system's: done[1] does not wait for a store over the bus (0.4-2.8 us a
  * call on an H100, bench/RESULTS.md).  Without done[1], done[0] alone.
