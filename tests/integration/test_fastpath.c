@@ -307,6 +307,22 @@ static void test_errors_accumulate(void **state)
     RNH_PASS(d);
 }
 
+/* The first call of c (the ring opens), then n more published with d
+ * stopped (SIGSTOP; SIGCONT if one fails): d is left stopped. */
+static void publish_stopped(rnh_daemon *d, rn_client *c, const rn_bwd_args *a, int n,
+                            const char *what)
+{
+    if (rn_rmsnorm_bwd_host(c, a, NULL) != 0)
+        fail_msg("the first call, %s: %s", what, rn_last_error(c));
+    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    for (int i = 0; i < n; i++)
+        if (rn_rmsnorm_bwd_host_async(c, a) != 0) {
+            kill(d->pid, SIGCONT);
+            fail_msg("call %d of %d with the daemon stopped, %s: %s", i, n, what,
+                     rn_last_error(c));
+        }
+}
+
 /* RMSNORMD_RING_SLOTS: how far a client may run ahead.  With 1024 slots,
  * 300 calls are all published while the daemon is stopped (64, the
  * default before 1024, made the 65th wait for the oldest); with 4, the fifth
@@ -336,14 +352,7 @@ static void test_ring_slots_env(void **state)
 
     rn_client *c = client_with(d, RN_PATH_FAST, 0, "1024");
     lay(c, &k, 0x9d3b1e55u ^ (uint64_t)getpid(), &l);
-    if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0) /* (the ring opens) */
-        fail_msg("the first call: %s", rn_last_error(c));
-    assert_int_equal(kill(d->pid, SIGSTOP), 0);
-    for (int i = 0; i < 300; i++)
-        if (rn_rmsnorm_bwd_host_async(c, &l.a) != 0) {
-            kill(d->pid, SIGCONT);
-            fail_msg("call %d with the daemon stopped: %s", i, rn_last_error(c));
-        }
+    publish_stopped(d, c, &l.a, 300, "1024 slots");
     assert_int_equal(kill(d->pid, SIGCONT), 0);
     assert_int_equal(rn_sync(c), 0);
     check(&l, "1024 slots");
@@ -356,14 +365,7 @@ static void test_ring_slots_env(void **state)
      * and gives up after the client's timeout, publishing nothing. */
     c = client_with(d, RN_PATH_FAST, 300, "4");
     lay(c, &k, 0x1b873593u ^ (uint64_t)getpid(), &l);
-    if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
-        fail_msg("the first call, 4 slots: %s", rn_last_error(c));
-    assert_int_equal(kill(d->pid, SIGSTOP), 0);
-    for (int i = 0; i < 4; i++)
-        if (rn_rmsnorm_bwd_host_async(c, &l.a) != 0) {
-            kill(d->pid, SIGCONT);
-            fail_msg("call %d of 4 with the daemon stopped: %s", i, rn_last_error(c));
-        }
+    publish_stopped(d, c, &l.a, 4, "4 slots");
     int rv = rn_rmsnorm_bwd_host_async(c, &l.a);
     assert_int_equal(kill(d->pid, SIGCONT), 0);
     if (rv == 0 || !strstr(rn_last_error(c), "did not finish within"))
@@ -401,14 +403,7 @@ static void test_ring_slots_daemon_dies(void **state)
     assert_int_equal(rnh_start(d), 0);
     rn_client *c = client_with(d, RN_PATH_FAST, 1000, "1024");
     lay(c, &k, 0x7f4a7c15u ^ (uint64_t)getpid(), &l);
-    if (rn_rmsnorm_bwd_host(c, &l.a, NULL) != 0)
-        fail_msg("the first call: %s", rn_last_error(c));
-    assert_int_equal(kill(d->pid, SIGSTOP), 0);
-    for (int i = 0; i < 300; i++)
-        if (rn_rmsnorm_bwd_host_async(c, &l.a) != 0) {
-            kill(d->pid, SIGCONT);
-            fail_msg("call %d with the daemon stopped: %s", i, rn_last_error(c));
-        }
+    publish_stopped(d, c, &l.a, 300, "before the kill");
     assert_int_equal(kill(d->pid, SIGKILL), 0);
     assert_int_equal(rnh_wait_exit(d, WAIT_MS), 128 + SIGKILL);
     int64_t t0 = rnh_now_ms();
