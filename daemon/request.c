@@ -214,7 +214,14 @@ void rnd_req_release(req *r)
     /* The backend's queue has room again (its own limit, ring.h). */
     if (taken)
         rnd_rings_limit_freed(&ctx->rings);
-    rnd_session_maybe_free(s);
+    /* Only a request that was running can have been what kept its session:
+     * one refused before may be released inside a release that emptied
+     * the session's running queue (at.released above: an armed ring's thaw
+     * at its session's end takes the rest of its slots, and the backend
+     * refuses one), and that outer release frees the session after it
+     * returns. */
+    if (taken)
+        rnd_session_maybe_free(s);
 }
 
 /* Before SUBMITTED: answer with err and release at once. */

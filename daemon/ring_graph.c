@@ -102,7 +102,9 @@ static void take_graph(rnd_ring *g, rnd_graph *gr)
     rnp_bwd_req b;
     int rc;
 
-    if (gr->busy || gr->closed || gen == gr->taken || !g->sess)
+    /* (a ring whose client died takes nothing: frozen at its session's end,
+     * it stays on the list until its revoked jobs end) */
+    if (gr->busy || gr->closed || gen == gr->taken || !g->sess || g->gone)
         return;
     if (g->stopped) {
         /* The ring takes nothing more: answered, not left waiting. */

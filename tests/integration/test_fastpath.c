@@ -884,6 +884,8 @@ static int simple(rnr_ring *g, uint32_t op, uint32_t arg)
     q.op = op;
     if (op == RN_OP_RING_CLOSE)
         q.u.ring_close.session = g->session, q.u.ring_close.ring = arg;
+    else if (op == RN_OP_BYE)
+        q.u.bye = g->session;
     else
         q.u.unreg.session = g->session, q.u.unreg.region.id = arg;
     return rnr_ring_call(g, &q, &rep);
@@ -1933,6 +1935,58 @@ static void test_armed_ring_close(void **state)
     RNH_PASS(d);
 }
 
+/* An armed ring's session ends (BYE) while its armed call waits in the
+ * backend's queue behind a long call of the same ring: the revocation
+ * freezes the ring, and when the revoked job is released the thaw takes the
+ * slot again, which the backend refuses (the revoked job was its second,
+ * --debug-fail-after 2: it failed).  That refusal's release came inside the
+ * revoked job's own release, which had just emptied the session's running
+ * queue: it freed the session, and the outer release used it and freed it
+ * again (a double free, found in review: the daemon aborted).  Now the
+ * daemon drains and exits 2 in order, the long call answered first. */
+static void test_armed_thaw_refused(void **state)
+{
+    rnh_daemon *d = *state;
+    rnr_ring g;
+    rnp_bwd_req big, small;
+    const uint64_t m = 8192;
+    const uint32_t n = 4096;
+    const size_t t = (size_t)m * n * 2;
+
+    RNH_NEED_READY_MODE(d, "armed");
+    rnh_arg(d, "--threads");
+    rnh_arg(d, "1");
+    rnh_arg(d, "--debug-fail-after");
+    rnh_arg(d, "2");
+    assert_int_equal(rnh_start(d), 0);
+    assert_int_equal(rnr_ring_open(&g, d->endpoint, 4, 3 * t + 4096), 0);
+    /* bf16 x and dy all ones (no zeros, no NaNs): 0.2-0.5 s of the worker */
+    for (size_t i = 0; i < 2 * (size_t)m * n; i++)
+        ((uint16_t *)g.data)[i] = 0x3f80;
+    memset(&big, 0, sizeof big);
+    big.m = m, big.n = n, big.eps = 1e-6f, big.ready_slot = -1;
+    big.x_dtype = big.dy_dtype = big.dx_dtype = RN_DTYPE_BF16;
+    big.x.region.id = big.dy.region.id = big.dx.region.id = g.region;
+    big.x.offset = (uint64_t)(g.data - g.mem);
+    big.dy.offset = big.x.offset + t;
+    big.dx.offset = big.x.offset + 2 * t;
+    big.x.stride = big.dy.stride = big.dx.stride = n;
+    small = big;
+    small.m = 64, small.n = 64, small.x.stride = small.dy.stride = small.dx.stride = 64;
+    uint64_t s1 = rnr_ring_publish(&g, &big, NULL, true);
+    usleep(20000); /* on the worker */
+    rnr_ring_publish(&g, &small, NULL, false); /* armed, queued behind it */
+    assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
+    assert_int_equal(simple(&g, RN_OP_BYE, 0), 0);
+    if (rnr_ring_done(&g) != 0)
+        fail_msg("the long call ended before the session did: the case was not set up");
+    assert_int_equal(rnh_wait_exit(d, 4 * WAIT_MS), 2);
+    assert_int_equal(rnr_ring_status(&g, s1, NULL, 0), 0);
+    assert_int_equal(rnr_ring_done(&g), s1);
+    rnr_ring_close(&g);
+    RNH_PASS(d);
+}
+
 /* Another client mapping memory (REGISTER: the backend's mapping calls may
  * wait for the device) takes the armed call back first; the call then runs
  * once its ready word comes. */
@@ -2344,6 +2398,7 @@ int main(void)
                                         rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bye_at_queue_limit, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_backend_fails_waiting, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_thaw_refused, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ring_shrunk, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm, rnh_setup, rnh_teardown),
