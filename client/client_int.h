@@ -380,6 +380,13 @@ void rnc_ring_forget(rn_client *c);
  * reads only c->watch_fired, with an atomic load.  None of these fails:
  * a watcher that cannot start leaves the client as it was without one.
  */
+/* After the channel closed with the ring still open: how long a live
+ * daemon may take to answer what it took, with a pidfd of it ... */
+#define RNC_LINGER_MS 10000
+/* ... and without one (the close may be the daemon's death).  The watcher
+ * and the calls that find the channel closed (ring.c) both wait so long. */
+#define RNC_LINGER_BLIND_MS 1000
+
 enum {
     RNC_WATCH_QUIET = 0,  /* the daemon is there (or nothing is watched) */
     RNC_WATCH_EXITED = 1, /* the daemon's process exited */

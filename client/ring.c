@@ -197,6 +197,12 @@ static void collect(rnc_ring *g, uint64_t done)
     while (!rnp_seq_reached(g->checked, done)) {
         uint64_t seq = ++g->checked;
         int st = rnp_ring_get_result(g->base + rnp_ring_slot_off(seq, g->slots), m, sizeof m);
+        /* A slot the daemon answered at its session's end: reported as a
+         * lost call, not as RN_UNKNOWN_SESSION, which would make the call
+         * that reports it start a new session and run again (client_int.h's
+         * rnc_in_session), the error gone with it. */
+        if (st == RN_UNKNOWN_SESSION)
+            st = RN_RESTARTED;
         if (st != 0)
             rnc_ring_note(g, st, "call %llu: %s", (unsigned long long)seq, m);
     }
@@ -230,6 +236,8 @@ static void lost_upto(rnc_ring *g, int code, const char *why, uint64_t last)
                       (unsigned long long)last, why);
     bool graphs = false;
     for (uint32_t i = 0; i < GRAPH_SLOTS; i++) {
+        if (g->gdaemon[i]) /* (no graph; the daemon's hold ends with the session) */
+            g->gheld[i] = g->gdaemon[i] = false;
         if (!g->gid[i])
             continue;
         /* Its replays compute nothing from now on, and wait for nothing. */
@@ -265,6 +273,30 @@ static bool let_go(const rnc_ring *g)
         RNP_RING_CLOSED)
         return true;
     return g->dpid >= 0 && poll(&p, 1, 0) == 1;
+}
+
+/* Whether the calls of g still out will not be answered any more, as the
+ * watcher judges (watch.c): the session's channel is gone (closed, or g's
+ * session is not c's current one) and no daemon holds the ring (let_go),
+ * or none said so within the linger since a call first saw the channel
+ * gone.  A live daemon that closed the channel may still run slots it
+ * took (the drain): their streams must not run ahead of those kernels,
+ * nor their memory be handed back under them. */
+static bool session_over(rn_client *c, rnc_ring *g)
+{
+    if (memcmp(&g->of, &c->session, sizeof g->of) == 0 && !rnc_chan_closed(c))
+        return false;
+    uint64_t now = rnc_now_ns();
+    if (!g->closed_ns)
+        g->closed_ns = now;
+    uint64_t linger = (uint64_t)(g->dpid >= 0 ? RNC_LINGER_MS : RNC_LINGER_BLIND_MS) * 1000000u;
+    return let_go(g) || now - g->closed_ns >= linger;
+}
+
+/* g's session is c's current one (not one a newer session replaced). */
+static bool current(const rn_client *c, const rnc_ring *g)
+{
+    return memcmp(&g->of, &c->session, sizeof g->of) == 0;
 }
 
 static bool graphs_held(const rnc_ring *g)
@@ -360,8 +392,22 @@ static int ensure_open(rn_client *c, const rnc_done_word *done)
         return rv;
     g->done_addr = 0;
     if ((rv = rnc_ring_open_call(c, g->region, g->slots, &done, &g->go, &g->id)) != 0) {
-        /* No answer: the daemon may have opened it all the same. */
-        g->opened |= !c->replied;
+        if (!c->replied) {
+            /* No answer: the daemon may have opened it all the same, and
+             * would refuse every RING_OPEN after it in this session.  The
+             * session ends (BYE; the daemon writes state = 1 into this
+             * memory once it lets go of a ring it opened): the next call
+             * starts a new one, with new memory. */
+            g->opened = true;
+            (void)rnc_end_session(c);
+        } else {
+            /* Refused: the ring's region goes again (the next call
+             * registers the memory anew). */
+            char why[RN_ERRMSG_LEN];
+            snprintf(why, sizeof why, "%s", c->last_error);
+            (void)rnc_unregister(c, g->region);
+            snprintf(c->last_error, sizeof c->last_error, "%s", why);
+        }
         return rv;
     }
     if (g->dpid >= 0)
@@ -427,9 +473,12 @@ static int wait_done(rn_client *c, rnc_ring *g, uint64_t seq, bool own)
         }
         if (__atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_STATE), __ATOMIC_ACQUIRE) !=
             RNP_RING_OPEN) {
-            /* Everything the daemon took is answered by now. */
-            if (rnp_seq_reached(load_done(g), seq))
+            /* Everything the daemon took is answered by now: read, then
+             * the rest is lost. */
+            uint64_t d = load_done(g);
+            if (rnp_seq_reached(d, seq))
                 break;
+            collect(g, d);
             lost_upto(g, RN_RESTARTED, "the daemon closed the ring", last);
             return rnc_fail(c, RN_UNKNOWN_SESSION, "ring: the daemon closed it (session ended)");
         }
@@ -441,9 +490,11 @@ static int wait_done(rn_client *c, rnc_ring *g, uint64_t seq, bool own)
         if (!rnp_seq_reached(d, seq))
             futex_wait(rnp_ring_u32(g->base, RNP_RING_O_DONE), (uint32_t)d, NAP_NS);
         __atomic_sub_fetch(waiters, 1, __ATOMIC_SEQ_CST);
-        if (!rnp_seq_reached(load_done(g), seq) && rnc_chan_closed(c)) {
+        if (!rnp_seq_reached(load_done(g), seq) && session_over(c, g)) {
+            collect(g, load_done(g));
             lost_upto(g, RN_RESTARTED, "the daemon ended the session (or exited)", last);
-            c->have_session = false;
+            if (current(c, g)) /* (a newer session is not the one that ended) */
+                c->have_session = false;
             return rnc_fail(c, RN_UNKNOWN_SESSION, "ring: the daemon ended the session");
         }
     }
@@ -453,7 +504,8 @@ static int wait_done(rn_client *c, rnc_ring *g, uint64_t seq, bool own)
     if (fired && !rnp_seq_reached(answered, seq)) {
         collect(g, answered);
         lost_upto(g, RN_RESTARTED, rnc_watch_why(fired), last);
-        c->have_session = false;
+        if (current(c, g))
+            c->have_session = false;
         return rnc_fail(c, RN_UNKNOWN_SESSION, "ring: %s", rnc_watch_why(fired));
     }
     collect(g, load_done(g));
@@ -620,7 +672,7 @@ int rnc_ring_sync(rn_client *c, bool wait)
      * past its wait on the device word may find done a moment behind:
      * PROTOCOL.md 13.2). */
     uint32_t fired = g->open ? rnc_watch_fired(c) : 0;
-    bool gone = g->open && (fired || rnc_chan_closed(c));
+    bool gone = g->open && (fired || session_over(c, g));
     bool ended = g->open && (gone || __atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_STATE),
                                                      __ATOMIC_ACQUIRE) != RNP_RING_OPEN);
     if (g->open)
@@ -633,7 +685,7 @@ int rnc_ring_sync(rn_client *c, bool wait)
         if (ended)
             lost(g, RN_RESTARTED,
                  fired ? rnc_watch_why(fired) : "the daemon ended the session (or exited)");
-        if (gone)
+        if (gone && current(c, g)) /* (a newer session is not the one that ended) */
             c->have_session = false;
     }
     return report(c, g);

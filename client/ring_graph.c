@@ -72,7 +72,7 @@ bool rnc_graphs_release(rnc_ring *g)
     pthread_mutex_lock(&gone_mu);
     gone_drop(g->token);
     for (uint32_t i = 0; i < GRAPH_SLOTS; i++)
-        if (g->gheld[i]) {
+        if (g->gheld[i] && !g->gdaemon[i]) { /* (no graph replays into a daemon's) */
             rnc_graph_let_go(g, i);
             held = true;
         }
@@ -159,10 +159,12 @@ void rnc_take_gone(rn_client *c)
                 q->u.graph_close.ring = g->id;
                 q->u.graph_close.graph = g->gid[n->slot];
                 if (rnc_transact(c, c->timeout_ms) != 0) {
-                    /* The daemon may still hold the slot: never reused in
-                     * this session (its end frees it). */
+                    /* The daemon may still hold the slot: not reused while
+                     * this session lasts (ring.c's lost_upto frees it). */
                     rnc_clear_thread_error();
                     g->gid[n->slot] = 0;
+                    g->gdaemon[n->slot] = true;
+                    rnc_watch_graph(c, g->base, n->slot, false);
                     continue;
                 }
             }
@@ -201,8 +203,13 @@ int rnc_graph_publish(rn_client *c, rnc_ring *g, const rnp_bwd_req *b, const rnc
     q->u.graph_open.offset = rnc_gslot_off(g, i);
     /* The daemon copies the descriptor and checks it as it would check a
      * slot: a bad call fails here, at capture. */
-    if ((rv = rnc_transact(c, c->timeout_ms)) != 0)
+    if ((rv = rnc_transact(c, c->timeout_ms)) != 0) {
+        /* No answer: the daemon may hold the slot (and would refuse it
+         * again): not used again while this ring's session lasts. */
+        if (!c->replied)
+            g->gheld[i] = g->gdaemon[i] = true;
         return rv;
+    }
     uint32_t gid = c->rep.u.graph_open.graph;
     gone_node *n = calloc(1, sizeof *n);
     if (!n)

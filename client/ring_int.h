@@ -52,7 +52,11 @@ struct rnc_ring {
     uint64_t token;               /* names this memory to graph destructors */
     uint32_t gid[GRAPH_SLOTS];    /* the daemon's graph id in the session `of`; 0: none */
     uint64_t gfails[GRAPH_SLOTS]; /* the slot's fails counter as last read */
-    bool gheld[GRAPH_SLOTS];      /* a live graph holds the slot */
+    bool gheld[GRAPH_SLOTS];      /* a live graph holds the slot, or the daemon may: */
+    bool gdaemon[GRAPH_SLOTS];    /* ... the daemon alone (no graph: a GRAPH_OPEN unanswered, a
+                                   * GRAPH_CLOSE failed), until the session `of` is over */
+    uint64_t closed_ns;           /* when a call first found the session `of`'s channel gone
+                                   * with calls out (0: not yet; ring.c's session_over) */
 };
 
 /* Graph slot i's offset in the ring's memory, and its address. */

@@ -23,8 +23,8 @@
  *   - when the channel closed and the ring's state word says closed: a live
  *     daemon ended the session and answered every slot it took (or, taking
  *     the client for dead, let go of them: nothing of the ring runs);
- *   - when the channel closed and neither happened within LINGER_MS
- *     (LINGER_BLIND_MS without a pidfd: a daemon in another pid namespace,
+ *   - when the channel closed and neither happened within RNC_LINGER_MS
+ *     (RNC_LINGER_BLIND_MS without a pidfd: a daemon in another pid namespace,
  *     or a kernel before 5.3; then the close is all there is to go by).
  * A live daemon that closes the channel may still be running slots it took
  * (the drain): waiting for the state word keeps the client's streams from
@@ -81,11 +81,6 @@
 #define SYS_pidfd_open 434
 #endif
 
-/* After the channel closed with the ring still open: how long a live
- * daemon may take to answer what it took, with a pidfd ... */
-#define LINGER_MS 10000
-/* ... and without one (the close may be the daemon's death). */
-#define LINGER_BLIND_MS 1000
 /* While it lingers, the state word is looked at after 1 ms, then at
  * doubling intervals up to this. */
 #define NAP_MAX_MS  50
@@ -298,7 +293,7 @@ static void *watch_main(void *arg)
         if (w->armed && w->gen == mine && !w->stop) {
             uint32_t state =
                 __atomic_load_n(rnp_ring_u32(w->base, RNP_RING_O_STATE), __ATOMIC_ACQUIRE);
-            int64_t linger = w->cur_pidfd >= 0 ? LINGER_MS : LINGER_BLIND_MS;
+            int64_t linger = w->cur_pidfd >= 0 ? RNC_LINGER_MS : RNC_LINGER_BLIND_MS;
             if (died)
                 fire(w, RNC_WATCH_EXITED);
             else if (state != RNP_RING_OPEN)
