@@ -153,6 +153,7 @@ static void test_graph_open_unanswered(void **state)
         int rv = call(c, &l2.a, &s);
         if (rv != 0)
             fail_msg("capture %d after the unanswered GRAPH_OPEN: %s", i, rn_last_error(c));
+        s.gone(s.arg); /* the graph destroyed, as CUDA calls it (its slot back next call) */
     }
     assert_int_equal(s.graphs, 3);
     s.capturing = false;
@@ -160,6 +161,7 @@ static void test_graph_open_unanswered(void **state)
     assert_int_equal(rn_sync(c), 0);
     check_free(c, &l, "after the unanswered GRAPH_OPEN");
     rnv_expect_fini(&l2.e); /* (captured, never replayed) */
+    assert_int_equal(rnh_stat(d, "fast.graphs"), 1); /* (the one the daemon holds) */
     assert_int_equal(rn_buffer_free(c, l2.buf), 0);
     rn_close(c);
     RNH_PASS(d);
