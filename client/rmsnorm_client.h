@@ -303,8 +303,10 @@ RN_EXPORT int rn_rmsnorm_bwd_host(rn_client *c, const rn_bwd_args *a, rn_timing 
  * computation) are recorded in the call's slot and surface later: the next
  * call made after the failed one finished returns it (and is not run); a
  * synchronous call (rn_rmsnorm_bwd_host) returns the first error among the
- * calls up to its own (it ran); rn_sync and rn_check return it too.  Each
- * error is reported once; rn_last_error names the call by its sequence
+ * calls up to its own (it ran, unless an earlier call's error was known
+ * when it was made: then, as for the next call above, it returns that
+ * error and is not run); rn_sync and rn_check return it too.  Each error
+ * is reported once; rn_last_error names the call by its sequence
  * number ("call 7: bwd.dx: ..."), and where more calls failed or were lost
  * after it before it was reported, how many and the last of them ("call 7:
  * ... (and 2 errors after it; the last: calls 9..10: ...)"): the code
