@@ -84,8 +84,13 @@ typedef CUresult (*pfn_stream_id)(CUstream s, unsigned long long *id);
 typedef CUresult (*pfn_batch)(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops,
                               unsigned flags);
 
+typedef CUresult (*pfn_ctx_get)(CUcontext *ctx);
+typedef CUresult (*pfn_ctx_set)(CUcontext ctx);
+
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pfn_value64 wait64, write64;
+static pfn_ctx_get ctx_get; /* (done_raise: the thread's context put back) */
+static pfn_ctx_set ctx_set;
 static pfn_batch batch; /* (without it: two writes) */
 static pfn_stream_id get_id; /* (CUDA 12.0 on; without it the handle serves) */
 
@@ -98,6 +103,9 @@ static void resolve(void)
         get_id = NULL;
     if (!rn_cuda_entry_to("cuStreamBatchMemOp", (void **)&batch))
         batch = NULL;
+    if (!rn_cuda_entry_to("cuCtxGetCurrent", (void **)&ctx_get) ||
+        !rn_cuda_entry_to("cuCtxSetCurrent", (void **)&ctx_set))
+        ctx_get = NULL, ctx_set = NULL;
 }
 
 /* The stream's id, unique among the context's streams for the process's
@@ -171,14 +179,20 @@ static void done_free(rn_client *c)
  * silent past the watcher's linger that came back) could lower it again. */
 static void done_raise(rn_client *c, uint64_t addr, uint64_t seq)
 {
-    int was = -1;
+    CUcontext was = NULL;
 
-    /* (the caller's current device is put back: this may run on its thread) */
-    if (cudaGetDevice(&was) != cudaSuccess || cudaSetDevice(c->done_device) != cudaSuccess ||
+    /* The thread's current context is put back as it was, which on the
+     * watcher's thread is none: setting the device back (cudaGetDevice
+     * says 0 on a thread that never chose one) made device 0's primary
+     * context there, hundreds of MiB on GPU 0 in every process of a
+     * multi-GPU job after a daemon restart (found in review). */
+    pthread_once(&once, resolve);
+    bool saved = ctx_get && ctx_set && ctx_get(&was) == CUDA_SUCCESS;
+    if (cudaSetDevice(c->done_device) != cudaSuccess ||
         write64((CUstream)c->done_stream, (CUdeviceptr)addr, seq, CU_STREAM_WRITE_VALUE_DEFAULT) !=
             CUDA_SUCCESS)
         (void)cudaGetLastError(); /* (a failed device: the streams fail with it) */
-    if (was >= 0 && was != c->done_device && cudaSetDevice(was) != cudaSuccess)
+    if (saved && ctx_set(was) != CUDA_SUCCESS)
         (void)cudaGetLastError();
 }
 
