@@ -180,7 +180,10 @@ void rnd_cuda_release_later(rnd_cuda *b, void *bsess, rnd_cuda_release *r)
      * implies every fence; after a failure nothing is closed. */
     const int nf = b->close_fences;
     if (b->closer_thread && !b->failed && cs) {
-        const int st[3] = {cs->stream, rnd_cuda_ring_stream(b, cs), rnd_cuda_graph_stream(b, cs)};
+        /* (a session without a graph stream has no graph jobs: no fence on
+         * rnd_cuda_graph_stream's stand-in, another session's pool stream) */
+        const int st[3] = {cs->stream, rnd_cuda_ring_stream(b, cs),
+                           cs->graph_stream >= 0 ? cs->graph_stream : cs->stream};
         for (int i = 0; i < nf; i++) {
             if ((i >= 1 && st[i] == st[0]) || (i == 2 && st[2] == st[1]))
                 continue; /* one fence a stream */

@@ -76,14 +76,19 @@ static int admit(const rnd_cuda *b, const rnd_job *job, rnp_error *err)
  * on the stream (the library cleared CUDA's error state). */
 static int launch_err(rnd_cuda *b, rnd_cuda_stream *s, int krc, const char *kmsg, rnp_error *err)
 {
+    bool failed = false;
     if (krc == RNK_ECUDA) {
         cudaError_t e = cudaStreamQuery(s->st);
-        if (e != cudaSuccess && e != cudaErrorNotReady && rnd_cuda_sticky(e))
+        if (e != cudaSuccess && e != cudaErrorNotReady && rnd_cuda_sticky(e)) {
             rnd_cuda_mark_failed(b, "launch: %.100s", kmsg);
+            failed = true;
+        }
         (void)cudaGetLastError();
     }
+    /* (a device it marked failed: the code rnd_cuda_fault gives, PROTOCOL.md 5) */
     return rnp_fail(err,
-                    krc == RNK_EINVAL   ? RN_INVALID_ARGUMENT
+                    failed              ? RN_DEVICE_FAILING
+                    : krc == RNK_EINVAL ? RN_INVALID_ARGUMENT
                     : krc == RNK_ENOMEM ? RN_NOMEM
                                         : RN_CUDA,
                     "bwd: %.190s", kmsg);
@@ -94,10 +99,12 @@ static int launch_err(rnd_cuda *b, rnd_cuda_stream *s, int krc, const char *kmsg
 static int drv_fail(rnd_cuda *b, rnd_cuda_stream *s, const char *what, CUresult r, rnp_error *err)
 {
     cudaError_t e = cudaStreamQuery(s->st);
-    if (e != cudaSuccess && e != cudaErrorNotReady && rnd_cuda_sticky(e))
+    bool failed = e != cudaSuccess && e != cudaErrorNotReady && rnd_cuda_sticky(e);
+    if (failed)
         rnd_cuda_mark_failed(b, "%s: %s", what, cudaGetErrorString(e));
     (void)cudaGetLastError();
-    return rnp_fail(err, RN_CUDA, "bwd: %s: CUDA driver error %d", what, (int)r);
+    return rnp_fail(err, failed ? RN_DEVICE_FAILING : RN_CUDA, "bwd: %s: CUDA driver error %d",
+                    what, (int)r);
 }
 
 /* The job's answer in the ring without a kernel: the host writes status
@@ -388,6 +395,14 @@ int rnd_cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
         goto fail;
     if ((rc = rnd_cuda_gjob_events(b, g, sync, err)) != 0)
         goto fail;
+    /* The plan is checked before the stream waits on the client: a refusal
+     * after the wait left it on the pool stream with no job the gate sees
+     * (gate.c's rule: every stream wait on a client is on b->waits). */
+    if ((krc = rnk_cuda_check(b->kdev, &job->args, s->ws, s->ws_bytes, kmsg, sizeof kmsg)) !=
+        RNK_OK) {
+        rc = launch_err(b, s, krc, kmsg, err);
+        goto fail;
+    }
     if (job->ready_slot >= 0) {
         /* The gate sees the wait before the stream has it (gate.c). */
         (void)rnd_cuda_gate_add(b, g, NULL, cs->ready[job->ready_slot]); /* (true: no ring) */
