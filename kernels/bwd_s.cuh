@@ -52,6 +52,21 @@ namespace rnk {
 #define RNK_S_SPLIT 0
 #endif
 
+/*
+ * RNK_S_PP (an experiment, off): the row loop unrolled by two with the two
+ * row buffers taking turns.  Production copies the next row's registers
+ * into the current row's at the top of each iteration (cur = nx), and that
+ * copy waits for the next row's loads to land before the row after it is
+ * asked for: a warp has one row's loads in flight while it waits.  Taking
+ * turns asks for row t + 2 before it waits for row t + 1: two rows in
+ * flight, with the same registers.  The same arithmetic a row (dw
+ * production's bit for bit; dx as ptxas contracts each copy).  For rstd
+ * given only (recomputed, ptxas spills in the loop at 64 registers).
+ */
+#ifndef RNK_S_PP
+#define RNK_S_PP 0
+#endif
+
 /* Block shape of TPR threads a row: BT threads, R rows at once, MINB blocks
  * a SM (32 warps: 64 registers a thread). */
 template <int TPR> struct SShape {
@@ -214,10 +229,10 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
             acc[e] = 0.0f;
         SRow cur;
         s_load<T, RS, DRES>(p, cur, k + grp * P, grp < cnt, col, ok, nc);
-#pragma unroll 1
-        for (int64_t t = 0; t < iters; t++) {
+        /* Row t of the chunk from cur, the next one's loads issued into nx
+         * first. */
+        auto row = [&](SRow &cur, SRow &nx, int64_t t) {
             const int64_t j = t * R + grp, jn = j + R;
-            SRow nx;
             s_load<T, RS, DRES>(p, nx, k + jn * P, jn < cnt, col, ok, nc);
             float xf[VEC], yf[VEC];
             Vec<T>::unpack(cur.x, xf);
@@ -313,7 +328,28 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                 if (ok)
                     st16((char *)p.dx + ((k + j * P) * p.dxs + col) * ES, Vec<T>::pack(d));
             }
-            cur = nx;
+        };
+#if RNK_S_PP
+        /* RNK_S_PP (above): the two buffers take turns, no copy (rstd
+         * given: recomputed, the two copies spill at 64 registers). */
+        if constexpr (RS) {
+            SRow nx;
+#pragma unroll 1
+            for (int64_t t = 0; t < iters; t += 2) {
+                row(cur, nx, t);
+                if (t + 1 == iters)
+                    break;
+                row(nx, cur, t + 1);
+            }
+        } else
+#endif
+        {
+#pragma unroll 1
+            for (int64_t t = 0; t < iters; t++) {
+                SRow nx;
+                row(cur, nx, t);
+                cur = nx;
+            }
         }
         if (tid == 0)
             s_claim[(it + 1) & 1] = (int)nxt;
