@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -145,14 +146,44 @@ static int set_timeouts(rn_client *c, int ms)
     return 0;
 }
 
+/*
+ * nanomsg in a fork child.  nanomsg runs its sockets on a worker thread that
+ * it starts with the first socket and stops with the last; a child forked
+ * while a socket of the parent was open inherits state that says the thread
+ * runs, without the thread: a socket opened there waits for it for good,
+ * and so does its close.  So libclient counts its open sockets, and a child
+ * forked while any was open opens none (rn_connect fails at once).
+ */
+static unsigned open_socks;     /* (atomic) */
+static volatile int nn_orphaned; /* set in such a child */
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void forked_child(void)
+{
+    if (__atomic_load_n(&open_socks, __ATOMIC_RELAXED))
+        nn_orphaned = 1;
+}
+
+static void watch_forks(void)
+{
+    (void)pthread_atfork(NULL, NULL, forked_child);
+}
+
 /* Open c's REQ socket with its options and connect it (c->sock < 0 before).
  * On failure the socket is closed again. */
 static int open_socket(rn_client *c)
 {
     int v = RNP_MAX_MSG, rv;
 
+    pthread_once(&fork_once, watch_forks);
+    if (nn_orphaned)
+        return rnc_fail(c, RN_UNSUPPORTED,
+                        "connect: this process was forked from one with an rmsnormd client "
+                        "open, where nanomsg cannot run (its thread is the parent's); fork "
+                        "before opening clients, or start children with spawn or forkserver");
     if ((c->sock = nn_socket(AF_SP, NN_REQ)) < 0)
         return rnc_fail(c, RN_SYSTEM, "nn_socket: %s", nn_strerror(nn_errno()));
+    __atomic_add_fetch(&open_socks, 1, __ATOMIC_RELAXED);
     if (nn_setsockopt(c->sock, NN_SOL_SOCKET, NN_RCVMAXSIZE, &v, sizeof v) != 0)
         rv = rnc_fail(c, RN_SYSTEM, "NN_RCVMAXSIZE: %s", nn_strerror(nn_errno()));
     else if ((rv = set_timeouts(c, c->timeout_ms)) == 0 && nn_connect(c->sock, c->endpoint) < 0)
@@ -306,8 +337,10 @@ int rnc_conn_probe(rn_client *c, int timeout_ms)
 
 void rnc_conn_close(rn_client *c)
 {
-    if (c->sock >= 0)
+    if (c->sock >= 0) {
         nn_close(c->sock);
+        __atomic_sub_fetch(&open_socks, 1, __ATOMIC_RELAXED);
+    }
     c->sock = -1;
 }
 

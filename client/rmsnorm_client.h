@@ -37,8 +37,12 @@
  * functions that take no rn_client are thread-safe.
  *
  * fork(): a child must not use an rn_client opened by its parent (nanomsg is
- * not fork-safe); it opens its own.  Buffers stay the parent's.  rn_close
- * in the child frees its copy and leaves the parent's session alone.
+ * not fork-safe); it opens its own, which is possible only if no client
+ * was open in the parent at the fork (nanomsg's thread is the parent's):
+ * else rn_connect fails at once with RN_UNSUPPORTED, and children should
+ * be started by fork-and-exec (spawn, forkserver).  Buffers stay the
+ * parent's.  rn_close in the child frees its copy and leaves the parent's
+ * session alone.
  *
  * The daemon watcher: a client on the fast path runs one thread of its own
  * (named "rn-watch"), started with its ring and joined by rn_close, that

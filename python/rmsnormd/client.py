@@ -202,6 +202,9 @@ class HostBuffer:
         if self.address is None:
             return
         c = self._client
+        if c._gen != _fork_gen and os.getpid() != c._pid:
+            self.address = None  # (the parent's: forgotten, its lock not taken)
+            return
         with c._lock:
             if c._handle is not None:
                 # After fork() the buffer is the parent's: freeing it here
@@ -263,6 +266,15 @@ class Client:
 
     def close(self):
         """End the session and free every buffer.  Idempotent."""
+        if self._gen != _fork_gen and os.getpid() != self._pid:
+            # A forked child: the parent's client is only forgotten, and its
+            # lock is not taken (a parent thread may have held it at the
+            # fork, and would hold it in the child for ever).
+            self._handle = None
+            for b in list(self._buffers):
+                b.address = None
+            self._buffers.clear()
+            return
         # Under the lock that every call holds: another thread's call must
         # not be inside libclient while the client is freed.
         with self._lock:
@@ -301,7 +313,9 @@ class Client:
         if os.getpid() != self._pid:
             raise RuntimeError(
                 "client: opened in process %d and used in %d after fork(); "
-                "open a new Client in the child" % (self._pid, os.getpid()))
+                "open a new Client in the child (possible where no client was open in "
+                "the parent at the fork; else start children with spawn or forkserver)"
+                % (self._pid, os.getpid()))
         return h
 
     def _call(self, op, fn, *args):
@@ -309,6 +323,8 @@ class Client:
         # it; libclient serialises the calls of one client anyway.  The
         # checks of _handle_or_raise, cheaply: it runs (and raises) only when
         # the client is closed or a fork() happened since it was opened.
+        if self._gen != _fork_gen:
+            self._handle_or_raise()  # (before the lock: a parent thread may have held it at the fork)
         with self._lock:
             h = self._handle
             if h is None or self._gen != _fork_gen:
@@ -324,6 +340,8 @@ class Client:
 
     def last_error(self):
         """The one-line message of the last failed call on this client."""
+        if self._gen != _fork_gen:
+            self._handle_or_raise()
         with self._lock:
             return _lib.cstr(_lib.lib().rn_last_error(self._handle_or_raise()))
 

@@ -31,6 +31,7 @@ import math
 import os
 import re
 import threading
+import warnings
 
 try:
     import torch
@@ -56,10 +57,23 @@ _default_lock = threading.Lock()
 _default = None
 
 
+def _forked():
+    # A lock another thread held at fork() stays held in the child for ever:
+    # the child gets a fresh one.
+    global _default_lock
+    _default_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
 def default_client():
     """The Client rms_norm uses when none is given: connected on first use to
     rmsnormd's default endpoint ($RMSNORMD_ENDPOINT, ...), one per process
-    (a forked child gets its own)."""
+    (a forked child gets its own, if no client was open in the parent at the
+    fork: else RNError UNSUPPORTED, and children must be started with spawn
+    or forkserver)."""
     global _default
     c = _default
     if c is not None and c._handle is not None and c._gen == _client._fork_gen:
@@ -150,6 +164,27 @@ def _forward_fused(x, weight, n, eps, weight_offset):
     return y, rstd
 
 
+_out_dtypes = {}
+
+
+def _out_dtype(x_dtype, w_dtype):
+    """The dtype of torch's own F.rms_norm for these dtypes, asked of it once
+    on meta tensors: x's in recent PyTorch, the promotion of the two in
+    others."""
+    d = _out_dtypes.get((x_dtype, w_dtype))
+    if d is None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                d = torch.nn.functional.rms_norm(
+                    torch.empty(1, 8, dtype=x_dtype, device="meta"), (8,),
+                    torch.empty(8, dtype=w_dtype, device="meta")).dtype
+        except Exception:  # (no F.rms_norm, or none on meta tensors)
+            d = torch.promote_types(x_dtype, w_dtype)
+        _out_dtypes[(x_dtype, w_dtype)] = d
+    return d
+
+
 def _forward_composite(x2, weight, n, eps, weight_offset):
     xf = x2.float()
     rstd = torch.rsqrt(xf.square().mean(dim=1) + eps)
@@ -160,7 +195,7 @@ def _forward_composite(x2, weight, n, eps, weight_offset):
         if weight_offset:
             wf = wf + weight_offset
         y = y * wf
-        out_dtype = torch.promote_types(x2.dtype, weight.dtype)
+        out_dtype = _out_dtype(x2.dtype, weight.dtype)
     return y.to(out_dtype), rstd
 
 
@@ -341,26 +376,24 @@ _in_doubt = []
 
 # ---- CPU tensors through the daemon's CPU backend ----------------------------------------
 
-_host_lock = threading.Lock()
-_host_buffers = {}  # id(client) -> (client, HostBuffer): one growing staging area each
-# (id(client), layout) -> (HostBuffer, BwdArgs, views): the staging views and
-# the arguments of one layout, valid while that buffer is the client's.
-_host_layouts = {}
+# Each client's own, kept on it (so that a client dropped is collected, and
+# its session and memory go with it), under its lock: client._torch_staging,
+# one growing staging area (a HostBuffer), and client._torch_layouts, layout
+# -> (HostBuffer, BwdArgs, views): the staging views and the arguments of one
+# layout, valid while that buffer is the client's staging area.
 _HOST_LAYOUTS_MAX = 64
 
 
 def _staging(client, nbytes):
-    key = id(client)
-    hit = _host_buffers.get(key)
-    if hit is not None and hit[0] is client and not client.closed and hit[1].address is not None \
-            and hit[1].nbytes >= nbytes:
-        return hit[1]
-    if hit is not None and hit[0] is client and hit[1].address is not None:
-        hit[1].free()
-    for k in [k for k in _host_layouts if k[0] == key]:
-        del _host_layouts[k]
+    buf = getattr(client, "_torch_staging", None)
+    if buf is not None and buf.address is not None and buf.nbytes >= nbytes:
+        return buf
+    if buf is not None and buf.address is not None:
+        buf.free()
+    client._torch_layouts = {}
+    client._torch_staging = None
     buf = client.alloc(max(nbytes, 1 << 20))
-    _host_buffers[key] = (client, buf)
+    client._torch_staging = buf
     return buf
 
 
@@ -401,10 +434,11 @@ def _host_layout(client, key, x, weight, rstd, m, n, eps, weight_offset, dw_t, d
         a.dw = addr["dw"]
     a.eps = eps
     a.weight_offset = weight_offset
-    if len(_host_layouts) >= _HOST_LAYOUTS_MAX:
-        _host_layouts.clear()
+    layouts = client._torch_layouts
+    if len(layouts) >= _HOST_LAYOUTS_MAX:
+        layouts.clear()
     hit = (buf, a, views)
-    _host_layouts[key] = hit
+    layouts[key] = hit
     return hit
 
 
@@ -417,12 +451,17 @@ def _bwd_host(client, x, dy, weight, rstd, m, n, eps, weight_offset, dw_dtype):
     dw_t = None
     if weight is not None and dw_dtype is not False:
         dw_t = weight.dtype if dw_dtype is None else dw_dtype
-    key = (id(client), x.shape, n, x.dtype, dy.dtype, None if weight is None else weight.dtype,
-           dw_t, eps, weight_offset)
-    with _host_lock:
-        hit = _host_layouts.get(key)
-        if hit is None or hit[0].address is None or client.closed \
-                or _host_buffers.get(key[0], (None, None))[1] is not hit[0]:
+    key = (x.shape, n, x.dtype, dy.dtype, None if weight is None else weight.dtype,
+           None if weight is None else weight.shape, dw_t, eps, weight_offset)
+    # The client's lock from the staging area's first use to the copies out:
+    # a close() in another thread would unmap the memory under the views.
+    # (Checked first: after fork() a parent thread may have held the lock.)
+    client._handle_or_raise()
+    with client._lock:
+        client._handle_or_raise()
+        hit = getattr(client, "_torch_layouts", {}).get(key)
+        if hit is None or hit[0].address is None \
+                or getattr(client, "_torch_staging", None) is not hit[0]:
             hit = _host_layout(client, key, x, weight, rstd, m, n, eps, weight_offset, dw_t,
                                dy.dtype)
         _, a, views = hit
@@ -482,6 +521,10 @@ def rms_norm(x, weight=None, eps=None, *, normalized_shape=None, weight_offset=0
     if dw_dtype not in (None, torch.float32) and (weight is None or dw_dtype != weight.dtype):
         raise TypeError("rms_norm: dw_dtype must be None, torch.float32 or the weight's dtype")
     n = math.prod(normalized_shape)
+    if n == 0:  # (rows of no elements: nothing for the daemon; torch's own, as torch does)
+        if weight is not None and weight_offset:
+            weight = weight + weight_offset
+        return F.rms_norm(x, normalized_shape, weight, eps)
     return _RMSNormFn.apply(x, weight, n, float(eps), float(weight_offset), dw_dtype, client)
 
 

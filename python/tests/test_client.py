@@ -218,3 +218,55 @@ def test_client_refuses_use_after_fork(client):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert client.ping() > 0
+
+
+def test_fork_while_another_thread_holds_the_client(client):
+    # A parent thread inside a call at the fork holds the client's lock, which
+    # stays held in the child: the child's use must raise, not wait for it
+    # (it hung), and its close must return.
+    stop = threading.Event()
+
+    def busy():
+        while not stop.is_set():
+            client.ping()
+
+    t = threading.Thread(target=busy)
+    t.start()
+    try:
+        time.sleep(0.1)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                signal.alarm(10)  # (a hang ends here)
+                try:
+                    client.ping()
+                except RuntimeError as e:
+                    code = 0 if "after fork" in str(e) else 2
+                client.close()
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        stop.set()
+        t.join()
+    assert client.ping() > 0
+
+
+def test_connect_in_child_of_a_process_with_a_client(client, daemon):
+    # nanomsg cannot run in a child forked while a client was open: the
+    # child's connect fails at once and says why (it hung).
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.alarm(10)
+            try:
+                rmsnormd.Client(daemon.endpoint, timeout=2)
+            except rmsnormd.RNError as e:
+                code = 0 if e.name == "UNSUPPORTED" and "spawn" in str(e) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
