@@ -384,9 +384,9 @@ $(BUILD)/tests/$(1)/%: $(BUILD)/obj/tests/$(1)/%.o $(call obj,$(call suite_share
 endef
 $(foreach s,$(TEST_SUITES),$(eval $(call suite_rules,$(s))))
 
-# test_late_open stops the daemon for one request, caught by wrapping
+# test_fastpath_dev stops the daemon for one request, caught by wrapping
 # libclient's rnc_transact (the static library's, in this link alone).
-$(BUILD)/tests/integration/test_late_open: TEST_LIBS += -Wl,--wrap=rnc_transact
+$(BUILD)/tests/integration/test_fastpath_dev: TEST_LIBS += -Wl,--wrap=rnc_transact
 
 # A program's own object, then the shared bench objects it uses.
 $(BUILD)/bench/bench_kernel: $(BUILD)/obj/bench/kernel_trace.o

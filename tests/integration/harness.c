@@ -637,10 +637,15 @@ rn_client *rnh_client(const rnh_daemon *d)
 
 rn_client *rnh_client_path(const rnh_daemon *d, int path)
 {
+    return rnh_client_with(d, path, 10000);
+}
+
+rn_client *rnh_client_with(const rnh_daemon *d, int path, int timeout_ms)
+{
     /* (struct_size: without it rn_connect takes the 0.1 layout, which ends
      * before path, and every client was RN_PATH_AUTO) */
-    rn_connect_opts o = {.struct_size = sizeof o, .endpoint = d->endpoint, .timeout_ms = 10000,
-                         .client_name = "harness"};
+    rn_connect_opts o = {.struct_size = sizeof o, .endpoint = d->endpoint,
+                         .timeout_ms = timeout_ms, .client_name = "harness"};
     rn_client *c = NULL;
     o.path = path;
     int rv = rn_connect(&o, &c);

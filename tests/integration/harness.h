@@ -161,6 +161,8 @@ int rnh_wait_pid(pid_t pid, int timeout_ms);
 rn_client *rnh_client(const rnh_daemon *d);
 /* The same on a given path (RN_PATH_*). */
 rn_client *rnh_client_path(const rnh_daemon *d, int path);
+/* The same with the client's timeout (ms; rnh_client_path's: 10 000). */
+rn_client *rnh_client_with(const rnh_daemon *d, int path, int timeout_ms);
 
 /* HEALTH of d into *h, its reasons printed ("health reason: ...").
  * Returns 0, or -1 when it could not be asked. */

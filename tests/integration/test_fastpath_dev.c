@@ -10,8 +10,10 @@
  * daemon waits for a late ready; results match the fp64 reference; a bad
  * call's error comes back at rn_check with done past it (a stream waiting
  * on done would go on); a lost session raises done over the calls left and
- * the next session gets fresh ring memory.  And --cuda-fast-path, a cuda
- * backend option, changes nothing on the CPU backend (HELLO's paths stay 3).
+ * the next session gets fresh ring memory; a RING_OPEN or GRAPH_OPEN the
+ * daemon answers too late (it is stopped for that request alone) leaves the
+ * client able to go on.  And --cuda-fast-path, a cuda backend option,
+ * changes nothing on the CPU backend (HELLO's paths stay 3).
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -21,6 +23,7 @@
 #include "rn_test.h"
 #include "client_int.h"
 #include "ring_int.h"
+#include "integration/fakedev.h"
 #include "integration/harness.h"
 #include "integration/raw.h"
 #include "rmsnormctl_verify.h"
@@ -367,16 +370,23 @@ static void test_stream_handle_reused(void **state)
  * and message, then how many came after it and the last.  Here a failed
  * call, then one lost with its daemon: before, the failure hid the loss
  * (only the first error was recorded). */
+/* start_fast, without the watcher thread unless watched (RMSNORMD_WATCH=0). */
+static rn_client *start_fast_watched(rnh_daemon *d, fake_stream *s, bool watched)
+{
+    if (!watched)
+        setenv("RMSNORMD_WATCH", "0", 1);
+    rn_client *c = start_fast(d, s);
+    unsetenv("RMSNORMD_WATCH");
+    return c;
+}
+
 static void failure_then_loss(rnh_daemon *d, bool watched)
 {
     fake_stream s = {.order_ok = true};
     laid l;
     rn_client *c;
 
-    if (!watched)
-        setenv("RMSNORMD_WATCH", "0", 1);
-    c = start_fast(d, &s);
-    unsetenv("RMSNORMD_WATCH");
+    c = start_fast_watched(d, &s, watched);
     lay(c, 2, &l);
     rn_bwd_args bad = l.a;
     bad.m = l.a.m + 100;   /* past the end of the buffer: only the daemon knows */
@@ -439,10 +449,7 @@ static void old_ring_new_session(rnh_daemon *d, bool watched)
     laid l, l2;
     rn_client *c;
 
-    if (!watched)
-        setenv("RMSNORMD_WATCH", "0", 1);
-    c = start_fast(d, &s);
-    unsetenv("RMSNORMD_WATCH");
+    c = start_fast_watched(d, &s, watched);
     lay(c, 2, &l);
     assert_int_equal(call(c, &l.a, &s), 0);
     assert_int_equal(rn_sync(c), 0);
@@ -479,6 +486,106 @@ static void test_old_ring_new_session(void **state)
 static void test_old_ring_new_session_unwatched(void **state)
 {
     old_ring_new_session(*state, false);
+}
+
+/* ---- RING_OPEN and GRAPH_OPEN answered too late ---------------------------------------- */
+
+/* The daemon is stopped (SIGSTOP) for exactly one request, caught by
+ * wrapping libclient's rnc_transact at link time (the Makefile links this
+ * program with -Wl,--wrap=rnc_transact; every other request passes). */
+static const rnh_daemon *stall_d;
+static uint32_t stall_op;
+
+int __real_rnc_transact(rn_client *c, int timeout_ms);
+int __wrap_rnc_transact(rn_client *c, int timeout_ms);
+int __wrap_rnc_transact(rn_client *c, int timeout_ms)
+{
+    if (!stall_op || c->req.op != stall_op)
+        return __real_rnc_transact(c, timeout_ms);
+    stall_op = 0;
+    if (kill(stall_d->pid, SIGSTOP) != 0)
+        return __real_rnc_transact(c, timeout_ms);
+    int rv = __real_rnc_transact(c, timeout_ms);
+    kill(stall_d->pid, SIGCONT);
+    return rv;
+}
+
+#define LATE_TIMEOUT_MS 500
+
+/* The first call's RING_OPEN goes unanswered within the client's timeout:
+ * that call times out, the session ends, and the next calls run in a new
+ * one with one ring.  Before (found in review): every later call of the
+ * session was refused ("the session has a ring open"), each registering
+ * the ring's memory again. */
+static void test_ring_open_unanswered(void **state)
+{
+    rnh_daemon *d = *state;
+    fake_stream s = {.order_ok = true};
+    laid l;
+
+    cur = &s;
+    assert_int_equal(rnh_start(d), 0);
+    rn_client *c = rnh_client_with(d, RN_PATH_FAST, LATE_TIMEOUT_MS);
+    assert_non_null(c);
+    lay(c, 2, &l);
+    stall_d = d;
+    stall_op = RN_OP_RING_OPEN;
+    assert_int_equal(call(c, &l.a, &s), RN_TIMEOUT);
+    assert_int_equal(stall_op, 0); /* (it was RING_OPEN that timed out) */
+    for (int i = 0; i < 3; i++) {
+        if (call(c, &l.a, &s) != 0)
+            fail_msg("call %d after the unanswered RING_OPEN: %s", i, rn_last_error(c));
+        assert_int_equal(rn_sync(c), 0);
+    }
+    assert_int_equal(rnh_stat(d, "sessions.active"), 1);
+    assert_int_equal(rnh_stat(d, "regions.active"), 2); /* the buffer and the ring */
+    check_free(c, &l, "after the unanswered RING_OPEN");
+    rn_close(c);
+    cur = NULL;
+    RNH_PASS(d);
+}
+
+/* A capture's GRAPH_OPEN goes unanswered: that call times out, the daemon
+ * opens the slot once it runs again, and later captures of other calls take
+ * other graph slots.  Before: every later capture took that slot again and
+ * was refused ("overlaps graph 1"). */
+static void test_graph_open_unanswered(void **state)
+{
+    rnh_daemon *d = *state;
+    rnt_fake s = {0};
+    laid l, l2;
+
+    assert_int_equal(rnh_start(d), 0);
+    rn_client *c = rnh_client_with(d, RN_PATH_FAST, LATE_TIMEOUT_MS);
+    assert_non_null(c);
+    lay(c, 2, &l);
+    lay(c, 3, &l2);
+    assert_int_equal(rnc_bwd_ring_dev(c, &l.a, &rnc_host_mapper, NULL, &rnt_fake_dev, &s), 0);
+    assert_int_equal(rn_sync(c), 0);
+    s.capturing = true;
+    stall_d = d;
+    stall_op = RN_OP_GRAPH_OPEN;
+    assert_int_equal(rnc_bwd_ring_dev(c, &l.a, &rnc_host_mapper, NULL, &rnt_fake_dev, &s),
+                     RN_TIMEOUT);
+    assert_int_equal(stall_op, 0);
+    assert_int_equal(rnh_wait_stat(d, "fast.graphs", 1, WAIT_MS), 0);
+    /* (another call: the same one again would be taken for GRAPH_OPEN's
+     * retry, which the daemon answers with the graph it opened) */
+    for (int i = 0; i < 3; i++) {
+        if (rnc_bwd_ring_dev(c, &l2.a, &rnc_host_mapper, NULL, &rnt_fake_dev, &s) != 0)
+            fail_msg("capture %d after the unanswered GRAPH_OPEN: %s", i, rn_last_error(c));
+        s.gone(s.arg); /* the graph destroyed, as CUDA calls it (its slot back next call) */
+    }
+    assert_int_equal(s.graphs, 3);
+    s.capturing = false;
+    assert_int_equal(rnc_bwd_ring_dev(c, &l.a, &rnc_host_mapper, NULL, &rnt_fake_dev, &s), 0);
+    assert_int_equal(rn_sync(c), 0);
+    check_free(c, &l, "after the unanswered GRAPH_OPEN");
+    assert_int_equal(rnh_stat(d, "fast.graphs"), 1); /* (the one the daemon holds) */
+    rnv_expect_fini(&l2.e); /* (captured, never replayed) */
+    assert_int_equal(rn_buffer_free(c, l2.buf), 0);
+    rn_close(c);
+    RNH_PASS(d);
 }
 
 /* A host-path call after a stream's call whose producer has not finished
@@ -860,6 +967,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_old_ring_new_session, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_old_ring_new_session_unwatched, rnh_setup,
                                         rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_ring_open_unanswered, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_graph_open_unanswered, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_session_lost, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_done_word, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_close_unanswered, rnh_setup, rnh_teardown),

@@ -120,13 +120,8 @@ static int watchers(void)
 
 static rn_client *fast_client(const rnh_daemon *d)
 {
-    rn_connect_opts o = RN_CONNECT_OPTS_INIT;
-    rn_client *c = NULL;
-    o.endpoint = d->endpoint;
-    o.timeout_ms = 3000;
-    o.client_name = "watch";
-    o.path = RN_PATH_FAST;
-    if (rn_connect(&o, &c) != 0)
+    rn_client *c = rnh_client_with(d, RN_PATH_FAST, 3000);
+    if (!c)
         fail_msg("rn_connect: %s", rn_last_error(NULL));
     return c;
 }
