@@ -387,6 +387,7 @@ static int ensure_open(rn_client *c, const rnc_done_word *done)
     rnp_ring_init(g->base, g->slots);
     memset(g->base + RNP_RING_HDR, 0, g->size - RNP_RING_HDR);
     g->seq = g->checked = 0;
+    g->closed_ns = 0; /* (session_over's clock is per session) */
     g->ready_queued = false;
     if ((rv = rnc_chan_register(c, g->fd, g->size, &g->region)) != 0)
         return rv;
