@@ -332,13 +332,21 @@ static void on_conn(uv_poll_t *h, int status, int events)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
-        if (n <= 0) {
-            /* The peer closed its end (or the socket failed): every
-             * descriptor that came with it, if any, was never ours. */
+        if (n < 0) {
+            conn_end(c, "session channel closed"); /* (the socket failed) */
+            return;
+        }
+        /* The descriptors first, whatever the datagram: the kernel has put
+         * them in this process already.  An empty datagram is the peer's
+         * close only without any (SOCK_SEQPACKET: recvmsg says 0 for both);
+         * with some it is a malformed message, answered, its descriptors
+         * closed (they were left open, a descriptor leak anyone who could
+         * reach the socket could cause, found in review). */
+        nfds = (int)rnp_chan_take_fds(&mh, fds, RNP_CHAN_MAX_FDS);
+        if (n == 0 && nfds == 0 && !(mh.msg_flags & MSG_CTRUNC)) {
             conn_end(c, "session channel closed");
             return;
         }
-        nfds = (int)rnp_chan_take_fds(&mh, fds, RNP_CHAN_MAX_FDS);
         if (handle(c, buf, (size_t)n, (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0, fds,
                    nfds) != 0)
             return;

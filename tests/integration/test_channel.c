@@ -16,6 +16,7 @@
  * - libclient passes buffers only to a channel whose peer is the caller's
  *   own user, root or the service user.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -107,6 +108,59 @@ static void test_other_uid(void **state)
     assert_int_equal(rnh_stat(d, "regions.active"), 0);
     munmap(secret, 4096);
     shm_unlink(name);
+    RNH_PASS(d);
+}
+
+
+/* Open descriptors of process pid. */
+static int fds_of(pid_t pid)
+{
+    char path[64];
+    int n = 0;
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *dir = opendir(path);
+    if (!dir)
+        return -1;
+    for (struct dirent *e; (e = readdir(dir)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(dir);
+    return n;
+}
+
+/* An empty datagram that carries descriptors, before any AUTH: answered
+ * MALFORMED, its descriptors closed, the connection kept.  They were left
+ * open in the daemon (recvmsg's 0 was taken for the peer's close before the
+ * descriptors were collected): anyone who could reach the socket could fill
+ * the daemon's descriptor table and pin memory (found in review). */
+static void test_empty_datagram_with_fds(void **state)
+{
+    rnh_daemon *d = *state;
+    char msg[RNP_CHAN_ERROR_MSG + 1];
+    int fds[8];
+
+    assert_int_equal(rnh_start(d), 0);
+    int before = fds_of(d->pid);
+    assert_true(before > 0);
+    for (int k = 0; k < 20; k++) {
+        int c = rnr_chan_connect(d->endpoint);
+        assert_true(c >= 0);
+        for (int i = 0; i < 8; i++) {
+            fds[i] = memfd_create("rn-it-empty", MFD_CLOEXEC);
+            assert_true(fds[i] >= 0);
+        }
+        assert_int_equal(rnr_chan_send(c, "", 0, fds, 8), 0);
+        for (int i = 0; i < 8; i++)
+            close(fds[i]);
+        if (k == 0) /* (answered, and the connection still served) */
+            assert_int_equal(rnr_chan_recv(c, NULL, NULL, msg, sizeof msg), RN_MALFORMED);
+        close(c);
+    }
+    int64_t t0 = rnh_now_ms();
+    while (fds_of(d->pid) > before + 2 && rnh_now_ms() - t0 < 5000)
+        usleep(10000);
+    if (fds_of(d->pid) > before + 2)
+        fail_msg("the daemon holds %d descriptors, %d before 160 were sent", fds_of(d->pid),
+                 before);
     RNH_PASS(d);
 }
 
@@ -546,6 +600,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_other_uid, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_empty_datagram_with_fds, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_auth_rules, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_vmm_messages, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_claimed_pid, rnh_setup, rnh_teardown),
