@@ -40,7 +40,10 @@
  * not fork-safe); it opens its own, which is possible only if no client
  * was open in the parent at the fork (nanomsg's thread is the parent's):
  * else rn_connect fails at once with RN_UNSUPPORTED, and children should
- * be started by fork-and-exec (spawn, forkserver).  Buffers stay the
+ * be started by fork-and-exec (spawn, forkserver).  libclient sees only its
+ * own nanomsg sockets: a process that opens nanomsg sockets itself, and
+ * forks while one is open, has a child whose connect waits for good.
+ * Buffers stay the
  * parent's.  rn_close in the child frees its copy and leaves the parent's
  * session alone.
  *
