@@ -256,7 +256,7 @@ demo: cuda-note $(RMSNORMD) $(RMSNORMCTL)
 	@tests/demo.sh $(BUILD)
 endif
 
-run: cuda-note $(RMSNORMD)
+run: cuda-note $(RMSNORMD) $(RMSNORMCTL)
 	$(RMSNORMD) --backend auto
 endif
 

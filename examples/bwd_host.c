@@ -7,7 +7,7 @@
  * it runs on any host with a daemon; a CUDA worker passes device pointers
  * and a stream to rn_rmsnorm_bwd instead, with the same rn_bwd_args.
  *
- *   cc bwd_host.c $(pkg-config --cflags --libs rmsnorm-client) -o bwd_host
+ *   cc bwd_host.c $(pkg-config --cflags --libs rmsnorm-client) -lm -o bwd_host
  *   RMSNORMD_ENDPOINT=ipc:///run/rmsnormd/0/rmsnormd.sock ./bwd_host
  *
  * Exit status: 0 when the daemon's dx and dw match a direct computation.

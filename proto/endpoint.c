@@ -52,7 +52,9 @@ int rnp_check_endpoint(const char *ep, const char **path, rnp_error *err)
     if (!ep)
         return rnp_fail(err, RN_ENDPOINT, "endpoint: none given");
     if (strncmp(ep, "ipc://", 6) != 0)
-        return rnp_fail(err, RN_ENDPOINT, "endpoint '%s': only ipc:// endpoints are supported", ep);
+        return rnp_fail(err, RN_ENDPOINT,
+                        "endpoint '%s': only ipc:// endpoints are supported%s", ep,
+                        ep[0] == '/' ? " (a socket's path is written ipc:///path)" : "");
     p = ep + 6;
     if (*p == '\0')
         return rnp_fail(err, RN_ENDPOINT, "endpoint '%s': the socket path is empty", ep);

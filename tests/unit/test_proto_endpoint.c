@@ -118,7 +118,8 @@ static void test_check_endpoint(void **state)
     expect_bad("tcp://127.0.0.1:5555",
                "endpoint 'tcp://127.0.0.1:5555': only ipc:// endpoints are supported");
     expect_bad("/run/rmsnormd.sock",
-               "endpoint '/run/rmsnormd.sock': only ipc:// endpoints are supported");
+               "endpoint '/run/rmsnormd.sock': only ipc:// endpoints are supported (a socket's "
+               "path is written ipc:///path)");
     expect_bad("", "endpoint '': only ipc:// endpoints are supported");
     expect_bad("ipc://", "endpoint 'ipc://': the socket path is empty");
     assert_int_equal(rnp_check_endpoint(NULL, &path, &err), RN_ENDPOINT);
