@@ -602,6 +602,11 @@ bool rnd_sessions_evict_unauthenticated(rnd_sessions *tab, uint64_t now_ns)
         rnd_session *s = SESSION_OF(q);
         if (s->ending || s->authed || now_ns - s->created_ns < RND_AUTH_GRACE_NS)
             continue;
+        /* Only one whose end frees its place at once: a session with work
+         * in flight (or calls in its ring) stays counted until that ends,
+         * and the newcomer was refused all the same (review). */
+        if (!rn_queue_empty(&s->running) || (tab->ring_pending && tab->ring_pending(s)))
+            continue;
         if (!oldest || s->created_ns < oldest->created_ns)
             oldest = s;
     }

@@ -30,6 +30,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <nanomsg/nn.h>
+
 #include "rn_test.h"
 #include "integration/harness.h"
 #include "integration/raw.h"
@@ -125,6 +127,93 @@ static int fds_of(pid_t pid)
         n += e->d_name[0] != '.';
     closedir(dir);
     return n;
+}
+
+/* At --max-sessions, a HELLO evicts the oldest unauthenticated session
+ * only where that frees a place at once: one with a BWD in flight is kept
+ * (it was ended, and the newcomer refused all the same: the old client's
+ * session gone for nothing, found in review), and the newcomer gets BUSY.
+ * The old client (an older one, without a channel: --auth-timeout 0 and
+ * memory by name) goes on. */
+static void test_hello_evicts_only_idle(void **state)
+{
+    rnh_daemon *d = *state;
+    const uint64_t m = 4096, n = 4096, t = m * n * 2;
+    static rnp_request q, h, bye;
+    static rnp_reply r;
+    static uint8_t buf[RNP_MAX_MSG];
+    char name[64];
+    rnp_session cap;
+    rnp_error err;
+    uint32_t reg;
+    size_t len;
+
+    rnh_arg(d, "--max-sessions");
+    rnh_arg(d, "1");
+    rnh_arg(d, "--allow-shm-names");
+    rnh_arg(d, "--auth-timeout");
+    rnh_arg(d, "0");
+    rnh_arg(d, "--threads");
+    rnh_arg(d, "1");
+    assert_int_equal(rnh_start(d), 0);
+    snprintf(name, sizeof name, "/rn-it-evict-%d", (int)getpid());
+    int shm = shm_open(name, O_CREAT | O_RDWR | O_EXCL, 0600);
+    assert_true(shm >= 0);
+    assert_int_equal(ftruncate(shm, (off_t)(3 * t)), 0);
+    uint16_t *p = mmap(NULL, 3 * t, PROT_READ | PROT_WRITE, MAP_SHARED, shm, 0);
+    assert_true(p != MAP_FAILED);
+    for (uint64_t i = 0; i < 2 * m * n; i++)
+        p[i] = 0x3f80; /* bf16 ones */
+    int a = rnr_open(d->endpoint);
+    assert_true(a >= 0);
+    assert_int_equal(rnr_hello(a, &cap), 0);
+    assert_int_equal(rnr_register(a, &cap, name, 3 * t, &reg), 0);
+    usleep(1200000); /* (past the grace an unauthenticated session has) */
+    q.version = RNP_VERSION;
+    q.op = RN_OP_BWD;
+    q.id = 5;
+    rnp_bwd_req *b = &q.u.bwd;
+    b->session = cap;
+    b->seq = 1;
+    b->m = m, b->n = n;
+    b->x_dtype = b->dy_dtype = b->dx_dtype = RN_DTYPE_BF16;
+    b->x = (rnp_tensor){.region = {reg}, .offset = 0, .stride = n};
+    b->dy = (rnp_tensor){.region = {reg}, .offset = t, .stride = n};
+    b->dx = (rnp_tensor){.region = {reg}, .offset = 2 * t, .stride = n};
+    b->eps = 1e-6f;
+    b->ready_slot = -1;
+    b->mode = 1;
+    assert_int_equal(rnp_encode_request(&q, buf, sizeof buf, &len, &err), 0);
+    assert_int_equal(nn_send(a, buf, len, 0), (int)len); /* in flight */
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 1, 10000), 0);
+    int c = rnr_open(d->endpoint);
+    assert_true(c >= 0);
+    h.version = RNP_VERSION;
+    h.op = RN_OP_HELLO;
+    h.id = 7;
+    snprintf(h.u.hello.client_name, sizeof h.u.hello.client_name, "newcomer");
+    h.u.hello.pid = (uint32_t)getpid();
+    assert_int_equal(rnr_call(c, &h, &r), 0);
+    assert_int_equal(r.status, RN_BUSY);
+    void *mm;
+    int got = nn_recv(a, &mm, NN_MSG, 0);
+    assert_true(got > 0);
+    assert_int_equal(rnp_decode_reply(mm, (size_t)got, &r, &err), 0);
+    nn_freemsg(mm);
+    assert_int_equal(r.status, 0); /* the old client's call ran */
+    bye.version = RNP_VERSION;
+    bye.op = RN_OP_BYE;
+    bye.id = 9;
+    bye.u.bye = cap;
+    assert_int_equal(rnr_call(a, &bye, &r), 0);
+    assert_int_equal(r.status, 0); /* its session was kept */
+    assert_int_equal(rnh_stat(d, "sessions.unauth_ended"), 0);
+    rnr_close(a);
+    rnr_close(c);
+    munmap(p, 3 * t);
+    close(shm);
+    shm_unlink(name);
+    RNH_PASS(d);
 }
 
 /* An empty datagram that carries descriptors, before any AUTH: answered
@@ -601,6 +690,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_other_uid, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_empty_datagram_with_fds, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_hello_evicts_only_idle, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_auth_rules, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_vmm_messages, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_claimed_pid, rnh_setup, rnh_teardown),
