@@ -170,7 +170,7 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
             if (rnctl_parse_u64(argv[++i], "bench -r", 1, 10000000, &cfg.r))
                 return EXIT_USAGE;
         } else if (i + 1 < argc && strcmp(o, "--m") == 0) {
-            if (rnctl_parse_u64(argv[++i], "bench --m", 0, 1u << 24, &cfg.m))
+            if (rnctl_parse_u64(argv[++i], "bench --m", 1, 1u << 24, &cfg.m))
                 return EXIT_USAGE;
         } else if (i + 1 < argc && strcmp(o, "--n") == 0) {
             if (rnctl_parse_u64(argv[++i], "bench --n", 1, 1u << 20, &cfg.n))
@@ -290,8 +290,13 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
         size_t n = 0;
         for (uint64_t i = 0; i < cfg.k; i++) {
             if (w[i].status != 0) {
+                char how[48];
+                if (w[i].status >= 128)
+                    snprintf(how, sizeof how, "killed by signal %d", w[i].status - 128);
+                else
+                    snprintf(how, sizeof how, "exited with status %d", w[i].status);
                 fprintf(stderr, "%s: worker %" PRIu64 ": %s\n", RNCTL_PROG, i,
-                        w[i].error[0] ? w[i].error : "exited with an error");
+                        w[i].error[0] ? w[i].error : how);
                 if (w[i].status > rc)
                     rc = w[i].status == EXIT_UNREACHABLE ? EXIT_UNREACHABLE : EXIT_CHECK;
             }

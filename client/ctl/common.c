@@ -42,7 +42,21 @@ void rnctl_call_failed(rn_client *c, const char *what, int rv)
 
 int rnctl_failure_status(int rv)
 {
-    return RN_STATUS_GROUP(rv) == 4 || rv == RN_DEVICE_FAILING ? EXIT_UNREACHABLE : EXIT_CHECK;
+    /* The daemon out of reach, gone, going or failing: 2.  A local error (no
+     * memory, a system call here) is not the daemon's state: 1, as a check
+     * that failed (it was 2 for every 4xx code). */
+    switch (rv) {
+    case RN_UNREACHABLE:
+    case RN_TIMEOUT:
+    case RN_ENDPOINT:
+    case RN_PEER_DIED:
+    case RN_RESTARTED:
+    case RN_DRAINING:
+    case RN_DEVICE_FAILING:
+        return EXIT_UNREACHABLE;
+    default:
+        return EXIT_CHECK;
+    }
 }
 
 bool rnctl_is_help(const char *arg)
