@@ -153,6 +153,8 @@ static unsigned take_max(rnd_ring *g, bool force, unsigned max)
             g->unarmable = seq;
             continue;
         }
+        if (rc != 0 && armed) /* (not taken: the ring's armed calls end before it) */
+            rnd_ring_arm_refused(g, seq);
         if (rc == RN_BUSY) { /* taken again once a request frees a limit */
             left(g, "a limit");
             tab->deferred = true;

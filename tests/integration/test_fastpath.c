@@ -1998,6 +1998,35 @@ static void test_armed_thaw_refused(void **state)
     RNH_PASS(d);
 }
 
+/* A slot armed and then refused at a limit (--max-inflight 1, behind an
+ * armed call) is not counted as armed: once ready has come for both, it is
+ * taken ungated (the ring's armed mark stayed on it, so it was taken armed
+ * and gated with nothing armed before it, and a revocation meanwhile would
+ * have frozen the ring for nothing; found in review). */
+static void test_armed_refused_at_limit(void **state)
+{
+    rnh_daemon *d = *state;
+    raw_case r;
+
+    RNH_NEED_READY_MODE(d, "armed");
+    rnh_arg(d, "--max-inflight");
+    rnh_arg(d, "1");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 8, 94);
+    rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
+    uint64_t s2 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat_ge(d, "fast.deferred", 1, WAIT_MS), 0);
+    rnr_ring_ready(&r.g, s2);
+    assert_int_equal(rnr_ring_wait(&r.g, s2, WAIT_MS), 0);
+    assert_int_equal(rnr_ring_status(&r.g, s2, NULL, 0), 0);
+    assert_int_equal(rnh_stat(d, "fast.armed"), 1);
+    assert_int_equal(rnh_stat(d, "fast.revokes"), 0);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
 /* Another client mapping memory (REGISTER: the backend's mapping calls may
  * wait for the device) takes the armed call back first; the call then runs
  * once its ready word comes. */
@@ -2424,6 +2453,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_armed_revoked, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_invalid_after, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_ring_close, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_refused_at_limit, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_frozen, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_bit_cleared, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_ready_back, rnh_setup, rnh_teardown),
