@@ -11,6 +11,35 @@
 
 #include "rmsnormctl.h"
 
+/* The daemon's statistics could not be read: a Prometheus file given with
+ * -o gets rmsnormd_up 0 in place of its last values (left there, a scraper
+ * went on exporting them as if the daemon were up).  Returns status. */
+static int down(const rnctl_globals *g, rnctl_format fmt, const char *outpath, int status)
+{
+    rnctl_instance in;
+    char tmp[4096];
+    FILE *f;
+
+    if (!outpath || fmt != RNCTL_PROMETHEUS)
+        return status;
+    memset(&in, 0, sizeof in);
+    if (g->endpoint)
+        snprintf(in.endpoint, sizeof in.endpoint, "%s", g->endpoint);
+    else if (!rn_default_endpoint(in.endpoint, sizeof in.endpoint))
+        in.endpoint[0] = '\0';
+    snprintf(tmp, sizeof tmp, "%s.tmp", outpath);
+    if ((f = fopen(tmp, "w")) == NULL) {
+        fprintf(stderr, "%s: cannot write %s: %s\n", RNCTL_PROG, tmp, strerror(errno));
+        return status;
+    }
+    rnctl_print_down(f, &in);
+    if (fclose(f) != 0 || rename(tmp, outpath) != 0) {
+        fprintf(stderr, "%s: cannot write %s: %s\n", RNCTL_PROG, outpath, strerror(errno));
+        unlink(tmp);
+    }
+    return status;
+}
+
 int rnctl_stats(const rnctl_globals *g, int argc, char **argv)
 {
     rnctl_format fmt = RNCTL_TABLE;
@@ -63,7 +92,7 @@ int rnctl_stats(const rnctl_globals *g, int argc, char **argv)
     if (rnctl_connect(g, &c) != 0) {
         free(s);
         free(b);
-        return EXIT_UNREACHABLE;
+        return down(g, fmt, outpath, EXIT_UNREACHABLE);
     }
     /* One STATS reply for the summaries and the buckets, so they agree. */
     rv = rn_stats_hist_buckets(c, s, b, RN_MAX_HISTS);
@@ -72,7 +101,7 @@ int rnctl_stats(const rnctl_globals *g, int argc, char **argv)
         rn_close(c);
         free(s);
         free(b);
-        return rnctl_failure_status(rv);
+        return down(g, fmt, outpath, rnctl_failure_status(rv));
     }
     /* The instance labels cost a HELLO (a session opened and closed): only
      * the machine-read formats carry them. */

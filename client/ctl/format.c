@@ -298,6 +298,11 @@ static void stats_prometheus(FILE *f, const rn_stats_info *s, const rn_hist_buck
     };
     char name[128];
 
+    fprintf(f, "# HELP rmsnormd_up Whether rmsnormctl could read the daemon's statistics.\n"
+               "# TYPE rmsnormd_up gauge\n"
+               "rmsnormd_up{");
+    prom_instance(f, in);
+    fprintf(f, "} 1\n");
     fprintf(f, "# HELP rmsnormd_info The daemon's backend and device; the value is always 1.\n"
                "# TYPE rmsnormd_info gauge\n");
     fprintf(f, "rmsnormd_info{");
@@ -412,4 +417,13 @@ void rnctl_print_stats(FILE *f, rnctl_format fmt, const rn_stats_info *s,
         stats_table(f, s);
         break;
     }
+}
+
+void rnctl_print_down(FILE *f, const rnctl_instance *in)
+{
+    fprintf(f, "# HELP rmsnormd_up Whether rmsnormctl could read the daemon's statistics.\n"
+               "# TYPE rmsnormd_up gauge\n"
+               "rmsnormd_up{");
+    prom_instance(f, in);
+    fprintf(f, "} 0\n");
 }

@@ -91,6 +91,9 @@ void rnctl_instance_of(rn_client *c, const rnctl_globals *g, rnctl_instance *in)
  * JSON and Prometheus formats use them where the daemon sent them. */
 void rnctl_print_stats(FILE *f, rnctl_format fmt, const rn_stats_info *s,
                        const rn_hist_buckets *b, const rnctl_instance *in);
+/* The Prometheus file of a daemon whose statistics could not be read:
+ * rmsnormd_up 0 alone (its other series go, not left at their last values). */
+void rnctl_print_down(FILE *f, const rnctl_instance *in);
 
 /* ---- the commands (cmd_*.c): argv[0] is the command's name ------------------------------ */
 

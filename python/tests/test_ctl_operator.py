@@ -188,3 +188,21 @@ def test_no_driver_message(daemon_factory):
         pytest.skip("rmsnormd was built without CUDA")
     assert "no NVIDIA driver (libcuda.so.1 not found): using the CPU backend" in log, log
     assert "insufficient" not in log, log
+
+
+def test_stats_file_says_when_the_daemon_is_down(daemon, tmp_path):
+    # A textfile left at its last values was exported as if the daemon were
+    # up: the file now carries rmsnormd_up, 1 with the statistics and, when
+    # they cannot be read, 0 alone.
+    out = tmp_path / "rmsnormd.prom"
+    r = ctl("-e", daemon.endpoint, "stats", "--prometheus", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert 'rmsnormd_up{endpoint="%s"} 1' % daemon.endpoint in out.read_text()
+    gone = "ipc://%s/none.sock" % tmp_path
+    r = ctl("-e", gone, "stats", "--prometheus", "-o", str(out))
+    assert r.returncode == 2
+    text = out.read_text()
+    assert 'rmsnormd_up{endpoint="%s"} 0' % gone in text
+    assert "rmsnormd_requests_total" not in text
+    fams = {f.name: f for f in _families(text)}
+    assert fams["rmsnormd_up"].samples[0].value == 0
