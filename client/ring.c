@@ -275,6 +275,12 @@ static bool let_go(const rnc_ring *g)
     return g->dpid >= 0 && poll(&p, 1, 0) == 1;
 }
 
+/* g's session is c's current one (not one a newer session replaced). */
+static bool current(const rn_client *c, const rnc_ring *g)
+{
+    return memcmp(&g->of, &c->session, sizeof g->of) == 0;
+}
+
 /* Whether the calls of g still out will not be answered any more, as the
  * watcher judges (watch.c): the session's channel is gone (closed, or g's
  * session is not c's current one) and no daemon holds the ring (let_go),
@@ -284,19 +290,13 @@ static bool let_go(const rnc_ring *g)
  * nor their memory be handed back under them. */
 static bool session_over(rn_client *c, rnc_ring *g)
 {
-    if (memcmp(&g->of, &c->session, sizeof g->of) == 0 && !rnc_chan_closed(c))
+    if (current(c, g) && !rnc_chan_closed(c))
         return false;
     uint64_t now = rnc_now_ns();
     if (!g->closed_ns)
         g->closed_ns = now;
     uint64_t linger = (uint64_t)(g->dpid >= 0 ? RNC_LINGER_MS : RNC_LINGER_BLIND_MS) * 1000000u;
     return let_go(g) || now - g->closed_ns >= linger;
-}
-
-/* g's session is c's current one (not one a newer session replaced). */
-static bool current(const rn_client *c, const rnc_ring *g)
-{
-    return memcmp(&g->of, &c->session, sizeof g->of) == 0;
 }
 
 static bool graphs_held(const rnc_ring *g)

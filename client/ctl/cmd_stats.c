@@ -11,6 +11,27 @@
 
 #include "rmsnormctl.h"
 
+/* -o's file, written atomically: opened as outpath.tmp (tmp), then put in
+ * place.  NULL / non-zero after saying why. */
+static FILE *open_tmp(const char *outpath, char *tmp, size_t len)
+{
+    snprintf(tmp, len, "%s.tmp", outpath);
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL)
+        fprintf(stderr, "%s: cannot write %s: %s\n", RNCTL_PROG, tmp, strerror(errno));
+    return f;
+}
+
+static int put_in_place(FILE *f, const char *tmp, const char *outpath)
+{
+    if (fclose(f) != 0 || rename(tmp, outpath) != 0) {
+        fprintf(stderr, "%s: cannot write %s: %s\n", RNCTL_PROG, outpath, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
 /* The daemon's statistics could not be read: a Prometheus file given with
  * -o gets rmsnormd_up 0 in place of its last values (left there, a scraper
  * went on exporting them as if the daemon were up).  Returns status. */
@@ -20,23 +41,11 @@ static int down(const rnctl_globals *g, rnctl_format fmt, const char *outpath, i
     char tmp[4096];
     FILE *f;
 
-    if (!outpath || fmt != RNCTL_PROMETHEUS)
+    if (!outpath || fmt != RNCTL_PROMETHEUS || !(f = open_tmp(outpath, tmp, sizeof tmp)))
         return status;
-    memset(&in, 0, sizeof in);
-    if (g->endpoint)
-        snprintf(in.endpoint, sizeof in.endpoint, "%s", g->endpoint);
-    else if (!rn_default_endpoint(in.endpoint, sizeof in.endpoint))
-        in.endpoint[0] = '\0';
-    snprintf(tmp, sizeof tmp, "%s.tmp", outpath);
-    if ((f = fopen(tmp, "w")) == NULL) {
-        fprintf(stderr, "%s: cannot write %s: %s\n", RNCTL_PROG, tmp, strerror(errno));
-        return status;
-    }
+    rnctl_instance_local(g, &in);
     rnctl_print_down(f, &in);
-    if (fclose(f) != 0 || rename(tmp, outpath) != 0) {
-        fprintf(stderr, "%s: cannot write %s: %s\n", RNCTL_PROG, outpath, strerror(errno));
-        unlink(tmp);
-    }
+    (void)put_in_place(f, tmp, outpath);
     return status;
 }
 
@@ -110,25 +119,17 @@ int rnctl_stats(const rnctl_globals *g, int argc, char **argv)
     else
         memset(&in, 0, sizeof in);
     rn_close(c);
-    if (outpath) {
-        snprintf(tmp, sizeof tmp, "%s.tmp", outpath);
-        f = fopen(tmp, "w");
-        if (f == NULL) {
-            fprintf(stderr, "%s: cannot write %s: %s\n", RNCTL_PROG, tmp, strerror(errno));
-            free(s);
-            free(b);
-            return EXIT_CHECK;
-        }
+    if (outpath && !(f = open_tmp(outpath, tmp, sizeof tmp))) {
+        free(s);
+        free(b);
+        return EXIT_CHECK;
     }
     rnctl_print_stats(f, fmt, s, b, &in);
     free(s);
     free(b);
     if (outpath) {
-        if (fclose(f) != 0 || rename(tmp, outpath) != 0) {
-            fprintf(stderr, "%s: cannot write %s: %s\n", RNCTL_PROG, outpath, strerror(errno));
-            unlink(tmp);
+        if (put_in_place(f, tmp, outpath) != 0)
             return EXIT_CHECK;
-        }
     } else if (fflush(stdout) != 0) {
         return EXIT_CHECK;
     }

@@ -89,15 +89,20 @@ int rnctl_unknown_option(const char *cmd, const char *opt)
     return rnctl_usage_error(cmd, "unknown option %s", opt);
 }
 
-void rnctl_instance_of(rn_client *c, const rnctl_globals *g, rnctl_instance *in)
+void rnctl_instance_local(const rnctl_globals *g, rnctl_instance *in)
 {
-    struct rn_server_info si = {0};
-    bool any = false;
     memset(in, 0, sizeof *in);
     if (g->endpoint)
         snprintf(in->endpoint, sizeof in->endpoint, "%s", g->endpoint);
     else if (!rn_default_endpoint(in->endpoint, sizeof in->endpoint))
         in->endpoint[0] = '\0';
+}
+
+void rnctl_instance_of(rn_client *c, const rnctl_globals *g, rnctl_instance *in)
+{
+    struct rn_server_info si = {0};
+    bool any = false;
+    rnctl_instance_local(g, in);
     /* HELLO opens a session; a daemon at its session limit answers BUSY,
      * and the statistics go out without the UUID rather than not at all. */
     if (rn_server_info(c, &si) != 0)

@@ -212,6 +212,16 @@ static void prom_instance(FILE *f, const rnctl_instance *in)
     }
 }
 
+/* rmsnormd_up: 1 with the statistics, 0 in their place (rnctl_print_down). */
+static void prom_up(FILE *f, const rnctl_instance *in, int up)
+{
+    fprintf(f, "# HELP rmsnormd_up Whether rmsnormctl could read the daemon's statistics.\n"
+               "# TYPE rmsnormd_up gauge\n"
+               "rmsnormd_up{");
+    prom_instance(f, in);
+    fprintf(f, "} %d\n", up);
+}
+
 /* Nanoseconds as seconds, exactly: the decimal digits of ns / 10^9 without
  * trailing zeros, so that an le bound is the daemon's bound to the digit. */
 static void prom_seconds(FILE *f, uint64_t ns)
@@ -298,11 +308,7 @@ static void stats_prometheus(FILE *f, const rn_stats_info *s, const rn_hist_buck
     };
     char name[128];
 
-    fprintf(f, "# HELP rmsnormd_up Whether rmsnormctl could read the daemon's statistics.\n"
-               "# TYPE rmsnormd_up gauge\n"
-               "rmsnormd_up{");
-    prom_instance(f, in);
-    fprintf(f, "} 1\n");
+    prom_up(f, in, 1);
     fprintf(f, "# HELP rmsnormd_info The daemon's backend and device; the value is always 1.\n"
                "# TYPE rmsnormd_info gauge\n");
     fprintf(f, "rmsnormd_info{");
@@ -421,9 +427,5 @@ void rnctl_print_stats(FILE *f, rnctl_format fmt, const rn_stats_info *s,
 
 void rnctl_print_down(FILE *f, const rnctl_instance *in)
 {
-    fprintf(f, "# HELP rmsnormd_up Whether rmsnormctl could read the daemon's statistics.\n"
-               "# TYPE rmsnormd_up gauge\n"
-               "rmsnormd_up{");
-    prom_instance(f, in);
-    fprintf(f, "} 0\n");
+    prom_up(f, in, 0);
 }

@@ -85,6 +85,9 @@ typedef struct rnctl_instance {
 /* Fill in the endpoint c is connected to and the daemon's GPU UUID (through
  * rn_server_info; left empty when that fails, e.g. at the session limit). */
 void rnctl_instance_of(rn_client *c, const rnctl_globals *g, rnctl_instance *in);
+/* The same from the options alone, no daemon asked: the endpoint given or the
+ * default, no UUID. */
+void rnctl_instance_local(const rnctl_globals *g, rnctl_instance *in);
 
 /* s as a table, one JSON object, or the Prometheus text exposition format.
  * b: the buckets of s's histograms (b[i] beside s->hists[i]), or NULL; the
