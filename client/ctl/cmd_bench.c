@@ -25,7 +25,18 @@ typedef struct bench_worker {
     int status; /* 0 ok, else exit status */
     int cuda;   /* the daemon runs the CUDA backend: device memory, checked against fp64 */
     char error[600];
+    /* The daemon gone, going or failing (a code rnctl_failure_status maps
+     * to 2) ended this worker's run: the code, and what the call said. */
+    int stop_rv;
+    char stopped[600];
 } bench_worker;
+
+/* The head of the shared mapping: set by the first worker whose call found
+ * the daemon gone, so that the others stop too instead of going on with
+ * calls that can only fail the same way. */
+typedef struct bench_shared {
+    uint64_t stop;
+} bench_shared;
 
 typedef struct bench_cfg {
     uint64_t k, r, m, n;
@@ -33,8 +44,8 @@ typedef struct bench_cfg {
 } bench_cfg;
 
 static void bench_worker_main(const rnctl_globals *g, const bench_cfg *cfg, int id,
-                              bench_worker *me, uint64_t *lat, uint64_t *qlat, uint64_t *clat,
-                              int ready_fd, int go_fd)
+                              bench_shared *sh, bench_worker *me, uint64_t *lat, uint64_t *qlat,
+                              uint64_t *clat, int ready_fd, int go_fd)
 {
     rn_client *c = NULL;
     rn_connect_opts o = {0};
@@ -93,10 +104,21 @@ report:
             rd = read(go_fd, &byte, 1);
         while (rd < 0 && errno == EINTR);
         me->t_start = rnctl_now_s();
-        for (uint64_t i = 0; i < cfg->r; i++) {
+        for (uint64_t i = 0; i < cfg->r && !__atomic_load_n(&sh->stop, __ATOMIC_ACQUIRE); i++) {
             rn_timing t;
             rnv_poison(&a);
             rv = rnv_mem_run(c, &mem, &a, &t, msg, sizeof msg);
+            if (rv != 0 && rnctl_failure_status(rv) == EXIT_UNREACHABLE) {
+                /* Not a failed check: the daemon went away (unreachable,
+                 * restarted, timed out), drains or its device fails.
+                 * Every call after this one would wait and fail the same
+                 * way (libclient waits for a restart up to the timeout):
+                 * stop, and tell the others. */
+                me->stop_rv = rv;
+                snprintf(me->stopped, sizeof me->stopped, "request %" PRIu64 ": %s", i, msg);
+                __atomic_store_n(&sh->stop, 1, __ATOMIC_RELEASE);
+                break;
+            }
             if (rv != 0) {
                 if (me->failed == 0)
                     snprintf(me->error, sizeof me->error, "request %" PRIu64 ": %s", i, msg);
@@ -118,13 +140,43 @@ report:
             __atomic_add_fetch(&me->done, 1, __ATOMIC_RELAXED);
         }
         me->t_end = rnctl_now_s();
-        if (me->failed)
+        if (me->stop_rv)
+            me->status = EXIT_UNREACHABLE;
+        else if (me->failed)
             me->status = EXIT_CHECK;
     }
+    /* A daemon that is gone or does not answer would not answer the
+     * UNREGISTERs and the BYE either, each waited out to the timeout: leave
+     * without them.  The buffers' names went when the daemon took them, the
+     * memory goes with this process, and a daemon still there ends a dead
+     * client's session itself. */
+    if (me->stop_rv == RN_UNREACHABLE || me->stop_rv == RN_TIMEOUT ||
+        me->stop_rv == RN_PEER_DIED || me->stop_rv == RN_ENDPOINT)
+        _exit(me->status);
     rnv_expect_fini(&e);
     rnv_mem_free(c, &mem);
     rn_close(c);
     _exit(me->status);
+}
+
+/* What a code that stopped the run (rnctl_failure_status: 2) says of the
+ * daemon, for the stop line. */
+static const char *daemon_state(int rv)
+{
+    switch (rv) {
+    case RN_RESTARTED:
+        return "the daemon restarted during a call";
+    case RN_TIMEOUT:
+        return "the daemon stopped answering";
+    case RN_DRAINING:
+        return "the daemon is shutting down";
+    case RN_DEVICE_FAILING:
+        return "the daemon's device is failing";
+    case RN_ENDPOINT:
+        return "the daemon's endpoint is no longer usable";
+    default: /* RN_UNREACHABLE, RN_PEER_DIED */
+        return "the daemon went away";
+    }
 }
 
 /* One latency line: sorts v (n > 0 samples, nanoseconds) and prints its
@@ -142,6 +194,7 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
     bench_cfg cfg = {.k = 4, .r = 1000, .m = 256, .n = 1024, .dtype = RN_DTYPE_BF16};
     size_t shared_bytes;
     char *shm;
+    bench_shared *sh;
     bench_worker *w;
     uint64_t *lat, *qlat, *clat, total_ok = 0, total_failed = 0;
     pid_t *pids;
@@ -159,7 +212,11 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
                    "call, which the timings include) against fp64 within the kernel's tolerance.\n"
                    "Prints throughput and latency percentiles; a progress line goes to stderr\n"
                    "(-q: none).\n"
-                   "Exit status: 0 all verified, 1 a mismatch or error, 2 unreachable.\n",
+                   "When the daemon goes away during the run (unreachable, restarted, no\n"
+                   "answer within the timeout), drains or its device fails, bench stops\n"
+                   "there and says so in one line, without a report.\n"
+                   "Exit status: 0 all verified, 1 a mismatch or error, 2 the daemon\n"
+                   "unreachable, gone, draining or failing.\n",
                    RNCTL_PROG);
             return 0;
         }
@@ -192,7 +249,7 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
     /* Everything the workers report lives in one shared mapping made before
      * any fork; the parent opens no nanomsg socket at all (nanomsg is not
      * fork-safe once used). */
-    shared_bytes = cfg.k * sizeof *w + 3 * cfg.k * cfg.r * sizeof(uint64_t);
+    shared_bytes = sizeof *sh + cfg.k * sizeof *w + 3 * cfg.k * cfg.r * sizeof(uint64_t);
     shm = mmap(NULL, shared_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     pids = calloc(cfg.k, sizeof *pids);
     if (shm == MAP_FAILED || pids == NULL) {
@@ -201,8 +258,9 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
         free(pids);
         return EXIT_CHECK;
     }
-    w = (bench_worker *)shm;
-    lat = (uint64_t *)(shm + cfg.k * sizeof *w);
+    sh = (bench_shared *)shm;
+    w = (bench_worker *)(shm + sizeof *sh);
+    lat = (uint64_t *)(shm + sizeof *sh + cfg.k * sizeof *w);
     qlat = lat + cfg.k * cfg.r;
     clat = qlat + cfg.k * cfg.r;
     if (pipe2(ready, O_CLOEXEC) != 0 || pipe2(go, O_CLOEXEC) != 0) {
@@ -223,7 +281,7 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
         if (p == 0) {
             close(ready[0]);
             close(go[1]);
-            bench_worker_main(g, &cfg, (int)i, &w[i], lat + i * cfg.r, qlat + i * cfg.r,
+            bench_worker_main(g, &cfg, (int)i, sh, &w[i], lat + i * cfg.r, qlat + i * cfg.r,
                               clat + i * cfg.r, ready[1], go[0]);
         }
         pids[i] = p;
@@ -275,8 +333,9 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
             uint64_t d = 0;
             for (uint64_t i = 0; i < cfg.k; i++)
                 d += w[i].done;
-            /* Nothing done: the workers' errors below say why. */
-            if (d > 0)
+            /* Nothing done, or the daemon gone: the workers' errors and
+             * the stop line below say why. */
+            if (d > 0 && !sh->stop)
                 fprintf(stderr, "\rbench: %" PRIu64 "/%" PRIu64 " requests done%20s\n", d, total, "");
         }
     }
@@ -288,8 +347,18 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
         uint64_t *qa = malloc(cfg.k * cfg.r * sizeof *qa);
         uint64_t *ca = malloc(cfg.k * cfg.r * sizeof *ca);
         size_t n = 0;
+        int64_t stopper = -1;
         for (uint64_t i = 0; i < cfg.k; i++) {
-            if (w[i].status != 0) {
+            if (w[i].stop_rv) {
+                /* The stop line below says it once for every worker; a
+                 * TIMEOUT says less than another code (UNREACHABLE: the
+                 * socket is gone). */
+                if (stopper < 0 || (w[stopper].stop_rv == RN_TIMEOUT && w[i].stop_rv != RN_TIMEOUT))
+                    stopper = (int64_t)i;
+                rc = EXIT_UNREACHABLE;
+                if (w[i].failed)
+                    fprintf(stderr, "%s: worker %" PRIu64 ": %s\n", RNCTL_PROG, i, w[i].error);
+            } else if (w[i].status != 0) {
                 char how[48];
                 if (w[i].status >= 128)
                     snprintf(how, sizeof how, "killed by signal %d", w[i].status - 128);
@@ -297,8 +366,13 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
                     snprintf(how, sizeof how, "exited with status %d", w[i].status);
                 fprintf(stderr, "%s: worker %" PRIu64 ": %s\n", RNCTL_PROG, i,
                         w[i].error[0] ? w[i].error : how);
-                if (w[i].status > rc)
-                    rc = w[i].status == EXIT_UNREACHABLE ? EXIT_UNREACHABLE : EXIT_CHECK;
+                /* The daemon's state wins over a failed check, whichever
+                 * worker comes first (a later one killed by a signal, 137,
+                 * turned a 2 into 1). */
+                if (w[i].status == EXIT_UNREACHABLE)
+                    rc = EXIT_UNREACHABLE;
+                else if (rc != EXIT_UNREACHABLE)
+                    rc = EXIT_CHECK;
             }
             total_failed += w[i].failed;
             total_ok += w[i].done - w[i].failed;
@@ -318,9 +392,17 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
             first = t0;
             last = t1;
         }
+        if (stopper >= 0)
+            fprintf(stderr,
+                    "%s: bench stopped after %" PRIu64 " of %" PRIu64
+                    " requests: %s (worker %" PRIu64 ", %s)\n",
+                    RNCTL_PROG, total_ok + total_failed, cfg.k * cfg.r,
+                    daemon_state(w[stopper].stop_rv), (uint64_t)stopper, w[stopper].stopped);
         /* No worker got as far as a request (a dead daemon, a refused
-         * connection): the errors above are the whole report. */
-        if (total_ok + total_failed == 0 && rc != 0) {
+         * connection), or the daemon went away during the run (its
+         * numbers would time a run cut short, and its last calls' wait):
+         * the errors above are the whole report. */
+        if ((total_ok + total_failed == 0 && rc != 0) || stopper >= 0) {
             free(all);
             free(qa);
             free(ca);

@@ -2,10 +2,11 @@
 /*
  * test_ctl - rmsnormctl against a real daemon: exit codes, the stats
  * formats (table, JSON, Prometheus text exposition), ping, selftest, bench,
- * version and --help everywhere.
+ * version and --help everywhere; bench stopping when its daemon goes.
  */
 #include <ctype.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,10 +177,79 @@ static void test_ctl(void **state)
     RNH_PASS(d);
 }
 
+/*
+ * bench while its daemon goes (sig: SIGKILL, it dies; SIGTERM, it drains
+ * and exits): bench stops at the first call that finds it gone, says so in
+ * one line and exits 2, within about the client's timeout (2 s here), and
+ * prints no report of a run cut short.  Before, it went on through every
+ * remaining call, counted each as a failed check and exited 1 (after up to
+ * a million calls a worker here).
+ */
+static void bench_outlived(rnh_daemon *d, int sig)
+{
+    char ctl_path[512], line[1024], all[4096] = "";
+    int lines = 0, rc, st;
+    rnh_proc p;
+
+    assert_int_equal(rnh_start(d), 0);
+    snprintf(ctl_path, sizeof ctl_path, "%s/rmsnormctl", rnh_build_dir());
+    /* Its standard error on the pipe too: the stop line is there. */
+    const char *argv[] = {"sh", "-c", "exec \"$0\" \"$@\" 2>&1", ctl_path, "--endpoint",
+                          d->endpoint, "--timeout", "2000", "bench", "-k", "2", "-r", "1000000",
+                          "--m", "16", "--n", "128", "-q", NULL};
+    assert_int_equal(rnh_spawn("/bin/sh", argv, false, &p), 0);
+    close(p.in_fd);
+    p.in_fd = -1;
+    /* Under way: both workers' calls reach the daemon. */
+    assert_int_equal(rnh_wait_stat_ge(d, "requests.bwd", 200, 30000), 0);
+    kill(d->pid, sig);
+    st = rnh_wait_exit(d, RNH_STOP_TIMEOUT_MS);
+    assert_int_equal(st, sig == SIGKILL ? 128 + SIGKILL : 0);
+    int64_t t0 = rnh_now_ms();
+    while (rnh_read_line(&p, line, sizeof line, 30000) >= 0) {
+        printf("  [bench] %s\n", line);
+        lines++;
+        snprintf(all + strlen(all), sizeof all - strlen(all), "%s\n", line);
+    }
+    rc = rnh_wait(&p, 30000);
+    int64_t took = rnh_now_ms() - t0;
+    rnh_proc_close(&p);
+    printf("bench ended %lld ms after the daemon, exit status %d\n", (long long)took, rc);
+    assert_int_equal(rc, 2);
+    /* One line (-q: no progress line), naming what happened. */
+    assert_int_equal(lines, 1);
+    assert_non_null(strstr(all, "rmsnormctl: bench stopped after "));
+    if (sig == SIGTERM)
+        assert_non_null(strstr(all, "the daemon is shutting down"));
+    else /* no reply, or none listening any more */
+        assert_true(strstr(all, "the daemon stopped answering") ||
+                    strstr(all, "the daemon went away"));
+    assert_true(strstr(all, "(TIMEOUT))") || strstr(all, "(UNREACHABLE))") ||
+                strstr(all, "(DRAINING))"));
+    assert_null(strstr(all, "verified:"));
+    /* The timeout (2 s) and the workers' exit; generous for a loaded host. */
+    assert_true(took < 15000);
+    RNH_PASS(d);
+}
+
+static void test_bench_stops_when_the_daemon_dies(void **state)
+{
+    bench_outlived(*state, SIGKILL);
+}
+
+static void test_bench_stops_when_the_daemon_drains(void **state)
+{
+    bench_outlived(*state, SIGTERM);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ctl, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_bench_stops_when_the_daemon_dies, rnh_setup,
+                                        rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_bench_stops_when_the_daemon_drains, rnh_setup,
+                                        rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
