@@ -120,7 +120,10 @@ static void prom_label(FILE *f, const char *s)
     }
 }
 
-/* What each of the daemon's counters means, for the HELP lines. */
+/* What each of the daemon's counters means, for the HELP lines.  rmsnormctl(1)'s
+ * STATISTICS section has an entry for each, with its type and unit, and for
+ * each family, histogram and metric of rmsnormctl's own (test_ctl_format's
+ * test_man_page_documents_every_metric fails without). */
 static const struct {
     const char *name, *help;
 } counter_help[] = {
@@ -142,9 +145,11 @@ static const struct {
      "Session channel connections not yet authenticated that were closed for a new one at the "
      "limit (those of the user holding the most)."},
     {"channel.refused",
-     "Session channel connections refused at accept: every one held was authenticated."},
+     "Session channel connections refused at accept: every one held was authenticated, or the "
+     "daemon was draining."},
     {"sessions.unauth_ended",
-     "Sessions the daemon ended because their client never authenticated in time."},
+     "Sessions the daemon ended because their client never authenticated in time, or to make "
+     "room for a new client at the session limit."},
     {"fast.slots", "Fast-path ring slots answered (fast.ok + fast.errors)."},
     {"fast.ok", "Fast-path ring slots that ran successfully."},
     {"fast.errors", "Fast-path ring slots answered with an error status."},
@@ -285,6 +290,18 @@ static void prom_histograms(FILE *f, const rn_stats_info *s, const rn_hist_bucke
     }
 }
 
+/* The families of counters that become one Prometheus metric with a label
+ * (stats_prometheus). */
+static const struct {
+    const char *prefix, *metric, *label, *help;
+} families[] = {
+    {"requests.", "rmsnormd_requests_total", "op",
+     "Requests received since the daemon started, by operation."},
+    {"errors.", "rmsnormd_errors_total", "code",
+     "Error replies sent and fast-path slots answered with an error, by error code."},
+    {"replies.", "rmsnormd_replies_total", "result", "Replies sent, by result."},
+};
+
 /*
  * The text exposition format.  Families whose members differ by one word
  * ("requests.bwd", "errors.OUT_OF_BOUNDS", "replies.ok") become one metric
@@ -298,14 +315,6 @@ static void prom_histograms(FILE *f, const rn_stats_info *s, const rn_hist_bucke
 static void stats_prometheus(FILE *f, const rn_stats_info *s, const rn_hist_buckets *b,
                              const rnctl_instance *in)
 {
-    static const struct {
-        const char *prefix, *metric, *label, *help;
-    } fam[] = {
-        {"requests.", "rmsnormd_requests_total", "op",
-         "Requests received since the daemon started, by operation."},
-        {"errors.", "rmsnormd_errors_total", "code", "Error replies sent, by error code."},
-        {"replies.", "rmsnormd_replies_total", "result", "Replies sent, by result."},
-    };
     char name[128];
 
     prom_up(f, in, 1);
@@ -319,20 +328,20 @@ static void stats_prometheus(FILE *f, const rn_stats_info *s, const rn_hist_buck
     prom_label(f, s->device);
     fprintf(f, "\"} 1\n");
 
-    for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
-        size_t pl = strlen(fam[k].prefix);
+    for (size_t k = 0; k < sizeof families / sizeof families[0]; k++) {
+        size_t pl = strlen(families[k].prefix);
         int header = 0;
         for (unsigned i = 0; i < s->nstats; i++) {
-            if (strncmp(s->stats[i].name, fam[k].prefix, pl) != 0)
+            if (strncmp(s->stats[i].name, families[k].prefix, pl) != 0)
                 continue;
             if (!header) {
-                fprintf(f, "# HELP %s %s\n# TYPE %s counter\n", fam[k].metric, fam[k].help,
-                        fam[k].metric);
+                fprintf(f, "# HELP %s %s\n# TYPE %s counter\n", families[k].metric,
+                        families[k].help, families[k].metric);
                 header = 1;
             }
-            fprintf(f, "%s{", fam[k].metric);
+            fprintf(f, "%s{", families[k].metric);
             prom_instance(f, in);
-            fprintf(f, ",%s=\"", fam[k].label);
+            fprintf(f, ",%s=\"", families[k].label);
             prom_label(f, s->stats[i].name + pl);
             fprintf(f, "\"} %" PRIu64 "\n", s->stats[i].value);
         }
@@ -340,8 +349,8 @@ static void stats_prometheus(FILE *f, const rn_stats_info *s, const rn_hist_buck
     for (unsigned i = 0; i < s->nstats; i++) {
         const char *n = s->stats[i].name, *help = NULL;
         int in_family = 0, gauge = is_gauge(n);
-        for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++)
-            if (strncmp(n, fam[k].prefix, strlen(fam[k].prefix)) == 0)
+        for (size_t k = 0; k < sizeof families / sizeof families[0]; k++)
+            if (strncmp(n, families[k].prefix, strlen(families[k].prefix)) == 0)
                 in_family = 1;
         if (in_family)
             continue;

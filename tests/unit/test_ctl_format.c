@@ -4,10 +4,13 @@
  * histograms with cumulative buckets, exact le bounds, +Inf, _sum and
  * _count where the daemon sends buckets, and the summary of before where it
  * does not (an older daemon).  format.c is compiled into the test, so no
- * daemon is needed for the older daemon's case.
+ * daemon is needed for the older daemon's case.  And rmsnormctl(1) documents
+ * every statistic format.c and the daemon name.
  */
 #include "rn_test.h"
 
+#include <dirent.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -177,6 +180,223 @@ static void test_prometheus_help_lines(void **state)
     }
 }
 
+/* ---- rmsnormctl(1) documents every statistic ---------------------------------------- */
+
+#define MAX_NAMES 128
+typedef struct names {
+    char v[MAX_NAMES][RN_STAT_NAME_LEN];
+    int n;
+} names;
+
+static void names_add(names *ns, const char *s, size_t len)
+{
+    assert_true(ns->n < MAX_NAMES);
+    assert_true(len < RN_STAT_NAME_LEN);
+    memcpy(ns->v[ns->n], s, len);
+    ns->v[ns->n][len] = '\0';
+    ns->n++;
+}
+
+static bool names_has(const names *ns, const char *s)
+{
+    for (int i = 0; i < ns->n; i++)
+        if (strcmp(ns->v[i], s) == 0)
+            return true;
+    return false;
+}
+
+/* The whole file (malloc'ed, NUL-terminated), or NULL. */
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char *buf = NULL;
+    size_t len = 0, cap = 0, n;
+    if (!f)
+        return NULL;
+    do {
+        if (len + 4096 + 1 > cap) {
+            cap = 2 * cap + 8192;
+            buf = realloc(buf, cap);
+            assert_non_null(buf);
+        }
+        n = fread(buf + len, 1, cap - len - 1, f);
+        len += n;
+    } while (n > 0);
+    fclose(f);
+    buf[len] = '\0';
+    return buf;
+}
+
+/* Each string literal that follows `call` in text: the names the daemon
+ * gives (rnd_stats_put(out, "fast.ok", ...)) or format.c prints. */
+static void scan_literals(const char *text, const char *call, const char *until, names *out)
+{
+    size_t cl = strlen(call);
+    for (const char *p = strstr(text, call); p; p = strstr(p + 1, call)) {
+        const char *b = p + cl;
+        size_t len = strcspn(b, until);
+        if (len > 0 && strchr(until, b[len]) && b[len] != '\0' && !memchr(b, '%', len))
+            names_add(out, b, len);
+    }
+}
+
+/* The daemon's own counter and histogram names: every literal it hands to
+ * rnd_stats_put and put_hist in the .c files of daemon/ and daemon/cuda/. */
+static void daemon_names(const char *src, names *counters, names *hists)
+{
+    static const char *const dirs[] = {"daemon", "daemon/cuda"};
+    for (size_t k = 0; k < sizeof dirs / sizeof dirs[0]; k++) {
+        char dir[4096], path[8192];
+        snprintf(dir, sizeof dir, "%s/%s", src, dirs[k]);
+        DIR *d = opendir(dir);
+        struct dirent *e;
+        if (!d)
+            fail_msg("cannot open %s", dir);
+        while ((e = readdir(d)) != NULL) {
+            size_t l = strlen(e->d_name);
+            if (l < 3 || strcmp(e->d_name + l - 2, ".c") != 0)
+                continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            char *text = slurp(path);
+            if (!text)
+                fail_msg("cannot read %s", path);
+            scan_literals(text, "rnd_stats_put(out, \"", "\"", counters);
+            scan_literals(text, "put_hist(out, \"", "\"", hists);
+            free(text);
+        }
+        closedir(d);
+    }
+}
+
+/* The metric and the type of the last "# TYPE" line of text. */
+static void last_type(const char *text, char *metric, char *type)
+{
+    const char *p = NULL;
+    for (const char *q = strstr(text, "# TYPE "); q; q = strstr(q + 1, "# TYPE "))
+        p = q;
+    assert_non_null(p);
+    assert_int_equal(sscanf(p, "# TYPE %127s %31s", metric, type), 2);
+}
+
+static void need_entry(const char *man, const char *entry)
+{
+    char want[600];
+    snprintf(want, sizeof want, "\n%s", entry);
+    if (!strstr(man, want))
+        fail_msg("systemd/man/rmsnormctl.1 has no entry \"%s\" (its STATISTICS section "
+                 "documents every statistic: name, Prometheus name, type, unit, meaning)",
+                 entry);
+}
+
+/*
+ * Every statistic in rmsnormctl(1)'s STATISTICS section, with the name,
+ * type and unit line its entries have: each counter of format.c's HELP
+ * table with the Prometheus name and type that format.c gives it, each
+ * family, each metric format.c prints of its own, and each counter and
+ * histogram the daemon sends (which must also have a HELP line or belong
+ * to a family); and no entry there for a name nobody sends.
+ */
+static void test_man_page_documents_every_metric(void **state)
+{
+    static rn_stats_info s;
+    static names dcounters, dhists, fixed, entries;
+    char entry[512], metric[128], type[32], path[4096];
+    const char *src = getenv("RN_SRC");
+
+    (void)state;
+    if (!src)
+        RN_SKIP("RN_SRC is not set (run through tests/run.sh)");
+    snprintf(path, sizeof path, "%s/systemd/man/rmsnormctl.1", src);
+    char *man = slurp(path);
+    if (!man)
+        fail_msg("cannot read %s", path);
+    const char *sec = strstr(man, "\n.SH STATISTICS\n");
+    if (!sec)
+        fail_msg("%s has no STATISTICS section", path);
+
+    /* The HELP table: each counter as format.c renders it alone. */
+    memset(&s, 0, sizeof s);
+    s.nstats = 1;
+    for (size_t i = 0; i < sizeof counter_help / sizeof counter_help[0]; i++) {
+        snprintf(s.stats[0].name, RN_STAT_NAME_LEN, "%s", counter_help[i].name);
+        last_type(render(RNCTL_PROMETHEUS, &s, NULL), metric, type);
+        snprintf(entry, sizeof entry, "\\fB%s\\fR, \\fB%s\\fR (%s, ", counter_help[i].name, metric,
+                 type);
+        need_entry(sec, entry);
+    }
+    /* The families: one metric with a label, its member in italics. */
+    for (size_t k = 0; k < sizeof families / sizeof families[0]; k++) {
+        snprintf(s.stats[0].name, RN_STAT_NAME_LEN, "%sx", families[k].prefix);
+        last_type(render(RNCTL_PROMETHEUS, &s, NULL), metric, type);
+        assert_string_equal(type, "counter");
+        snprintf(entry, sizeof entry, "\\fB%s\\fI%s\\fR, \\fB%s\\fR (counter, ", families[k].prefix,
+                 families[k].label, metric);
+        need_entry(sec, entry);
+    }
+    /* What format.c prints of its own (rmsnormd_up, rmsnormd_info, the
+     * latency metrics): each fixed name after a "# HELP ". */
+    snprintf(path, sizeof path, "%s/client/ctl/format.c", src);
+    char *fmt = slurp(path);
+    if (!fmt)
+        fail_msg("cannot read %s", path);
+    scan_literals(fmt, "# HELP ", " ", &fixed);
+    free(fmt);
+    assert_true(fixed.n >= 4);
+    for (int i = 0; i < fixed.n; i++) {
+        snprintf(entry, sizeof entry, "\\fB%s\\fR (", fixed.v[i]);
+        need_entry(sec, entry);
+    }
+    /* The daemon's names: a counter has a HELP line (its entry was checked
+     * above) or belongs to a family; a histogram is a stage of the latency. */
+    daemon_names(src, &dcounters, &dhists);
+    assert_true(dcounters.n >= 30);
+    assert_true(dhists.n >= 3);
+    for (int i = 0; i < dcounters.n; i++) {
+        bool known = false;
+        for (size_t k = 0; k < sizeof counter_help / sizeof counter_help[0]; k++)
+            known = known || strcmp(counter_help[k].name, dcounters.v[i]) == 0;
+        for (size_t k = 0; k < sizeof families / sizeof families[0]; k++)
+            known = known ||
+                    strncmp(dcounters.v[i], families[k].prefix, strlen(families[k].prefix)) == 0;
+        if (!known)
+            fail_msg("the daemon sends \"%s\", which format.c's counter_help table lacks "
+                     "(and rmsnormctl(1)'s STATISTICS section with it)",
+                     dcounters.v[i]);
+    }
+    for (int i = 0; i < dhists.n; i++) {
+        snprintf(entry, sizeof entry,
+                 "\\fB%s\\fR, \\fBrmsnormd_latency_seconds{stage=\"%s\"}\\fR (histogram, ",
+                 dhists.v[i], dhists.v[i]);
+        need_entry(sec, entry);
+    }
+    /* And the other way: every entry (a .TP tag in bold) names one of them. */
+    const char *end = strstr(sec + 1, "\n.SH ");
+    for (const char *p = strstr(sec, "\n.TP\n\\fB"); p && (!end || p < end);
+         p = strstr(p + 1, "\n.TP\n\\fB")) {
+        const char *b = p + strlen("\n.TP\n\\fB");
+        size_t len = strcspn(b, "\\");
+        char name[RN_STAT_NAME_LEN] = "";
+        bool known = false;
+        assert_true(len < sizeof name);
+        memcpy(name, b, len);
+        if (strncmp(b + len, "\\fI", 3) == 0) {
+            for (size_t k = 0; k < sizeof families / sizeof families[0]; k++)
+                known = known || strcmp(families[k].prefix, name) == 0;
+        } else {
+            for (size_t k = 0; k < sizeof counter_help / sizeof counter_help[0]; k++)
+                known = known || strcmp(counter_help[k].name, name) == 0;
+            known = known || names_has(&dhists, name) || names_has(&fixed, name);
+        }
+        if (!known)
+            fail_msg("rmsnormctl(1) documents \"%s\", which neither the daemon nor "
+                     "rmsnormctl sends",
+                     name);
+        names_add(&entries, name, len);
+    }
+    assert_true(entries.n >= (int)(sizeof counter_help / sizeof counter_help[0]));
+    free(man);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -184,6 +404,7 @@ int main(void)
         cmocka_unit_test(test_prometheus_older_daemon),
         cmocka_unit_test(test_prometheus_help_lines),
         cmocka_unit_test(test_json_buckets),
+        cmocka_unit_test(test_man_page_documents_every_metric),
     };
     return cmocka_run_group_tests_name("rmsnormctl format", tests, NULL, NULL);
 }
