@@ -150,13 +150,30 @@ report:
      * without them.  The buffers' names went when the daemon took them, the
      * memory goes with this process, and a daemon still there ends a dead
      * client's session itself. */
-    if (me->stop_rv == RN_UNREACHABLE || me->stop_rv == RN_TIMEOUT ||
-        me->stop_rv == RN_PEER_DIED || me->stop_rv == RN_ENDPOINT)
+    if (me->stop_rv == RN_UNREACHABLE || me->stop_rv == RN_TIMEOUT || me->stop_rv == RN_PEER_DIED ||
+        me->stop_rv == RN_ENDPOINT)
         _exit(me->status);
     rnv_expect_fini(&e);
     rnv_mem_free(c, &mem);
     rn_close(c);
     _exit(me->status);
+}
+
+/* How much a code that stopped a worker says of the daemon, for choosing
+ * the one the stop line names: what the daemon said itself (draining, a
+ * failing device, a restart) most, a socket gone next, a silence least. */
+static int stop_rank(int rv)
+{
+    switch (rv) {
+    case RN_DRAINING:
+    case RN_DEVICE_FAILING:
+    case RN_RESTARTED:
+        return 3;
+    case RN_TIMEOUT:
+        return 1;
+    default:
+        return 2;
+    }
 }
 
 /* What a code that stopped the run (rnctl_failure_status: 2) says of the
@@ -350,10 +367,9 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
         int64_t stopper = -1;
         for (uint64_t i = 0; i < cfg.k; i++) {
             if (w[i].stop_rv) {
-                /* The stop line below says it once for every worker; a
-                 * TIMEOUT says less than another code (UNREACHABLE: the
-                 * socket is gone). */
-                if (stopper < 0 || (w[stopper].stop_rv == RN_TIMEOUT && w[i].stop_rv != RN_TIMEOUT))
+                /* The stop line below says it once for every worker, with
+                 * the code that says the most (stop_rank). */
+                if (stopper < 0 || stop_rank(w[i].stop_rv) > stop_rank(w[stopper].stop_rv))
                     stopper = (int64_t)i;
                 rc = EXIT_UNREACHABLE;
                 if (w[i].failed)
