@@ -244,20 +244,25 @@ test-gpu: all
 	@tests/run.sh $(BUILD) gpu
 
 # The demo and the daemon need the two programs only, not the tests.  On a
-# host without an NVIDIA driver the demo can only use the CPU backend: it is
-# built without the CUDA kernels (nvcc takes most of a clean build), in
-# $(BUILD)/cpu so that its objects never mix with a full build's.
+# host without an NVIDIA driver the demo and `make run` can only use the CPU
+# backend: they are built without the CUDA kernels (nvcc takes most of a
+# clean build), in $(BUILD)/cpu so that its objects never mix with a full
+# build's.
 ifeq ($(HAVE_CUDA)$(HAVE_DRIVER),1)
 demo:
 	@echo "note: no NVIDIA driver (libcuda.so.1 not found): the demo runs the CPU backend, built without CUDA in $(BUILD)/cpu"
 	@$(MAKE) --no-print-directory CUDA=0 BUILD=$(BUILD)/cpu demo
+
+run:
+	@echo "note: no NVIDIA driver (libcuda.so.1 not found): the daemon runs the CPU backend, built without CUDA in $(BUILD)/cpu"
+	@$(MAKE) --no-print-directory CUDA=0 BUILD=$(BUILD)/cpu run
 else
 demo: cuda-note $(RMSNORMD) $(RMSNORMCTL)
 	@tests/demo.sh $(BUILD)
-endif
 
 run: cuda-note $(RMSNORMD) $(RMSNORMCTL)
 	$(RMSNORMD) --backend auto
+endif
 endif
 
 build-note:
