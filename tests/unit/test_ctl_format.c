@@ -205,28 +205,6 @@ static bool names_has(const names *ns, const char *s)
     return false;
 }
 
-/* The whole file (malloc'ed, NUL-terminated), or NULL. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    char *buf = NULL;
-    size_t len = 0, cap = 0, n;
-    if (!f)
-        return NULL;
-    do {
-        if (len + 4096 + 1 > cap) {
-            cap = 2 * cap + 8192;
-            buf = realloc(buf, cap);
-            assert_non_null(buf);
-        }
-        n = fread(buf + len, 1, cap - len - 1, f);
-        len += n;
-    } while (n > 0);
-    fclose(f);
-    buf[len] = '\0';
-    return buf;
-}
-
 /* Each string literal that follows `call` in text: the names the daemon
  * gives (rnd_stats_put(out, "fast.ok", ...)) or format.c prints. */
 static void scan_literals(const char *text, const char *call, const char *until, names *out)
@@ -257,7 +235,7 @@ static void daemon_names(const char *src, names *counters, names *hists)
             if (l < 3 || strcmp(e->d_name + l - 2, ".c") != 0)
                 continue;
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            char *text = slurp(path);
+            char *text = rn_test_read_file(path, NULL);
             if (!text)
                 fail_msg("cannot read %s", path);
             scan_literals(text, "rnd_stats_put(out, \"", "\"", counters);
@@ -307,7 +285,7 @@ static void test_man_page_documents_every_metric(void **state)
     if (!src)
         RN_SKIP("RN_SRC is not set (run through tests/run.sh)");
     snprintf(path, sizeof path, "%s/systemd/man/rmsnormctl.1", src);
-    char *man = slurp(path);
+    char *man = rn_test_read_file(path, NULL);
     if (!man)
         fail_msg("cannot read %s", path);
     const char *sec = strstr(man, "\n.SH STATISTICS\n");
@@ -336,7 +314,7 @@ static void test_man_page_documents_every_metric(void **state)
     /* What format.c prints of its own (rmsnormd_up, rmsnormd_info, the
      * latency metrics): each fixed name after a "# HELP ". */
     snprintf(path, sizeof path, "%s/client/ctl/format.c", src);
-    char *fmt = slurp(path);
+    char *fmt = rn_test_read_file(path, NULL);
     if (!fmt)
         fail_msg("cannot read %s", path);
     scan_literals(fmt, "# HELP ", " ", &fixed);

@@ -411,18 +411,18 @@ static void test_corpus_fresh(void **state)
     (void)state;
     const char *src = getenv("RN_SRC");
     char name[128], path[4096];
-    static uint8_t file[RNP_MAX_MSG + 1];
     size_t len;
     if (!src)
         RN_SKIP("RN_SRC is not set (run through tests/run.sh)");
     for (int k = 0; (len = sample_bytes(k, g_buf, sizeof g_buf, name, sizeof name)) > 0; k++) {
         snprintf(path, sizeof path, "%s/tests/fuzz/corpus/%s", src, name);
-        FILE *f = fopen(path, "rb");
-        if (!f)
+        size_t n = 0;
+        char *file = rn_test_read_file(path, &n);
+        if (!file)
             fail_msg("%s is missing: run test_proto --write-corpus tests/fuzz/corpus", path);
-        size_t n = fread(file, 1, sizeof file, f);
-        fclose(f);
-        if (n != len || memcmp(file, g_buf, len) != 0)
+        bool same = n == len && memcmp(file, g_buf, len) == 0;
+        free(file);
+        if (!same)
             fail_msg("%s is stale: run test_proto --write-corpus tests/fuzz/corpus", path);
     }
 }

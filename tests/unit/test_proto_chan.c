@@ -582,7 +582,7 @@ static void test_corpus_fresh(void **state)
 {
     (void)state;
     const char *src = getenv("RN_SRC");
-    uint8_t buf[RNP_CHAN_MAX + 1], file[RNP_CHAN_MAX + 2];
+    uint8_t buf[RNP_CHAN_MAX + 1];
     char name[64], path[4096];
     size_t len;
 
@@ -590,12 +590,13 @@ static void test_corpus_fresh(void **state)
         RN_SKIP("RN_SRC is not set (run through tests/run.sh)");
     for (int k = 0; (len = seed(k, buf, name, sizeof name)) > 0; k++) {
         snprintf(path, sizeof path, "%s/tests/fuzz/corpus/%s", src, name);
-        FILE *f = fopen(path, "rb");
-        if (!f)
+        size_t n = 0;
+        char *file = rn_test_read_file(path, &n);
+        if (!file)
             fail_msg("%s is missing: run test_proto_chan --write-corpus tests/fuzz/corpus", path);
-        size_t n = fread(file, 1, sizeof file, f);
-        fclose(f);
-        if (n != len || memcmp(file, buf, len) != 0)
+        bool same = n == len && memcmp(file, buf, len) == 0;
+        free(file);
+        if (!same)
             fail_msg("%s is stale: run test_proto_chan --write-corpus tests/fuzz/corpus", path);
     }
 }

@@ -456,17 +456,12 @@ static char *read_protocol_md(void)
 {
     const char *src = getenv("RN_SRC");
     char path[4096];
-    static char text[1 << 18];
     if (!src)
         return NULL;
     snprintf(path, sizeof path, "%s/proto/PROTOCOL.md", src);
-    FILE *f = fopen(path, "r");
-    if (!f)
+    char *text = rn_test_read_file(path, NULL);
+    if (!text)
         fail_msg("cannot open %s", path);
-    size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    assert_true(n < sizeof text - 1);
-    text[n] = '\0';
     return text;
 }
 
@@ -508,6 +503,7 @@ static void test_protocol_md_tables(void **state)
             fail_msg("PROTOCOL.md section 4.1 has no limits row '%s'", row);
     }
     msgpack_unpacked_destroy(&u);
+    free(md);
 }
 
 int main(void)
