@@ -8,6 +8,14 @@
 # RV_TIMEOUT=S stops a benchmark that runs longer than S seconds (a variant
 # that hangs must not take the others' time); the first NAME in glob order
 # is the one the others are compared with.
+# RV_TESTS=1 first runs DIR/NAME/tests/gpu/test_kernel_gpu of each variant
+# (build_variants.sh with TESTS=1; dw bit for bit against the CPU twin):
+# OUT/NAME-tests.log, its result in OUT/variants.txt.
+# RV_SHAPES="M,N,w ..." then runs each shape with every variant in turn and
+# back (NAME1 .. NAMEk NAMEk .. NAME1; RV_ROUNDS times, default 1):
+# OUT/shapes.csv (variant, round, m, n, w, bytes, fused us) and each
+# variant's speed over the first, the median of its runs, in
+# OUT/variants.txt.  RV_BUDGET=S stops starting new runs after S seconds.
 set -uo pipefail
 dir=${1:?usage: run_variants.sh DIR OUT [ARGS...]}
 out=${2:?usage: run_variants.sh DIR OUT [ARGS...]}
@@ -17,12 +25,46 @@ args=("$@")
 mkdir -p "$out"
 names=()
 for b in "$dir"/bench_kernel.*; do
-    name=${b##*.}
-    names+=("$name")
-    mkdir -p "$out/$name"
-    ${RV_TIMEOUT:+timeout -k 5 "$RV_TIMEOUT"} "$b" --out "$out/$name" "${args[@]}" >"$out/$name.log" 2>&1 ||
-        echo "$name: exit $?"
+    names+=("${b##*.}")
 done
+deadline=$((SECONDS + ${RV_BUDGET:-100000}))
+: >"$out/tests.txt"
+if [ "${RV_TESTS:-0}" = 1 ]; then
+    for name in "${names[@]}"; do
+        t=$dir/$name/tests/gpu/test_kernel_gpu
+        if [ ! -x "$t" ]; then
+            echo "$name: no $t (build_variants.sh with TESTS=1)" >>"$out/tests.txt"
+            continue
+        fi
+        timeout -k 5 "${RV_TIMEOUT:-300}" "$t" >"$out/$name-tests.log" 2>&1
+        echo "$name: test_kernel_gpu exit $? $(grep -hE '^\[  (PASSED|FAILED)  \]' \
+            "$out/$name-tests.log" | tr '\n' ' ')" >>"$out/tests.txt"
+    done
+fi
+for name in "${names[@]}"; do
+    mkdir -p "$out/$name"
+    ${RV_TIMEOUT:+timeout -k 5 "$RV_TIMEOUT"} "$dir/bench_kernel.$name" --out "$out/$name" \
+        "${args[@]}" >"$out/$name.log" 2>&1 || echo "$name: exit $?"
+done
+: >"$out/shapes.csv"
+if [ -n "${RV_SHAPES:-}" ]; then
+    back=()
+    for ((i = ${#names[@]} - 1; i >= 0; i--)); do back+=("${names[i]}"); done
+    i=0
+    for ((r = 1; r <= ${RV_ROUNDS:-1}; r++)); do
+        for shape in $RV_SHAPES; do
+            for name in "${names[@]}" "${back[@]}"; do
+                [ $SECONDS -ge $deadline ] && break 3
+                i=$((i + 1))
+                d=$out/shapes/$i
+                mkdir -p "$d"
+                ${RV_TIMEOUT:+timeout -k 5 "$RV_TIMEOUT"} "$dir/bench_kernel.$name" --out "$d" \
+                    --shape "$shape" >"$d/log" 2>&1 &&
+                    tail -n +2 "$d/kernel.csv" | cut -d, -f1-5 | sed "s/^/$name,$r,/" >>"$out/shapes.csv"
+            done
+        done
+    done
+fi
 python3 - "$out" "${names[@]}" <<'PY' | tee "$out/variants.txt"
 import csv, math, sys
 out, names = sys.argv[1], sys.argv[2:]
@@ -47,4 +89,23 @@ for key in sorted(rows):
     print(f"{key[0]:6d} {key[1]:5d} {key[2]:>4} " + " ".join(cells))
 print("geomean speed over " + names[0] + ": " +
       " ".join(f"{nm}={math.exp(sum(l) / len(l)):.3f}" for nm, l in lg.items() if l))
+tests = open(f"{out}/tests.txt").read()
+if tests:
+    print(tests, end="")
+runs = {}
+for row in csv.reader(open(f"{out}/shapes.csv")):
+    nm, _, m, n, w, _, us = row
+    runs.setdefault((int(m), int(n), w), {}).setdefault(nm, []).append(float(us))
+if runs:
+    import statistics
+    print(f"shapes in turn and back: {names[0]}'s us (median), each variant's speed over it")
+    print(f"{'M':>6} {'N':>5} {'w':>4} {names[0]:>9} " + " ".join(f"{nm:>9}" for nm in names[1:]))
+    for key in sorted(runs):
+        v = runs[key]
+        if names[0] not in v:
+            continue
+        b = statistics.median(v[names[0]])
+        cells = [f"{b / statistics.median(v[nm]):9.3f}" if nm in v else f"{'-':>9}"
+                 for nm in names[1:]]
+        print(f"{key[0]:6d} {key[1]:5d} {key[2]:>4} {b:9.2f} " + " ".join(cells))
 PY
