@@ -34,39 +34,6 @@
 
 namespace rnk {
 
-/*
- * RNK_S_SPLIT (an experiment, off): for rstd given, the row exchange's block
- * barrier split in two phases.  Lane 0 of each warp posts the warp's sums and
- * arrives on an mbarrier (release), then the warp does the row's work that
- * needs no row sum (xhat = x * rstd, dw's additions, dres's unpack) while the
- * other warps arrive, and only then waits for the phase (acquire) and reads
- * the sums.  1: one mbarrier for the block's warps (the same warps meet as at
- * production's __syncthreads); 2: one a stripe (where R > 1, n <= 512, a
- * stripe's warps wait only for each other).  The same additions in the same
- * order: dw is production's bit for bit; dx is written rounding by rounding
- * as production's build computes it (s_split_dx).  rstd recomputed (its
- * rstd needs the sum) and rows of one warp (no barrier) are production's
- * code.
- */
-#ifndef RNK_S_SPLIT
-#define RNK_S_SPLIT 0
-#endif
-
-/*
- * RNK_S_PP (an experiment, off): the row loop unrolled by two with the two
- * row buffers taking turns.  Production copies the next row's registers
- * into the current row's at the top of each iteration (cur = nx), and that
- * copy waits for the next row's loads to land before the row after it is
- * asked for: a warp has one row's loads in flight while it waits.  Taking
- * turns asks for row t + 2 before it waits for row t + 1: two rows in
- * flight, with the same registers.  The same arithmetic a row (dw
- * production's bit for bit; dx as ptxas contracts each copy).  For rstd
- * given only (recomputed, ptxas spills in the loop at 64 registers).
- */
-#ifndef RNK_S_PP
-#define RNK_S_PP 0
-#endif
-
 /* Block shape of TPR threads a row: BT threads, R rows at once, MINB blocks
  * a SM (32 warps: 64 registers a thread). */
 template <int TPR> struct SShape {
@@ -78,10 +45,6 @@ template <int TPR> struct SShape {
 /* The block's shared arrays: the row sums of each warp (double-buffered by
  * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag. */
 template <int TPR, int VEC> struct SShared {
-#if RNK_S_SPLIT
-    /* RNK_S_SPLIT's mbarriers, [g][0] stripe g's (red's stride a stripe) */
-    unsigned long long mb[SShape<TPR>::R][SShape<TPR>::WPR];
-#endif
     float red[2][SShape<TPR>::R][SShape<TPR>::WPR][2];
     float comb[SShape<TPR>::R > 1 ? (SShape<TPR>::R - 1) * TPR * VEC : 1];
     int claim[2], last;
@@ -117,54 +80,6 @@ template <bool RS> __device__ __forceinline__ void s_warp_sum(float &s1, float &
         s2 += __shfl_xor_sync(0xffffffffu, s2, o);
     }
 }
-
-#if RNK_S_SPLIT
-__device__ __forceinline__ unsigned s_smem(const void *p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void s_mb_init(unsigned long long *b, unsigned cnt)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(s_smem(b)), "r"(cnt) : "memory");
-}
-/* Arrive on the mbarrier at shared address a (release at the CTA's scope:
- * this thread's accesses before it are seen by whoever waits for the phase). */
-__device__ __forceinline__ void s_mb_arrive(unsigned a)
-{
-    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(a) : "memory");
-}
-/* Wait for the phase of parity ph to complete (acquire at the CTA's scope). */
-__device__ __forceinline__ void s_mb_wait(unsigned a, int ph)
-{
-    asm volatile("{\n\t.reg .pred P1;\n"
-                 "S_MB_WAIT:\n\t"
-                 "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 P1, [%0], %1;\n\t"
-                 "@P1 bra S_MB_DONE;\n\t"
-                 "bra S_MB_WAIT;\n"
-                 "S_MB_DONE:\n\t}" ::"r"(a),
-                 "r"(ph)
-                 : "memory");
-}
-/* dx of one element as production's build rounds it (CUDA 13.0, sm_90: its
- * PTX read with .dev-main/lean/reuse2.py, its SASS by eye): yw - xh * c is
- * one FMA over yw's rounded product in element 5 of a bf16 row (not with
- * dres past TPR 64), over xh * c's rounded product in every other; with
- * dres, rstd * t + dres is one FMA. */
-template <class T> struct SBf16 {
-    static constexpr bool v = false;
-};
-template <> struct SBf16<__nv_bfloat16> {
-    static constexpr bool v = true;
-};
-template <class T, int TPR, bool DRES>
-__device__ __forceinline__ float s_split_dx(float yf, float wv, float xh, float c, float rstd,
-                                            float rf, int e)
-{
-    const bool r = SBf16<T>::v && e == 5 && (!DRES || TPR == 64);
-    const float t = r ? __fmaf_rn(-c, xh, __fmul_rn(yf, wv)) : __fmaf_rn(yf, wv, -__fmul_rn(c, xh));
-    return DRES ? __fmaf_rn(rstd, t, rf) : __fmul_rn(rstd, t);
-}
-#endif
 
 /* One row's share of a thread: x, dy, dres vectors and rstd (zeros when the
  * row is past the chunk or the vector past n). */
@@ -229,10 +144,10 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
             acc[e] = 0.0f;
         SRow cur;
         s_load<T, RS, DRES>(p, cur, k + grp * P, grp < cnt, col, ok, nc);
-        /* Row t of the chunk from cur, the next one's loads issued into nx
-         * first. */
-        auto row = [&](SRow &cur, SRow &nx, int64_t t) {
+#pragma unroll 1
+        for (int64_t t = 0; t < iters; t++) {
             const int64_t j = t * R + grp, jn = j + R;
+            SRow nx;
             s_load<T, RS, DRES>(p, nx, k + jn * P, jn < cnt, col, ok, nc);
             float xf[VEC], yf[VEC];
             Vec<T>::unpack(cur.x, xf);
@@ -245,39 +160,6 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                 s2 += xf[e] * (yf[e] * wv[e]);
             }
             s_warp_sum<RS>(s1, s2);
-#if RNK_S_SPLIT
-            /* RNK_S_SPLIT (above): post, arrive, dw, wait, read. */
-            constexpr bool SPL = RS && WPR > 1;
-            float xs[VEC], rs_[VEC];
-            if constexpr (SPL) {
-                const unsigned mba = s_smem(&sh.mb[RNK_S_SPLIT == 2 && R > 1 ? grp : 0][0]);
-                __syncwarp(); /* the warp's reads of this buffer two rows ago */
-                if (lane == 0) {
-                    red[par][grp][wir][0] = s1;
-                    red[par][grp][wir][1] = s2;
-                    s_mb_arrive(mba);
-                }
-#pragma unroll
-                for (int e = 0; e < VEC; e++)
-                    xs[e] = __fmul_rn(xf[e], cur.rs);
-                if (j < cnt) {
-#pragma unroll
-                    for (int e = 0; e < VEC; e++)
-#if RNK_DW_FMA
-                        acc[e] = __fmaf_rn(yf[e], xs[e], acc[e]);
-#else
-                        acc[e] = __fadd_rn(acc[e], __fmul_rn(yf[e], xs[e]));
-#endif
-                }
-                if (DRES)
-                    Vec<T>::unpack(cur.r, rs_);
-                s_mb_wait(mba, par);
-                s1 = 0.0f;
-                s2 = lane < WPR ? red[par][grp][lane][1] : 0.0f;
-                s_warp_sum<RS>(s1, s2);
-                par ^= 1;
-            } else
-#endif
             if (WPR > 1) {
                 if (lane == 0) {
                     red[par][grp][wir][0] = s1;
@@ -292,21 +174,6 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                 s_warp_sum<RS>(s1, s2);
                 par ^= 1;
             }
-#if RNK_S_SPLIT
-            if constexpr (SPL) {
-                if (j < cnt) {
-                    const float rstd = cur.rs;
-                    const float c = rstd * (s2 * p.inv_n);
-                    float d[VEC];
-#pragma unroll
-                    for (int e = 0; e < VEC; e++)
-                        d[e] = s_split_dx<T, TPR, DRES>(yf[e], wv[e], xs[e], c, rstd,
-                                                        DRES ? rs_[e] : 0.0f, e);
-                    if (ok)
-                        st16((char *)p.dx + ((k + j * P) * p.dxs + col) * ES, Vec<T>::pack(d));
-                }
-            } else
-#endif
             if (j < cnt) {
                 const float rstd = RS ? cur.rs : 1.0f / sqrtf(s1 * p.inv_n + p.eps);
                 const float c = rstd * (s2 * p.inv_n);
@@ -328,28 +195,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                 if (ok)
                     st16((char *)p.dx + ((k + j * P) * p.dxs + col) * ES, Vec<T>::pack(d));
             }
-        };
-#if RNK_S_PP
-        /* RNK_S_PP (above): the two buffers take turns, no copy (rstd
-         * given: recomputed, the two copies spill at 64 registers). */
-        if constexpr (RS) {
-            SRow nx;
-#pragma unroll 1
-            for (int64_t t = 0; t < iters; t += 2) {
-                row(cur, nx, t);
-                if (t + 1 == iters)
-                    break;
-                row(nx, cur, t + 1);
-            }
-        } else
-#endif
-        {
-#pragma unroll 1
-            for (int64_t t = 0; t < iters; t++) {
-                SRow nx;
-                row(cur, nx, t);
-                cur = nx;
-            }
+            cur = nx;
         }
         if (tid == 0)
             s_claim[(it + 1) & 1] = (int)nxt;
@@ -411,11 +257,6 @@ __global__ void __launch_bounds__(SShape<TPR>::BT, SShape<TPR>::MINB) s_kernel(P
     }
     if (threadIdx.x == 0)
         sh.claim[0] = (int)nxt;
-#if RNK_S_SPLIT
-    if (SShape<TPR>::WPR > 1 && threadIdx.x < SShape<TPR>::R)
-        s_mb_init(&sh.mb[threadIdx.x][0],
-                  RNK_S_SPLIT == 2 ? SShape<TPR>::WPR : SShape<TPR>::BT / 32);
-#endif
     __syncthreads();
     trace_mark(p, 1, 1);
     if (p.rstd && !p.dres)
