@@ -9,7 +9,9 @@
 # BUILD=FILE).  bf16 x/dy/dx, fp32 weight, rstd given.  Prints one table of
 # the metrics that say where a memory-bound kernel loses: time, DRAM and L2
 # throughput, instructions issued per element, issue rate, warps a SM,
-# registers, shared memory, and the top stall reasons; OUT/NAME-MxN.ncu.txt
+# registers, shared memory, the top stall reasons, and the bytes read from
+# and written to DRAM against the least the problem needs (x and dy read,
+# dx written: M x N x 2 bytes each, rstd's 4 M read); OUT/NAME-MxN.ncu.txt
 # keep ncu's full reports.
 set -u
 build=${1:?usage: ncu_compare.sh BUILD OUT [M N ...]}
@@ -28,10 +30,11 @@ launch__registers_per_thread,launch__shared_mem_per_block_dynamic,launch__grid_s
 launch__block_size,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,\
 smsp__average_warp_latency_issue_stalled_barrier.ratio,\
 smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,\
-smsp__average_warp_latency_issue_stalled_wait.ratio,smsp__average_warp_latency_issue_stalled_no_instruction.ratio
+smsp__average_warp_latency_issue_stalled_wait.ratio,smsp__average_warp_latency_issue_stalled_no_instruction.ratio,\
+dram__bytes_read.sum,dram__bytes_write.sum
 ncu_one() { # NAME M N KERNEL_REGEX COMMAND...
     local name=$1 m=$2 n=$3 k=$4; shift 4
-    timeout 240 ncu --clock-control none --metrics "$metrics" --kernel-name "regex:$k" \
+    timeout 240 ncu --clock-control none --print-units base --metrics "$metrics" --kernel-name "regex:$k" \
         --launch-skip 3 --launch-count 1 --csv --page raw "$@" >"$out/$name-${m}x$n.ncu.txt" 2>&1
 }
 while [ ${#shapes[@]} -ge 2 ]; do

@@ -23,6 +23,8 @@ COLS = [
     ("smsp__average_warp_latency_issue_stalled_barrier.ratio", "st:bar", 1),
     ("smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio", "st:ssb", 1),
     ("smsp__average_warp_latency_issue_stalled_wait.ratio", "st:wait", 1),
+    ("dram__bytes_read.sum", "rd MB", 1e-6),
+    ("dram__bytes_write.sum", "wr MB", 1e-6),
 ]
 
 
@@ -45,7 +47,8 @@ def num(v):
 
 def main():
     out = sys.argv[1]
-    print(f"{'impl':>6} {'shape':>12} " + " ".join(f"{c[1]:>8}" for c in COLS) + f" {'inst/elem':>9}")
+    print(f"{'impl':>6} {'shape':>12} " + " ".join(f"{c[1]:>8}" for c in COLS) +
+          f" {'inst/elem':>9} {'rd/least':>8} {'wr/least':>8}")
     for path in sorted(glob.glob(os.path.join(out, "*.ncu.txt"))):
         m = re.match(r"(\w+)-(\d+)x(\d+)\.ncu\.txt", os.path.basename(path))
         if not m:
@@ -58,8 +61,13 @@ def main():
         for r in rs:
             cells = [num(r.get(k, "nan")) * s for k, _, s in COLS]
             inst = num(r.get("smsp__inst_executed.sum", "nan")) * 32 / (mm * nn)
+            # The least DRAM traffic of the problem (bf16 rows): x and dy
+            # read with rstd, dx written; the weight and dw's partials are
+            # small beside them.
+            rd = num(r.get("dram__bytes_read.sum", "nan")) / (2 * mm * nn * 2 + 4 * mm)
+            wr = num(r.get("dram__bytes_write.sum", "nan")) / (mm * nn * 2)
             print(f"{name:>6} {mm:>6}x{nn:<5} " + " ".join(f"{c:8.1f}" for c in cells) +
-                  f" {inst:9.2f}  {r.get('Kernel Name', '')[:40]}")
+                  f" {inst:9.2f} {rd:8.3f} {wr:8.3f}  {r.get('Kernel Name', '')[:40]}")
     return 0
 
 
