@@ -43,6 +43,33 @@ typedef struct bench_cfg {
     int dtype;
 } bench_cfg;
 
+/* The codes that stop a run (rnctl_failure_status: 2): how much each says
+ * of the daemon, for choosing the one the stop line names (what the daemon
+ * said itself most, a socket gone next, a silence least); whether the
+ * daemon is gone or silent, so that the worker leaves without the
+ * UNREGISTERs and the BYE it would wait out; and the stop line's words. */
+static const struct stop_code {
+    int rv, rank;
+    bool silent;
+    const char *state;
+} stop_codes[] = {
+    {RN_DRAINING, 3, false, "the daemon is shutting down"},
+    {RN_DEVICE_FAILING, 3, false, "the daemon's device is failing"},
+    {RN_RESTARTED, 3, false, "the daemon restarted during a call"},
+    {RN_UNREACHABLE, 2, true, "the daemon went away"},
+    {RN_PEER_DIED, 2, true, "the daemon went away"},
+    {RN_ENDPOINT, 2, true, "the daemon's endpoint is no longer usable"},
+    {RN_TIMEOUT, 1, true, "the daemon stopped answering"},
+};
+
+static const struct stop_code *stop_code(int rv)
+{
+    for (size_t i = 0; i < sizeof stop_codes / sizeof stop_codes[0]; i++)
+        if (stop_codes[i].rv == rv)
+            return &stop_codes[i];
+    return &stop_codes[3]; /* (none other maps to 2) */
+}
+
 static void bench_worker_main(const rnctl_globals *g, const bench_cfg *cfg, int id,
                               bench_shared *sh, bench_worker *me, uint64_t *lat, uint64_t *qlat,
                               uint64_t *clat, int ready_fd, int go_fd)
@@ -150,50 +177,12 @@ report:
      * without them.  The buffers' names went when the daemon took them, the
      * memory goes with this process, and a daemon still there ends a dead
      * client's session itself. */
-    if (me->stop_rv == RN_UNREACHABLE || me->stop_rv == RN_TIMEOUT || me->stop_rv == RN_PEER_DIED ||
-        me->stop_rv == RN_ENDPOINT)
+    if (me->stop_rv && stop_code(me->stop_rv)->silent)
         _exit(me->status);
     rnv_expect_fini(&e);
     rnv_mem_free(c, &mem);
     rn_close(c);
     _exit(me->status);
-}
-
-/* How much a code that stopped a worker says of the daemon, for choosing
- * the one the stop line names: what the daemon said itself (draining, a
- * failing device, a restart) most, a socket gone next, a silence least. */
-static int stop_rank(int rv)
-{
-    switch (rv) {
-    case RN_DRAINING:
-    case RN_DEVICE_FAILING:
-    case RN_RESTARTED:
-        return 3;
-    case RN_TIMEOUT:
-        return 1;
-    default:
-        return 2;
-    }
-}
-
-/* What a code that stopped the run (rnctl_failure_status: 2) says of the
- * daemon, for the stop line. */
-static const char *daemon_state(int rv)
-{
-    switch (rv) {
-    case RN_RESTARTED:
-        return "the daemon restarted during a call";
-    case RN_TIMEOUT:
-        return "the daemon stopped answering";
-    case RN_DRAINING:
-        return "the daemon is shutting down";
-    case RN_DEVICE_FAILING:
-        return "the daemon's device is failing";
-    case RN_ENDPOINT:
-        return "the daemon's endpoint is no longer usable";
-    default: /* RN_UNREACHABLE, RN_PEER_DIED */
-        return "the daemon went away";
-    }
 }
 
 /* One latency line: sorts v (n > 0 samples, nanoseconds) and prints its
@@ -368,8 +357,9 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
         for (uint64_t i = 0; i < cfg.k; i++) {
             if (w[i].stop_rv) {
                 /* The stop line below says it once for every worker, with
-                 * the code that says the most (stop_rank). */
-                if (stopper < 0 || stop_rank(w[i].stop_rv) > stop_rank(w[stopper].stop_rv))
+                 * the code that says the most (stop_codes' rank). */
+                if (stopper < 0 ||
+                    stop_code(w[i].stop_rv)->rank > stop_code(w[stopper].stop_rv)->rank)
                     stopper = (int64_t)i;
                 rc = EXIT_UNREACHABLE;
                 if (w[i].failed)
@@ -413,7 +403,7 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
                     "%s: bench stopped after %" PRIu64 " of %" PRIu64
                     " requests: %s (worker %" PRIu64 ", %s)\n",
                     RNCTL_PROG, total_ok + total_failed, cfg.k * cfg.r,
-                    daemon_state(w[stopper].stop_rv), (uint64_t)stopper, w[stopper].stopped);
+                    stop_code(w[stopper].stop_rv)->state, (uint64_t)stopper, w[stopper].stopped);
         /* No worker got as far as a request (a dead daemon, a refused
          * connection), or the daemon went away during the run (its
          * numbers would time a run cut short, and its last calls' wait):
