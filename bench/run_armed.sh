@@ -55,10 +55,6 @@ export RN_BUILD=$build RN_SRC=$here CUDA_MODULE_LOADING=EAGER
 deadline=$((SECONDS + ${RA_BUDGET:-540}))
 extra=()
 [ -n "${RA_BENCH_ARGS:-}" ] && read -ra extra <<<"$RA_BENCH_ARGS"
-left() { # left T: T, or less when the budget runs out first
-    local l=$((deadline - SECONDS))
-    [ "$l" -lt "$1" ] && echo "$l" || echo "$1"
-}
 within() { # within NAME T: whether a step of T seconds may start
     if [ "$(left "$2")" -lt 20 ]; then
         echo "$1: skipped, out of time" >>"$summary_file"

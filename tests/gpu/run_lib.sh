@@ -20,6 +20,13 @@ step() {
     return 0
 }
 
+# left T: T seconds, or fewer when the sourcing script's $deadline (in
+# $SECONDS) comes first: a step's time limit cut to the run's budget.
+left() {
+    local l=$((deadline - SECONDS))
+    [ "$l" -lt "$1" ] && echo "$l" || echo "$1"
+}
+
 # mps_start TAG: an MPS control daemon with its pipes and log under /tmp/rn-TAG-mps-*.
 # Returns nonzero when it did not start (then nothing is exported).
 mps_start() {

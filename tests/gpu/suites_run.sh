@@ -46,10 +46,6 @@ summary_file=$out_final/summary.txt
 export RN_BUILD=$build RN_SRC=$here CUDA_MODULE_LOADING=EAGER
 deadline=$((SECONDS + ${SUITES_BUDGET:-570}))
 status=0
-left() { # left T: T, or less when the budget runs out first
-    local l=$((deadline - SECONDS))
-    [ "$l" -lt "$1" ] && echo "$l" || echo "$1"
-}
 # suite NAME BINARY T [VAR=VALUE...]: tests/gpu/BINARY with its log in NAME.log
 suite() {
     local name=$1 bin=$2 t=$3
