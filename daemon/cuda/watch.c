@@ -104,7 +104,9 @@ void rnd_cuda_on_watch(uv_timer_t *t)
             else
                 g->start_ns = now;
         } else if (!g->start_ns && !head[si]) {
-            cudaError_t e = cudaEventQuery(g->started);
+            /* (not queued yet by its submitter: not started) */
+            cudaError_t e =
+                rnd_cuda_gjob_queued(g) ? cudaEventQuery(g->started) : cudaErrorNotReady;
             if (e == cudaSuccess) {
                 g->start_ns = now;
             } else if (e == cudaErrorNotReady) {
