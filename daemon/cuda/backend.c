@@ -45,7 +45,6 @@ static void release_streams(rnd_cuda *b)
         if (s->st)
             cudaStreamDestroy(s->st);
         pthread_cond_destroy(&s->cv);
-        pthread_cond_destroy(&s->scv);
     }
     b->nstreams = 0;
     (void)cudaGetLastError();
@@ -130,9 +129,7 @@ static int open_device(rnd_cuda *b, const rnd_backend_opts *o, rnp_error *err)
         rnd_cuda_stream *s = &b->streams[b->nstreams];
         s->b = b;
         rn_queue_init(&s->fifo);
-        rn_queue_init(&s->subq);
         RN_PT_GOTO(pthread_cond_init(&s->cv, NULL), &f, fail);
-        RN_PT_GOTO(pthread_cond_init(&s->scv, NULL), &f, fail);
         b->nstreams++;
         s->live = true;
         RN_CUDA_GOTO(cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking), &f, fail);

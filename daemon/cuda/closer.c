@@ -219,8 +219,6 @@ bool rnd_cuda_streams_waiting(rnd_cuda *b)
         rnd_cuda_gjob *g = RN_QUEUE_DATA(q, rnd_cuda_gjob, link);
         if (g->start_ns || g->no_start)
             continue; /* (no_start: it waits for nothing but the jobs before it) */
-        if (!rnd_cuda_gjob_queued(g))
-            return true; /* (its submitter has not queued it yet) */
         cudaError_t e = cudaEventQuery(g->started);
         if (e != cudaSuccess) {
             if (e != cudaErrorNotReady)

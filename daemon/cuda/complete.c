@@ -47,15 +47,13 @@ void *rnd_cuda_completion_thread(void *arg)
     (void)cudaSetDevice(b->dev);
     pthread_mutex_lock(&b->mu);
     for (;;) {
-        /* (not while its submitter still has jobs for the FIFO) */
-        while ((q = rn_queue_head(&s->fifo)) == NULL && !((b->stop || s->quit) && !s->spending))
+        while ((q = rn_queue_head(&s->fifo)) == NULL && !b->stop && !s->quit)
             pthread_cond_wait(&s->cv, &b->mu);
         if (!q)
             break;
         rnd_cuda_gjob *g = RN_QUEUE_DATA(q, rnd_cuda_gjob, flink);
         pthread_mutex_unlock(&b->mu);
-        /* (nofin: its submitter lost track of it, g->err says why) */
-        cudaError_t e = g->nofin ? g->err : cudaEventSynchronize(g->fin);
+        cudaError_t e = cudaEventSynchronize(g->fin);
         if (e != cudaSuccess)
             (void)cudaGetLastError();
         pthread_mutex_lock(&b->mu);
@@ -113,9 +111,6 @@ bool rnd_cuda_threads_stop(rnd_cuda *b, int timeout_ms)
             until.tv_nsec -= 1000000000L;
         }
     }
-    /* The submitters first: their last jobs go to the FIFOs. */
-    for (int i = 0; i < b->nstreams; i++)
-        rnd_cuda_submitter_join(b, &b->streams[i], timeout_ms < 0 ? NULL : &until);
     for (int i = 0; i < b->nstreams; i++) {
         rnd_cuda_stream *s = &b->streams[i];
         if (!s->thr_started)
@@ -347,28 +342,15 @@ void rnd_cuda_run_fatal(rnd_cuda *b)
         return;
     b->fatal_pending = false;
     drain_completions(b);
-    rn_queue held;
-    rn_queue_init(&held);
     while ((q = rn_queue_head(&b->outstanding)) != NULL) {
         rnd_cuda_gjob *g = RN_QUEUE_DATA(q, rnd_cuda_gjob, link);
         bool acked = g->acked;
-        pthread_mutex_lock(&b->mu);
-        bool by_worker = g->by_worker;
-        pthread_mutex_unlock(&b->mu);
-        if (by_worker) {
-            /* Its submitter uses the job: it is answered at its completion,
-             * which comes through the FIFO (complete, fail_job). */
-            rn_queue_remove(q);
-            rn_queue_push_back(&held, q);
-            continue;
-        }
         rnd_job *job = detach(b, g);
         if (!g->in_fifo)
             rnd_cuda_gjob_free(b, g); /* its completion was never recorded */
         fail_job(job, acked, b->fail_msg);
         job->done(job);
     }
-    rn_queue_move(&b->outstanding, &held);
     uv_idle_stop(&b->kick);
     if (b->fatal)
         b->fatal(b->fatal_ctx, b->fail_msg);
@@ -378,12 +360,6 @@ void rnd_cuda_on_async(uv_async_t *h)
 {
     rnd_cuda *b = h->data;
 
-    /* (submitter.c: a submitter lost track of a job) */
-    pthread_mutex_lock(&b->mu);
-    bool sub_failed = b->sub_failed;
-    pthread_mutex_unlock(&b->mu);
-    if (sub_failed)
-        rnd_cuda_mark_failed(b, "%s", b->sub_fail_msg);
     /* (gate.c: a close would wait for an armed call's inputs) */
     if (atomic_load(&b->revoke_wanted) && atomic_exchange(&b->revoke_wanted, false) && b->revoke)
         b->revoke(b->fatal_ctx);

@@ -39,7 +39,6 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <time.h>
 
 /* After the CUDA headers, so that the CUDA check forms exist. */
 #include "rn_check.h"
@@ -153,23 +152,6 @@ typedef struct rnd_cuda_gjob {
     cudaEvent_t t0, t1;            /* sync mode: kernel timing; else NULL */
     cudaEvent_t fin;               /* completion, waited on by the stream's thread */
     cudaError_t err;               /* what the wait returned (under b->mu) */
-    /* A ring job whose stream calls its stream's submitter thread makes
-     * (RMSNORMD_SUBMIT_THREADS=1, submitter.c): what they are, set on the
-     * loop before the hand-off. */
-    struct {
-        CUdeviceptr ready, done;   /* the ring's ready and done words */
-        uint64_t wv;               /* wait: ready >= wv */
-        bool wait, run, kdone, armed;
-    } sub;
-    bool queued;                   /* (atomic) its calls up to the started record are on
-                                    * its stream: until then started means nothing (set
-                                    * at once for a job the loop queues itself) */
-    bool by_worker;                /* handed to its stream's submitter, not yet in the
-                                    * FIFO (under b->mu): the failure path leaves it to its
-                                    * completion */
-    bool nofin;                    /* the submitter lost track of it: fin not recorded,
-                                    * err says why (the completion thread waits for nothing) */
-    rn_queue slink;                /* its stream's submit queue (under b->mu) */
     /* Its stream's wait on a client, for the gate (gate.c): a ring slot
      * (the ring's ready word >= seq) or the client's ready event; both NULL:
      * none, or it left the gate's list for good.  Set on the loop. */
@@ -195,14 +177,6 @@ typedef struct rnd_cuda_stream {
     bool live;                     /* st exists (the pool's always; an own one while held) */
     bool own;                      /* a ring's own stream (ownstream.c) */
     bool quit;                     /* its completion thread returns (under b->mu) */
-    /* Its submitter thread (a ring's own stream, RMSNORMD_SUBMIT_THREADS=1;
-     * submitter.c): the ring jobs handed to it, oldest first, and how many
-     * of them are not yet in the FIFO (under b->mu; scv: both ways). */
-    pthread_t sthr;
-    bool sthr_started;
-    pthread_cond_t scv;
-    rn_queue subq;
-    uint32_t spending;
     bool spare;                    /* an own one whose session ended, kept live for the
                                     * next ring (ownstream.c) */
     bool giveback;                 /* an own one whose session ended: its destruction and
@@ -341,11 +315,6 @@ struct rnd_cuda {
                                     * and are not timed (RMSNORMD_DEBUG_LEAN_START=1) */
     bool gate_ready;               /* unarmed ring kernels gated on the ring's ready word
                                     * (RMSNORMD_DEBUG_GATE_READY=1: a measurement) */
-    bool submit_threads;           /* a ring's own stream gets its jobs' CUDA calls from a
-                                    * thread of its own (RMSNORMD_SUBMIT_THREADS=1) */
-    bool sub_failed;               /* a submitter lost track of a job (under mu): the
-                                    * loop fails the backend (rnd_cuda_on_async) */
-    char sub_fail_msg[RNP_MAX_ERRMSG];
 
     bool failed, fatal_pending;
     char fail_msg[RNP_MAX_ERRMSG]; /* for the fatal hook; HEALTH shows the start */
@@ -452,21 +421,6 @@ int rnd_cuda_threads_start(rnd_cuda *b, rnp_error *err);
 void *rnd_cuda_completion_thread(void *stream);
 bool rnd_cuda_threads_stop(rnd_cuda *b, int timeout_ms);
 void rnd_cuda_fifo_push(rnd_cuda *b, rnd_cuda_gjob *g);
-/* submitter.c: a ring job's answer put in its slot without a kernel, and
- * its done words written by the stream (ring_submit and the submitters). */
-void rnd_cuda_ring_put_error(rnd_job *job, int status, const char *msg);
-CUresult rnd_cuda_ring_write_done(rnd_cuda *b, cudaStream_t st, CUdeviceptr done,
-                                  const rnd_ring_job *rj);
-/* submitter.c: a ring's own stream's submitter thread (RMSNORMD_SUBMIT_THREADS=1):
- * started with the stream, told to return with its completion thread (quit,
- * stop) once its queue is empty, joined before it. */
-int rnd_cuda_submitter_start(rnd_cuda *b, rnd_cuda_stream *s);
-void rnd_cuda_submitter_join(rnd_cuda *b, rnd_cuda_stream *s, const struct timespec *until);
-/* Whether g's started event stands for it (its calls are on its stream). */
-static inline bool rnd_cuda_gjob_queued(const rnd_cuda_gjob *g)
-{
-    return __atomic_load_n(&g->queued, __ATOMIC_ACQUIRE);
-}
 void rnd_cuda_ack_later(rnd_cuda *b, rnd_cuda_gjob *g);
 void rnd_cuda_run_fatal(rnd_cuda *b);
 void rnd_cuda_on_async(uv_async_t *h);

@@ -198,8 +198,6 @@ static int check_locked(rnd_cuda *b, uint64_t now, cudaError_t *err, bool *armed
          * event may not be recorded yet, right after add: then it is the
          * pool's event from before, complete, and the wait, satisfied
          * already, leaves a little early.) */
-        if (!rnd_cuda_gjob_queued(g))
-            continue; /* (its submitter has not recorded started yet) */
         cudaError_t e = cudaEventQuery(g->started);
         if (e == cudaErrorNotReady)
             continue;
@@ -314,7 +312,6 @@ static void giveback(rnd_cuda *b, int i)
     rnd_cuda_stream *s = &b->streams[i];
     const uint64_t t0 = rnd_now_ns();
 
-    rnd_cuda_submitter_join(b, s, NULL);
     if (s->thr_started) {
         pthread_join(s->thr, NULL);
         s->thr_started = false;
@@ -328,7 +325,6 @@ static void giveback(rnd_cuda *b, int i)
         (void)cudaGetLastError();
     s->st = NULL;
     pthread_cond_destroy(&s->cv);
-    pthread_cond_destroy(&s->scv);
     s->giveback = false;
     b->ngiveback--;
     const uint64_t took = rnd_now_ns() - t0;

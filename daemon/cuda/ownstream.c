@@ -45,8 +45,6 @@ int rnd_cuda_own_stream_new(rnd_cuda *b, const char *what)
              * thread waiting for work, its workspace kept. */
             b->streams[i].spare = false;
             b->nspare--;
-            if (strcmp(what, "a ring") == 0)
-                (void)rnd_cuda_submitter_start(b, &b->streams[i]); /* (if it has none) */
             return i;
         }
     for (i = RND_CUDA_STREAMS; i < RND_CUDA_MAX_STREAMS; i++)
@@ -66,9 +64,7 @@ int rnd_cuda_own_stream_new(rnd_cuda *b, const char *what)
     s->b = b;
     s->own = true;
     rn_queue_init(&s->fifo);
-    rn_queue_init(&s->subq);
     RN_PT_GOTO(pthread_cond_init(&s->cv, NULL), &f, fail);
-    RN_PT_GOTO(pthread_cond_init(&s->scv, NULL), &f, fail_cv0);
     /* The workspace comes with the first job (submit.c's ws_ensure,
      * stream-ordered), so that nothing here waits for the device. */
     RN_CUDA_GOTO(cudaStreamCreateWithFlags(&s->st, cudaStreamNonBlocking), &f, fail_cv);
@@ -77,18 +73,11 @@ int rnd_cuda_own_stream_new(rnd_cuda *b, const char *what)
     s->live = true;
     if (i + 1 > b->nstreams)
         b->nstreams = i + 1;
-    /* Its jobs' calls from a thread of its own (RMSNORMD_SUBMIT_THREADS=1;
-     * a graph slots' stream gets none: submit.c).  Without one they come
-     * from the loop. */
-    if (strcmp(what, "a ring") == 0 && rnd_cuda_submitter_start(b, s) != 0)
-        rnd_warn("A submitter thread for %s: cannot start one; the loop submits its jobs", what);
     return i;
 fail_stream:
     cudaStreamDestroy(s->st);
     s->st = NULL;
 fail_cv:
-    pthread_cond_destroy(&s->scv);
-fail_cv0:
     pthread_cond_destroy(&s->cv);
 fail:
     (void)cudaGetLastError();
@@ -116,7 +105,6 @@ void rnd_cuda_own_stream_free(rnd_cuda *b, int i)
     pthread_mutex_lock(&b->mu);
     s->quit = true;
     pthread_cond_signal(&s->cv);
-    pthread_cond_broadcast(&s->scv);
     pthread_mutex_unlock(&b->mu);
     s->live = false;
     if (b->failed)

@@ -168,13 +168,6 @@ void rnd_cuda_ring_probe(rnd_cuda *b, bool want)
      * the cancel word's trip (always open: the job waited for the word, or
      * was taken once it had come), which is what a kernel gated on the
      * client's own ready word would cost. */
-    /* Off unless RMSNORMD_SUBMIT_THREADS=1 (being measured): a ring's own
-     * stream gets its jobs' CUDA calls from a thread of its own instead of
-     * the loop (submitter.c). */
-    const char *st = getenv("RMSNORMD_SUBMIT_THREADS");
-    b->submit_threads = st && !strcmp(st, "1");
-    if (b->submit_threads)
-        rnd_info("RMSNORMD_SUBMIT_THREADS=1: each ring's own stream has a submitter thread");
     const char *gr = getenv("RMSNORMD_DEBUG_GATE_READY");
     b->gate_ready = gr && !strcmp(gr, "1");
     if (b->gate_ready)

@@ -30,12 +30,6 @@ static int ws_ensure(rnd_cuda *b, rnd_cuda_stream *s, int64_t m, int64_t n, rnp_
 
     if (need <= s->ws_bytes)
         return 0;
-    /* The jobs handed to the stream's submitter launch with the workspace
-     * they were checked against: they go on the stream first. */
-    pthread_mutex_lock(&b->mu);
-    while (s->spending)
-        pthread_cond_wait(&s->scv, &b->mu);
-    pthread_mutex_unlock(&b->mu);
     /* Stream-ordered: kernels queued before keep the old workspace until
      * they are done, and the new one is zeroed before the next launch. */
     RN_CUDA_GOTO(cudaMallocAsync(&ws, need, s->st), &f, fail);
@@ -113,6 +107,18 @@ static int drv_fail(rnd_cuda *b, rnd_cuda_stream *s, const char *what, CUresult 
                     what, (int)r);
 }
 
+/* The job's answer in the ring without a kernel: the host writes status
+ * and message now (the client reads them only after done). */
+static void put_error(rnd_job *job, int status, const char *msg)
+{
+    rnd_ring_job *rj = job->ring;
+
+    rj->status = status;
+    snprintf(rj->msg, sizeof rj->msg, "%s", msg && msg[0] ? msg : rnp_strerror(status));
+    if (!atomic_load(&job->cancelled))
+        rnd_ring_put(rj, rj->status, rj->msg);
+}
+
 /* From here g's job is on the GPU (or its stream waits for it): it is
  * outstanding, and its done event will run whatever follows. */
 static void outstanding(rnd_cuda *b, rnd_cuda_sess *cs, rnd_cuda_gjob *g, rnd_job *job)
@@ -138,8 +144,6 @@ static rnd_cuda_gjob *gjob_new(rnd_cuda_sess *cs, int si)
         rn_queue_init(&g->alink);
         rn_queue_init(&g->flink);
         rn_queue_init(&g->wlink);
-        rn_queue_init(&g->slink);
-        g->queued = true;
         g->cs = cs;
         g->stream = si;
         g->done_slot = -1;
@@ -154,6 +158,31 @@ static void lost_track(rnd_cuda *b, rn_fault *f, const char *when)
     rnp_error lost;
     rnd_cuda_fault(b, f, false, &lost, "bwd");
     rnd_cuda_mark_failed(b, "%s: %.150s", when, lost.msg);
+}
+
+/* A ring job's done words, in order (each write with its memory barrier):
+ * the ring's, then the client's device word if it has one, in one call
+ * where the driver has cuStreamBatchMemOp. */
+static CUresult write_done(rnd_cuda *b, cudaStream_t st, CUdeviceptr done, const rnd_ring_job *rj)
+{
+    uint64_t v = rnd_ring_done_value(rj);
+    CUresult r;
+
+    if (rj->done_dev && b->batch) {
+        CUstreamBatchMemOpParams ops[2];
+        memset(ops, 0, sizeof ops);
+        ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+        ops[0].writeValue.address = done;
+        ops[0].writeValue.value64 = v;
+        ops[0].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+        ops[1] = ops[0];
+        ops[1].writeValue.address = (CUdeviceptr)(uintptr_t)rj->done_dev;
+        return b->batch(st, 2, ops, 0);
+    }
+    if ((r = b->write64(st, done, v, CU_STREAM_WRITE_VALUE_DEFAULT)) != CUDA_SUCCESS ||
+        !rj->done_dev)
+        return r;
+    return b->write64(st, (CUdeviceptr)(uintptr_t)rj->done_dev, v, CU_STREAM_WRITE_VALUE_DEFAULT);
 }
 
 /*
@@ -189,7 +218,7 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
                         b->noutstanding);
     bool put = false; /* the answer is in the slot (a graph slot counts each put in fails) */
     if (run && rnd_cuda_host_tensors(b, job, &kerr) != 0) {
-        rnd_cuda_ring_put_error(job, kerr.code, kerr.msg);
+        put_error(job, kerr.code, kerr.msg);
         run = false;
         put = true;
     }
@@ -200,7 +229,7 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
         rnk_cuda_workspace_size(b->kdev, job->args.m, job->args.n) > s->ws_bytes)
         return rnp_fail(err, RND_UNARMABLE, "bwd: the stream's workspace must grow first");
     if (run && ws_ensure(b, s, job->args.m, job->args.n, &kerr) != 0) {
-        rnd_cuda_ring_put_error(job, kerr.code, kerr.msg);
+        put_error(job, kerr.code, kerr.msg);
         run = false;
         put = true;
     }
@@ -225,13 +254,6 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
         rnp_ring_put_result(rj->slot, 0, NULL);
         atomic_thread_fence(memory_order_release);
     }
-    /* RMSNORMD_SUBMIT_THREADS=1: a ring job on its ring's own stream gets
-     * its stream's calls from that stream's submitter thread (below), so
-     * that K rings' launches do not all wait for the loop. */
-    bool worker =
-        b->submit_threads && !graph && si >= RND_CUDA_STREAMS && s->sthr_started && !b->stamps;
-    if (worker) /* (before the gate can see it) */
-        __atomic_store_n(&g->queued, false, __ATOMIC_RELEASE);
     /* A slot taken once its ready word had reached it (--ring-ready=host)
      * waits for nothing: the client's stream wrote ready after its
      * producer's work, with the write's memory barrier, so the inputs are
@@ -245,11 +267,7 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
             return rnp_fail(err, RND_UNARMABLE, "bwd: a close runs; not armed now");
         }
         uint64_t wv = armed ? rj->arm_key : rj->seq;
-        if (worker) {
-            g->sub.wait = true;
-            g->sub.ready = ready;
-            g->sub.wv = wv;
-        } else if ((r = b->wait64(s->st, ready, wv, CU_STREAM_WAIT_VALUE_GEQ)) != CUDA_SUCCESS) {
+        if ((r = b->wait64(s->st, ready, wv, CU_STREAM_WAIT_VALUE_GEQ)) != CUDA_SUCCESS) {
             rc = drv_fail(b, s, "cuStreamWaitValue64 (ready)", r, err);
             rnd_cuda_gjob_free(b, g);
             return rc;
@@ -269,6 +287,8 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
      * (its launch failed), and the oldest job there is not running. */
     g->no_start = b->lean_start && (graph || rj->ready_seen) && !g->ends_timed &&
                   si >= RND_CUDA_STREAMS;
+    if (!g->no_start)
+        RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_queued);
     bool kdone = run && b->kernel_done && job->args.m > 0; /* the kernel writes done */
     if (run) {
         /* Read first by the kernel: set if the client dies before ready. */
@@ -284,33 +304,12 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
         job->args.gate_key = armed ? rj->arm_key : rj->seq;
         job->args.latch = armed ? (uint64_t *)(uintptr_t)rnd_cuda_arm_dev(b, rj->arm, 0) : NULL;
         job->args.latch_epoch = armed ? rj->arm_epoch : 0;
-    }
-    job->done_slot = -1;
-    if (worker) {
-        g->sub.run = run;
-        g->sub.kdone = kdone;
-        g->sub.armed = armed;
-        g->sub.done = done;
-        /* Its status and message are set by the submitter; the failure path
-         * leaves it to its completion (the FIFO's, as in_fifo says). */
-        g->in_fifo = true;
-        pthread_mutex_lock(&b->mu);
-        g->by_worker = true;
-        rn_queue_push_back(&s->subq, &g->slink);
-        s->spending++;
-        pthread_cond_broadcast(&s->scv);
-        pthread_mutex_unlock(&b->mu);
-        return 0;
-    }
-    if (!g->no_start)
-        RN_CUDA_GOTO(cudaEventRecord(g->started, s->st), &f, fail_queued);
-    if (run) {
         (void)rnd_cuda_stamp(b, job, false, s->st); /* (RMSNORMD_DEBUG_STAMPS) */
         krc = rnk_cuda_bwd(b->kdev, &job->args, s->ws, s->ws_bytes, s->st, kmsg, sizeof kmsg);
         (void)rnd_cuda_stamp(b, job, true, s->st);
         if (krc != RNK_OK) {
             launch_err(b, s, krc, kmsg, &kerr);
-            rnd_cuda_ring_put_error(job, kerr.code, kerr.msg);
+            put_error(job, kerr.code, kerr.msg);
             run = kdone = false;
             if (armed) {
                 /* (Checked before the wait: a CUDA error.)  The stream's
@@ -321,7 +320,7 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
                 return 0;
             }
         } else {
-            __atomic_fetch_add(&b->nsubmitted, 1, __ATOMIC_RELAXED);
+            b->nsubmitted++;
         }
     }
     /* The ring's done, then the done word in the client's device memory
@@ -329,7 +328,7 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
      * stream past its wait finds the ring's word there too (rn_check), and
      * with it this slot's error.  Written by the kernel when it ran (kdone),
      * the device word first (rnk.h): such a slot has no error to find. */
-    if (!kdone && (r = rnd_cuda_ring_write_done(b, s->st, done, rj)) != CUDA_SUCCESS) {
+    if (!kdone && (r = write_done(b, s->st, done, rj)) != CUDA_SUCCESS) {
         drv_fail(b, s, "cuStreamWriteValue64 (done)", r, &kerr);
         rnd_cuda_mark_failed(b, "writing a ring's done word: %.150s", kerr.msg);
         return 0; /* the failure path answers the job from the host */
@@ -339,6 +338,7 @@ static int ring_submit(rnd_cuda *b, rnd_job *job, rnp_error *err)
     /* Its answer: set now, kept by complete.c (no acked event). */
     job->status = run ? RN_OK : rj->status;
     snprintf(job->msg, sizeof job->msg, "%s", run ? "" : rj->msg);
+    job->done_slot = -1;
     g->ring_timed = run && g->ends_timed;
     return 0;
 
@@ -423,7 +423,7 @@ int rnd_cuda_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
     /* Launched: from here the kernel may read the regions, so the job is
      * outstanding (its done event will run) even if what follows fails. */
     outstanding(b, cs, g, job);
-    __atomic_fetch_add(&b->nsubmitted, 1, __ATOMIC_RELAXED);
+    b->nsubmitted++;
     if (sync)
         RN_CUDA_GOTO(cudaEventRecord(g->t1, s->st), &f, fail_launched);
     if (!sync) {

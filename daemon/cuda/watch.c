@@ -104,9 +104,7 @@ void rnd_cuda_on_watch(uv_timer_t *t)
             else
                 g->start_ns = now;
         } else if (!g->start_ns && !head[si]) {
-            /* (not queued yet by its submitter: not started) */
-            cudaError_t e =
-                rnd_cuda_gjob_queued(g) ? cudaEventQuery(g->started) : cudaErrorNotReady;
+            cudaError_t e = cudaEventQuery(g->started);
             if (e == cudaSuccess) {
                 g->start_ns = now;
             } else if (e == cudaErrorNotReady) {
