@@ -24,9 +24,10 @@
  * mean and p50 of each call in us, and the total per job; run with and
  * without MPS.
  *
- * --threads T1,T2,...: whether the loop's submissions would scale if spread
- * over threads, one stream each (issue 14: at 4096x256 one loop thread
- * bounds K clients at 45 000-68 000 calls/s).  For each T, T threads, each
+ * --threads T1,T2,...: whether the daemon's submissions would scale spread
+ * over threads, one stream each (they do, 1.3-2x one thread's rate; the
+ * daemon's K clients with a submitter thread a ring did not, bench/RESULTS.md
+ * 2026-12-06).  For each T, T threads, each
  * on a stream and problem of its own, issue an armed ring job's calls back
  * to back (record start, wait on a ready word already there, the kernel,
  * record completion with blocking sync), at most --depth jobs a stream
@@ -37,8 +38,8 @@
  *   bench_submit [--iters N] [--out FILE] [--threads T1,T2,... [--depth D]]
  */
 #include <cuda.h>
-#include <pthread.h>
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,7 +101,6 @@ static void report(run *r, int iters, FILE *out)
     if (out)
         fprintf(out, "| %s | total | %.2f | |\n", r->name, total);
 }
-
 
 /* ---- --threads: the same job's calls from T threads at once ---- */
 
