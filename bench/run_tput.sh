@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# K = 1, 2, 4, 8 clients through the daemon against the same clients with
+# the kernel linked in (bench_e2e_cuda --tput-only), under MPS, in one
+# device command of about a minute: issue 14's "calls per second scale with
+# K until the GPU is busy", where the daemon stays at about a third of
+# in-process at 4096x256 and not because of its loop (bench/RESULTS.md,
+# 2026-12-06).  What is left to tell apart: the daemon's streams waiting on
+# its clients' ready words on CUDA's 8 hardware queues a process (armed
+# mode, the default under MPS, queues those waits; host mode does not), and
+# everything else a daemon call has (the two hops, the completions).  So
+# five configurations take turns, two rounds (the second in reverse order):
+#   armed     the default under MPS
+#   host      --ring-ready=host: no stream of the daemon waits on a client
+#   armed16   armed, the daemon alone with CUDA_DEVICE_MAX_CONNECTIONS=16
+#   host16    host, the same
+#   inproc    the kernel in each client, no daemon (the ceiling)
+# Usage: bench/run_tput.sh BUILD OUT [M,N] (default 4096,256; BUILD a build
+# or a pack of one, tests/gpu/pack_build.sh); LD_LIBRARY_PATH for the
+# runtime libraries.  Writes OUT/tput.md (the rows, labelled), OUT/summary.txt
+# and OUT/logs.tgz.  TP_ITERS: calls a client (3000).
+set -u
+build=${1:?usage: run_tput.sh BUILD OUT [M,N]}
+out_final=${2:?usage: run_tput.sh BUILD OUT [M,N]}
+shape=${3:-4096,256}
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "$build" && pwd)
+mkdir -p "$out_final/logs"
+out_final=$(cd "$out_final" && pwd)
+out=$out_final/logs
+summary=()
+summary_file=$out_final/summary.txt
+: >"$summary_file"
+# shellcheck source=tests/gpu/run_lib.sh
+. "$here/tests/gpu/run_lib.sh"
+# The daemon alone with more hardware queues: its clients keep CUDA's 8.
+wrap=$out/rmsnormd-16
+printf '#!/bin/sh\nCUDA_DEVICE_MAX_CONNECTIONS=16 exec %s "$@"\n' "$build/rmsnormd" >"$wrap"
+chmod +x "$wrap"
+row() { # NAME: one bench_e2e_cuda run of that configuration
+    local name=$1 daemon=$build/rmsnormd args=()
+    case $name in
+    host | host16) args=(--daemon-arg --ring-ready=host) ;;
+    inproc) args=(--tput-inproc) ;;
+    esac
+    case $name in *16) daemon=$wrap ;; esac
+    step "$name $shape" "$name-$SECONDS.log" timeout -k 5 90 "$build/bench/bench_e2e_cuda" \
+        --daemon "$daemon" --fast-only --tput-only --tput-shape "$shape" \
+        --iters "${TP_ITERS:-3000}" --label "$name" --out "$out_final/tput.md" "${args[@]}"
+}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$summary_file" 2>&1
+if ! mps_start tput; then
+    echo "MPS did not start" >>"$summary_file"
+    exit 1
+fi
+for name in armed host armed16 host16 inproc inproc host16 armed16 host armed; do
+    row "$name"
+done
+mps_stop tput
+tar -czf "$out_final/logs.tgz" -C "$out_final" logs && rm -rf "$out"
+cat "$summary_file"
+grep -F '| K=' "$out_final/tput.md" | cut -d'|' -f2-4,9
