@@ -38,14 +38,9 @@ part=${3:-all}
 case $part in checks | measure | late | all) ;; *) echo "run_armed.sh: PART: checks, measure, late or all" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "$build" && pwd) # (the tests run rmsnormctl from $RN_BUILD, elsewhere)
-mkdir -p "$out/l-$part"
-out_final=$(cd "$out" && pwd)
-out=$out_final/l-$part
-summary=()
-summary_file=$out_final/summary-$part.txt
-: >"$summary_file"
 # shellcheck source=tests/gpu/run_lib.sh
 . "$here/tests/gpu/run_lib.sh"
+run_dirs "$out" "l-$part" "summary-$part.txt"
 export RN_BUILD=$build RN_SRC=$here CUDA_MODULE_LOADING=EAGER
 
 # Every step's timeout is cut to what is left of RA_BUDGET seconds (540 by

@@ -25,14 +25,9 @@ out_final=${2:?usage: run_tput.sh BUILD OUT [M,N]}
 shape=${3:-4096,256}
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "$build" && pwd)
-mkdir -p "$out_final/logs"
-out_final=$(cd "$out_final" && pwd)
-out=$out_final/logs
-summary=()
-summary_file=$out_final/summary.txt
-: >"$summary_file"
 # shellcheck source=tests/gpu/run_lib.sh
 . "$here/tests/gpu/run_lib.sh"
+run_dirs "$out_final"
 # The daemon alone with more hardware queues: its clients keep CUDA's 8.
 wrap=$out/rmsnormd-16
 printf '#!/bin/sh\nCUDA_DEVICE_MAX_CONNECTIONS=16 exec %s "$@"\n' "$build/rmsnormd" >"$wrap"

@@ -1,8 +1,20 @@
 # SPDX-License-Identifier: MIT
-# Shared by the GPU run scripts (sourced, not run): a step that keeps its
-# log and notes its result in the summary, and an MPS control daemon of the
-# script's own.  The sourcing script sets out (its output folder) and
-# summary=() first.
+# Shared by the GPU run scripts (sourced, not run): their output folders, a
+# step that keeps its log and notes its result in the summary, and an MPS
+# control daemon of the script's own.  The sourcing script sets out (the
+# logs' folder) and summary=() first, or calls run_dirs.
+
+# run_dirs OUT_FINAL [SUB [SUMMARY]]: OUT_FINAL/SUB made (SUB: logs), then
+# out_final and out (the logs' folder) set to them as absolute paths,
+# summary=() and the summary file OUT_FINAL/SUMMARY (summary.txt) emptied.
+run_dirs() {
+    mkdir -p "$1/${2:-logs}"
+    out_final=$(cd "$1" && pwd)
+    out=$out_final/${2:-logs}
+    summary=()
+    summary_file=$out_final/${3:-summary.txt}
+    : >"$summary_file"
+}
 
 # step NAME LOG COMMAND...: run COMMAND with its output in $out/LOG, then
 # note NAME, its exit status, its seconds and its pass/fail lines (also

@@ -35,14 +35,9 @@ for p in "${parts[@]}"; do
 done
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "$build" && pwd)
-mkdir -p "$out_final/logs"
-out_final=$(cd "$out_final" && pwd)
-out=$out_final/logs
-summary=()
-summary_file=$out_final/summary.txt
-: >"$summary_file"
 # shellcheck source=tests/gpu/run_lib.sh
 . "$here/tests/gpu/run_lib.sh"
+run_dirs "$out_final"
 export RN_BUILD=$build RN_SRC=$here CUDA_MODULE_LOADING=EAGER
 deadline=$((SECONDS + ${SUITES_BUDGET:-570}))
 status=0
