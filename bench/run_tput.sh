@@ -2,15 +2,17 @@
 # SPDX-License-Identifier: MIT
 # K = 1, 2, 4, 8 clients through the daemon against the same clients with
 # the kernel linked in (bench_e2e_cuda --tput-only), under MPS, in one
-# device command of about a minute: issue 14's "calls per second scale with
+# device command of one to two minutes: issue 14's "calls per second scale with
 # K until the GPU is busy", where the daemon stays at about a third of
 # in-process at 4096x256 and not because of its loop (bench/RESULTS.md,
 # 2026-12-06).  What is left to tell apart: the daemon's streams waiting on
 # its clients' ready words on CUDA's 8 hardware queues a process (armed
 # mode, the default under MPS, queues those waits; host mode does not), and
 # everything else a daemon call has (the two hops, the completions).  So
-# five configurations take turns, two rounds (the second in reverse order):
+# six configurations take turns, two rounds (the second in reverse order):
 #   armed     the default under MPS
+#   gpu       --ring-ready=gpu: every slot's wait on the GPU, no gate, no
+#             revocations (what armed adds to plain GPU waits)
 #   host      --ring-ready=host: no stream of the daemon waits on a client
 #   armed16   armed, the daemon alone with CUDA_DEVICE_MAX_CONNECTIONS=16
 #   host16    host, the same
@@ -36,6 +38,7 @@ row() { # NAME: one bench_e2e_cuda run of that configuration
     local name=$1 daemon=$build/rmsnormd args=()
     case $name in
     host | host16) args=(--daemon-arg --ring-ready=host) ;;
+    gpu) args=(--daemon-arg --ring-ready=gpu) ;;
     inproc) args=(--tput-inproc) ;;
     esac
     case $name in *16) daemon=$wrap ;; esac
@@ -48,7 +51,7 @@ if ! mps_start tput; then
     echo "MPS did not start" >>"$summary_file"
     exit 1
 fi
-for name in armed host armed16 host16 inproc inproc host16 armed16 host armed; do
+for name in armed gpu host armed16 host16 inproc inproc host16 armed16 host gpu armed; do
     row "$name"
 done
 mps_stop tput
