@@ -75,7 +75,10 @@
  * rows at M x N (8192x1024 by default: the GPU is busy from K = 1 there,
  * so a smaller shape shows how the path itself scales); --tput-inproc: the K rows
  * with the kernel linked into each client instead of the daemon (what the
- * GPU itself does with K processes).
+ * GPU itself does with K processes; with RN_E2E_INPROC_WORDS=dev or host
+ * in the environment each such call also writes and waits on two words on
+ * its own stream, the stream memory operations a daemon call has:
+ * e2e_client.c).
  *
  * --split: the clients put x, dy and dx each in an allocation of its own
  * (the small tensors in a fourth), as PyTorch's caching allocator gives

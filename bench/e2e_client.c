@@ -4,6 +4,7 @@
  * says what they measure): "single" (1. to 3. and 5., one line per shape on
  * stdout) and "tput" (4., after "ready" and a "go" on stdin).
  */
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <inttypes.h>
 #include <stdbool.h>
@@ -95,13 +96,71 @@ static void free_work(work *w)
 
 static long busy_waits; /* calls answered BUSY, then retried after a stream sync */
 
+/* RN_E2E_INPROC_WORDS=dev|host (the in-process K rows): each in-process
+ * call also has the stream memory operations a daemon call puts on the GPU,
+ * in the client's own stream: write ready, wait for it, the kernel, write
+ * done, wait for it (words in device memory, or in mapped pinned host
+ * memory as the ring's ready word is).  Whether those operations, not the
+ * second process, are what K clients through the daemon pay. */
+typedef CUresult (*pfn_value64)(CUstream s, CUdeviceptr addr, cuuint64_t v, unsigned flags);
+static pfn_value64 words_wait, words_write;
+static CUdeviceptr words; /* [2]: ready, done */
+static uint64_t words_seq;
+
+static void words_init(void)
+{
+    const char *how = getenv("RN_E2E_INPROC_WORDS");
+    enum cudaDriverEntryPointQueryResult q;
+    void *p = NULL;
+    if (!how || !*how)
+        return;
+    CK(cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", (void **)&words_wait, 12000,
+                                        cudaEnableDefault, &q));
+    CK(cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", (void **)&words_write, 12000,
+                                        cudaEnableDefault, &q));
+    if (!words_wait || !words_write) {
+        fprintf(stderr, "RN_E2E_INPROC_WORDS: no stream memory operations\n");
+        exit(1);
+    }
+    if (strcmp(how, "host") == 0) {
+        CK(cudaHostAlloc(&p, 16, cudaHostAllocMapped));
+        memset(p, 0, 16);
+        CK(cudaHostGetDevicePointer(&p, p, 0));
+    } else if (strcmp(how, "dev") == 0) {
+        CK(cudaMalloc(&p, 16));
+        CK(cudaMemset(p, 0, 16));
+    } else {
+        fprintf(stderr, "RN_E2E_INPROC_WORDS: dev or host, not '%s'\n", how);
+        exit(1);
+    }
+    words = (CUdeviceptr)(uintptr_t)p;
+}
+
+static void words_op(pfn_value64 fn, int i, unsigned flags)
+{
+    CUresult r = fn((CUstream)st, words + 8u * (unsigned)i, words_seq, flags);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "stream memory operation failed: %d\n", (int)r);
+        exit(1);
+    }
+}
+
 static void one_call(work *w, bool inproc, uint64_t *host_ns)
 {
     if (inproc) {
         char msg[200];
+        if (words) {
+            words_seq++;
+            words_op(words_write, 0, 0);
+            words_op(words_wait, 0, CU_STREAM_WAIT_VALUE_GEQ);
+        }
         if (rnk_cuda_bwd(kdev, &w->k, w->ws, w->wsb, st, msg, sizeof msg)) {
             fprintf(stderr, "rnk_cuda_bwd: %s\n", msg);
             exit(1);
+        }
+        if (words) {
+            words_op(words_write, 1, 0);
+            words_op(words_wait, 1, CU_STREAM_WAIT_VALUE_GEQ);
         }
         return;
     }
@@ -414,6 +473,8 @@ int client_tput(const char *endpoint, int iters)
         return 1;
     /* RN_E2E_TPUT_INPROC: the kernel linked in, no daemon (the ceiling). */
     bool inproc = getenv("RN_E2E_TPUT_INPROC") != NULL;
+    if (inproc)
+        words_init();
     uint64_t *issued = calloc((size_t)iters, sizeof *issued);
     if (!issued)
         return 1;
