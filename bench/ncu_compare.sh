@@ -12,7 +12,10 @@
 # registers, shared memory, the top stall reasons, and the bytes read from
 # and written to DRAM against the least the problem needs (x and dy read,
 # dx written: M x N x 2 bytes each, rstd's 4 M read); OUT/NAME-MxN.ncu.txt
-# keep ncu's full reports.
+# keep ncu's full reports.  NC_SOURCE=1: each kernel also profiled for its
+# stalls by instruction (SourceCounters): OUT/NAME-MxN.src.csv.gz (ncu's
+# source page, SASS) and bench/ncu_source.py's summary of it printed after
+# the table (where the warps wait, and why).
 set -u
 build=${1:?usage: ncu_compare.sh BUILD OUT [M N ...]}
 out=${2:?usage: ncu_compare.sh BUILD OUT [M N ...]}
@@ -34,8 +37,15 @@ smsp__average_warp_latency_issue_stalled_wait.ratio,smsp__average_warp_latency_i
 dram__bytes_read.sum,dram__bytes_write.sum
 ncu_one() { # NAME M N KERNEL_REGEX COMMAND...
     local name=$1 m=$2 n=$3 k=$4; shift 4
+    local base=$out/$name-${m}x$n
     timeout 240 ncu --clock-control none --print-units base --metrics "$metrics" --kernel-name "regex:$k" \
-        --launch-skip 3 --launch-count 1 --csv --page raw "$@" >"$out/$name-${m}x$n.ncu.txt" 2>&1
+        --launch-skip 3 --launch-count 1 --csv --page raw "$@" >"$base.ncu.txt" 2>&1
+    [ "${NC_SOURCE:-0}" = 1 ] || return 0
+    timeout 240 ncu --clock-control none --kernel-name "regex:$k" --launch-skip 3 --launch-count 1 \
+        --section SourceCounters --section WarpStateStats -f -o "$base" "$@" >"$base.src.log" 2>&1 &&
+        ncu --import "$base.ncu-rep" --page source --print-source sass --csv 2>>"$base.src.log" |
+        gzip >"$base.src.csv.gz"
+    rm -f "$base.ncu-rep"
 }
 while [ ${#shapes[@]} -ge 2 ]; do
     m=${shapes[0]} n=${shapes[1]}
@@ -58,3 +68,8 @@ PY
     fi
 done
 python3 "$here/ncu_table.py" "$out"
+if [ "${NC_SOURCE:-0}" = 1 ]; then
+    for f in "$out"/*.src.csv.gz; do
+        if [ -s "$f" ]; then python3 "$here/ncu_source.py" "$f" 8; fi
+    done
+fi
