@@ -63,17 +63,6 @@ static pfn_wait64 wait64;
 
 enum { MAXOPS = 8 };
 
-static void *entry(const char *name)
-{
-    enum cudaDriverEntryPointQueryResult q;
-    void *fn = NULL;
-    CK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q));
-    if (!fn) {
-        fprintf(stderr, "the driver has no %s\n", name);
-        exit(1);
-    }
-    return fn;
-}
 
 typedef struct run {
     const char *name;
@@ -290,9 +279,9 @@ int main(int argc, char **argv)
     if (iters < 10)
         iters = 10;
     CK(cudaSetDevice(0));
-    write64 = (pfn_write64)entry("cuStreamWriteValue64");
-    batch = (pfn_batch)entry("cuStreamBatchMemOp");
-    wait64 = (pfn_wait64)entry("cuStreamWaitValue64");
+    write64 = (pfn_write64)rne_driver_entry("cuStreamWriteValue64");
+    batch = (pfn_batch)rne_driver_entry("cuStreamBatchMemOp");
+    wait64 = (pfn_wait64)rne_driver_entry("cuStreamWaitValue64");
     if (threads)
         return threads_main(threads, iters, depth, outp);
 

@@ -110,18 +110,11 @@ static uint64_t words_seq;
 static void words_init(void)
 {
     const char *how = getenv("RN_E2E_INPROC_WORDS");
-    enum cudaDriverEntryPointQueryResult q;
     void *p = NULL;
     if (!how || !*how)
         return;
-    CK(cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", (void **)&words_wait, 12000,
-                                        cudaEnableDefault, &q));
-    CK(cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", (void **)&words_write, 12000,
-                                        cudaEnableDefault, &q));
-    if (!words_wait || !words_write) {
-        fprintf(stderr, "RN_E2E_INPROC_WORDS: no stream memory operations\n");
-        exit(1);
-    }
+    words_wait = (pfn_value64)rne_driver_entry("cuStreamWaitValue64");
+    words_write = (pfn_value64)rne_driver_entry("cuStreamWriteValue64");
     if (strcmp(how, "host") == 0) {
         CK(cudaHostAlloc(&p, 16, cudaHostAllocMapped));
         memset(p, 0, 16);

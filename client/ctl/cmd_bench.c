@@ -67,7 +67,7 @@ static const struct stop_code *stop_code(int rv)
     for (size_t i = 0; i < sizeof stop_codes / sizeof stop_codes[0]; i++)
         if (stop_codes[i].rv == rv)
             return &stop_codes[i];
-    return &stop_codes[3]; /* (none other maps to 2) */
+    return stop_code(RN_UNREACHABLE); /* (no other code maps to 2) */
 }
 
 static void bench_worker_main(const rnctl_globals *g, const bench_cfg *cfg, int id,

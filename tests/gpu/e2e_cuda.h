@@ -57,6 +57,21 @@ static const char rne_ptx[] =
         }                                                                                     \
     } while (0)
 
+/* A CUDA driver function (cuStreamWaitValue64, ...) through the runtime's
+ * entry points, so that no benchmark links libcuda itself; exits 1 where the
+ * driver has none. */
+static inline void *rne_driver_entry(const char *name)
+{
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    void *fn = NULL;
+    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !fn) {
+        fprintf(stderr, "the CUDA driver has no %s\n", name);
+        exit(1);
+    }
+    return fn;
+}
+
 typedef struct rne_kernels {
     cudaLibrary_t lib;
     cudaKernel_t spin, stamp;
