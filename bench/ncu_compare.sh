@@ -47,12 +47,13 @@ ncu_one() { # NAME M N KERNEL_REGEX COMMAND...
         gzip >"$base.src.csv.gz"
     rm -f "$base.ncu-rep"
 }
-while [ ${#shapes[@]} -ge 2 ]; do
-    m=${shapes[0]} n=${shapes[1]}
-    shapes=("${shapes[@]:2}")
-    ncu_one ours "$m" "$n" 'fast_kernel|general_kernel|s_kernel' "$bk" --shape "$m,$n,f32" --reps 8
-    if python3 -c 'import quack.rmsnorm' 2>/dev/null; then
-        ncu_one quack "$m" "$n" 'RMSNorm|[Rr]ms[Nn]orm' python3 - "$m" "$n" <<'PY'
+# Quack's side: a script file, not a heredoc on ncu_one's stdin, which the
+# first of ncu_one's two runs would read up and leave the second (NC_SOURCE)
+# nothing to run.
+quack_py=
+if python3 -c 'import quack.rmsnorm' 2>/dev/null; then
+    quack_py=$out/quack_one.py
+    cat >"$quack_py" <<'PY'
 import sys, torch
 from quack.rmsnorm import rmsnorm_bwd
 m, n = int(sys.argv[1]), int(sys.argv[2])
@@ -65,6 +66,13 @@ for _ in range(6):
     rmsnorm_bwd(x, w, dy, rstd)
 torch.cuda.synchronize()
 PY
+fi
+while [ ${#shapes[@]} -ge 2 ]; do
+    m=${shapes[0]} n=${shapes[1]}
+    shapes=("${shapes[@]:2}")
+    ncu_one ours "$m" "$n" 'fast_kernel|general_kernel|s_kernel' "$bk" --shape "$m,$n,f32" --reps 8
+    if [ -n "$quack_py" ]; then
+        ncu_one quack "$m" "$n" 'RMSNorm|[Rr]ms[Nn]orm' python3 "$quack_py" "$m" "$n"
     fi
 done
 python3 "$here/ncu_table.py" "$out"
