@@ -348,10 +348,12 @@ int kt_report(int64_t m, int64_t n, const char *w, const char *plan, int sms, co
                "90%% %.2f, last %.2f (chunk %d, block %u)\n",
                x[0], qtl(x, c, 0.1), qtl(x, c, 0.5), qtl(x, c, 0.9), x[c - 1], lastc,
                v.c[lastc].block);
-        /* how long the waiting blocks took to see the last publish */
+        /* how long the waiting blocks took to see the last publish (the
+         * finishers: a block without a slice does not wait, and its T3 is
+         * its T4) */
         double lo = 1e30, hi = -1e30;
         for (int b = 0; b < v.nb; b++)
-            if (v.b[b].t[3]) {
+            if (v.b[b].t[3] && v.b[b].tg) {
                 double t3 = (double)(v.b[b].t[3] - v.t0) * 1e-3;
                 lo = t3 < lo ? t3 : lo;
                 hi = t3 > hi ? t3 : hi;

@@ -65,10 +65,10 @@ static constexpr size_t WS_HEADER = CTR_WORDS * 4;
  *                        the last block resets the counters with plain
  *                        stores (the launch's end orders them before the next
  *                        launch): about 1 us a launch;
- *   RNK_EARLY_EXIT       a block counts itself out (CTR_EXIT) as soon as it
- *                        has seen every chunk done, its last use of the
- *                        counters, so that the count's round trip overlaps
- *                        its dw slices instead of following them.
+ *   RNK_EARLY_EXIT       a finishing block counts itself out (CTR_EXIT)
+ *                        as soon as it has seen every chunk done, its last
+ *                        use of the counters, so that the count's round trip
+ *                        overlaps its dw slices instead of following them.
  * (Adding each group of chunk partials in registers at the finish, and a
  * static first chunk per block, were measured too and not kept.)
  */

@@ -20,10 +20,11 @@
  *      stripes run independently of each other) or in the chunk's workspace
  *      slots (general path); at the chunk's end it adds the stripes in order
  *      into the chunk's partial row and bumps a "done" counter (release);
- *   2. a block that finds no chunk left waits (acquire) until done ==
- *      nchunks.  This cannot deadlock however few blocks are resident: every
- *      claimed chunk belongs to a block that is already running and never
- *      waits before finishing it;
+ *   2. a block that finds no chunk left and has a slice of step 3 waits
+ *      (acquire) until done == nchunks; one without a slice counts itself
+ *      out and leaves.  This cannot deadlock however few blocks are
+ *      resident: every claimed chunk belongs to a block that is already
+ *      running and never waits before finishing it;
  *   3. blocks take 32-column slices (8 under the interleaved order) and add
  *      the partials of each column in rnk.h's fixed two-level order (groups
  *      of RNK_DW_GROUP chunks in parallel, then the groups), rounding once
