@@ -52,6 +52,18 @@ enum { FIN_COLS = 32, FIN_COLS_IL = 8 };
 #define RNK_FIN_BATCH 256
 #endif
 enum { FIN_BATCH = RNK_FIN_BATCH };
+/* RNK_FIN_STAGE = 1 (issue 15, being measured; off in production): the S
+ * kernel's fused finish copies all the partials of its slice into shared
+ * memory at once (cp.async, one round trip) and adds them there, in the
+ * same order, instead of 16 loads a thread in two rounds of 8 from L2;
+ * slices of 4 columns where 8 would take more than RNK_FIN_STAGE_BYTES
+ * (finish_slices_il_staged, bwd_finish.cuh). */
+#ifndef RNK_FIN_STAGE
+#define RNK_FIN_STAGE 0
+#endif
+#ifndef RNK_FIN_STAGE_BYTES
+#define RNK_FIN_STAGE_BYTES 17408
+#endif
 /* The most chunks the interleaved order has (rnk.h: 8 * 132), and their groups. */
 enum { MAX_CHUNKS_IL = 1056, MAX_GROUPS_IL = (MAX_CHUNKS_IL + RNK_DW_GROUP - 1) / RNK_DW_GROUP };
 static constexpr size_t WS_HEADER = CTR_WORDS * 4;
@@ -103,6 +115,9 @@ struct Params {
     unsigned long long *done0, *done1, done_v; /* rnk_bwd_args.done, done_value */
     int64_t xstep, ystep, dstep, drstep; /* ring path: bytes between a stripe's rows */
     float inv_n;      /* 1 / n (RNK_LEAN's row means) */
+#if RNK_FIN_STAGE
+    int fin_cols;     /* S's staged finish: columns a slice (4 or 8) */
+#endif
 #if RNK_TRACE
     rnk_trace_head *tr_head;  /* NULL: this launch records nothing */
     rnk_trace_block *tr_blk;  /* [tr_nblk] */

@@ -124,6 +124,65 @@ __device__ __forceinline__ void finish_slices_il(const Params &p)
     }
 }
 
+#if RNK_FIN_STAGE
+/*
+ * The interleaved order's finish with the slice's partials staged in
+ * shared memory (RNK_FIN_STAGE): slice sl = columns [sl * FC, sl * FC + FC)
+ * (FC = p.fin_cols, 4 or 8), one slice a block at a time; every partial's
+ * FC floats of the slice copied at once into stage (P * FC floats), then one
+ * thread per (group, float4) adds its group's partials in chunk order, then
+ * one thread per column the group sums in order: rnk.h's two-level order,
+ * the same bits as finish_slices_il.
+ */
+__device__ __forceinline__ void finish_slices_il_staged(const Params &p, float *stage)
+{
+    __shared__ float4 gsum[MAX_GROUPS_IL][2];
+    const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP, T = (int)blockDim.x;
+    const int FC = p.fin_cols, NV = FC / 4;
+    float4 *st4 = reinterpret_cast<float4 *>(stage);
+    for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x) {
+        const int64_t c0 = (int64_t)sl * FC;
+        /* (columns n .. pst-1 of a partial are padding, never stored) */
+        for (int i = threadIdx.x; i < P * NV; i += T) {
+            const int k = i / NV, v = i - k * NV;
+            if (c0 + v * 4 < p.n)
+                cp_async16(st4 + i, p.part + (int64_t)k * p.cs + c0 + v * 4);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        for (int i = threadIdx.x; i < Q * NV; i += T) {
+            const int q = i / NV, v = i - q * NV;
+            const int cnt = P - q * RNK_DW_GROUP < RNK_DW_GROUP ? P - q * RNK_DW_GROUP
+                                                                : RNK_DW_GROUP;
+            float4 g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (c0 + v * 4 < p.n)
+                for (int k = 0; k < cnt; k++) {
+                    const float4 x = st4[(q * RNK_DW_GROUP + k) * NV + v];
+                    g.x = __fadd_rn(g.x, x.x);
+                    g.y = __fadd_rn(g.y, x.y);
+                    g.z = __fadd_rn(g.z, x.z);
+                    g.w = __fadd_rn(g.w, x.w);
+                }
+            gsum[q][v] = g;
+        }
+        __syncthreads();
+        trace_groups(p);
+        for (int c = threadIdx.x; c < FC; c += T) {
+            const int64_t col = c0 + c;
+            if (col < p.n) {
+                const float *gs = reinterpret_cast<const float *>(&gsum[0][c >> 2]) + (c & 3);
+                float d = 0.0f;
+                for (int q = 0; q < Q; q++)
+                    d = __fadd_rn(d, gs[q * 8]); /* gsum[q][c >> 2], element c & 3 */
+                st_any(p.dw_dt, p.dw, col, d);
+            }
+        }
+        __syncthreads();
+    }
+}
+#endif
+
 /* A counter's reset by the launch's last block (RNK_LEAN_SYNC: a plain store). */
 __device__ __forceinline__ void reset_word(unsigned *w, unsigned v)
 {
@@ -171,10 +230,12 @@ __device__ __forceinline__ void write_done(const Params &p)
 }
 
 /* Whether this block has a finish slice (finish_slices_il's and
- * finish_slice's deal). */
-template <bool IL> __device__ __forceinline__ bool has_slice(const Params &p)
+ * finish_slice's deal; STAGED: finish_slices_il_staged's, a slice a block). */
+template <bool IL, bool STAGED = false> __device__ __forceinline__ bool has_slice(const Params &p)
 {
-    if constexpr (IL) {
+    if constexpr (STAGED) {
+        return (int64_t)blockIdx.x < p.nslices;
+    } else if constexpr (IL) {
         const int Q = (p.nchunks + RNK_DW_GROUP - 1) / RNK_DW_GROUP, T = (int)blockDim.x;
         const int SB = T / (2 * Q) > 0 ? T / (2 * Q) : 1;
         return (int64_t)blockIdx.x * SB < p.nslices;
@@ -191,14 +252,15 @@ template <bool IL> __device__ __forceinline__ bool has_slice(const Params &p)
  * 65536x1024; 2.5-6.5 % faster at 16384-32768 x 512-1024, bench/RESULTS.md).
  * IL: the interleaved order's finish
  * (finish_slices_il, MAXT: the kernel's largest block); else the contiguous
- * one's (finish_slice through tile, FIN_BATCH * FIN_COLS floats).
+ * one's (finish_slice through tile, FIN_BATCH * FIN_COLS floats); STAGED
+ * (RNK_FIN_STAGE, the S kernel): finish_slices_il_staged through tile.
  * done_words: false for a gated launch (cancelled(), CANCEL_GATED). */
-template <bool IL = false, int MAXT = 1024>
+template <bool IL = false, int MAXT = 1024, bool STAGED = false>
 __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bool fused,
                                                 bool done_words = true)
 {
     unsigned prev = 0;
-    const bool fin = fused && p.dw && has_slice<IL>(p);
+    const bool fin = fused && p.dw && has_slice<IL, STAGED>(p);
     if (fin) {
         if (threadIdx.x == 0) {
             while (ld_acquire(&p.ctr[CTR_DONE]) < (unsigned)p.nchunks)
@@ -215,6 +277,11 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
 #endif
         __syncthreads();
         trace_mark(p, 3, 3);
+#if RNK_FIN_STAGE
+        if constexpr (STAGED)
+            finish_slices_il_staged(p, tile);
+        else
+#endif
         if constexpr (IL)
             finish_slices_il<MAXT>(p);
         else

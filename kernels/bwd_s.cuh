@@ -267,7 +267,13 @@ __global__ void __launch_bounds__(SShape<TPR>::BT, SShape<TPR>::MINB) s_kernel(P
         s_chunks<T, TPR, MODE, false, false>(p, sh);
     else
         s_chunks<T, TPR, MODE, false, true>(p, sh);
+#if RNK_FIN_STAGE
+    extern __shared__ float4 s_stage[]; /* the staged finish's partials */
+    finish_and_exit<true, SShape<TPR>::BT, true>(p, reinterpret_cast<float *>(s_stage),
+                                                 MODE == MODE_FUSED);
+#else
     finish_and_exit<true, SShape<TPR>::BT>(p, nullptr, MODE == MODE_FUSED);
+#endif
 }
 
 } /* namespace rnk */

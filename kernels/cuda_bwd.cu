@@ -256,6 +256,17 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
             pl->threads = p.tpr * p.G;
         }
         pl->smem = 0; /* (neither stages anything in dynamic shared memory) */
+#if RNK_FIN_STAGE
+        /* S's staged finish (bwd_common.cuh): slices of 8 columns, or of 4
+         * where 8 would stage more than RNK_FIN_STAGE_BYTES. */
+        p.fin_cols = FIN_COLS_IL;
+        if (pl->path == PATH_S) {
+            if ((size_t)p.nchunks * FIN_COLS_IL * 4 > RNK_FIN_STAGE_BYTES)
+                p.fin_cols = 4;
+            p.nslices = (int)((a->n + p.fin_cols - 1) / p.fin_cols);
+            pl->smem = (size_t)p.nchunks * (size_t)p.fin_cols * 4;
+        }
+#endif
         if (a->n > S_MAX_N || pl->threads / p.tpr != p.G)
             return einval(msg, msglen, "n: %lld: block of %d rows, rnk.h's G = %d",
                           (long long)a->n, pl->threads / p.tpr, p.G);
