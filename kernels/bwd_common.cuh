@@ -53,16 +53,18 @@ enum { FIN_COLS = 32, FIN_COLS_IL = 8 };
 #endif
 enum { FIN_BATCH = RNK_FIN_BATCH };
 /* RNK_FIN_STAGE = 1 (issue 15, being measured; off in production): the S
- * kernel's fused finish copies all the partials of its slice into shared
+ * kernel's fused finish copies all the partials of its slices into shared
  * memory at once (cp.async, one round trip) and adds them there, in the
- * same order, instead of 16 loads a thread in two rounds of 8 from L2;
- * slices of 4 columns where 8 would take more than RNK_FIN_STAGE_BYTES
- * (finish_slices_il_staged, bwd_finish.cuh). */
+ * same order, instead of 16 loads a thread in two rounds of 8 from L2
+ * (finish_slices_il_staged, bwd_finish.cuh).  A block stages at most
+ * RNK_FIN_STAGE_BYTES for every 128 of its threads (the same share of a
+ * SM at every block size): slices of 8 columns, or of 4 where one of 8
+ * does not fit, as many at a time as fit. */
 #ifndef RNK_FIN_STAGE
 #define RNK_FIN_STAGE 0
 #endif
 #ifndef RNK_FIN_STAGE_BYTES
-#define RNK_FIN_STAGE_BYTES 17408
+#define RNK_FIN_STAGE_BYTES 18432
 #endif
 /* The most chunks the interleaved order has (rnk.h: 8 * 132), and their groups. */
 enum { MAX_CHUNKS_IL = 1056, MAX_GROUPS_IL = (MAX_CHUNKS_IL + RNK_DW_GROUP - 1) / RNK_DW_GROUP };
@@ -116,7 +118,7 @@ struct Params {
     int64_t xstep, ystep, dstep, drstep; /* ring path: bytes between a stripe's rows */
     float inv_n;      /* 1 / n (RNK_LEAN's row means) */
 #if RNK_FIN_STAGE
-    int fin_cols;     /* S's staged finish: columns a slice (4 or 8) */
+    int fin_cols, fin_sb; /* S's staged finish: columns a slice (4 or 8), slices a block at once */
 #endif
 #if RNK_TRACE
     rnk_trace_head *tr_head;  /* NULL: this launch records nothing */

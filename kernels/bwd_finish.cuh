@@ -126,55 +126,60 @@ __device__ __forceinline__ void finish_slices_il(const Params &p)
 
 #if RNK_FIN_STAGE
 /*
- * The interleaved order's finish with the slice's partials staged in
- * shared memory (RNK_FIN_STAGE): slice sl = columns [sl * FC, sl * FC + FC)
- * (FC = p.fin_cols, 4 or 8), one slice a block at a time; every partial's
- * FC floats of the slice copied at once into stage (P * FC floats), then one
- * thread per (group, float4) adds its group's partials in chunk order, then
- * one thread per column the group sums in order: rnk.h's two-level order,
- * the same bits as finish_slices_il.
+ * The interleaved order's finish with its slices' partials staged in shared
+ * memory (RNK_FIN_STAGE): slice sl = columns [sl * FC, sl * FC + FC) (FC =
+ * p.fin_cols, 4 or 8), SB = p.fin_sb slices a block at a time; every
+ * partial's FC floats of those slices copied at once into stage (SB * P * FC
+ * floats), then one thread per (slice, group, float4) adds its group's
+ * partials in chunk order (the group sums after the stage: SB * Q * FC
+ * floats), then one thread per column the group sums in order: rnk.h's
+ * two-level order, the same bits as finish_slices_il.
  */
 __device__ __forceinline__ void finish_slices_il_staged(const Params &p, float *stage)
 {
-    __shared__ float4 gsum[MAX_GROUPS_IL][2];
     const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP, T = (int)blockDim.x;
-    const int FC = p.fin_cols, NV = FC / 4;
+    const int FC = p.fin_cols, NV = FC / 4, SB = p.fin_sb;
     float4 *st4 = reinterpret_cast<float4 *>(stage);
-    for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x) {
-        const int64_t c0 = (int64_t)sl * FC;
+    float4 *gs4 = st4 + (size_t)SB * P * NV; /* [SB][Q][NV] */
+    for (int base = blockIdx.x * SB; base < p.nslices; base += gridDim.x * SB) {
         /* (columns n .. pst-1 of a partial are padding, never stored) */
-        for (int i = threadIdx.x; i < P * NV; i += T) {
-            const int k = i / NV, v = i - k * NV;
-            if (c0 + v * 4 < p.n)
-                cp_async16(st4 + i, p.part + (int64_t)k * p.cs + c0 + v * 4);
+        for (int i = threadIdx.x; i < SB * P * NV; i += T) {
+            const int so = i / (P * NV), r = i - so * P * NV, k = r / NV, v = r - k * NV;
+            const int64_t col = (int64_t)(base + so) * FC + v * 4;
+            if (base + so < p.nslices && col < p.n)
+                cp_async16(st4 + i, p.part + (int64_t)k * p.cs + col);
         }
         cp_async_commit();
         cp_async_wait<0>();
         __syncthreads();
-        for (int i = threadIdx.x; i < Q * NV; i += T) {
-            const int q = i / NV, v = i - q * NV;
+        for (int i = threadIdx.x; i < SB * Q * NV; i += T) {
+            const int so = i / (Q * NV), r = i - so * Q * NV, q = r / NV, v = r - q * NV;
             const int cnt = P - q * RNK_DW_GROUP < RNK_DW_GROUP ? P - q * RNK_DW_GROUP
                                                                 : RNK_DW_GROUP;
+            const float4 *src = st4 + ((size_t)so * P + (size_t)q * RNK_DW_GROUP) * NV + v;
             float4 g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (c0 + v * 4 < p.n)
+            if (base + so < p.nslices && (int64_t)(base + so) * FC + v * 4 < p.n)
                 for (int k = 0; k < cnt; k++) {
-                    const float4 x = st4[(q * RNK_DW_GROUP + k) * NV + v];
+                    const float4 x = src[k * NV];
                     g.x = __fadd_rn(g.x, x.x);
                     g.y = __fadd_rn(g.y, x.y);
                     g.z = __fadd_rn(g.z, x.z);
                     g.w = __fadd_rn(g.w, x.w);
                 }
-            gsum[q][v] = g;
+            gs4[i] = g;
         }
         __syncthreads();
         trace_groups(p);
-        for (int c = threadIdx.x; c < FC; c += T) {
-            const int64_t col = c0 + c;
-            if (col < p.n) {
-                const float *gs = reinterpret_cast<const float *>(&gsum[0][c >> 2]) + (c & 3);
+        for (int i = threadIdx.x; i < SB * FC; i += T) {
+            const int so = i / FC, c = i - so * FC;
+            const int64_t col = (int64_t)(base + so) * FC + c;
+            if (base + so < p.nslices && col < p.n) {
+                /* gs4[so][q][c >> 2], element c & 3 */
+                const float *gs = reinterpret_cast<const float *>(gs4 + (size_t)so * Q * NV +
+                                                                  (c >> 2)) + (c & 3);
                 float d = 0.0f;
                 for (int q = 0; q < Q; q++)
-                    d = __fadd_rn(d, gs[q * 8]); /* gsum[q][c >> 2], element c & 3 */
+                    d = __fadd_rn(d, gs[q * NV * 4]);
                 st_any(p.dw_dt, p.dw, col, d);
             }
         }
@@ -230,11 +235,15 @@ __device__ __forceinline__ void write_done(const Params &p)
 }
 
 /* Whether this block has a finish slice (finish_slices_il's and
- * finish_slice's deal; STAGED: finish_slices_il_staged's, a slice a block). */
+ * finish_slice's deal; STAGED: finish_slices_il_staged's). */
 template <bool IL, bool STAGED = false> __device__ __forceinline__ bool has_slice(const Params &p)
 {
     if constexpr (STAGED) {
-        return (int64_t)blockIdx.x < p.nslices;
+#if RNK_FIN_STAGE
+        return (int64_t)blockIdx.x * p.fin_sb < p.nslices;
+#else
+        return false;
+#endif
     } else if constexpr (IL) {
         const int Q = (p.nchunks + RNK_DW_GROUP - 1) / RNK_DW_GROUP, T = (int)blockDim.x;
         const int SB = T / (2 * Q) > 0 ? T / (2 * Q) : 1;
