@@ -501,12 +501,34 @@ __device__ __forceinline__ int64_t chunk_len(const Params &p, int k)
  * done words, whatever the cancel word says (and the latch is set).  Returns
  * CANCEL_CLEAR, _SET or _GATED.
  */
+/* Knobs being measured (issue 14's GPU time added; production 0 and 32):
+ * RNK_VERDICT_PRELOAD = 1, block 0's thread 0 (almost always the first
+ * block, so the reader) sends the three loads before its swap, so that
+ * their trip and the swap's overlap; if it loses the swap, its values go
+ * unused.  RNK_VERDICT_NS, the other blocks' sleep between polls of the
+ * verdict (ns). */
+#ifndef RNK_VERDICT_PRELOAD
+#define RNK_VERDICT_PRELOAD 0
+#endif
+#ifndef RNK_VERDICT_NS
+#define RNK_VERDICT_NS 32
+#endif
 __device__ __forceinline__ int cancelled(const Params &p)
 {
     __shared__ int s_cancel;
     if (p.cancel == nullptr && p.gate == nullptr)
         return CANCEL_CLEAR;
     if (threadIdx.x == 0) {
+#if RNK_VERDICT_PRELOAD
+        const bool pre = blockIdx.x == 0;
+        unsigned pc = 0u;
+        unsigned long long pg = 0ull, pla = 0ull;
+        if (pre) {
+            pc = p.cancel ? *(const volatile unsigned *)p.cancel : 0u;
+            pg = p.gate ? *(const volatile unsigned long long *)p.gate : 0ull;
+            pla = p.latch ? *(volatile unsigned long long *)p.latch : 0ull;
+        }
+#endif
         unsigned st = atomicCAS(&p.ctr[CTR_CANCEL], (unsigned)CANCEL_UNKNOWN,
                                 (unsigned)CANCEL_READING);
         if (st == CANCEL_UNKNOWN) {
@@ -522,11 +544,21 @@ __device__ __forceinline__ int cancelled(const Params &p)
              * 1.3-1.5 us a call, fence.acq_rel.sys 0.6, this fence 0.2
              * at most: bench/RESULTS.md.)  The cancel word needs no
              * order: a set one means nothing is read. */
+#if RNK_VERDICT_PRELOAD
+            unsigned c = pc;
+            unsigned long long gv = pg & ~(1ull << 62), lv = pla;
+            if (!pre) {
+                c = p.cancel ? *(const volatile unsigned *)p.cancel : 0u;
+                gv = p.gate ? *(const volatile unsigned long long *)p.gate & ~(1ull << 62) : 0ull;
+                lv = p.latch ? *(volatile unsigned long long *)p.latch : 0ull;
+            }
+#else
             unsigned c = p.cancel ? *(const volatile unsigned *)p.cancel : 0u;
             /* (bit 62 is not the client's: rnk.h) */
             unsigned long long gv =
                 p.gate ? *(const volatile unsigned long long *)p.gate & ~(1ull << 62) : 0ull;
             unsigned long long lv = p.latch ? *(volatile unsigned long long *)p.latch : 0ull;
+#endif
             fence_acq_rel_gpu();
             /* A shut gate first: the daemon took the call back and runs
              * it again (or never, its client gone), so not even a
@@ -545,7 +577,7 @@ __device__ __forceinline__ int cancelled(const Params &p)
             atomicExch(&p.ctr[CTR_CANCEL], st);
         } else {
             while ((st = ld_acquire(&p.ctr[CTR_CANCEL])) == CANCEL_READING)
-                __nanosleep(32);
+                __nanosleep(RNK_VERDICT_NS);
         }
         s_cancel = (int)st;
     }
