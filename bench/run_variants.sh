@@ -15,7 +15,12 @@
 # back (NAME1 .. NAMEk NAMEk .. NAME1; RV_ROUNDS times, default 1):
 # OUT/shapes.csv (variant, round, m, n, w, bytes, fused us) and each
 # variant's speed over the first, the median of its runs, in
-# OUT/variants.txt.  RV_BUDGET=S stops starting new runs after S seconds.
+# OUT/variants.txt.  RV_GRID_ROUNDS=R then runs the full grid (all 60
+# shapes, a few seconds a variant) R times, the variants in turn and back
+# each round: OUT/grid/NAME-ROUND/kernel.csv, and in OUT/variants.txt each
+# variant's speed over the first by shape (the median of its rounds), its
+# geomean and its worst and best shapes.  RV_BUDGET=S stops starting new
+# runs after S seconds.
 set -uo pipefail
 dir=${1:?usage: run_variants.sh DIR OUT [ARGS...]}
 out=${2:?usage: run_variants.sh DIR OUT [ARGS...]}
@@ -65,6 +70,22 @@ if [ -n "${RV_SHAPES:-}" ]; then
         done
     done
 fi
+if [ -n "${RV_GRID_ROUNDS:-}" ]; then
+    for ((r = 1; r <= RV_GRID_ROUNDS; r++)); do
+        order=("${names[@]}")
+        if [ $((r % 2)) = 0 ]; then
+            order=()
+            for ((i = ${#names[@]} - 1; i >= 0; i--)); do order+=("${names[i]}"); done
+        fi
+        for name in "${order[@]}"; do
+            [ $SECONDS -ge $deadline ] && break 2
+            d=$out/grid/$name-$r
+            mkdir -p "$d"
+            ${RV_TIMEOUT:+timeout -k 5 "$RV_TIMEOUT"} "$dir/bench_kernel.$name" --out "$d" \
+                >"$d/log" 2>&1 || echo "$name: grid round $r: exit $?"
+        done
+    done
+fi
 python3 - "$out" "${names[@]}" <<'PY' | tee "$out/variants.txt"
 import csv, math, sys
 out, names = sys.argv[1], sys.argv[2:]
@@ -108,4 +129,37 @@ if runs:
         cells = [f"{b / statistics.median(v[nm]):9.3f}" if nm in v else f"{'-':>9}"
                  for nm in names[1:]]
         print(f"{key[0]:6d} {key[1]:5d} {key[2]:>4} {b:9.2f} " + " ".join(cells))
+import glob, os, statistics
+grid = {}
+for f in glob.glob(f"{out}/grid/*/kernel.csv"):
+    nm = os.path.basename(os.path.dirname(f)).rsplit("-", 1)[0]
+    for r in csv.DictReader(open(f)):
+        grid.setdefault((int(r["m"]), int(r["n"]), r["w"]), {}).setdefault(nm, []).append(
+            float(r["fused_us"]))
+if grid:
+    print(f"full grid in rounds: {names[0]}'s us (median of its rounds), each variant's "
+          "speed over it")
+    print(f"{'M':>6} {'N':>5} {'w':>4} {names[0]:>9} " + " ".join(f"{nm:>9}" for nm in names[1:]))
+    sp = {nm: [] for nm in names[1:]}
+    for key in sorted(grid):
+        v = grid[key]
+        if names[0] not in v:
+            continue
+        b = statistics.median(v[names[0]])
+        cells = []
+        for nm in names[1:]:
+            if nm in v:
+                x = b / statistics.median(v[nm])
+                sp[nm].append((x, key))
+                cells.append(f"{x:9.3f}")
+            else:
+                cells.append(f"{'-':>9}")
+        print(f"{key[0]:6d} {key[1]:5d} {key[2]:>4} {b:9.2f} " + " ".join(cells))
+    for nm, xs in sp.items():
+        if xs:
+            xs.sort()
+            g = math.exp(sum(math.log(x) for x, _ in xs) / len(xs))
+            fmt = lambda t: f"{t[1][0]}x{t[1][1]} {t[1][2]} {t[0]:.3f}"
+            print(f"{nm}: geomean {g:.3f} over {len(xs)} shapes; worst {fmt(xs[0])}, "
+                  f"best {fmt(xs[-1])}")
 PY
