@@ -52,9 +52,9 @@ for name in "${names[@]}"; do
         "${args[@]}" >"$out/$name.log" 2>&1 || echo "$name: exit $?"
 done
 : >"$out/shapes.csv"
+back=() # (the variants in reverse, for the runs in turn and back)
+for ((i = ${#names[@]} - 1; i >= 0; i--)); do back+=("${names[i]}"); done
 if [ -n "${RV_SHAPES:-}" ]; then
-    back=()
-    for ((i = ${#names[@]} - 1; i >= 0; i--)); do back+=("${names[i]}"); done
     i=0
     for ((r = 1; r <= ${RV_ROUNDS:-1}; r++)); do
         for shape in $RV_SHAPES; do
@@ -73,10 +73,7 @@ fi
 if [ -n "${RV_GRID_ROUNDS:-}" ]; then
     for ((r = 1; r <= RV_GRID_ROUNDS; r++)); do
         order=("${names[@]}")
-        if [ $((r % 2)) = 0 ]; then
-            order=()
-            for ((i = ${#names[@]} - 1; i >= 0; i--)); do order+=("${names[i]}"); done
-        fi
+        [ $((r % 2)) = 0 ] && order=("${back[@]}")
         for name in "${order[@]}"; do
             [ $SECONDS -ge $deadline ] && break 2
             d=$out/grid/$name-$r

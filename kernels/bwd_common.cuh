@@ -513,6 +513,15 @@ __device__ __forceinline__ int64_t chunk_len(const Params &p, int k)
 #ifndef RNK_VERDICT_NS
 #define RNK_VERDICT_NS 32
 #endif
+/* The verdict's three words as they are now (the gate without bit 62, which
+ * is not the client's: rnk.h). */
+__device__ __forceinline__ void verdict_words(const Params &p, unsigned &c,
+                                              unsigned long long &gv, unsigned long long &lv)
+{
+    c = p.cancel ? *(const volatile unsigned *)p.cancel : 0u;
+    gv = p.gate ? *(const volatile unsigned long long *)p.gate & ~(1ull << 62) : 0ull;
+    lv = p.latch ? *(volatile unsigned long long *)p.latch : 0ull;
+}
 __device__ __forceinline__ int cancelled(const Params &p)
 {
     __shared__ int s_cancel;
@@ -523,11 +532,8 @@ __device__ __forceinline__ int cancelled(const Params &p)
         const bool pre = blockIdx.x == 0;
         unsigned pc = 0u;
         unsigned long long pg = 0ull, pla = 0ull;
-        if (pre) {
-            pc = p.cancel ? *(const volatile unsigned *)p.cancel : 0u;
-            pg = p.gate ? *(const volatile unsigned long long *)p.gate : 0ull;
-            pla = p.latch ? *(volatile unsigned long long *)p.latch : 0ull;
-        }
+        if (pre)
+            verdict_words(p, pc, pg, pla);
 #endif
         unsigned st = atomicCAS(&p.ctr[CTR_CANCEL], (unsigned)CANCEL_UNKNOWN,
                                 (unsigned)CANCEL_READING);
@@ -544,21 +550,14 @@ __device__ __forceinline__ int cancelled(const Params &p)
              * 1.3-1.5 us a call, fence.acq_rel.sys 0.6, this fence 0.2
              * at most: bench/RESULTS.md.)  The cancel word needs no
              * order: a set one means nothing is read. */
+            unsigned c;
+            unsigned long long gv, lv;
 #if RNK_VERDICT_PRELOAD
-            unsigned c = pc;
-            unsigned long long gv = pg & ~(1ull << 62), lv = pla;
-            if (!pre) {
-                c = p.cancel ? *(const volatile unsigned *)p.cancel : 0u;
-                gv = p.gate ? *(const volatile unsigned long long *)p.gate & ~(1ull << 62) : 0ull;
-                lv = p.latch ? *(volatile unsigned long long *)p.latch : 0ull;
-            }
-#else
-            unsigned c = p.cancel ? *(const volatile unsigned *)p.cancel : 0u;
-            /* (bit 62 is not the client's: rnk.h) */
-            unsigned long long gv =
-                p.gate ? *(const volatile unsigned long long *)p.gate & ~(1ull << 62) : 0ull;
-            unsigned long long lv = p.latch ? *(volatile unsigned long long *)p.latch : 0ull;
+            if (pre)
+                c = pc, gv = pg, lv = pla;
+            else
 #endif
+                verdict_words(p, c, gv, lv);
             fence_acq_rel_gpu();
             /* A shut gate first: the daemon took the call back and runs
              * it again (or never, its client gone), so not even a

@@ -61,6 +61,23 @@ __device__ __forceinline__ void finish_slice(const Params &p, int sl, float *til
         st_any(p.dw_dt, p.dw, col, d);
 }
 
+/* finish_slices_il's slices a block at a time: SB = blockDim / (2 *
+ * groups), at least 1 (has_slice deals the same). */
+__device__ __forceinline__ int il_slices_a_block(const Params &p)
+{
+    const int Q = (p.nchunks + RNK_DW_GROUP - 1) / RNK_DW_GROUP, T = (int)blockDim.x;
+    return T / (2 * Q) > 0 ? T / (2 * Q) : 1;
+}
+
+/* g += x, lane by lane, each addition rounded once. */
+__device__ __forceinline__ void fadd4(float4 &g, const float4 &x)
+{
+    g.x = __fadd_rn(g.x, x.x);
+    g.y = __fadd_rn(g.y, x.y);
+    g.z = __fadd_rn(g.z, x.z);
+    g.w = __fadd_rn(g.w, x.w);
+}
+
 /*
  * Interleaved order: finish slices of FIN_COLS_IL = 8 columns in rnk.h's
  * two-level order.  A block
@@ -76,7 +93,7 @@ __device__ __forceinline__ void finish_slices_il(const Params &p)
     constexpr int E = MAXT / 2 > MAX_GROUPS_IL ? MAXT / 2 : MAX_GROUPS_IL;
     __shared__ float4 gsum[E][2];
     const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
-    const int T = (int)blockDim.x, SB = T / (2 * Q) > 0 ? T / (2 * Q) : 1;
+    const int T = (int)blockDim.x, SB = il_slices_a_block(p);
     for (int base = blockIdx.x * SB; base < p.nslices; base += gridDim.x * SB) {
         for (int i = threadIdx.x; i < SB * 2 * Q; i += T) {
             const int so = i / (2 * Q), r = i - so * 2 * Q, cv = r & 1, q = r >> 1;
@@ -97,12 +114,8 @@ __device__ __forceinline__ void finish_slices_il(const Params &p)
                             v[k] = __ldcg(reinterpret_cast<const float4 *>(src + (k0 + k) * p.cs));
 #pragma unroll
                     for (int k = 0; k < 8; k++)
-                        if (k0 + k < cnt) {
-                            g.x = __fadd_rn(g.x, v[k].x);
-                            g.y = __fadd_rn(g.y, v[k].y);
-                            g.z = __fadd_rn(g.z, v[k].z);
-                            g.w = __fadd_rn(g.w, v[k].w);
-                        }
+                        if (k0 + k < cnt)
+                            fadd4(g, v[k]);
                 }
             }
             gsum[so * Q + q][cv] = g;
@@ -159,13 +172,8 @@ __device__ __forceinline__ void finish_slices_il_staged(const Params &p, float *
             const float4 *src = st4 + ((size_t)so * P + (size_t)q * RNK_DW_GROUP) * NV + v;
             float4 g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             if (base + so < p.nslices && (int64_t)(base + so) * FC + v * 4 < p.n)
-                for (int k = 0; k < cnt; k++) {
-                    const float4 x = src[k * NV];
-                    g.x = __fadd_rn(g.x, x.x);
-                    g.y = __fadd_rn(g.y, x.y);
-                    g.z = __fadd_rn(g.z, x.z);
-                    g.w = __fadd_rn(g.w, x.w);
-                }
+                for (int k = 0; k < cnt; k++)
+                    fadd4(g, src[k * NV]);
             gs4[i] = g;
         }
         __syncthreads();
@@ -245,8 +253,7 @@ template <bool IL, bool STAGED = false> __device__ __forceinline__ bool has_slic
         return false;
 #endif
     } else if constexpr (IL) {
-        const int Q = (p.nchunks + RNK_DW_GROUP - 1) / RNK_DW_GROUP, T = (int)blockDim.x;
-        const int SB = T / (2 * Q) > 0 ? T / (2 * Q) : 1;
+        const int SB = il_slices_a_block(p);
         return (int64_t)blockIdx.x * SB < p.nslices;
     } else {
         return (int64_t)blockIdx.x < p.nslices;
