@@ -52,20 +52,6 @@ enum { FIN_COLS = 32, FIN_COLS_IL = 8 };
 #define RNK_FIN_BATCH 256
 #endif
 enum { FIN_BATCH = RNK_FIN_BATCH };
-/* RNK_FIN_STAGE = 1 (issue 15, being measured; off in production): the S
- * kernel's fused finish copies all the partials of its slices into shared
- * memory at once (cp.async, one round trip) and adds them there, in the
- * same order, instead of 16 loads a thread in two rounds of 8 from L2
- * (finish_slices_il_staged, bwd_finish.cuh).  A block stages at most
- * RNK_FIN_STAGE_BYTES for every 128 of its threads (the same share of a
- * SM at every block size): slices of 8 columns, or of 4 where one of 8
- * does not fit, as many at a time as fit. */
-#ifndef RNK_FIN_STAGE
-#define RNK_FIN_STAGE 0
-#endif
-#ifndef RNK_FIN_STAGE_BYTES
-#define RNK_FIN_STAGE_BYTES 18432
-#endif
 /* The most chunks the interleaved order has (rnk.h: 8 * 132), and their groups. */
 enum { MAX_CHUNKS_IL = 1056, MAX_GROUPS_IL = (MAX_CHUNKS_IL + RNK_DW_GROUP - 1) / RNK_DW_GROUP };
 static constexpr size_t WS_HEADER = CTR_WORDS * 4;
@@ -117,9 +103,6 @@ struct Params {
     unsigned long long *done0, *done1, done_v; /* rnk_bwd_args.done, done_value */
     int64_t xstep, ystep, dstep, drstep; /* ring path: bytes between a stripe's rows */
     float inv_n;      /* 1 / n (RNK_LEAN's row means) */
-#if RNK_FIN_STAGE
-    int fin_cols, fin_sb; /* S's staged finish: columns a slice (4 or 8), slices a block at once */
-#endif
 #if RNK_TRACE
     rnk_trace_head *tr_head;  /* NULL: this launch records nothing */
     rnk_trace_block *tr_blk;  /* [tr_nblk] */
@@ -484,6 +467,16 @@ __device__ __forceinline__ int64_t chunk_len(const Params &p, int k)
     return (p.m - k + p.nchunks - 1) / p.nchunks;
 }
 
+/* The verdict's three words as they are now (the gate without bit 62, which
+ * is not the client's: rnk.h). */
+__device__ __forceinline__ void verdict_words(const Params &p, unsigned &c,
+                                              unsigned long long &gv, unsigned long long &lv)
+{
+    c = p.cancel ? *(const volatile unsigned *)p.cancel : 0u;
+    gv = p.gate ? *(const volatile unsigned long long *)p.gate & ~(1ull << 62) : 0ull;
+    lv = p.latch ? *(volatile unsigned long long *)p.latch : 0ull;
+}
+
 /*
  * The cancel word (rnk_bwd_args.cancel), known to each block before it does
  * anything else.  It may lie in host memory, where a read costs a trip
@@ -501,40 +494,12 @@ __device__ __forceinline__ int64_t chunk_len(const Params &p, int k)
  * done words, whatever the cancel word says (and the latch is set).  Returns
  * CANCEL_CLEAR, _SET or _GATED.
  */
-/* Knobs being measured (issue 14's GPU time added; production 0 and 32):
- * RNK_VERDICT_PRELOAD = 1, block 0's thread 0 (almost always the first
- * block, so the reader) sends the three loads before its swap, so that
- * their trip and the swap's overlap; if it loses the swap, its values go
- * unused.  RNK_VERDICT_NS, the other blocks' sleep between polls of the
- * verdict (ns). */
-#ifndef RNK_VERDICT_PRELOAD
-#define RNK_VERDICT_PRELOAD 0
-#endif
-#ifndef RNK_VERDICT_NS
-#define RNK_VERDICT_NS 32
-#endif
-/* The verdict's three words as they are now (the gate without bit 62, which
- * is not the client's: rnk.h). */
-__device__ __forceinline__ void verdict_words(const Params &p, unsigned &c,
-                                              unsigned long long &gv, unsigned long long &lv)
-{
-    c = p.cancel ? *(const volatile unsigned *)p.cancel : 0u;
-    gv = p.gate ? *(const volatile unsigned long long *)p.gate & ~(1ull << 62) : 0ull;
-    lv = p.latch ? *(volatile unsigned long long *)p.latch : 0ull;
-}
 __device__ __forceinline__ int cancelled(const Params &p)
 {
     __shared__ int s_cancel;
     if (p.cancel == nullptr && p.gate == nullptr)
         return CANCEL_CLEAR;
     if (threadIdx.x == 0) {
-#if RNK_VERDICT_PRELOAD
-        const bool pre = blockIdx.x == 0;
-        unsigned pc = 0u;
-        unsigned long long pg = 0ull, pla = 0ull;
-        if (pre)
-            verdict_words(p, pc, pg, pla);
-#endif
         unsigned st = atomicCAS(&p.ctr[CTR_CANCEL], (unsigned)CANCEL_UNKNOWN,
                                 (unsigned)CANCEL_READING);
         if (st == CANCEL_UNKNOWN) {
@@ -552,12 +517,7 @@ __device__ __forceinline__ int cancelled(const Params &p)
              * order: a set one means nothing is read. */
             unsigned c;
             unsigned long long gv, lv;
-#if RNK_VERDICT_PRELOAD
-            if (pre)
-                c = pc, gv = pg, lv = pla;
-            else
-#endif
-                verdict_words(p, c, gv, lv);
+            verdict_words(p, c, gv, lv);
             fence_acq_rel_gpu();
             /* A shut gate first: the daemon took the call back and runs
              * it again (or never, its client gone), so not even a
@@ -576,7 +536,7 @@ __device__ __forceinline__ int cancelled(const Params &p)
             atomicExch(&p.ctr[CTR_CANCEL], st);
         } else {
             while ((st = ld_acquire(&p.ctr[CTR_CANCEL])) == CANCEL_READING)
-                __nanosleep(RNK_VERDICT_NS);
+                __nanosleep(32);
         }
         s_cancel = (int)st;
     }

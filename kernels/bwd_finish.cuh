@@ -137,65 +137,6 @@ __device__ __forceinline__ void finish_slices_il(const Params &p)
     }
 }
 
-#if RNK_FIN_STAGE
-/*
- * The interleaved order's finish with its slices' partials staged in shared
- * memory (RNK_FIN_STAGE): slice sl = columns [sl * FC, sl * FC + FC) (FC =
- * p.fin_cols, 4 or 8), SB = p.fin_sb slices a block at a time; every
- * partial's FC floats of those slices copied at once into stage (SB * P * FC
- * floats), then one thread per (slice, group, float4) adds its group's
- * partials in chunk order (the group sums after the stage: SB * Q * FC
- * floats), then one thread per column the group sums in order: rnk.h's
- * two-level order, the same bits as finish_slices_il.
- */
-__device__ __forceinline__ void finish_slices_il_staged(const Params &p, float *stage)
-{
-    const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP, T = (int)blockDim.x;
-    const int FC = p.fin_cols, NV = FC / 4, SB = p.fin_sb;
-    float4 *st4 = reinterpret_cast<float4 *>(stage);
-    float4 *gs4 = st4 + (size_t)SB * P * NV; /* [SB][Q][NV] */
-    for (int base = blockIdx.x * SB; base < p.nslices; base += gridDim.x * SB) {
-        /* (columns n .. pst-1 of a partial are padding, never stored) */
-        for (int i = threadIdx.x; i < SB * P * NV; i += T) {
-            const int so = i / (P * NV), r = i - so * P * NV, k = r / NV, v = r - k * NV;
-            const int64_t col = (int64_t)(base + so) * FC + v * 4;
-            if (base + so < p.nslices && col < p.n)
-                cp_async16(st4 + i, p.part + (int64_t)k * p.cs + col);
-        }
-        cp_async_commit();
-        cp_async_wait<0>();
-        __syncthreads();
-        for (int i = threadIdx.x; i < SB * Q * NV; i += T) {
-            const int so = i / (Q * NV), r = i - so * Q * NV, q = r / NV, v = r - q * NV;
-            const int cnt = P - q * RNK_DW_GROUP < RNK_DW_GROUP ? P - q * RNK_DW_GROUP
-                                                                : RNK_DW_GROUP;
-            const float4 *src = st4 + ((size_t)so * P + (size_t)q * RNK_DW_GROUP) * NV + v;
-            float4 g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (base + so < p.nslices && (int64_t)(base + so) * FC + v * 4 < p.n)
-                for (int k = 0; k < cnt; k++)
-                    fadd4(g, src[k * NV]);
-            gs4[i] = g;
-        }
-        __syncthreads();
-        trace_groups(p);
-        for (int i = threadIdx.x; i < SB * FC; i += T) {
-            const int so = i / FC, c = i - so * FC;
-            const int64_t col = (int64_t)(base + so) * FC + c;
-            if (base + so < p.nslices && col < p.n) {
-                /* gs4[so][q][c >> 2], element c & 3 */
-                const float *gs = reinterpret_cast<const float *>(gs4 + (size_t)so * Q * NV +
-                                                                  (c >> 2)) + (c & 3);
-                float d = 0.0f;
-                for (int q = 0; q < Q; q++)
-                    d = __fadd_rn(d, gs[q * NV * 4]);
-                st_any(p.dw_dt, p.dw, col, d);
-            }
-        }
-        __syncthreads();
-    }
-}
-#endif
-
 /* A counter's reset by the launch's last block (RNK_LEAN_SYNC: a plain store). */
 __device__ __forceinline__ void reset_word(unsigned *w, unsigned v)
 {
@@ -243,16 +184,10 @@ __device__ __forceinline__ void write_done(const Params &p)
 }
 
 /* Whether this block has a finish slice (finish_slices_il's and
- * finish_slice's deal; STAGED: finish_slices_il_staged's). */
-template <bool IL, bool STAGED = false> __device__ __forceinline__ bool has_slice(const Params &p)
+ * finish_slice's deal). */
+template <bool IL> __device__ __forceinline__ bool has_slice(const Params &p)
 {
-    if constexpr (STAGED) {
-#if RNK_FIN_STAGE
-        return (int64_t)blockIdx.x * p.fin_sb < p.nslices;
-#else
-        return false;
-#endif
-    } else if constexpr (IL) {
+    if constexpr (IL) {
         const int SB = il_slices_a_block(p);
         return (int64_t)blockIdx.x * SB < p.nslices;
     } else {
@@ -268,15 +203,14 @@ template <bool IL, bool STAGED = false> __device__ __forceinline__ bool has_slic
  * 65536x1024; 2.5-6.5 % faster at 16384-32768 x 512-1024, bench/RESULTS.md).
  * IL: the interleaved order's finish
  * (finish_slices_il, MAXT: the kernel's largest block); else the contiguous
- * one's (finish_slice through tile, FIN_BATCH * FIN_COLS floats); STAGED
- * (RNK_FIN_STAGE, the S kernel): finish_slices_il_staged through tile.
+ * one's (finish_slice through tile, FIN_BATCH * FIN_COLS floats).
  * done_words: false for a gated launch (cancelled(), CANCEL_GATED). */
-template <bool IL = false, int MAXT = 1024, bool STAGED = false>
+template <bool IL = false, int MAXT = 1024>
 __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bool fused,
                                                 bool done_words = true)
 {
     unsigned prev = 0;
-    const bool fin = fused && p.dw && has_slice<IL, STAGED>(p);
+    const bool fin = fused && p.dw && has_slice<IL>(p);
     if (fin) {
         if (threadIdx.x == 0) {
             while (ld_acquire(&p.ctr[CTR_DONE]) < (unsigned)p.nchunks)
@@ -293,11 +227,6 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
 #endif
         __syncthreads();
         trace_mark(p, 3, 3);
-#if RNK_FIN_STAGE
-        if constexpr (STAGED)
-            finish_slices_il_staged(p, tile);
-        else
-#endif
         if constexpr (IL)
             finish_slices_il<MAXT>(p);
         else

@@ -42,14 +42,6 @@ template <int TPR> struct SShape {
     static constexpr int WPR = TPR / 32;
     static constexpr int MINB = 1024 / BT;
 };
-/* RNK_S_NB = 1 (issue 15, being measured; off in production): with several
- * rows a block (R > 1: n <= 512), each stripe exchanges its row sums at a
- * named barrier of its own (bar.sync 1 + stripe, TPR threads) instead of the
- * block's, so that the stripes no longer wait for each other every row;
- * they still meet at the chunk's end. */
-#ifndef RNK_S_NB
-#define RNK_S_NB 0
-#endif
 /* The block's shared arrays: the row sums of each warp (double-buffered by
  * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag. */
 template <int TPR, int VEC> struct SShared {
@@ -173,15 +165,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                     red[par][grp][wir][0] = s1;
                     red[par][grp][wir][1] = s2;
                 }
-#if RNK_S_NB
-                /* (knob) each stripe at a barrier of its own */
-                if (R > 1)
-                    asm volatile("bar.sync %0, %1;" ::"r"(1 + grp), "n"(TPR) : "memory");
-                else
-                    __syncthreads();
-#else
                 __syncthreads();
-#endif
                 /* Lane i takes warp i's sums (zeros past the row's warps),
                  * then the same fixed shuffle tree: every lane ends with the
                  * row's sums. */
@@ -283,13 +267,7 @@ __global__ void __launch_bounds__(SShape<TPR>::BT, SShape<TPR>::MINB) s_kernel(P
         s_chunks<T, TPR, MODE, false, false>(p, sh);
     else
         s_chunks<T, TPR, MODE, false, true>(p, sh);
-#if RNK_FIN_STAGE
-    extern __shared__ float4 s_stage[]; /* the staged finish's partials */
-    finish_and_exit<true, SShape<TPR>::BT, true>(p, reinterpret_cast<float *>(s_stage),
-                                                 MODE == MODE_FUSED);
-#else
     finish_and_exit<true, SShape<TPR>::BT>(p, nullptr, MODE == MODE_FUSED);
-#endif
 }
 
 } /* namespace rnk */

@@ -256,27 +256,6 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
             pl->threads = p.tpr * p.G;
         }
         pl->smem = 0; /* (neither stages anything in dynamic shared memory) */
-#if RNK_FIN_STAGE
-        /* S's staged finish (bwd_common.cuh): a slice's partials and its
-         * group sums, (P + Q) * FC floats; slices of 8 columns, or of 4
-         * where 8 do not fit the block's share, as many at once as fit and
-         * as its threads can add (a thread a group and float4). */
-        p.fin_cols = FIN_COLS_IL;
-        p.fin_sb = 1;
-        if (pl->path == PATH_S) {
-            const size_t budget = (size_t)RNK_FIN_STAGE_BYTES * (size_t)(pl->threads / 128);
-            const int64_t q = (p.nchunks + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
-            if ((size_t)(p.nchunks + q) * FIN_COLS_IL * 4 > budget)
-                p.fin_cols = 4;
-            const size_t per = (size_t)(p.nchunks + q) * (size_t)p.fin_cols * 4;
-            int64_t sb = (int64_t)(budget / per);
-            const int64_t by_threads = pl->threads / (q * (p.fin_cols / 4));
-            sb = sb < by_threads ? sb : by_threads;
-            p.fin_sb = sb < 1 ? 1 : (int)sb;
-            p.nslices = (int)((a->n + p.fin_cols - 1) / p.fin_cols);
-            pl->smem = (size_t)p.fin_sb * per;
-        }
-#endif
         if (a->n > S_MAX_N || pl->threads / p.tpr != p.G)
             return einval(msg, msglen, "n: %lld: block of %d rows, rnk.h's G = %d",
                           (long long)a->n, pl->threads / p.tpr, p.G);

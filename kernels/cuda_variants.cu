@@ -69,14 +69,6 @@ extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void
         size_t comb = pl.p.G > 1 ? (size_t)pl.p.G * (size_t)a->n * 4 : 0;
         if (pl.path == PATH_RING)
             pl.smem = fast_smem(pl, comb);
-#if RNK_FIN_STAGE
-        /* (S's staged finish is the fused launch's: here no tile, and the
-         * finish kernel's slices of FIN_COLS_IL columns) */
-        if (pl.path == PATH_S) {
-            pl.smem = 0;
-            pl.p.nslices = (int)((a->n + FIN_COLS_IL - 1) / FIN_COLS_IL);
-        }
-#endif
         rc = launch(dev, variant_fn<MODE_PARTIALS_ONLY>(pl), pl, st, msg, msglen);
         if (rc)
             return rc;
@@ -101,10 +93,6 @@ extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void
         /* The ring's stripe combine runs through shared memory for every G here. */
         if (pl.path == PATH_RING)
             pl.smem = fast_smem(pl, (size_t)pl.p.G * (size_t)a->n * 4);
-#if RNK_FIN_STAGE
-        if (pl.path == PATH_S)
-            pl.smem = 0; /* (no finish here) */
-#endif
         return launch(dev, variant_fn<MODE_ATOMIC>(pl), pl, st, msg, msglen);
     }
     snprintf(msg, msglen, "variant: %d unknown", variant);
