@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bwd_s.cuh - the fast path of the fused, deterministic RMSNorm backward for
- * the shapes under rnk.h's interleaved order (bf16 or fp16 rows of 257 to
+ * the shapes under rnk.h's interleaved order (bf16 or fp16 rows of 129 to
  * 8192 columns, large enough; rnk_chunking): rows straight from global memory
  * into registers (16-byte loads, the next row in flight while one is
  * reduced), one row per TPR threads, dw summed in registers, the chunk
@@ -10,10 +10,11 @@
  * A thread holds one 16-byte vector (8 columns) of a row: TPR = the fewest
  * threads, at least a warp, that cover n (32 up to n = 256, then 64, 128,
  * 256, 512, 1024 at n = 8192).  A block of BT = max(128, TPR) threads works
- * on R = BT / TPR rows at once (R = the interleaved order's G: 2 rows of two
- * warps each at n <= 512, else 1; the template also has R = 4 rows of a warp
- * for n <= 256, which no order uses now), one stripe each, in lockstep:
- * row j of a chunk goes to stripe j % R, as rnk.h's order says.  Blocks claim
+ * on R = BT / TPR rows at once (R = the interleaved order's G: 4 rows of a
+ * warp each at n <= 256, 2 rows of two warps each at n <= 512, else 1), one
+ * stripe each, in lockstep where a row has several warps (the row
+ * exchange's barrier): row j of a chunk goes to stripe j % R, as rnk.h's
+ * order says.  Blocks claim
  * chunks (rnk.h: chunk c = rows c, c + P, ...) from an atomic counter; with
  * the default grid each block takes one or two.  A row's two sums (sum of
  * x * g, and of x^2 when rstd is recomputed) meet in a fixed shuffle tree,

@@ -244,7 +244,7 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
                 aligned16(a->dy, a->dy_stride, es) && aligned16(a->dx, a->dx_stride, es) &&
                 (a->dres_dtype == RNK_NONE || aligned16(a->dres, a->dres_stride, es));
     pl->path = PATH_GENERAL;
-    if (pl->il) { /* (16-bit rows of 257 .. S_MAX_N columns: rnk.h) */
+    if (pl->il) { /* (16-bit rows of 129 .. S_MAX_N columns: rnk.h) */
         if (fast) {
             const int tpr = s_tpr(a->n);
             pl->path = PATH_S;

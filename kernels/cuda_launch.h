@@ -50,6 +50,7 @@ template <class T, int MODE>
 inline const void *s_fn(int tpr)
 {
     switch (tpr) {
+    case 32: return (const void *)s_kernel<T, 32, MODE>;
     case 64: return (const void *)s_kernel<T, 64, MODE>;
     case 128: return (const void *)s_kernel<T, 128, MODE>;
     case 256: return (const void *)s_kernel<T, 256, MODE>;

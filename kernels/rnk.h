@@ -13,7 +13,7 @@
  *   rnk_verify.c    issue 3's accuracy rules, shared by every test (rnk_test.h)
  *   cuda_bwd.cu     per-device init, workspace, the one-launch entry point
  *   bwd_s.cuh       the fast path of the interleaved order (bf16/fp16 rows of
- *                   257-8192 columns, large shapes): rows in registers
+ *                   129-8192 columns, large shapes): rows in registers
  *   bwd_kernel.cuh  the ring path (aligned rows, contiguous order) and the
  *                   general path (any rows, either order)
  *   bwd_common.cuh  the device code both share (row sums, claims, dw finish)
@@ -127,10 +127,11 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen);
  * strides, the grid, the device, its SM count or the thread count.  Two
  * orders:
  *   interleaved, when rnk_chunk_interleaved(m, n, x, dy, dx): x, dy and dx
- *     all bf16 or all fp16, 256 < n <= 8192, m >= n and m * n >= 2^23.
+ *     all bf16 or all fp16, m >= n, and 256 < n <= 8192 with m * n >= 2^23
+ *     or 128 < n <= 256 with m * n >= 2^24.
  *     P = 132 * k chunks (k = 8 for n <= 1024, 4 for n <= 2048, else 2),
  *     at most m / 16; chunk c holds the rows c, c + P, c + 2P, ... below m;
- *     G = 2 stripes for n <= 512, else 1.
+ *     G = 4 stripes for n <= 256, 2 for n <= 512, else 1.
  *   contiguous, everywhere else: C = rnk_chunk_rows(m, n) rows a chunk, P =
  *     ceil(m / C) chunks, chunk c holds rows c*C .. min((c+1)*C, m)-1;
  *     G = rnk_chunk_stripes(n) stripes.

@@ -198,29 +198,37 @@ int rnk_chunk_stripes(int64_t n)
  * 4 up to 2048, 2 beyond: one chunk per resident S block of a 132-SM H200,
  * a constant everywhere else), at most m / RNK_IL_MIN_ROWS; chunk c holds
  * rows c, c + P, ... (every chunk sees the same mix of the tensor, and a
- * block walks its rows with one stride); G = 2 at n <= 512, else 1.
+ * block walks its rows with one stride); G = 4 at n <= 256, 2 at n <= 512,
+ * else 1.
  *
- * It applies to bf16 or fp16 rows (x, dy, dx of one of those), 256 < n <=
- * 8192, m >= n and m * n >= 2^23: where S was faster than the ring kernel
- * under the contiguous order (4-12 % from 16384 rows and n >= 1024, 2-3 % at
- * 4096 x 4096, 11 % at 8192 x 1024; equal at 4096 x 2048 and 16384 x 512);
- * 6-15 % slower at n = 256 and at 4096 x 1024, 2-3 % at 4096 x 8192, which
- * stay contiguous.
+ * It applies to bf16 or fp16 rows (x, dy, dx of one of those), m >= n, and
+ * 256 < n <= 8192 with m * n >= 2^23: where S was faster than the ring
+ * kernel under the contiguous order (4-12 % from 16384 rows and n >= 1024,
+ * 2-3 % at 4096 x 4096, 11 % at 8192 x 1024; equal at 4096 x 2048 and 16384
+ * x 512); 6-15 % slower at 4096 x 1024, 2-3 % at 4096 x 8192, which stay
+ * contiguous.  And 128 < n <= 256 with m * n >= 2^24 (S's blocks of four
+ * one-warp rows): 3-4 % faster at 65536 x 256 on an H100, where the ring
+ * kernel's 256 chunks on 132 SMs end 13 us apart; no faster at 32768 x 256
+ * (0.99-1.00), which stays contiguous with the smaller shapes, where the
+ * ring kernel led by 6-15 % when S was new.
  */
 #ifndef RNK_IL_MIN_ROWS
 #define RNK_IL_MIN_ROWS 16
 #endif
 
-/* log2 of the fewest elements m * n (a knob for measuring the rule; the
- * order it gives is production's only at 23) */
+/* log2 of the fewest elements m * n for n > 256, one more for n <= 256 (a
+ * knob for measuring the rule; the order it gives is production's only at
+ * 23) */
 #ifndef RNK_IL_MIN_LOG2
 #define RNK_IL_MIN_LOG2 23
 #endif
 
 int rnk_chunk_interleaved(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx)
 {
-    return (x == RNK_BF16 || x == RNK_F16) && dy == x && dx == x && n > 256 && n <= 8192 &&
-           m >= n && m * n >= ((int64_t)1 << RNK_IL_MIN_LOG2);
+    if (!((x == RNK_BF16 || x == RNK_F16) && dy == x && dx == x && m >= n && n > 128 &&
+          n <= 8192))
+        return 0;
+    return m * n >= ((int64_t)1 << (n <= 256 ? RNK_IL_MIN_LOG2 + 1 : RNK_IL_MIN_LOG2));
 }
 
 void rnk_chunking_of(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx,
@@ -231,7 +239,7 @@ void rnk_chunking_of(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype 
         if (p > m / RNK_IL_MIN_ROWS)
             p = m / RNK_IL_MIN_ROWS; /* (m >= 2048 here: p >= 128) */
         c->interleaved = 1;
-        c->stripes = n <= 512 ? 2 : 1;
+        c->stripes = n <= 256 ? 4 : n <= 512 ? 2 : 1;
         c->nchunks = p;
         c->rows = 0;
         return;
