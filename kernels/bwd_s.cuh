@@ -14,12 +14,12 @@
  * warp each at n <= 256, 2 rows of two warps each at n <= 512, else 1), one
  * stripe each, in lockstep where a row has several warps (the row
  * exchange's barrier): row j of a chunk goes to stripe j % R, as rnk.h's
- * order says.  Blocks claim
- * chunks (rnk.h: chunk c = rows c, c + P, ...) from an atomic counter; with
- * the default grid each block takes one or two.  A row's two sums (sum of
- * x * g, and of x^2 when rstd is recomputed) meet in a fixed shuffle tree,
- * then, for rows of several warps, at one block barrier per row through a
- * double-buffered array, added over the warps by the same shuffle tree.
+ * order says.  Blocks claim chunks (rnk.h: chunk c = rows c, c + P, ...)
+ * from an atomic counter; with the default grid each block takes one or
+ * two.  A row's two sums (sum of x * g, and of x^2 when rstd is
+ * recomputed) meet in a fixed shuffle tree, then, for rows of several
+ * warps, at one block barrier per row through a double-buffered array,
+ * added over the warps by the same shuffle tree.
  *
  * The weight (none, fp32 or the rows' dtype) is read once per block by its
  * dtype at run time: one kernel serves all three.

@@ -207,7 +207,7 @@ int rnk_chunk_stripes(int64_t n)
  * 2-3 % at 4096 x 4096, 11 % at 8192 x 1024; equal at 4096 x 2048 and 16384
  * x 512); 6-15 % slower at 4096 x 1024, 2-3 % at 4096 x 8192, which stay
  * contiguous.  And 128 < n <= 256 with m * n >= 2^24 (S's blocks of four
- * one-warp rows): 3-4 % faster at 65536 x 256 on an H100, where the ring
+ * one-warp rows): 2-4 % faster at 65536 x 256 on an H100, where the ring
  * kernel's 256 chunks on 132 SMs end 13 us apart; no faster at 32768 x 256
  * (0.99-1.00), which stays contiguous with the smaller shapes, where the
  * ring kernel led by 6-15 % when S was new.
