@@ -18,7 +18,10 @@
  * --torch FILE.csv.
  *
  * Usage: bench_kernel [--quick] [--out DIR] [--torch FILE.csv] [--reps N] [--shape M,N,w]
- *                     [--cancel host|device]
+ *                     [--cancel host|device] [--reverse]
+ * --reverse: at each shape time the variants atomic, separate, fused (the
+ * default order is fused, separate, atomic), to see whether a shape's
+ * number follows the variant or the place in the run.
  * --cancel: every launch carries a cancel word (rnk_bwd_args.cancel, clear),
  * in pinned mapped host memory (as the daemon's fast path gives it) or in
  * device memory: what reading it costs the kernel.
@@ -45,6 +48,7 @@
 
 enum { NV = 3 };
 static const char *vname[NV] = {"fused", "separate", "atomic"};
+static bool g_reverse; /* --reverse: the variants timed last to first */
 
 typedef struct row {
     int64_t m, n;
@@ -193,7 +197,8 @@ static void bench_shape(row *r, int reps, void *ws, size_t wsb)
     for (int i = 0; i <= reps; i++)
         CU(cudaEventCreate(&ev[i]));
     double *t = malloc(sizeof(double) * (size_t)reps);
-    for (int v = 0; v < NV; v++) {
+    for (int k = 0; k < NV; k++) {
+        const int v = g_reverse ? NV - 1 - k : k;
         /* warm up: module load, occupancy cache, clocks */
         for (int i = 0; i < 3; i++)
             if (rnk_cuda_bwd_variant(dev, &S.a[i % nsets], ws, wsb, v, st, msg, sizeof msg)) {
@@ -459,6 +464,8 @@ int main(int argc, char **argv)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--cancel") && i + 1 < argc)
             cancel_at = argv[++i];
+        else if (!strcmp(argv[i], "--reverse"))
+            g_reverse = true;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
             /* one shape only, e.g. for a profiler run: --shape 65536,4096,bf16 */
             char w[8] = "";
@@ -473,7 +480,8 @@ int main(int argc, char **argv)
                 return 2;
         } else {
             fprintf(stderr, "usage: %s [--quick] [--out DIR] [--torch FILE.csv] [--reps N] "
-                            "[--shape M,N,f32|bf16] [--cancel host|device] [--accuracy DIR] [--trace [M,N[,w][+...]]]\n",
+                            "[--shape M,N,f32|bf16] [--cancel host|device] [--reverse] [--accuracy DIR] "
+                            "[--trace [M,N[,w][+...]]]\n",
                     argv[0]);
             return 2;
         }
