@@ -63,7 +63,6 @@ static pfn_wait64 wait64;
 
 enum { MAXOPS = 8 };
 
-
 typedef struct run {
     const char *name;
     int nops;

@@ -84,7 +84,7 @@ if [ -n "${RV_GRID_ROUNDS:-}" ]; then
     done
 fi
 python3 - "$out" "${names[@]}" <<'PY' | tee "$out/variants.txt"
-import csv, math, sys
+import csv, glob, math, os, statistics, sys
 out, names = sys.argv[1], sys.argv[2:]
 rows = {}
 for nm in names:
@@ -115,7 +115,6 @@ for row in csv.reader(open(f"{out}/shapes.csv")):
     nm, _, m, n, w, _, us = row
     runs.setdefault((int(m), int(n), w), {}).setdefault(nm, []).append(float(us))
 if runs:
-    import statistics
     print(f"shapes in turn and back: {names[0]}'s us (median), each variant's speed over it")
     print(f"{'M':>6} {'N':>5} {'w':>4} {names[0]:>9} " + " ".join(f"{nm:>9}" for nm in names[1:]))
     for key in sorted(runs):
@@ -126,7 +125,6 @@ if runs:
         cells = [f"{b / statistics.median(v[nm]):9.3f}" if nm in v else f"{'-':>9}"
                  for nm in names[1:]]
         print(f"{key[0]:6d} {key[1]:5d} {key[2]:>4} {b:9.2f} " + " ".join(cells))
-import glob, os, statistics
 grid = {}
 for f in glob.glob(f"{out}/grid/*/kernel.csv"):
     nm = os.path.basename(os.path.dirname(f)).rsplit("-", 1)[0]

@@ -467,16 +467,6 @@ __device__ __forceinline__ int64_t chunk_len(const Params &p, int k)
     return (p.m - k + p.nchunks - 1) / p.nchunks;
 }
 
-/* The verdict's three words as they are now (the gate without bit 62, which
- * is not the client's: rnk.h). */
-__device__ __forceinline__ void verdict_words(const Params &p, unsigned &c,
-                                              unsigned long long &gv, unsigned long long &lv)
-{
-    c = p.cancel ? *(const volatile unsigned *)p.cancel : 0u;
-    gv = p.gate ? *(const volatile unsigned long long *)p.gate & ~(1ull << 62) : 0ull;
-    lv = p.latch ? *(volatile unsigned long long *)p.latch : 0ull;
-}
-
 /*
  * The cancel word (rnk_bwd_args.cancel), known to each block before it does
  * anything else.  It may lie in host memory, where a read costs a trip
@@ -515,9 +505,11 @@ __device__ __forceinline__ int cancelled(const Params &p)
              * 1.3-1.5 us a call, fence.acq_rel.sys 0.6, this fence 0.2
              * at most: bench/RESULTS.md.)  The cancel word needs no
              * order: a set one means nothing is read. */
-            unsigned c;
-            unsigned long long gv, lv;
-            verdict_words(p, c, gv, lv);
+            unsigned c = p.cancel ? *(const volatile unsigned *)p.cancel : 0u;
+            /* (bit 62 is not the client's: rnk.h) */
+            unsigned long long gv =
+                p.gate ? *(const volatile unsigned long long *)p.gate & ~(1ull << 62) : 0ull;
+            unsigned long long lv = p.latch ? *(volatile unsigned long long *)p.latch : 0ull;
             fence_acq_rel_gpu();
             /* A shut gate first: the daemon took the call back and runs
              * it again (or never, its client gone), so not even a
