@@ -202,23 +202,25 @@ int rnk_chunk_stripes(int64_t n)
  * else 1.
  *
  * It applies to bf16 or fp16 rows (x, dy, dx of one of those), m >= n, and
- * 256 < n <= 8192 with m * n >= 2^23: where S was faster than the ring
+ * 512 < n <= 8192 with m * n >= 2^23: where S was faster than the ring
  * kernel under the contiguous order (4-12 % from 16384 rows and n >= 1024,
- * 2-3 % at 4096 x 4096, 11 % at 8192 x 1024; equal at 4096 x 2048 and 16384
- * x 512); 6-15 % slower at 4096 x 1024, 2-3 % at 4096 x 8192, which stay
- * contiguous.  And 128 < n <= 256 with m * n >= 2^24 (S's blocks of four
- * one-warp rows): 2-4 % faster at 65536 x 256 on an H100, where the ring
- * kernel's 256 chunks on 132 SMs end 13 us apart; no faster at 32768 x 256
- * (0.99-1.00), which stays contiguous with the smaller shapes, where the
- * ring kernel led by 6-15 % when S was new.
+ * 2-3 % at 4096 x 4096, 11 % at 8192 x 1024; equal at 4096 x 2048); 6-15 %
+ * slower at 4096 x 1024, 2-3 % at 4096 x 8192, which stay contiguous.  And
+ * 256 < n <= 512 from 2^22 (S's blocks of two two-warp rows): 2-6 % faster
+ * at 8192 x 512, 12288 x 512 and 16384 x 384 on an H100; 4096 x 512 (2^21)
+ * was 10 % slower there, so it stays contiguous.  And 128 < n <= 256 from
+ * 2^24 (S's blocks of four one-warp rows): 2-4 % faster at 65536 x 256 on
+ * an H100, where the ring kernel's 256 chunks on 132 SMs end 13 us apart;
+ * no faster at 32768 x 256 (0.99-1.00), which stays contiguous with the
+ * smaller shapes, where the ring kernel led by 6-15 % when S was new.
  */
 #ifndef RNK_IL_MIN_ROWS
 #define RNK_IL_MIN_ROWS 16
 #endif
 
-/* log2 of the fewest elements m * n for n > 256, one more for n <= 256 (a
- * knob for measuring the rule; the order it gives is production's only at
- * 23) */
+/* log2 of the fewest elements m * n for n > 512; one more for n <= 256, one
+ * fewer for 256 < n <= 512 (a knob for measuring the rule; the order it
+ * gives is production's only at 23) */
 #ifndef RNK_IL_MIN_LOG2
 #define RNK_IL_MIN_LOG2 23
 #endif
@@ -228,7 +230,9 @@ int rnk_chunk_interleaved(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_d
     if (!((x == RNK_BF16 || x == RNK_F16) && dy == x && dx == x && m >= n && n > 128 &&
           n <= 8192))
         return 0;
-    return m * n >= ((int64_t)1 << (n <= 256 ? RNK_IL_MIN_LOG2 + 1 : RNK_IL_MIN_LOG2));
+    return m * n >= ((int64_t)1 << (n <= 256   ? RNK_IL_MIN_LOG2 + 1
+                                    : n <= 512 ? RNK_IL_MIN_LOG2 - 1
+                                               : RNK_IL_MIN_LOG2));
 }
 
 void rnk_chunking_of(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx,

@@ -393,11 +393,12 @@ static void test_chunk_geometry(void **state)
                         nch == 1);
             assert_int_equal(c, rnk_chunk_rows(ms[i], ns[j]));
             /* Which order: fp32 and mixed rows always contiguous; 16-bit rows
-             * interleaved from 257 to 8192 columns with m * n >= 2^23, from
-             * 129 to 256 with m * n >= 2^24, m >= n. */
+             * interleaved from 513 to 8192 columns with m * n >= 2^23, from
+             * 257 to 512 with m * n >= 2^22, from 129 to 256 with m * n >=
+             * 2^24, m >= n. */
             const int64_t m = ms[i], n = ns[j];
             const int il = n > 128 && n <= 8192 && m >= n &&
-                           m * n >= ((int64_t)1 << (n <= 256 ? 24 : 23));
+                           m * n >= ((int64_t)1 << (n <= 256 ? 24 : n <= 512 ? 22 : 23));
             rnk_chunking ch;
             rnk_chunking_of(m, n, RNK_F32, RNK_F32, RNK_F32, &ch);
             assert_int_equal(ch.interleaved, 0);
@@ -438,15 +439,15 @@ static void test_chunk_geometry(void **state)
     static const int64_t ilp[][3] = {{65536, 1024, 1056}, {65536, 2048, 528}, {65536, 4096, 264},
                                      {65536, 8192, 264},  {16384, 1024, 1024}, {4096, 4096, 256},
                                      {32768, 512, 1056},  {100000, 1024, 1056}, {8192, 1024, 512},
-                                     {65536, 256, 1056}};
+                                     {65536, 256, 1056}, {8192, 512, 512}};
     for (size_t i = 0; i < sizeof ilp / sizeof ilp[0]; i++) {
         rnk_chunking ch;
         rnk_chunking_of(ilp[i][0], ilp[i][1], RNK_BF16, RNK_BF16, RNK_BF16, &ch);
         assert_int_equal(ch.interleaved, 1);
         assert_int_equal(ch.nchunks, ilp[i][2]);
     }
-    /* The rule's edges: n = 128, 8193, m < n, m * n < 2^23 (2^24 at n <= 256)
-     * stay contiguous. */
+    /* The rule's edges: n = 128, 8193, m < n, m * n < 2^23 (2^24 at n <= 256,
+     * 2^22 at 256 < n <= 512) stay contiguous. */
     assert_int_equal(rnk_chunk_interleaved(65536, 256, RNK_BF16, RNK_BF16, RNK_BF16), 1);
     assert_int_equal(rnk_chunk_interleaved(65535, 256, RNK_BF16, RNK_BF16, RNK_BF16), 0);
     assert_int_equal(rnk_chunk_interleaved(32768, 256, RNK_BF16, RNK_BF16, RNK_BF16), 0);
@@ -456,7 +457,13 @@ static void test_chunk_geometry(void **state)
     assert_int_equal(rnk_chunk_interleaved(65536, 8193, RNK_BF16, RNK_BF16, RNK_BF16), 0);
     assert_int_equal(rnk_chunk_interleaved(4096, 8192, RNK_BF16, RNK_BF16, RNK_BF16), 0);
     assert_int_equal(rnk_chunk_interleaved(4096, 1024, RNK_F16, RNK_F16, RNK_F16), 0);
-    assert_int_equal(rnk_chunk_interleaved(8192, 512, RNK_F16, RNK_F16, RNK_F16), 0);
+    assert_int_equal(rnk_chunk_interleaved(8192, 512, RNK_F16, RNK_F16, RNK_F16), 1);
+    assert_int_equal(rnk_chunk_interleaved(8191, 512, RNK_F16, RNK_F16, RNK_F16), 0);
+    assert_int_equal(rnk_chunk_interleaved(4096, 512, RNK_BF16, RNK_BF16, RNK_BF16), 0);
+    assert_int_equal(rnk_chunk_interleaved(16384, 257, RNK_BF16, RNK_BF16, RNK_BF16), 1);
+    assert_int_equal(rnk_chunk_interleaved(16320, 257, RNK_BF16, RNK_BF16, RNK_BF16), 0);
+    assert_int_equal(rnk_chunk_interleaved(8192, 513, RNK_BF16, RNK_BF16, RNK_BF16), 0);
+    assert_int_equal(rnk_chunk_interleaved(16384, 513, RNK_BF16, RNK_BF16, RNK_BF16), 1);
     assert_int_equal(rnk_chunk_interleaved(8192, 1024, RNK_F16, RNK_F16, RNK_F16), 1);
     assert_int_equal(rnk_chunk_interleaved(4096, 2048, RNK_BF16, RNK_BF16, RNK_BF16), 1);
 }
