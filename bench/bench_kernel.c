@@ -17,8 +17,17 @@
  * algorithms) and Quack's rmsnorm_bwd come from bench/kernel_torch.py through
  * --torch FILE.csv.
  *
- * Usage: bench_kernel [--quick] [--out DIR] [--torch FILE.csv] [--reps N] [--shape M,N,w]
- *                     [--cancel host|device] [--reverse]
+ * Usage: bench_kernel [--quick] [--out DIR] [--torch FILE.csv] [--reps N]
+ *                     [--shape M,N[,w][+M,N[,w]...]] [--cancel host|device] [--reverse]
+ *                     [--launches] [--floor]
+ * --shape: only these shapes, in this order (any M and N; w defaults to f32),
+ * without the copy-bandwidth runs (4.24 TB/s is assumed for %copy).
+ * --launches: also write every timed launch's microseconds, in the order
+ * they ran, to DIR/launches.csv (m,n,w,variant,i,us).
+ * --floor: also time, the same way, an empty kernel launched with each
+ * shape's production grid, block, dynamic shared memory and parameter size,
+ * and an empty one-warp kernel: what the launch and the events cost by
+ * themselves (DIR/floor.csv).
  * --reverse: at each shape time the variants atomic, separate, fused (the
  * default order is fused, separate, atomic), to see whether a shape's
  * number follows the variant or the place in the run.
@@ -49,12 +58,15 @@
 enum { NV = 3 };
 static const char *vname[NV] = {"fused", "separate", "atomic"};
 static bool g_reverse; /* --reverse: the variants timed last to first */
+static FILE *g_launches; /* --launches: every timed launch */
+static bool g_floor;     /* --floor: empty kernels too */
 
 typedef struct row {
     int64_t m, n;
     const char *w;           /* "f32" or "bf16" */
     double bytes;
     double us[NV];           /* median microseconds */
+    double empty_us[2];      /* --floor: empty kernel as launched / one warp */
     double torch_eager, torch_compile; /* microseconds, 0 if absent */
     double torch_det, quack;           /* compile with deterministic algorithms; Quack */
     char plan[160];
@@ -165,6 +177,12 @@ static void make_sets(sets *S, int64_t m, int64_t n, bool wf)
         a->eps = 1e-5f;
     }
     CU(cudaStreamSynchronize(st));
+    /* Freeing the previous shape's sets (up to 3 GB) leaves the GPU busy
+     * for a few milliseconds after the free returns: the first variant timed
+     * next ran up to 12 % slower for its first ~3 ms (bench/RESULTS.md,
+     * 65536 x 256 after 32768 x 8192).  Let that pass before timing. */
+    struct timespec settle = {0, 20 * 1000 * 1000};
+    nanosleep(&settle, NULL);
 }
 
 static void free_sets(sets *S)
@@ -178,6 +196,32 @@ static void free_sets(sets *S)
     cudaFree(S->dw);
     cudaFree(S->rstd);
     free(S->a);
+}
+
+/* --floor: the median event time of an empty kernel launched as a's (one
+ * warp when a is NULL), timed as bench_shape times the variants. */
+static double time_empty(const rnk_bwd_args *a, int reps, cudaEvent_t *ev, double *t)
+{
+    char msg[256];
+    for (int i = 0; i < 3 + reps; i++) {
+        if (i == 3) {
+            delay(2 + (unsigned)(reps * 0.01));
+            CU(cudaEventRecord(ev[0], st));
+        }
+        if (rnk_cuda_empty_launch(dev, a, st, msg, sizeof msg)) {
+            fprintf(stderr, "empty kernel: %s\n", msg);
+            exit(1);
+        }
+        if (i >= 3)
+            CU(cudaEventRecord(ev[i - 2], st));
+    }
+    CU(cudaStreamSynchronize(st));
+    for (int i = 0; i < reps; i++) {
+        float ms;
+        CU(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
+        t[i] = ms * 1e3;
+    }
+    return median(t, reps);
 }
 
 static void bench_shape(row *r, int reps, void *ws, size_t wsb)
@@ -219,7 +263,15 @@ static void bench_shape(row *r, int reps, void *ws, size_t wsb)
             CU(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
             t[i] = ms * 1e3;
         }
+        if (g_launches)
+            for (int i = 0; i < reps; i++)
+                fprintf(g_launches, "%lld,%lld,%s,%s,%d,%.3f\n", (long long)m, (long long)n, r->w,
+                        vname[v], i, t[i]);
         r->us[v] = median(t, reps);
+    }
+    if (g_floor) {
+        r->empty_us[0] = time_empty(&S.a[0], reps, ev, t);
+        r->empty_us[1] = time_empty(NULL, reps, ev, t);
     }
     for (int i = 0; i <= reps; i++)
         CU(cudaEventDestroy(ev[i]));
@@ -443,8 +495,9 @@ int main(int argc, char **argv)
     const char *torch = NULL, *acc_dir = NULL;
     bool quick = false, out_set = false;
     int reps = 60;
-    long long only_m = 0, only_n = 0;
-    char *only_w = NULL;
+    kt_shape only[KT_MAX_SHAPES];
+    int nonly = 0;
+    bool launches = false;
     kt_shape tr[KT_MAX_SHAPES];
     int ntr = 0;
     bool trace = false;
@@ -466,12 +519,14 @@ int main(int argc, char **argv)
             cancel_at = argv[++i];
         else if (!strcmp(argv[i], "--reverse"))
             g_reverse = true;
+        else if (!strcmp(argv[i], "--launches"))
+            launches = true;
+        else if (!strcmp(argv[i], "--floor"))
+            g_floor = true;
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
-            /* one shape only, e.g. for a profiler run: --shape 65536,4096,bf16 */
-            char w[8] = "";
-            if (sscanf(argv[++i], "%lld,%lld,%7s", &only_m, &only_n, w) != 3)
+            /* only these shapes, in this order: --shape 65536,4096,bf16+4096,256 */
+            if (kt_parse(argv[++i], only, &nonly))
                 return 2;
-            only_w = strdup(w);
         } else if (!strcmp(argv[i], "--trace")) {
             /* --trace [M,N[,w][+M,N[,w]...]]: per-block timelines (RNK_TRACE=1) */
             trace = true;
@@ -480,8 +535,8 @@ int main(int argc, char **argv)
                 return 2;
         } else {
             fprintf(stderr, "usage: %s [--quick] [--out DIR] [--torch FILE.csv] [--reps N] "
-                            "[--shape M,N,f32|bf16] [--cancel host|device] [--reverse] [--accuracy DIR] "
-                            "[--trace [M,N[,w][+...]]]\n",
+                            "[--shape M,N[,w][+...]] [--cancel host|device] [--reverse] [--launches] "
+                            "[--floor] [--accuracy DIR] [--trace [M,N[,w][+...]]]\n",
                     argv[0]);
             return 2;
         }
@@ -552,14 +607,19 @@ int main(int argc, char **argv)
     static const int64_t ms[] = {4096, 8192, 16384, 32768, 65536};
     static const int64_t ns[] = {256, 512, 1024, 2048, 4096, 8192};
     static const char *ws_[] = {"f32", "bf16"};
-    row rows[60];
+    row rows[60 > KT_MAX_SHAPES ? 60 : KT_MAX_SHAPES];
     int nrows = 0;
-    for (int wi = 0; wi < 2; wi++)
+    for (int k = 0; k < nonly; k++) {
+        memset(&rows[nrows], 0, sizeof rows[nrows]);
+        rows[nrows].m = only[k].m;
+        rows[nrows].n = only[k].n;
+        rows[nrows].w = strcmp(only[k].w, "f32") ? ws_[1] : ws_[0];
+        nrows++;
+    }
+    for (int wi = 0; wi < 2 && !nonly; wi++)
         for (int i = 0; i < 5; i++)
             for (int j = 0; j < 6; j++) {
                 if (quick && (i % 2 || j == 1))
-                    continue;
-                if (only_w && (ms[i] != only_m || ns[j] != only_n || strcmp(ws_[wi], only_w)))
                     continue;
                 memset(&rows[nrows], 0, sizeof rows[nrows]);
                 rows[nrows].m = ms[i];
@@ -579,10 +639,21 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", msg);
         return 1;
     }
-    double copy_bw = only_w ? 4.24e12 : copy_bandwidth();
+    char path[4096];
+    if (launches) {
+        snprintf(path, sizeof path, "%s/launches.csv", out);
+        if (!(g_launches = fopen(path, "w"))) {
+            fprintf(stderr, "cannot write %s\n", path);
+            return 1;
+        }
+        fprintf(g_launches, "m,n,w,variant,i,us\n");
+    }
+    double copy_bw = nonly ? 4.24e12 : copy_bandwidth();
     for (int i = 0; i < nrows; i++)
         bench_shape(&rows[i], reps, ws, wsb);
-    double copy_bw2 = only_w ? copy_bw : copy_bandwidth(); /* again at the end: drift shows */
+    double copy_bw2 = nonly ? copy_bw : copy_bandwidth(); /* again at the end: drift shows */
+    if (g_launches)
+        fclose(g_launches);
     if (torch)
         load_torch(rows, nrows, torch);
 
@@ -595,7 +666,6 @@ int main(int argc, char **argv)
     printf("\n%6s %5s %4s | %8s %6s %5s | %8s %8s %5s %5s | %8s %8s %8s %8s | %5s %5s %5s %5s\n",
            "M", "N", "w", "fused us", "TB/s", "%copy", "sep us", "atom us", "f/sep", "f/atm",
            "eager us", "comp us", "det us", "quack us", "f/eag", "f/cmp", "f/det", "f/qck");
-    char path[4096];
     snprintf(path, sizeof path, "%s/kernel.csv", out);
     FILE *csv = fopen(path, "w");
     snprintf(path, sizeof path, "%s/kernel.json", out);
@@ -664,6 +734,28 @@ int main(int argc, char **argv)
     fprintf(js, "  ]\n}\n");
     fclose(csv);
     fclose(js);
+    if (g_floor) {
+        snprintf(path, sizeof path, "%s/floor.csv", out);
+        FILE *fl = fopen(path, "w");
+        if (!fl) {
+            fprintf(stderr, "cannot write %s\n", path);
+            return 1;
+        }
+        fprintf(fl, "m,n,w,fused_us,empty_as_launched_us,empty_one_warp_us\n");
+        printf("\nthe launch's floor: an empty kernel with each shape's grid, block, shared "
+               "memory and parameter size; an empty one-warp kernel\n%6s %5s %4s | %8s %8s %8s "
+               "| %8s\n",
+               "M", "N", "w", "fused us", "empty us", "warp us", "fused-empty");
+        for (int i = 0; i < nrows; i++) {
+            row *r = &rows[i];
+            printf("%6lld %5lld %4s | %8.2f %8.2f %8.2f | %8.2f\n", (long long)r->m,
+                   (long long)r->n, r->w, r->us[0], r->empty_us[0], r->empty_us[1],
+                   r->us[0] - r->empty_us[0]);
+            fprintf(fl, "%lld,%lld,%s,%.3f,%.3f,%.3f\n", (long long)r->m, (long long)r->n, r->w,
+                    r->us[0], r->empty_us[0], r->empty_us[1]);
+        }
+        fclose(fl);
+    }
     printf("\nplans:\n");
     for (int i = 0; i < nrows; i++)
         printf("  %6lld x %5lld %4s: %s\n", (long long)rows[i].m, (long long)rows[i].n, rows[i].w,

@@ -35,14 +35,14 @@ int kt_parse(const char *spec, kt_shape *s, int *ns)
         char w[8] = "f32";
         int used = 0;
         if (sscanf(p, "%lld,%lld%n", &m, &n, &used) != 2 || m <= 0 || n <= 0) {
-            fprintf(stderr, "--trace: \"%s\": expected M,N[,f32|bf16]\n", p);
+            fprintf(stderr, "shapes: \"%s\": expected M,N[,f32|bf16]\n", p);
             return 2;
         }
         p += used;
         if (*p == ',') {
             size_t k = strcspn(p + 1, "+; ");
             if (k == 0 || k >= sizeof w) {
-                fprintf(stderr, "--trace: bad weight dtype in \"%s\"\n", spec);
+                fprintf(stderr, "shapes: bad weight dtype in \"%s\"\n", spec);
                 return 2;
             }
             memcpy(w, p + 1, k);
@@ -50,11 +50,11 @@ int kt_parse(const char *spec, kt_shape *s, int *ns)
             p += 1 + k;
         }
         if (strcmp(w, "f32") && strcmp(w, "bf16")) {
-            fprintf(stderr, "--trace: weight dtype \"%s\": f32 or bf16\n", w);
+            fprintf(stderr, "shapes: weight dtype \"%s\": f32 or bf16\n", w);
             return 2;
         }
         if (*ns >= KT_MAX_SHAPES) {
-            fprintf(stderr, "--trace: more than %d shapes\n", KT_MAX_SHAPES);
+            fprintf(stderr, "shapes: more than %d\n", KT_MAX_SHAPES);
             return 2;
         }
         s[*ns].m = m;

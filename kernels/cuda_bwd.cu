@@ -478,6 +478,37 @@ extern "C" int rnk_cuda_check(const rnk_device *dev, const rnk_bwd_args *a, void
     return grid_for(const_cast<rnk_device *>(dev), production_fn(pl), pl, msg, msglen, &grid);
 }
 
+/* bench_kernel --floor's empty kernel: a parameter as large as Params. */
+struct EmptyArg {
+    unsigned char b[sizeof(Params)];
+};
+static __global__ void empty_kernel(EmptyArg) {}
+
+extern "C" int rnk_cuda_empty_launch(rnk_device *dev, const rnk_bwd_args *a, void *stream,
+                                     char *msg, size_t msglen)
+{
+    int grid = 1, threads = 32;
+    size_t smem = 0;
+    if (a) {
+        Plan pl;
+        int rc = plan(dev, a, (void *)(uintptr_t)256, ws_bytes(a->m, a->n), &pl, msg, msglen);
+        if (!rc && a->m > 0)
+            rc = grid_for(dev, production_fn(pl), pl, msg, msglen, &grid);
+        if (rc || a->m == 0)
+            return rc;
+        threads = pl.threads;
+        smem = pl.smem;
+    }
+    if (smem > 48 * 1024)
+        CK(cudaFuncSetAttribute((const void *)empty_kernel,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, dev->smem_per_block));
+    EmptyArg arg;
+    memset(&arg, 0, sizeof arg);
+    empty_kernel<<<grid, threads, smem, (cudaStream_t)stream>>>(arg);
+    CK(cudaGetLastError());
+    return RNK_OK;
+}
+
 extern "C" int rnk_cuda_describe(rnk_device *dev, const rnk_bwd_args *a, char *buf, size_t len)
 {
     char msg[160];

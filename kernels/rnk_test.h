@@ -99,6 +99,11 @@ int rnk_cuda_sm_count(const rnk_device *dev);
  * with its vector count, or general), block size, grid, chunk geometry.
  */
 int rnk_cuda_describe(rnk_device *dev, const rnk_bwd_args *a, char *buf, size_t len);
+/* An empty kernel launched with the grid, block, dynamic shared memory and
+ * parameter size rnk_cuda_bwd would launch a's with (one warp, nothing else,
+ * when a is NULL): the launch's own cost, for bench_kernel --floor. */
+int rnk_cuda_empty_launch(rnk_device *dev, const rnk_bwd_args *a, void *stream, char *msg,
+                          size_t msglen);
 
 /* ---- benchmark-only variants (kernels/cuda_variants.cu) ------------------
  * Compiled only with NVCCFLAGS=-DRNK_BENCH_VARIANTS=1 (bench/run_kernel.sh
