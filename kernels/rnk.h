@@ -127,9 +127,11 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen);
  * strides, the grid, the device, its SM count or the thread count.  Two
  * orders:
  *   interleaved, when rnk_chunk_interleaved(m, n, x, dy, dx): x, dy and dx
- *     all bf16 or all fp16, m >= n, and 512 < n <= 8192 with m * n >= 2^23,
- *     256 < n <= 512 with m * n >= 2^22, or 128 < n <= 256 with m * n >= 2^24.
- *     P = 132 * k chunks (k = 8 for n <= 1024, 4 for n <= 2048, else 2),
+ *     all bf16 or all fp16, m >= n (m >= n / 2 for n > 4096), and 512 < n <=
+ *     8192 with m * n >= 2^23, 256 < n <= 512 with m * n >= 2^22, or 128 < n
+ *     <= 256 with m * n >= 2^24.
+ *     P = 132 * k chunks (k = 8 for n <= 1024, 4 for n <= 2048, 2 for n <=
+ *     4096, else 1),
  *     at most m / 16; chunk c holds the rows c, c + P, c + 2P, ... below m;
  *     G = 4 stripes for n <= 256, 2 for n <= 512, else 1.
  *   contiguous, everywhere else: C = rnk_chunk_rows(m, n) rows a chunk, P =

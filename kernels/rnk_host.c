@@ -195,17 +195,20 @@ int rnk_chunk_stripes(int64_t n)
 /*
  * The interleaved order (bwd_s.cuh's, issue 15's twelfth attempt, measured on
  * the H200: bench/RESULTS.md): P = 132 * k(n) chunks (k = 8 up to n = 1024,
- * 4 up to 2048, 2 beyond: one chunk per resident S block of a 132-SM H200,
- * a constant everywhere else), at most m / RNK_IL_MIN_ROWS; chunk c holds
+ * 4 up to 2048, 2 up to 4096: one chunk per resident S block of a 132-SM
+ * H200, a constant everywhere else; 1 beyond, where S's blocks of 1024
+ * threads take one chunk each instead of two: 1.2-3.5 % faster at 8192 to
+ * 65536 x 8192 on an H100, half the partials), at most m / RNK_IL_MIN_ROWS; chunk c holds
  * rows c, c + P, ... (every chunk sees the same mix of the tensor, and a
  * block walks its rows with one stride); G = 4 at n <= 256, 2 at n <= 512,
  * else 1.
  *
- * It applies to bf16 or fp16 rows (x, dy, dx of one of those), m >= n, and
- * 512 < n <= 8192 with m * n >= 2^23: where S was faster than the ring
- * kernel under the contiguous order (4-12 % from 16384 rows and n >= 1024,
- * 2-3 % at 4096 x 4096, 11 % at 8192 x 1024; equal at 4096 x 2048); 6-15 %
- * slower at 4096 x 1024, 2-3 % at 4096 x 8192, which stay contiguous.  And
+ * It applies to bf16 or fp16 rows (x, dy, dx of one of those), m >= n (m >=
+ * n / 2 beyond 4096 columns), and 512 < n <= 8192 with m * n >= 2^23:
+ * where S was faster than the ring kernel under the contiguous order (4-12
+ * % from 16384 rows and n >= 1024, 2-3 % at 4096 x 4096, 11 % at 8192 x
+ * 1024; equal at 4096 x 2048; 4096 x 8192 with one chunk a block 7-8 %);
+ * 6-15 % slower at 4096 x 1024, which stays contiguous.  And
  * 256 < n <= 512 from 2^22 (S's blocks of two two-warp rows): 2-6 % faster
  * at 8192 x 512, 12288 x 512 and 16384 x 384 on an H100; 4096 x 512 (2^21)
  * was 10 % slower there, so it stays contiguous.  And 128 < n <= 256 from
@@ -227,8 +230,8 @@ int rnk_chunk_stripes(int64_t n)
 
 int rnk_chunk_interleaved(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx)
 {
-    if (!((x == RNK_BF16 || x == RNK_F16) && dy == x && dx == x && m >= n && n > 128 &&
-          n <= 8192))
+    if (!((x == RNK_BF16 || x == RNK_F16) && dy == x && dx == x &&
+          (m >= n || (n > 4096 && 2 * m >= n)) && n > 128 && n <= 8192))
         return 0;
     return m * n >= ((int64_t)1 << (n <= 256   ? RNK_IL_MIN_LOG2 + 1
                                     : n <= 512 ? RNK_IL_MIN_LOG2 - 1
@@ -239,7 +242,7 @@ void rnk_chunking_of(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype 
                      rnk_chunking *c)
 {
     if (m > 0 && rnk_chunk_interleaved(m, n, x, dy, dx)) {
-        int64_t p = 132 * (n <= 1024 ? 8 : n <= 2048 ? 4 : 2);
+        int64_t p = 132 * (n <= 1024 ? 8 : n <= 2048 ? 4 : n <= 4096 ? 2 : 1);
         if (p > m / RNK_IL_MIN_ROWS)
             p = m / RNK_IL_MIN_ROWS; /* (m >= 2048 here: p >= 128) */
         c->interleaved = 1;

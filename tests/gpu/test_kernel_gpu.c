@@ -993,6 +993,7 @@ static void test_grid_invariance(void **state)
 {
     (void)state;
     /* rnk.h's interleaved order: S (4096 x 4096: one row of 16 warps;
+     * 4096 x 8192: one row of 32 warps, one chunk a block;
      * 32768 x 512, 8192 x 512 and 12288 x 384: two rows of two warps a
      * block; 65536 x 256 and 98304 x 200: four rows of a warp) and the
      * general path (unaligned rows, 16384 x 1024, 32768 x 512 and 65536 x
@@ -1008,7 +1009,7 @@ static void test_grid_invariance(void **state)
         gs(16384, 1024, RNK_BF16, RNK_F32, RNK_F32), gs(32768, 512, RNK_BF16, RNK_BF16, RNK_F32),
         gs(65536, 256, RNK_BF16, RNK_F32, RNK_F32),  gs(98304, 200, RNK_F16, RNK_F16, RNK_F16),
         gs(65536, 256, RNK_BF16, RNK_BF16, RNK_F32), gs(8192, 512, RNK_BF16, RNK_F32, RNK_F32),
-        gs(12288, 384, RNK_F16, RNK_F16, RNK_F16)};
+        gs(12288, 384, RNK_F16, RNK_F16, RNK_F16),   gs(4096, 8192, RNK_BF16, RNK_BF16, RNK_F32)};
     specs[4].rstd_given = false;
     specs[16].rstd_given = false;
     specs[10].pad = 3;

@@ -395,9 +395,9 @@ static void test_chunk_geometry(void **state)
             /* Which order: fp32 and mixed rows always contiguous; 16-bit rows
              * interleaved from 513 to 8192 columns with m * n >= 2^23, from
              * 257 to 512 with m * n >= 2^22, from 129 to 256 with m * n >=
-             * 2^24, m >= n. */
+             * 2^24, m >= n (m >= n / 2 from 4097 columns). */
             const int64_t m = ms[i], n = ns[j];
-            const int il = n > 128 && n <= 8192 && m >= n &&
+            const int il = n > 128 && n <= 8192 && (m >= n || (n > 4096 && 2 * m >= n)) &&
                            m * n >= ((int64_t)1 << (n <= 256 ? 24 : n <= 512 ? 22 : 23));
             rnk_chunking ch;
             rnk_chunking_of(m, n, RNK_F32, RNK_F32, RNK_F32, &ch);
@@ -435,11 +435,12 @@ static void test_chunk_geometry(void **state)
     assert_int_equal(rnk_chunk_stripes(1024), 8);
     assert_int_equal(rnk_chunk_stripes(2048), 4);
     assert_int_equal(rnk_chunk_stripes(4096), 1);
-    /* The interleaved order's P: 132 * 8 / 4 / 2, at most m / 16. */
+    /* The interleaved order's P: 132 * 8 / 4 / 2 / 1, at most m / 16. */
     static const int64_t ilp[][3] = {{65536, 1024, 1056}, {65536, 2048, 528}, {65536, 4096, 264},
-                                     {65536, 8192, 264},  {16384, 1024, 1024}, {4096, 4096, 256},
+                                     {65536, 8192, 132},  {16384, 1024, 1024}, {4096, 4096, 256},
                                      {32768, 512, 1056},  {100000, 1024, 1056}, {8192, 1024, 512},
-                                     {65536, 256, 1056}, {8192, 512, 512}};
+                                     {65536, 256, 1056}, {8192, 512, 512}, {4096, 8192, 132},
+                                     {8192, 6144, 132}};
     for (size_t i = 0; i < sizeof ilp / sizeof ilp[0]; i++) {
         rnk_chunking ch;
         rnk_chunking_of(ilp[i][0], ilp[i][1], RNK_BF16, RNK_BF16, RNK_BF16, &ch);
@@ -455,7 +456,10 @@ static void test_chunk_geometry(void **state)
     assert_int_equal(rnk_chunk_interleaved(1 << 20, 128, RNK_BF16, RNK_BF16, RNK_BF16), 0);
     assert_int_equal(rnk_chunk_interleaved(32768, 257, RNK_BF16, RNK_BF16, RNK_BF16), 1);
     assert_int_equal(rnk_chunk_interleaved(65536, 8193, RNK_BF16, RNK_BF16, RNK_BF16), 0);
-    assert_int_equal(rnk_chunk_interleaved(4096, 8192, RNK_BF16, RNK_BF16, RNK_BF16), 0);
+    assert_int_equal(rnk_chunk_interleaved(4096, 8192, RNK_BF16, RNK_BF16, RNK_BF16), 1);
+    assert_int_equal(rnk_chunk_interleaved(4095, 8192, RNK_BF16, RNK_BF16, RNK_BF16), 0);
+    assert_int_equal(rnk_chunk_interleaved(3072, 6144, RNK_F16, RNK_F16, RNK_F16), 1);
+    assert_int_equal(rnk_chunk_interleaved(2048, 4096, RNK_BF16, RNK_BF16, RNK_BF16), 0);
     assert_int_equal(rnk_chunk_interleaved(4096, 1024, RNK_F16, RNK_F16, RNK_F16), 0);
     assert_int_equal(rnk_chunk_interleaved(8192, 512, RNK_F16, RNK_F16, RNK_F16), 1);
     assert_int_equal(rnk_chunk_interleaved(8191, 512, RNK_F16, RNK_F16, RNK_F16), 0);
