@@ -197,11 +197,11 @@ int rnk_chunk_stripes(int64_t n)
  * the H200: bench/RESULTS.md): P = 132 * k(n) chunks (k = 8 up to n = 1024,
  * 4 up to 2048, 2 up to 4096: one chunk per resident S block of a 132-SM
  * H200, a constant everywhere else; 1 beyond, where S's blocks of 1024
- * threads take one chunk each instead of two: 1.2-3.5 % faster at 8192 to
- * 65536 x 8192 on an H100, half the partials), at most m / RNK_IL_MIN_ROWS; chunk c holds
- * rows c, c + P, ... (every chunk sees the same mix of the tensor, and a
- * block walks its rows with one stride); G = 4 at n <= 256, 2 at n <= 512,
- * else 1.
+ * threads take one chunk each instead of two, half the partials: 1.2-3.5 %
+ * faster at 8192 to 65536 x 8192 on an H100), at most m / RNK_IL_MIN_ROWS;
+ * chunk c holds rows c, c + P, ... (every chunk sees the same mix of the
+ * tensor, and a block walks its rows with one stride); G = 4 at n <= 256, 2
+ * at n <= 512, else 1.
  *
  * It applies to bf16 or fp16 rows (x, dy, dx of one of those), m >= n (m >=
  * n / 2 beyond 4096 columns), and 512 < n <= 8192 with m * n >= 2^23:
