@@ -199,21 +199,32 @@ static void free_sets(sets *S)
     free(S->a);
 }
 
-/* --floor: the median event time of an empty kernel launched as a's (one
- * warp when a is NULL), timed as bench_shape times the variants. */
-static double time_empty(const rnk_bwd_args *a, int reps, cudaEvent_t *ev, double *t)
+/* One launch of what a run times: launch i of the warm-up (warm) or of the
+ * timed batch; 0, or non-zero with the error in msg. */
+typedef int (*launch_fn)(void *ctx, int i, bool warm, char *msg, size_t msglen);
+
+/*
+ * Three warm-up launches (module load, occupancy cache, clocks), then reps
+ * launches queued behind a delay (expected time per launch ~ bytes / 3 TB/s:
+ * the queue is held long enough for the host to enqueue the whole batch),
+ * each between two events: each launch's microseconds in t[0 .. reps-1],
+ * their median returned.  A launch that fails ends the program, with what.
+ */
+static double time_launches(launch_fn go, void *ctx, const char *what, int reps,
+                            cudaEvent_t *ev, double *t)
 {
     char msg[256];
     for (int i = 0; i < 3 + reps; i++) {
+        const bool warm = i < 3;
         if (i == 3) {
             delay(2 + (unsigned)(reps * 0.01));
             CU(cudaEventRecord(ev[0], st));
         }
-        if (rnk_cuda_empty_launch(dev, a, st, msg, sizeof msg)) {
-            fprintf(stderr, "empty kernel: %s\n", msg);
+        if (go(ctx, warm ? i : i - 3, warm, msg, sizeof msg)) {
+            fprintf(stderr, "%s: %s\n", what, msg);
             exit(1);
         }
-        if (i >= 3)
+        if (!warm)
             CU(cudaEventRecord(ev[i - 2], st));
     }
     CU(cudaStreamSynchronize(st));
@@ -225,11 +236,34 @@ static double time_empty(const rnk_bwd_args *a, int reps, cudaEvent_t *ev, doubl
     return median(t, reps);
 }
 
+/* A variant's launch over a shape's input sets, in rotation. */
+typedef struct variant_ctx {
+    const sets *S;
+    void *ws;
+    size_t wsb;
+    int v;
+} variant_ctx;
+
+static int launch_variant(void *ctx, int i, bool warm, char *msg, size_t msglen)
+{
+    const variant_ctx *c = ctx;
+    (void)warm;
+    return rnk_cuda_bwd_variant(dev, &c->S->a[i % c->S->n], c->ws, c->wsb, c->v, st, msg, msglen);
+}
+
+/* --floor: an empty kernel launched as ctx's call's (one warp when NULL). */
+static int launch_empty(void *ctx, int i, bool warm, char *msg, size_t msglen)
+{
+    (void)i;
+    (void)warm;
+    return rnk_cuda_empty_launch(dev, ctx, st, msg, msglen);
+}
+
 static void bench_shape(row *r, int reps, void *ws, size_t wsb)
 {
     int64_t m = r->m, n = r->n;
     bool wf = strcmp(r->w, "f32") == 0;
-    char msg[256];
+    char what[64];
     sets S;
     make_sets(&S, m, n, wf);
     int nsets = S.n;
@@ -244,35 +278,17 @@ static void bench_shape(row *r, int reps, void *ws, size_t wsb)
     double *t = malloc(sizeof(double) * (size_t)reps);
     for (int k = 0; k < NV; k++) {
         const int v = g_reverse ? NV - 1 - k : k;
-        /* warm up: module load, occupancy cache, clocks */
-        for (int i = 0; i < 3; i++)
-            if (rnk_cuda_bwd_variant(dev, &S.a[i % nsets], ws, wsb, v, st, msg, sizeof msg)) {
-                fprintf(stderr, "%s %lldx%lld: %s\n", vname[v], (long long)m, (long long)n, msg);
-                exit(1);
-            }
-        /* expected time per launch ~ bytes / 3 TB/s; hold the queue long
-         * enough for the host to enqueue the whole batch */
-        delay(2 + (unsigned)(reps * 0.01));
-        CU(cudaEventRecord(ev[0], st));
-        for (int i = 0; i < reps; i++) {
-            rnk_cuda_bwd_variant(dev, &S.a[i % nsets], ws, wsb, v, st, msg, sizeof msg);
-            CU(cudaEventRecord(ev[i + 1], st));
-        }
-        CU(cudaStreamSynchronize(st));
-        for (int i = 0; i < reps; i++) {
-            float ms;
-            CU(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
-            t[i] = ms * 1e3;
-        }
+        variant_ctx c = {&S, ws, wsb, v};
+        snprintf(what, sizeof what, "%s %lldx%lld", vname[v], (long long)m, (long long)n);
+        r->us[v] = time_launches(launch_variant, &c, what, reps, ev, t);
         if (g_launches)
             for (int i = 0; i < reps; i++)
                 fprintf(g_launches, "%lld,%lld,%s,%s,%d,%.3f\n", (long long)m, (long long)n, r->w,
                         vname[v], i, t[i]);
-        r->us[v] = median(t, reps);
     }
     if (g_floor) {
-        r->empty_us[0] = time_empty(&S.a[0], reps, ev, t);
-        r->empty_us[1] = time_empty(NULL, reps, ev, t);
+        r->empty_us[0] = time_launches(launch_empty, &S.a[0], "empty kernel", reps, ev, t);
+        r->empty_us[1] = time_launches(launch_empty, NULL, "empty kernel", reps, ev, t);
     }
     for (int i = 0; i <= reps; i++)
         CU(cudaEventDestroy(ev[i]));
@@ -289,10 +305,30 @@ static void bench_shape(row *r, int reps, void *ws, size_t wsb)
  * per-block timeline into a buffer of its own (rnk_cuda_set_trace);
  * kernel_trace.c prints them.
  */
+/* The production launch over the sets, launch i of the timed batch
+ * recording into its own part of the trace buffer (warm-ups into none). */
+typedef struct trace_ctx {
+    const sets *S;
+    void *ws;
+    size_t wsb;
+    unsigned char *tbuf;
+    size_t tb;
+} trace_ctx;
+
+static int launch_traced(void *ctx, int i, bool warm, char *msg, size_t msglen)
+{
+    const trace_ctx *c = ctx;
+    if (warm)
+        rnk_cuda_set_trace(NULL, 0);
+    else
+        rnk_cuda_set_trace(c->tbuf + c->tb * (size_t)i, c->tb);
+    return rnk_cuda_bwd(dev, &c->S->a[i % c->S->n], c->ws, c->wsb, st, msg, msglen);
+}
+
 static void trace_shape(int64_t m, int64_t n, const char *w, int reps, void *ws, size_t wsb,
                         const char *out)
 {
-    char msg[256], plan[160];
+    char what[64], plan[160];
     sets S;
     make_sets(&S, m, n, strcmp(w, "f32") == 0);
     rnk_cuda_describe(dev, &S.a[0], plan, sizeof plan);
@@ -303,34 +339,23 @@ static void trace_shape(int64_t m, int64_t n, const char *w, int reps, void *ws,
     cudaEvent_t *ev = malloc(sizeof(cudaEvent_t) * (size_t)(reps + 1));
     for (int i = 0; i <= reps; i++)
         CU(cudaEventCreate(&ev[i]));
+    double *t = malloc(sizeof(double) * (size_t)reps);
+    trace_ctx c = {&S, ws, wsb, tbuf, tb};
+    snprintf(what, sizeof what, "trace %lldx%lld", (long long)m, (long long)n);
+    time_launches(launch_traced, &c, what, reps, ev, t);
     rnk_cuda_set_trace(NULL, 0);
-    for (int i = 0; i < 3; i++)
-        if (rnk_cuda_bwd(dev, &S.a[i % S.n], ws, wsb, st, msg, sizeof msg)) {
-            fprintf(stderr, "trace %lldx%lld: %s\n", (long long)m, (long long)n, msg);
-            exit(1);
-        }
-    delay(2 + (unsigned)(reps * 0.01));
-    CU(cudaEventRecord(ev[0], st));
-    for (int i = 0; i < reps; i++) {
-        rnk_cuda_set_trace(tbuf + tb * (size_t)i, tb);
-        rnk_cuda_bwd(dev, &S.a[i % S.n], ws, wsb, st, msg, sizeof msg);
-        CU(cudaEventRecord(ev[i + 1], st));
-    }
-    rnk_cuda_set_trace(NULL, 0);
-    CU(cudaStreamSynchronize(st));
     CU(cudaMemcpy(host, tbuf, tb * (size_t)reps, cudaMemcpyDeviceToHost));
     kt_launch *l = calloc((size_t)reps, sizeof *l);
     for (int i = 0; i < reps; i++) {
-        float ms;
-        CU(cudaEventElapsedTime(&ms, ev[i], ev[i + 1]));
         l[i].buf = host + tb * (size_t)i;
         l[i].bytes = tb;
-        l[i].event_us = ms * 1e3;
+        l[i].event_us = t[i];
     }
     kt_report(m, n, w, plan, rnk_cuda_sm_count(dev), l, reps, out);
     for (int i = 0; i <= reps; i++)
         CU(cudaEventDestroy(ev[i]));
     free(ev);
+    free(t);
     free(l);
     free(host);
     cudaFree(tbuf);

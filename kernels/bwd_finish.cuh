@@ -61,8 +61,6 @@ __device__ __forceinline__ void finish_slice(const Params &p, int sl, float *til
         st_any(p.dw_dt, p.dw, col, d);
 }
 
-/* finish_slices_il's slices a block at a time: SB = blockDim / (2 *
- * groups), at least 1 (has_slice deals the same). */
 /* RNK_FIN_SPREAD=1: no block takes more slices at a time than an even
  * share of the grid's, so the finish's loads spread over up to every block
  * (19 blocks finish 4096 x 8192's 1024 slices without it, 132 with it).
@@ -73,6 +71,10 @@ __device__ __forceinline__ void finish_slice(const Params &p, int sl, float *til
 #ifndef RNK_FIN_SPREAD
 #define RNK_FIN_SPREAD 0
 #endif
+
+/* finish_slices_il's slices a block at a time: SB = blockDim / (2 *
+ * groups), at least 1, with RNK_FIN_SPREAD at most an even share
+ * (has_slice deals the same). */
 __device__ __forceinline__ int il_slices_a_block(const Params &p)
 {
     const int Q = (p.nchunks + RNK_DW_GROUP - 1) / RNK_DW_GROUP, T = (int)blockDim.x;
@@ -96,7 +98,7 @@ __device__ __forceinline__ void fadd4(float4 &g, const float4 &x)
 /*
  * Interleaved order: finish slices of FIN_COLS_IL = 8 columns in rnk.h's
  * two-level order.  A block
- * takes SB slices at a time (SB = blockDim / (2 * groups), at least 1); a
+ * takes SB slices at a time (il_slices_a_block); a
  * thread takes one group of RNK_DW_GROUP partials of one float4 of a slice,
  * loads the group's partials all at once (registers, L2) and adds them in
  * chunk order; then one thread per column adds the group sums in order and

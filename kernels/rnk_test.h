@@ -135,8 +135,8 @@ int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void *ws, size_
  *   T0 entry; T1 setup done (cancel check, w staged, first claim known);
  *   T2 claim loop done (its last chunk published); T3 every chunk done (the
  *   wait on CTR_DONE; = T4 when the block has no fused finish slice, and
- *   then it does not wait); T4 its finish
- *   slices done; T5 after its exit count (and the last block's reset). */
+ *   then it does not wait); T4 its finish slices done; T5 after its exit
+ *   count (and the last block's reset). */
 #define RNK_TRACE_MAGIC 0x524e4b54u /* "RNKT" */
 typedef struct rnk_trace_head {
     uint32_t magic;   /* RNK_TRACE_MAGIC once block 0 has started */
