@@ -330,7 +330,10 @@ static void on_conn(uv_poll_t *h, int status, int events)
         n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        /* After a socket error (status < 0) libuv polls c no more: what
+         * was left is read, and then the connection ends, rather than
+         * linger unwatched. */
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && status >= 0)
             return;
         if (n < 0) {
             conn_end(c, "session channel closed"); /* (the socket failed) */
