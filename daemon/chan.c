@@ -350,6 +350,20 @@ static void on_conn(uv_poll_t *h, int status, int events)
             conn_end(c, "session channel closed");
             return;
         }
+        /* Fewer descriptors than the buffer holds, and some dropped: the
+         * kernel could not install them (the daemon is out of descriptors),
+         * which is no fault of the message. */
+        if ((mh.msg_flags & MSG_CTRUNC) && nfds < RNP_CHAN_MAX_FDS) {
+            rnp_error err = {0};
+            for (int i = 0; i < nfds; i++)
+                close(fds[i]);
+            rnp_fail(&err, RN_BUSY, "message: the daemon could not take its descriptors "
+                                    "(out of descriptors); retry later");
+            rnd_warn("Session channel of pid %u: %s", (unsigned)c->pid, err.msg);
+            if (send_error(c, &err) != 0)
+                return;
+            continue;
+        }
         if (handle(c, buf, (size_t)n, (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0, fds,
                    nfds) != 0)
             return;
@@ -436,8 +450,16 @@ static void on_accept(uv_poll_t *h, int status, int events)
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                rnd_warn("Failed to accept on the session channel: %s", strerror(errno));
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return;
+            /* Out of descriptors (or another failure that a retry at once
+             * would meet again): the connection stays in the backlog and the
+             * socket reads ready at every turn of the loop, which would spin
+             * and log without end; the listener rests till the next tick. */
+            rnd_warn("Failed to accept on the session channel: %s; accepting again in a second",
+                     strerror(errno));
+            uv_poll_stop(&ch->poll);
+            ch->paused = true;
             return;
         }
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crlen) != 0 || crlen != sizeof cr) {
@@ -573,7 +595,12 @@ int rnd_chan_start(rnd_ctx *ctx, rnp_error *err)
 
 void rnd_chan_expire(rnd_ctx *ctx, uint64_t now_ns)
 {
+    rnd_chan *ch = &ctx->chan;
     rn_queue *q, *n;
+
+    if (ch->paused && ch->poll_init && !ctx->draining &&
+        uv_poll_start(&ch->poll, UV_READABLE, on_accept) == 0)
+        ch->paused = false;
 
     RN_QUEUE_FOREACH_SAFE(q, n, &ctx->chan.conns) {
         conn *c = RN_QUEUE_DATA(q, conn, link);

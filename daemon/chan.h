@@ -41,6 +41,7 @@ typedef struct rnd_chan {
     int fd;                        /* the listening socket, -1 when none */
     uv_poll_t poll;
     bool poll_init;
+    bool paused;                   /* out of descriptors: accepting again at the next tick */
     char path[RND_SUN_PATH_MAX];   /* "" until bound; unlinked at the close */
     rn_queue conns;
     uint32_t nconns;
@@ -53,7 +54,9 @@ int rnd_chan_open(rnd_ctx *ctx, rnp_error *err);
 /* Accept and serve connections on ctx's loop.  Returns 0 or an rn_status
  * with err. */
 int rnd_chan_start(rnd_ctx *ctx, rnp_error *err);
-/* Close connections that have not authenticated within RND_CHAN_AUTH_MS. */
+/* Close connections that have not authenticated within RND_CHAN_AUTH_MS;
+ * accept again after a pause for want of descriptors (the server's 1 s
+ * tick calls it). */
 void rnd_chan_expire(rnd_ctx *ctx, uint64_t now_ns);
 /* Close every connection and the socket, and remove its file (the end of
  * the drain, or a start-up that failed).  Idempotent. */

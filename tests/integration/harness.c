@@ -785,6 +785,20 @@ int rnh_maps_count(pid_t pid, const char *needle)
     return n;
 }
 
+int rnh_fd_count(pid_t pid)
+{
+    char path[64];
+    int n = 0;
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *dd = opendir(path);
+    if (dd == NULL)
+        return -1;
+    for (struct dirent *de; (de = readdir(dd)) != NULL;)
+        n += de->d_name[0] != '.';
+    closedir(dd);
+    return n;
+}
+
 int rnh_shm_count(const char *prefix)
 {
     DIR *dd = opendir("/dev/shm");

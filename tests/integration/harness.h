@@ -193,6 +193,9 @@ long rnh_vmrss_kb(pid_t pid);
 /* Lines of /proc/<pid>/maps that contain needle; -1 on error. */
 int rnh_maps_count(pid_t pid, const char *needle);
 
+/* Descriptors pid holds (its /proc/<pid>/fd); -1 on error. */
+int rnh_fd_count(pid_t pid);
+
 /* Files in /dev/shm whose names start with prefix. */
 int rnh_shm_count(const char *prefix);
 

@@ -16,7 +16,6 @@
  * - libclient passes buffers only to a channel whose peer is the caller's
  *   own user, root or the service user.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -111,22 +110,6 @@ static void test_other_uid(void **state)
     munmap(secret, 4096);
     shm_unlink(name);
     RNH_PASS(d);
-}
-
-
-/* Open descriptors of process pid. */
-static int fds_of(pid_t pid)
-{
-    char path[64];
-    int n = 0;
-    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-    DIR *dir = opendir(path);
-    if (!dir)
-        return -1;
-    for (struct dirent *e; (e = readdir(dir)) != NULL;)
-        n += e->d_name[0] != '.';
-    closedir(dir);
-    return n;
 }
 
 /* At --max-sessions, a HELLO evicts the oldest unauthenticated session
@@ -228,7 +211,7 @@ static void test_empty_datagram_with_fds(void **state)
     int fds[8];
 
     assert_int_equal(rnh_start(d), 0);
-    int before = fds_of(d->pid);
+    int before = rnh_fd_count(d->pid);
     assert_true(before > 0);
     for (int k = 0; k < 20; k++) {
         int c = rnr_chan_connect(d->endpoint);
@@ -250,7 +233,7 @@ static void test_empty_datagram_with_fds(void **state)
     assert_int_equal(rnh_wait_stat_ge(d, "errors.MALFORMED", 20, 10000), 0);
     int64_t t0 = rnh_now_ms();
     int now;
-    while ((now = fds_of(d->pid)) > before + 2 && rnh_now_ms() - t0 < 5000)
+    while ((now = rnh_fd_count(d->pid)) > before + 2 && rnh_now_ms() - t0 < 5000)
         usleep(10000);
     if (now > before + 2)
         fail_msg("the daemon holds %d descriptors, %d before 160 were sent", now, before);
