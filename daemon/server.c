@@ -7,6 +7,7 @@
  */
 #include "server.h"
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -127,6 +128,15 @@ static void finish_drain(rnd_server *srv)
         close_handle((uv_handle_t *)&srv->sig_term);
         close_handle((uv_handle_t *)&srv->sig_int);
         close_handle((uv_handle_t *)&srv->sig_hup);
+        /* libuv gives a signal its default action back as its last handle
+         * closes, and the core lives on till the front has exited (up to 2
+         * s): a second SIGTERM or SIGINT (Ctrl-C twice) or a SIGHUP (a log
+         * rotation) would then kill it mid-way, the front's refusals unsent,
+         * the socket file left, the status 143 (found in review).  The
+         * drain is done: they are ignored. */
+        signal(SIGTERM, SIG_IGN);
+        signal(SIGINT, SIG_IGN);
+        signal(SIGHUP, SIG_IGN);
         close_handle((uv_handle_t *)&srv->drain_check);
         close_handle((uv_handle_t *)&srv->drain_idle);
         close_handle((uv_handle_t *)&srv->grace_timer);

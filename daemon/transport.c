@@ -415,6 +415,9 @@ static int spawn_front(rnd_ctx *ctx)
     close(sv[1]);
     t->front_running = true;
     t->gen++;
+    /* The new front numbers its requests from 1 again: the drain's
+     * LAST_READ must not name the old front's last (found in review). */
+    t->last_req = 0;
     t->fd = sv[0];
     t->probe_sent_ns = 0;
     return 0;
