@@ -392,6 +392,8 @@ $(foreach s,$(TEST_SUITES),$(eval $(call suite_rules,$(s))))
 # test_fastpath_dev stops the daemon for one request, caught by wrapping
 # libclient's rnc_transact (the static library's, in this link alone).
 $(BUILD)/tests/integration/test_fastpath_dev: TEST_LIBS += -Wl,--wrap=rnc_transact
+# test_client_loss makes the watcher's duplicate of the channel fail.
+$(BUILD)/tests/integration/test_client_loss: TEST_LIBS += -Wl,--wrap=fcntl
 
 # A program's own object, then the shared bench objects it uses.
 $(BUILD)/bench/bench_kernel: $(BUILD)/obj/bench/kernel_trace.o $(BUILD)/obj/bench/kernel_accuracy.o

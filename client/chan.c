@@ -35,10 +35,14 @@ static uint64_t deadline_of(const rn_client *c)
     return c->timeout_ms < 0 ? 0 : rnc_now_ns() + (uint64_t)c->timeout_ms * 1000000u;
 }
 
-/* The connection is gone: so is the session, on the daemon's side. */
+/* The connection is gone: so is the session, on the daemon's side (the
+ * next call starts another; it stayed, and every call on the fast path
+ * failed RN_UNSUPPORTED for want of a channel, found in review). */
 static int lost(rn_client *c, const char *what, int e)
 {
+    rnc_ring_orphan(c);
     rnc_chan_close(c);
+    c->have_session = false;
     return rnc_fail(c, RN_UNKNOWN_SESSION, "session channel: %s: %s", what,
                     e ? strerror(e) : "closed by the daemon");
 }

@@ -208,11 +208,18 @@ void rn_close(rn_client *c)
     pthread_mutex_lock(&c->mu);
     /* First: the BYE's close of the channel is not the daemon going, and
      * the ring's memory goes below. */
-    bool ended = rnc_watch_stop(c), answered = true;
+    bool ended = rnc_watch_stop(c), answered = true, refused = !c->have_session;
     /* A session the watcher saw end needs no BYE (a dead daemon would make
      * it wait BYE_TIMEOUT_MS). */
-    if (c->have_session && !ended)
+    if (c->have_session && !ended) {
         answered = rnc_end_session(c) == 0;
+        refused = answered && c->rep.status != 0;
+    }
+    /* A BYE refused (a restarted daemon knows no such session), or none to
+     * send: nobody may be left to answer the ring's calls, and their
+     * streams waited on done for good (found in review). */
+    if (refused && !ended)
+        rnc_ring_orphan(c);
     rnc_chan_close(c);
     rnc_ring_release(c, answered);
     for (size_t i = 0; i < c->nbufs; i++)

@@ -354,6 +354,14 @@ int rnc_ring_open_call(rn_client *c, uint32_t region, uint32_t slots, const rnc_
 int rnc_ring_wait(rn_client *c, uint64_t seq);
 /* rn_sync (wait true) and rn_check (false) on c's ring. */
 int rnc_ring_sync(rn_client *c, bool wait);
+/* c's session ended and its daemon will not answer the ring's calls (a BYE
+ * answered with an error, by a daemon that did not know the session, or no
+ * session left to end: a HELLO after the channel was found closed): where
+ * no daemon holds the ring any more (it exited, or closed the ring; at
+ * once without a pidfd of it), the calls still out are lost now, so that
+ * streams waiting on their done words go on.  A daemon that still holds the
+ * ring answers them itself, and a watcher that fired let them go already. */
+void rnc_ring_orphan(rn_client *c);
 /* Unmap and close c's ring; rn_close calls it after the session ended.
  * answered false (the BYE went unanswered): calls in flight are lost first,
  * so that streams waiting on their done words go on. */

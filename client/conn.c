@@ -475,8 +475,11 @@ int rnc_transact(rn_client *c, int timeout_ms)
              * session or pin memory that no one knows of.  A fresh socket
              * drops it; if none can be opened, the next call tries again.
              */
+            char keep[RN_ERRMSG_LEN];
+            snprintf(keep, sizeof keep, "%s", c->last_error);
             rnc_conn_close(c);
-            (void)open_socket(c);
+            (void)open_socket(c); /* (its failure is not this call's error) */
+            snprintf(c->last_error, sizeof c->last_error, "%s", keep);
             retimed = false; /* the new socket has c's own timeouts */
         }
         goto out;

@@ -275,6 +275,18 @@ static bool let_go(const rnc_ring *g)
     return g->dpid >= 0 && poll(&p, 1, 0) == 1;
 }
 
+void rnc_ring_orphan(rn_client *c)
+{
+    rnc_ring *g = c->ring;
+
+    /* (A watcher that fired let the streams go already; the next call
+     * reports the calls as before.) */
+    if (!g || !g->open || rnc_watch_fired(c) || !(let_go(g) || g->dpid < 0))
+        return;
+    collect(g, load_done(g));
+    lost(g, RN_RESTARTED, "the daemon that took them is gone");
+}
+
 /* g's session is c's current one (not one a newer session replaced). */
 static bool current(const rn_client *c, const rnc_ring *g)
 {
@@ -432,15 +444,31 @@ static void futex_wait(uint32_t *w, uint32_t val, uint64_t ns)
  * either), which those streams write once their producers are done (and,
  * on one stream, once the call before was answered), reaches seq.  0, or
  * RN_TIMEOUT after c's timeout (nothing published); a daemon the watcher
- * saw go ends the wait too (the call then finds the loss). */
+ * saw go ends the wait too (the call then finds the loss), and without the
+ * watcher a session found over (session_over) ends it RN_UNKNOWN_SESSION,
+ * the ring's calls lost. */
 static int wait_ready(rn_client *c, rnc_ring *g, uint64_t seq)
 {
     const uint64_t *w = rnp_ring_u64(g->base, g->go ? RNP_RING_O_GO : RNP_RING_O_READY);
     const uint64_t t0 = rnc_now_ns();
     const uint64_t lim = c->timeout_ms < 0 ? UINT64_MAX : (uint64_t)c->timeout_ms * 1000000u;
-    while (!rnp_seq_reached(__atomic_load_n(w, __ATOMIC_ACQUIRE), seq)) {
+    for (unsigned i = 0; !rnp_seq_reached(__atomic_load_n(w, __ATOMIC_ACQUIRE), seq); i++) {
         if (rnc_watch_fired(c))
             return 0;
+        /* Without the watcher (off, or not started), the session's end is
+         * looked for here, every millisecond or so: a stream whose ready
+         * waits behind a call the gone daemon never answers never writes
+         * it, and the wait ran to its timeout, or for good (found in
+         * review). */
+        if (i % 50 == 49 && session_over(c, g)) {
+            collect(g, load_done(g));
+            lost(g, RN_RESTARTED, "the session ended");
+            if (current(c, g))
+                c->have_session = false;
+            return rnc_fail(c, RN_UNKNOWN_SESSION,
+                            "ready: the session ended while the calls before this one on "
+                            "streams waited; this call was not made");
+        }
         if (rnc_now_ns() - t0 > lim)
             return rnc_fail(c, RN_TIMEOUT,
                             "ready: the calls before this one on streams had not their inputs "

@@ -362,11 +362,11 @@ void rnc_watch_arm(rn_client *c, uint8_t *base, uint32_t slots, uint64_t graph_o
     if (c->watch_off || !c->have_chan)
         return;
     if (!c->watch && !(c->watch = start(c)))
-        return;
+        goto none;
     w = c->watch;
     if ((chan = fcntl(c->chan, F_DUPFD_CLOEXEC, 0)) < 0) {
         rnc_watch_disarm(c);
-        return;
+        goto none;
     }
     int pidfd = rnc_daemon_pidfd(chan);
     pthread_mutex_lock(&w->mu);
@@ -386,6 +386,14 @@ void rnc_watch_arm(rn_client *c, uint8_t *base, uint32_t slots, uint64_t graph_o
     __atomic_store_n(&c->watch_fired, RNC_WATCH_QUIET, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&w->mu);
     wake(w);
+    return;
+none:
+    /* No watcher for this ring (the thread disarmed, or none): the client
+     * goes on as one without, and the last ring's firing must not be taken
+     * for this one's (every call failed RN_UNKNOWN_SESSION against a live
+     * daemon, found in review). */
+    __atomic_store_n(&c->watch_answered, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&c->watch_fired, RNC_WATCH_QUIET, __ATOMIC_SEQ_CST);
 }
 
 void rnc_watch_disarm(rn_client *c)
