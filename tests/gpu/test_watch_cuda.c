@@ -102,7 +102,7 @@ static void killed_while_waiting(rnh_daemon *d, const char *mode, const char *sp
     assert_int_equal(rnh_spawn_for(d, "gpu/prog_watch_cuda", args, &p), 0);
     assert_int_equal(rnh_await_line(&p, mode, "ready", NULL, 0, STEP_MS), 0);
     if (stop)
-        assert_int_equal(kill(d->pid, SIGSTOP), 0);
+        assert_int_equal(rnh_sigstop(d), 0);
     say(&p, "go\n");
     assert_int_equal(rnh_await_line(&p, mode, "pending", NULL, 0, STEP_MS), 0);
     t0 = rnh_now_ms();

@@ -785,6 +785,28 @@ int rnh_maps_count(pid_t pid, const char *needle)
     return n;
 }
 
+int rnh_sigstop(const rnh_daemon *d)
+{
+    if (d->pid <= 0 || kill(d->pid, SIGSTOP) != 0)
+        return -1;
+    /* kill returns once the signal is sent; the stop is reported to the
+     * parent (here) once every thread of the daemon has stopped.  The
+     * report is taken (WSTOPPED alone: an exit stays for rnh_wait_exit). */
+    for (int64_t t0 = rnh_now_ms(); rnh_now_ms() - t0 < 10000;) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid(P_PID, (id_t)d->pid, &si, WSTOPPED | WNOHANG) != 0 && errno != EINTR)
+            return -1;
+        if (si.si_pid == d->pid && si.si_code == CLD_STOPPED)
+            return 0;
+        if (kill(d->pid, 0) != 0)
+            return -1;
+        usleep(200);
+    }
+    printf("harness: rmsnormd (pid %d) did not stop within 10 s of SIGSTOP\n", (int)d->pid);
+    return -1;
+}
+
 int rnh_fd_count(pid_t pid)
 {
     char path[64];

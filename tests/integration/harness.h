@@ -193,6 +193,11 @@ long rnh_vmrss_kb(pid_t pid);
 /* Lines of /proc/<pid>/maps that contain needle; -1 on error. */
 int rnh_maps_count(pid_t pid, const char *needle);
 
+/* SIGSTOP to the daemon, returning once every thread of it has stopped
+ * (kill alone returns before a thread on another CPU has: it could still
+ * answer a call).  0, or -1. */
+int rnh_sigstop(const rnh_daemon *d);
+
 /* Descriptors pid holds (its /proc/<pid>/fd); -1 on error. */
 int rnh_fd_count(pid_t pid);
 

@@ -164,7 +164,7 @@ static void test_stopped_daemon(void **state)
     pthread_mutex_init(&r.mu, NULL);
     pthread_cond_init(&r.cv, NULL);
     assert_int_equal(rnh_start(d), 0);
-    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    assert_int_equal(rnh_sigstop(d), 0);
     assert_int_equal(pthread_create(&t, NULL, connect_many, &r), 0);
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += STOPPED_CALLS * (STOPPED_TIMEOUT_MS + 1000) / 1000 + 5;

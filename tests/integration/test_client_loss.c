@@ -178,7 +178,7 @@ static void test_host_after_stream_dead(void **state)
     rn_client *c = unwatched(d, RN_PATH_FAST);
     lay(c, &l);
     assert_int_equal(rnc_bwd_ring_dev(c, &l.a, &rnc_host_mapper, NULL, &rnt_fake_dev, &s), 0);
-    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    assert_int_equal(rnh_sigstop(d), 0);
     s.defer = true; /* the stream: [wait done >= 1][ready = 2]; ready never comes */
     assert_int_equal(rnc_bwd_ring_dev(c, &l.a, &rnc_host_mapper, NULL, &rnt_fake_dev, &s), 0);
     uint8_t *base = c->ring->base;
@@ -210,7 +210,7 @@ static void test_owed_then_restart(void **state)
     assert_non_null(c);
     lay(c, &l);
     assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0); /* (the ring open) */
-    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    assert_int_equal(rnh_sigstop(d), 0);
     c->timeout_ms = 300;
     assert_int_equal(rn_buffer_alloc(c, 1 << 16, &p), RN_TIMEOUT);
     assert_int_equal(c->chan_nowed, 1);

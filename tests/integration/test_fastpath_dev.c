@@ -394,7 +394,7 @@ static void failure_then_loss(rnh_daemon *d, bool watched)
     assert_int_equal(rn_sync(c), 0);
     /* Both published before call 2 is answered (a call after a failed
      * one that finished is not run). */
-    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    assert_int_equal(rnh_sigstop(d), 0);
     assert_int_equal(call(c, &bad, &s), 0);
     s.defer = true;                            /* call 2's producer runs on */
     assert_int_equal(call(c, &l.a, &s), 0);
@@ -453,7 +453,7 @@ static void old_ring_new_session(rnh_daemon *d, bool watched)
     lay(c, 2, &l);
     assert_int_equal(call(c, &l.a, &s), 0);
     assert_int_equal(rn_sync(c), 0);
-    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    assert_int_equal(rnh_sigstop(d), 0);
     assert_int_equal(call(c, &l.a, &s), 0); /* published, never answered */
     assert_int_equal(kill(d->pid, SIGKILL), 0);
     assert_int_equal(rnh_wait_exit(d, WAIT_MS), 128 + SIGKILL);
@@ -503,7 +503,7 @@ int __wrap_rnc_transact(rn_client *c, int timeout_ms)
     if (!stall_op || c->req.op != stall_op)
         return __real_rnc_transact(c, timeout_ms);
     stall_op = 0;
-    if (kill(stall_d->pid, SIGSTOP) != 0)
+    if (rnh_sigstop(stall_d) != 0)
         return __real_rnc_transact(c, timeout_ms);
     int rv = __real_rnc_transact(c, timeout_ms);
     kill(stall_d->pid, SIGCONT);
@@ -770,7 +770,7 @@ static void test_close_unanswered(void **state)
     s.defer = true;
     assert_int_equal(call_dw(c, &l, &s), 0);
     assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
-    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    assert_int_equal(rnh_sigstop(d), 0);
     rn_close(c); /* (its BYE waits 2 s) */
     assert_int_equal(kill(d->pid, SIGCONT), 0);
     assert_int_equal(s.raised, 1);
@@ -808,7 +808,7 @@ static void test_chan_timeout_keeps_session(void **state)
     assert_int_equal(rnh_wait_slot_pending(d, 1, 1, WAIT_MS), 0);
     int64_t regions = rnh_stat(d, "regions.active");
     rnp_session sess = c->session;
-    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    assert_int_equal(rnh_sigstop(d), 0);
     c->timeout_ms = 300;
     assert_int_equal(rn_buffer_alloc(c, 1 << 16, &p), RN_TIMEOUT);
     assert_non_null(strstr(rn_last_error(c), "no reply within"));

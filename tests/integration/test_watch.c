@@ -281,7 +281,7 @@ static void test_replay_wait_released(void **state)
     assert_true(w.released);
     assert_int_equal(rn_check(c), 0);
 
-    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    assert_int_equal(rnh_sigstop(d), 0);
     wait_start(&w, s.slot, 1, true);
     int64_t t0 = rnh_now_ms();
     while (!__atomic_load_n(&w.kicked, __ATOMIC_SEQ_CST) && rnh_now_ms() - t0 < WAIT_MS)
@@ -390,7 +390,7 @@ static void test_host_sync_released(void **state)
     rn_client *c = fast_client(d);
     lay(c, 5, &l);
     assert_int_equal(rn_rmsnorm_bwd_host(c, &l.a, NULL), 0);
-    assert_int_equal(kill(d->pid, SIGSTOP), 0);
+    assert_int_equal(rnh_sigstop(d), 0);
     assert_int_equal(rn_rmsnorm_bwd_host_async(c, &l.a), 0);
     y.c = c;
     assert_int_equal(pthread_create(&th, NULL, sync_main, &y), 0);
