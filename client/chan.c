@@ -40,7 +40,8 @@ static uint64_t deadline_of(const rn_client *c)
  * failed RN_UNSUPPORTED for want of a channel, found in review). */
 static int lost(rn_client *c, const char *what, int e)
 {
-    rnc_ring_orphan(c);
+    if (c->ring_orphan)
+        c->ring_orphan(c);
     rnc_chan_close(c);
     c->have_session = false;
     return rnc_fail(c, RN_UNKNOWN_SESSION, "session channel: %s: %s", what,

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "client_int.h"
+#include "ring_int.h"
 #include "rn_check.h"
 
 /* The public structs mirror proto's limits; a change there must show here. */
@@ -64,6 +65,26 @@ const char *rn_default_endpoint(char *buf, size_t len)
 
 /* ---- connect, close ------------------------------------------------------------------ */
 
+/* A deeper ring lets a caller run further ahead of the GPU before a call
+ * waits on the host for the oldest one (CUDA's own launch queue holds
+ * about a thousand); the daemon takes at most its max_inflight of them at
+ * a time whatever the depth. */
+static int ring_slots_env(uint32_t *slots)
+{
+    const char *e = getenv("RMSNORMD_RING_SLOTS");
+    *slots = RING_SLOTS_DEFAULT;
+    if (!e || !*e)
+        return 0;
+    char *end;
+    unsigned long v = strtoul(e, &end, 10);
+    if (*end || e[0] < '0' || e[0] > '9' || !v || v > RNP_RING_MAX_SLOTS || (v & (v - 1)))
+        return rnc_fail(NULL, RN_INVALID_ARGUMENT,
+                        "RMSNORMD_RING_SLOTS: '%.40s' is not a power of two from 1 to %u", e,
+                        RNP_RING_MAX_SLOTS);
+    *slots = (uint32_t)v;
+    return 0;
+}
+
 int rn_connect(const rn_connect_opts *opts, rn_client **out)
 {
     rn_connect_opts o = {0};
@@ -99,7 +120,7 @@ int rn_connect(const rn_connect_opts *opts, rn_client **out)
         return rnc_fail(NULL, RN_INVALID_ARGUMENT,
                         "RMSNORMD_DONE_WORD: '%.40s' is not a place (device, host)", dwenv);
     uint32_t ring_slots;
-    rv = rnc_ring_slots_env(&ring_slots);
+    rv = ring_slots_env(&ring_slots);
     if (rv != 0)
         return rv;
     if (o.path != RN_PATH_CLASSIC && o.path != RN_PATH_FAST && o.path != RN_PATH_AUTO)

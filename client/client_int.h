@@ -92,6 +92,9 @@ struct rn_client {
     uint8_t chan_owed[2];
     uint8_t chan_nowed;
     int (*chan_forget)(rn_client *c, uint32_t region);
+    /* rnc_ring_orphan, set once c has a ring: how the channel and the
+     * session (below the ring) hand it a session gone unanswered. */
+    void (*ring_orphan)(rn_client *c);
     /* The session's bell (one end of a stream socket pair, from AUTH_OK):
      * a byte sent on it (MSG_NOSIGNAL) instead of the doorbell's futex
      * when the daemon sleeps; RMSNORMD_BELL=0: not used. */
@@ -122,7 +125,7 @@ struct rn_client {
     rnc_watch *watch;
     bool watch_off;     /* RMSNORMD_WATCH=0: no watcher thread */
     bool done_host;     /* RMSNORMD_DONE_WORD=host: streams wait on the ring's word */
-    uint32_t ring_slots; /* its ring's depth (RMSNORMD_RING_SLOTS, rnc_ring_slots_env) */
+    uint32_t ring_slots; /* its ring's depth (RMSNORMD_RING_SLOTS, client.c) */
     /* Written by the watcher thread when the daemon went (watch.c), read by
      * the calls: __atomic loads and stores only.  watch_fired is 0 or an
      * RNC_WATCH_* reason; watch_answered the done word the daemon left. */
@@ -334,10 +337,6 @@ typedef struct rnc_done_word {
 } rnc_done_word;
 int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev, void *stream,
                      const rnc_done_word *done, uint64_t *seq);
-/* RMSNORMD_RING_SLOTS (rn_connect): *slots, the depth of the client's ring
- * (a power of two up to RNP_RING_MAX_SLOTS; unset: 1024), or
- * RN_INVALID_ARGUMENT naming the variable. */
-int rnc_ring_slots_env(uint32_t *slots);
 /* Whether c's next fast-path call opens its ring (a new session). */
 bool rnc_ring_opening(const rn_client *c);
 /* RING_OPEN of the ring at offset 0 of region, with go (the client writes

@@ -65,26 +65,6 @@ static uint64_t load_done(const rnc_ring *g)
     return __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_DONE), __ATOMIC_ACQUIRE);
 }
 
-/* A deeper ring lets a caller run further ahead of the GPU before a call
- * waits on the host for the oldest one (CUDA's own launch queue holds
- * about a thousand); the daemon takes at most its max_inflight of them at
- * a time whatever the depth. */
-int rnc_ring_slots_env(uint32_t *slots)
-{
-    const char *e = getenv("RMSNORMD_RING_SLOTS");
-    *slots = RING_SLOTS_DEFAULT;
-    if (!e || !*e)
-        return 0;
-    char *end;
-    unsigned long v = strtoul(e, &end, 10);
-    if (*end || e[0] < '0' || e[0] > '9' || !v || v > RNP_RING_MAX_SLOTS || (v & (v - 1)))
-        return rnc_fail(NULL, RN_INVALID_ARGUMENT,
-                        "RMSNORMD_RING_SLOTS: '%.40s' is not a power of two from 1 to %u", e,
-                        RNP_RING_MAX_SLOTS);
-    *slots = (uint32_t)v;
-    return 0;
-}
-
 static int create(rn_client *c, rnc_ring **out)
 {
     rnc_ring *g = calloc(1, sizeof *g);
@@ -92,6 +72,7 @@ static int create(rn_client *c, rnc_ring **out)
     if (!g)
         return rnc_fail(c, RN_NOMEM, "ring: out of memory");
     g->slots = c->ring_slots ? c->ring_slots : RING_SLOTS_DEFAULT;
+    c->ring_orphan = rnc_ring_orphan; /* (chan.c and session.c's way up) */
     /* RMSNORMD_DEBUG_RING_AHEAD=N (for measurements): the caller at most N
      * calls ahead of the answers instead of a ring's worth. */
     const char *ae = getenv("RMSNORMD_DEBUG_RING_AHEAD");
@@ -279,8 +260,7 @@ void rnc_ring_orphan(rn_client *c)
 {
     rnc_ring *g = c->ring;
 
-    /* (A watcher that fired let the streams go already; the next call
-     * reports the calls as before.) */
+    /* (A watcher that fired let the streams go already.) */
     if (!g || !g->open || rnc_watch_fired(c) || !(let_go(g) || g->dpid < 0))
         return;
     collect(g, load_done(g));
@@ -309,6 +289,17 @@ static bool session_over(rn_client *c, rnc_ring *g)
         g->closed_ns = now;
     uint64_t linger = (uint64_t)(g->dpid >= 0 ? RNC_LINGER_MS : RNC_LINGER_BLIND_MS) * 1000000u;
     return let_go(g) || now - g->closed_ns >= linger;
+}
+
+/* g's session is over: the calls answered up to done are read, the rest up
+ * to last lost (why), and c's session is over too where it is g's. */
+static int ended(rn_client *c, rnc_ring *g, uint64_t done, uint64_t last, const char *why)
+{
+    collect(g, done);
+    lost_upto(g, RN_RESTARTED, why, last);
+    if (current(c, g)) /* (a newer session is not the one that ended) */
+        c->have_session = false;
+    return rnc_fail(c, RN_UNKNOWN_SESSION, "ring: %s", why);
 }
 
 static bool graphs_held(const rnc_ring *g)
@@ -455,20 +446,11 @@ static int wait_ready(rn_client *c, rnc_ring *g, uint64_t seq)
     for (unsigned i = 0; !rnp_seq_reached(__atomic_load_n(w, __ATOMIC_ACQUIRE), seq); i++) {
         if (rnc_watch_fired(c))
             return 0;
-        /* Without the watcher (off, or not started), the session's end is
-         * looked for here, every millisecond or so: a stream whose ready
-         * waits behind a call the gone daemon never answers never writes
-         * it, and the wait ran to its timeout, or for good (found in
-         * review). */
-        if (i % 50 == 49 && session_over(c, g)) {
-            collect(g, load_done(g));
-            lost(g, RN_RESTARTED, "the session ended");
-            if (current(c, g))
-                c->have_session = false;
-            return rnc_fail(c, RN_UNKNOWN_SESSION,
-                            "ready: the session ended while the calls before this one on "
-                            "streams waited; this call was not made");
-        }
+        /* Without the watcher, the session's end is looked for here (a
+         * stream whose ready waits behind a call the gone daemon never
+         * answers never writes it: the wait ran out, found in review). */
+        if (i % 50 == 49 && session_over(c, g))
+            return ended(c, g, load_done(g), g->seq, "the daemon ended the session (or exited)");
         if (rnc_now_ns() - t0 > lim)
             return rnc_fail(c, RN_TIMEOUT,
                             "ready: the calls before this one on streams had not their inputs "
@@ -519,24 +501,14 @@ static int wait_done(rn_client *c, rnc_ring *g, uint64_t seq, bool own)
         if (!rnp_seq_reached(d, seq))
             futex_wait(rnp_ring_u32(g->base, RNP_RING_O_DONE), (uint32_t)d, NAP_NS);
         __atomic_sub_fetch(waiters, 1, __ATOMIC_SEQ_CST);
-        if (!rnp_seq_reached(load_done(g), seq) && session_over(c, g)) {
-            collect(g, load_done(g));
-            lost_upto(g, RN_RESTARTED, "the daemon ended the session (or exited)", last);
-            if (current(c, g)) /* (a newer session is not the one that ended) */
-                c->have_session = false;
-            return rnc_fail(c, RN_UNKNOWN_SESSION, "ring: the daemon ended the session");
-        }
+        if (!rnp_seq_reached(load_done(g), seq) && session_over(c, g))
+            return ended(c, g, load_done(g), last, "the daemon ended the session (or exited)");
     }
     /* done moved because the watcher let it go: as a closed channel. */
     uint32_t fired = rnc_watch_fired(c);
     uint64_t answered = __atomic_load_n(&c->watch_answered, __ATOMIC_SEQ_CST);
-    if (fired && !rnp_seq_reached(answered, seq)) {
-        collect(g, answered);
-        lost_upto(g, RN_RESTARTED, rnc_watch_why(fired), last);
-        if (current(c, g))
-            c->have_session = false;
-        return rnc_fail(c, RN_UNKNOWN_SESSION, "ring: %s", rnc_watch_why(fired));
-    }
+    if (fired && !rnp_seq_reached(answered, seq))
+        return ended(c, g, answered, last, rnc_watch_why(fired));
     collect(g, load_done(g));
     return 0;
 }

@@ -63,7 +63,8 @@ static int hello(rn_client *c)
 
     /* A lost session's ring calls, when no daemon will answer them (the
      * watcher lets go of the ring below, before it could see that). */
-    rnc_ring_orphan(c);
+    if (c->ring_orphan)
+        c->ring_orphan(c);
     /* A lost session's channel connection is of no use to the next. */
     rnc_chan_close(c);
     if ((rv = await_daemon(c)) != 0)

@@ -427,6 +427,14 @@ int rnh_wait_stopping(rnh_daemon *d, int timeout_ms)
     return rv;
 }
 
+/* Line-buffered output from the start, when it goes to a file (tests/run.sh's
+ * logs): a test that hangs and is killed leaves what it printed, not a
+ * block still in the buffer. */
+__attribute__((constructor)) static void line_buffered(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
 int rnh_setup(void **state)
 {
     rnh_daemon *d = calloc(1, sizeof *d);

@@ -257,7 +257,7 @@ static void test_stream_results(void **state)
     assert_true(word(s.base, RNP_RING_O_DONE) >= 8);
     for (int i = 0; i < 8; i++)
         check_free(c, &l[i], "stream-ordered fast call");
-    assert_int_equal(rnh_stat(d, "fast.ok"), 8);
+    assert_int_equal(rnh_wait_stat(d, "fast.ok", 8, WAIT_MS), 0);
     assert_int_equal(rnh_stat(d, "requests.bwd"), 0);
     rn_close(c);
     assert_int_equal(s.detaches, 1);
@@ -875,14 +875,15 @@ static void bell_run(rnh_daemon *d, bool off)
         if (rnv_compare(&l.a, &l.e, true, NULL, msg, sizeof msg) != 0)
             fail_msg("call %d: %s", i, msg);
     }
-    assert_true(slow <= 1);
+    /* (a lost wake-up makes every call slow; a loaded host, one or two) */
+    assert_true(slow <= 2);
     /* (the ring thread's flag is down for a moment when its sleep times out:
      * a call then may need no bell, so not every call counts) */
     if (off)
         assert_int_equal(rnh_stat(d, "fast.bells"), 0);
     else
         assert_true(rnh_stat(d, "fast.bells") >= 1);
-    assert_int_equal(rnh_stat(d, "fast.ok"), 5);
+    assert_int_equal(rnh_wait_stat(d, "fast.ok", 5, WAIT_MS), 0);
     check_free(c, &l, "after the bell");
     rn_close(c);
     RNH_PASS(d);
