@@ -1029,6 +1029,7 @@ static void test_notify_protocol(void **state)
     int seen[4] = {0};
     int wd_after_ready = 0;
     double last_wd = 0, max_gap = 0, term_at = 0;
+    bool ping_between = false; /* a gap across the ping below is not counted */
     bool ready_socket_ok = false, exited = false, pinged = false;
     int status = 0;
     const double t0 = now_s(), deadline = t0 + 60;
@@ -1074,9 +1075,12 @@ static void test_notify_protocol(void **state)
                                                       "socket of group %s", gr->gr_name);
                     }
                     if (kind == EV_WATCHDOG && seen[EV_READY] && !term_at) {
-                        if (wd_after_ready++ > 0 && t - last_wd > max_gap)
+                        /* (not across the rmsnormctl ping below, which holds
+                         * this loop while the pings queue up) */
+                        if (wd_after_ready++ > 0 && !ping_between && t - last_wd > max_gap)
                             max_gap = t - last_wd;
                         last_wd = t;
+                        ping_between = false;
                     }
                 }
             }
@@ -1093,6 +1097,7 @@ static void test_notify_protocol(void **state)
                          rc, out);
             free(out);
             free(ctl);
+            ping_between = true;
         }
         if (!term_at && wd_after_ready >= 3 && seen[EV_STATUS]) {
             term_at = now_s();
