@@ -815,6 +815,38 @@ int rnh_sigstop(const rnh_daemon *d)
     return -1;
 }
 
+long rnh_cpu_ticks(pid_t pid)
+{
+    char path[64], buf[1024];
+    unsigned long ut = 0, st = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    /* After the command: state, then fields 4..13, then utime and stime
+     * (proc(5)). */
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (long)(ut + st);
+}
+
+int rnh_log_count(const rnh_daemon *d, const char *needle)
+{
+    char line[2048];
+    int n = 0;
+    FILE *f = fopen(d->log_path, "r");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
 int rnh_fd_count(pid_t pid)
 {
     char path[64];

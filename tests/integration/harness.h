@@ -198,6 +198,12 @@ int rnh_maps_count(pid_t pid, const char *needle);
  * answer a call).  0, or -1. */
 int rnh_sigstop(const rnh_daemon *d);
 
+/* CPU time pid has used (user + system), in clock ticks; -1 on error. */
+long rnh_cpu_ticks(pid_t pid);
+
+/* Lines of d's log that contain needle; -1 on error. */
+int rnh_log_count(const rnh_daemon *d, const char *needle);
+
 /* Descriptors pid holds (its /proc/<pid>/fd); -1 on error. */
 int rnh_fd_count(pid_t pid);
 

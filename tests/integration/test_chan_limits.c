@@ -25,29 +25,6 @@
 #include "integration/harness.h"
 #include "integration/rawchan.h"
 
-/* CPU time pid has used (user + system), in clock ticks; -1 on error. */
-static long cpu_ticks(pid_t pid)
-{
-    char path[64], buf[1024];
-    unsigned long ut, st;
-    FILE *f;
-    size_t n;
-
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    if (!(f = fopen(path, "r")))
-        return -1;
-    n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    /* After the command's ")": state, then fields 4 .. 13, then utime and
-     * stime (proc(5)). */
-    const char *p = strrchr(buf, ')');
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
-                     &st) != 2)
-        return -1;
-    return (long)(ut + st);
-}
-
 /* The k-th lowest descriptor number pid does not use (k from 1): the
  * kernel hands out the lowest free one, so a limit of that leaves pid k - 1
  * more; -1 on error. */
@@ -70,20 +47,6 @@ static int kth_free_fd(pid_t pid, int k)
         if (!used[fd] && --k == 0)
             return fd;
     return -1;
-}
-
-/* Lines of the daemon's log that contain needle. */
-static int log_lines(const rnh_daemon *d, const char *needle)
-{
-    char line[2048];
-    int n = 0;
-    FILE *f = fopen(d->log_path, "r");
-    if (!f)
-        return -1;
-    while (fgets(line, sizeof line, f))
-        n += strstr(line, needle) != NULL;
-    fclose(f);
-    return n;
 }
 
 /* A one-byte datagram (shorter than the header): a connection the daemon
@@ -137,11 +100,11 @@ static void test_out_of_descriptors(void **state)
 
     /* The listener rests: over a second the daemon uses a fraction of a
      * CPU (spinning, it used all of one), and logs a line a second at most. */
-    long t0 = cpu_ticks(d->pid);
-    int lines0 = log_lines(d, "Failed to accept on the session channel");
+    long t0 = rnh_cpu_ticks(d->pid);
+    int lines0 = rnh_log_count(d, "Failed to accept on the session channel");
     sleep(1);
-    long t1 = cpu_ticks(d->pid);
-    int lines1 = log_lines(d, "Failed to accept on the session channel");
+    long t1 = rnh_cpu_ticks(d->pid);
+    int lines1 = rnh_log_count(d, "Failed to accept on the session channel");
     long hz = sysconf(_SC_CLK_TCK);
     printf("out of descriptors: %ld of %ld ticks in a second, %d lines logged\n", t1 - t0, hz,
            lines1);

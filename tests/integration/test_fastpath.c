@@ -731,20 +731,6 @@ static uint32_t sleeping(const rnr_ring *g, uint32_t want, int timeout_ms)
     }
 }
 
-/* Lines of d's log that contain needle. */
-static int log_count(const rnh_daemon *d, const char *needle)
-{
-    char line[2048];
-    int n = 0;
-    FILE *f = fopen(d->log_path, "r");
-    if (!f)
-        return -1;
-    while (fgets(line, sizeof line, f))
-        n += strstr(line, needle) != NULL;
-    fclose(f);
-    return n;
-}
-
 /* --ring-spin-us: after a slot the loop polls the rings itself, so that a
  * slot published soon after is taken with no doorbell rung at all; the
  * doorbell thread, asleep by then, would see it only at its 100 ms
@@ -768,7 +754,7 @@ static void test_loop_polls(void **state)
     raw_open(d, &r, 8, 79);
     uint64_t seq = rnr_ring_publish(&r.g, &r.b, NULL, true);
     assert_int_equal(rnr_ring_wait(&r.g, seq, WAIT_MS), 0);
-    int slept0 = log_count(d, slept);
+    int slept0 = rnh_log_count(d, slept);
     for (int i = 0; i < 5; i++) {
         struct timespec gap = {0, 2000000}; /* 2 ms: past the doorbell thread's spin */
         nanosleep(&gap, NULL);
@@ -782,7 +768,7 @@ static void test_loop_polls(void **state)
      * flag stays 0); once it stops, the doorbell thread sleeps again. */
     uint32_t polling = sleeping(&r.g, 0, 0);
     int64_t polled = rnh_stat(d, "fast.polled");
-    int slept1 = log_count(d, slept);
+    int slept1 = rnh_log_count(d, slept);
     printf("%d of 5 slots published without a doorbell; fast.polled %lld; %d left to the "
            "doorbell thread's sleep\n", quiet, (long long)polled, slept1 - slept0);
     assert_true(quiet >= 1);

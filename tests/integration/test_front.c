@@ -243,24 +243,6 @@ static pid_t front_pid(pid_t daemon)
 }
 
 /* User plus system CPU time of pid in clock ticks, -1 on error. */
-static long cpu_ticks(pid_t pid)
-{
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')');
-    unsigned long ut = 0, st = 0;
-    /* After the command: state, then fields 4..13, then utime and stime. */
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-        return -1;
-    return (long)(ut + st);
-}
-
 static void test_connection_limit(void **state)
 {
     rnh_daemon *d = *state;
@@ -289,7 +271,7 @@ static void test_connection_limit(void **state)
     /* The limit reached: each new connection gets the refusal and EOF. */
     pid_t front = front_pid(d->pid);
     assert_true(front > 0);
-    long t0 = cpu_ticks(front);
+    long t0 = rnh_cpu_ticks(front);
     for (int i = 0; i < EXTRA; i++) {
         int fd = raw_peer(d->endpoint);
         assert_true(fd >= 0);
@@ -306,7 +288,7 @@ static void test_connection_limit(void **state)
     c = NULL;
     /* Refusing is cheap, and nothing spins afterwards. */
     usleep(500000);
-    long t1 = cpu_ticks(front);
+    long t1 = rnh_cpu_ticks(front);
     printf("front CPU for %d refusals and 0.5 s idle: %ld ticks of %ld/s\n", EXTRA, t1 - t0,
            sysconf(_SC_CLK_TCK));
     assert_true(t1 - t0 < sysconf(_SC_CLK_TCK) / 4);
@@ -321,7 +303,13 @@ static void test_connection_limit(void **state)
     printf("%s", out);
     assert_int_equal(st, 1);
     assert_non_null(strstr(out, "connections: refused at the limit of 8 (--max-connections)"));
-    assert_int_equal(rn_connect(&o, &c), 0);
+    /* (rmsnormctl's own connection may still be counted for a moment after
+     * it exited: the front counts the descriptors it holds) */
+    int rv2;
+    for (int64_t w0 = rnh_now_ms(); (rv2 = rn_connect(&o, &c)) == RN_BUSY &&
+                                    rnh_now_ms() - w0 < 5000;)
+        usleep(20000);
+    assert_int_equal(rv2, 0);
     assert_int_equal(rn_ping(c, &rtt), 0);
     rn_close(c);
     rn_close(kept);
