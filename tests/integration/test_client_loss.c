@@ -182,9 +182,7 @@ static void test_host_after_stream_dead(void **state)
     s.defer = true; /* the stream: [wait done >= 1][ready = 2]; ready never comes */
     assert_int_equal(rnc_bwd_ring_dev(c, &l.a, &rnc_host_mapper, NULL, &rnt_fake_dev, &s), 0);
     uint8_t *base = c->ring->base;
-    assert_int_equal(kill(d->pid, SIGKILL), 0);
-    kill(d->pid, SIGCONT);
-    assert_int_equal(rnh_wait_exit(d, WAIT_MS), 128 + SIGKILL);
+    kill9(d); /* (stopped: SIGKILL ends it all the same) */
     c->timeout_ms = 5000;
     int rv = rn_rmsnorm_bwd_host(c, &l.a, NULL);
     printf("the host call: %s (%s)\n", rn_err_name(rv), rn_last_error(c));
@@ -214,9 +212,7 @@ static void test_owed_then_restart(void **state)
     c->timeout_ms = 300;
     assert_int_equal(rn_buffer_alloc(c, 1 << 16, &p), RN_TIMEOUT);
     assert_int_equal(c->chan_nowed, 1);
-    assert_int_equal(kill(d->pid, SIGKILL), 0);
-    kill(d->pid, SIGCONT);
-    assert_int_equal(rnh_wait_exit(d, WAIT_MS), 128 + SIGKILL);
+    kill9(d); /* (stopped: SIGKILL ends it all the same) */
     assert_int_equal(rnh_start(d), 0);
     c->timeout_ms = 10000;
     for (int i = 0; i < 3; i++) {
