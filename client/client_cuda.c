@@ -391,14 +391,18 @@ static int prepare(rn_client *c, void *ctx)
     rnc_cuda *s;
     int rv;
 
-    if (c->hello.limits.event_slots == 0 && !k->fresh) {
+    if (c->hello.limits.event_slots == 0 && !k->fresh &&
+        memcmp(&c->cuda_asked, &c->session, sizeof c->session) != 0 && !rnc_ring_busy(c)) {
         /* What HELLO said may be old: a daemon that fell back to the CPU
          * (--backend auto before the GPU was ready) may have come back
-         * with CUDA since.  Ask once more before refusing. */
+         * with CUDA since.  Ask once more before refusing: once a session,
+         * and not while ring calls are out, which the BYE would end (it
+         * ended the session at every such call, found in review). */
         rnc_end_session(c);
         k->fresh = true;
         if ((rv = rnc_ensure_session(c)) != 0)
             return rv;
+        c->cuda_asked = c->session;
     }
     if (c->hello.limits.event_slots == 0)
         return rnc_fail(c, RN_UNSUPPORTED,

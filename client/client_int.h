@@ -102,6 +102,7 @@ struct rn_client {
     int bell;
     rnp_session session;
     rnp_hello_rep hello;
+    rnp_session cuda_asked; /* the session client_cuda.c asked again for CUDA in */
     uint64_t next_id, next_seq;
 
     rnc_buf *bufs;
@@ -339,6 +340,8 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
                      const rnc_done_word *done, uint64_t *seq);
 /* Whether c's next fast-path call opens its ring (a new session). */
 bool rnc_ring_opening(const rn_client *c);
+/* Whether c's ring has calls out (published, done not past them). */
+bool rnc_ring_busy(const rn_client *c);
 /* RING_OPEN of the ring at offset 0 of region, with go (the client writes
  * it after ready: PROTOCOL.md 13.3) and *done's word if any; where the
  * daemon refuses that (older than these fields, or no such word for this

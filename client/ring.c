@@ -355,6 +355,11 @@ bool rnc_ring_opening(const rn_client *c)
     return !c->ring || !c->ring->open || memcmp(&c->ring->of, &c->session, sizeof c->session);
 }
 
+bool rnc_ring_busy(const rn_client *c)
+{
+    return c->ring && c->ring->open && !rnp_seq_reached(load_done(c->ring), c->ring->seq);
+}
+
 /* Make sure c's ring is open in the current session (with done's word). */
 static int ensure_open(rn_client *c, const rnc_done_word *done)
 {
