@@ -131,14 +131,30 @@ static uint64_t client_ready(const rnd_ring *g)
     return rnp_ring_ready_seq(__atomic_load_n(ready_word(g), __ATOMIC_ACQUIRE));
 }
 
+/* The word's top bit: never a client's (seqs stay below 2^62, PROTOCOL.md
+ * 13.3), and with it set no armed wait ends, the daemon's bit or not: a
+ * client could hold a revocation, and the drain, for good (found in
+ * review). */
+#define READY_TOP (1ull << 63)
+
+/* The daemon's bit on, the top bit off. */
+static void raise_ready(rnd_ring *g)
+{
+    uint64_t *w = ready_word(g), v = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+    while (!__atomic_compare_exchange_n(w, &v, (v & ~READY_TOP) | RNP_RING_READY_RAISED, false,
+                                        __ATOMIC_SEQ_CST, __ATOMIC_ACQUIRE))
+        ;
+}
+
 /* Under mu (the doorbell thread): while g is frozen, the daemon's bit stays
  * set (a write of the client's stream clears it). */
 bool rnd_ring_arm_poll(rnd_ring *g)
 {
     if (!g->arm || !g->frozen)
         return false;
-    if (g->raised && !(__atomic_load_n(ready_word(g), __ATOMIC_ACQUIRE) & RNP_RING_READY_RAISED))
-        __atomic_fetch_or(ready_word(g), RNP_RING_READY_RAISED, __ATOMIC_SEQ_CST);
+    uint64_t v = __atomic_load_n(ready_word(g), __ATOMIC_ACQUIRE);
+    if (g->raised && (!(v & RNP_RING_READY_RAISED) || (v & READY_TOP)))
+        raise_ready(g);
     return true;
 }
 
@@ -167,6 +183,7 @@ bool rnd_ring_arm_take(rnd_ring *g, uint64_t seq)
      * come; its slot would then be taken again at the thaw) */
     bool armed = g->go && !g->arm_broken && !g->frozen && !g->closing && !g->ending &&
                  !g->sess->ending &&
+                 !(__atomic_load_n(ready_word(g), __ATOMIC_ACQUIRE) & READY_TOP) &&
                  (!rnp_seq_reached(client_ready(g), seq) || rnd_ring_arm_behind(g)) &&
                  !rnp_seq_reached(g->revoked_upto, seq) && alone(g);
     if (armed)
@@ -197,8 +214,11 @@ void rnd_ring_arm_misuse(void *owner)
 }
 
 /* The last revoked job of g was released: back to what ran (the ring's done
- * word, between from and the last armed seq), and take the rest again. */
-static void thaw(rnd_ring *g)
+ * word, between from and the last armed seq), and take the rest again.
+ * rewind false: nothing was taken back (none in flight), and no slot is
+ * taken again (the slots after the armed ones, taken ungated, had run: a
+ * client whose ready went back had them run twice, found in review). */
+static void thaw(rnd_ring *g, bool rewind)
 {
     uint64_t done = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_DONE), __ATOMIC_ACQUIRE);
     uint64_t back = !rnp_seq_reached(done, g->revoke_from) ? g->revoke_from
@@ -215,7 +235,7 @@ static void thaw(rnd_ring *g)
     pthread_mutex_unlock(&g->tab->mu);
     /* Their slots are taken again from the first that did not run; a ring
      * that stopped at a slot after them takes them before it stops again. */
-    if (rnp_seq_reached(g->cons, back) && g->cons != back) {
+    if (rewind && rnp_seq_reached(g->cons, back) && g->cons != back) {
         g->cons = back;
         g->stopped = false;
     }
@@ -237,7 +257,7 @@ static void revoked_released(void *owner)
 
     g->tab->revoked_held--;
     if (--g->revoked == 0)
-        thaw(g);
+        thaw(g, true);
     g->released(g);
 }
 
@@ -272,7 +292,7 @@ unsigned rnd_ring_revoke(rnd_ring *g, const char *why)
     pthread_mutex_lock(&tab->mu);
     g->raised = true;
     g->revoked_upto = upto;
-    __atomic_fetch_or(ready_word(g), RNP_RING_READY_RAISED, __ATOMIC_SEQ_CST);
+    raise_ready(g);
     pthread_mutex_unlock(&tab->mu);
     rnd_rings_kick(tab); /* (the doorbell thread keeps the bit set) */
     __atomic_store_n(&g->wait_seq, 0, __ATOMIC_SEQ_CST);
@@ -281,7 +301,7 @@ unsigned rnd_ring_revoke(rnd_ring *g, const char *why)
     rnd_debug("Ring %u of '%s': armed slots %llu..%llu revoked (%s)", g->id, g->sess->name,
               (unsigned long long)from + 1, (unsigned long long)upto, why);
     if (n == 0)
-        thaw(g); /* (none in flight: the backend answered them, failing) */
+        thaw(g, false); /* (none in flight: the backend answered them, failing) */
     return n;
 }
 

@@ -2029,6 +2029,110 @@ static void test_armed_thaw_refused(void **state)
     RNH_PASS(d);
 }
 
+/* A client's ready word with its top bit set (no seq has it: PROTOCOL.md
+ * 13.3) when a call would be armed: no armed wait ended then, the daemon's
+ * bit or not, so a revocation held the ring frozen for good: SIGTERM never
+ * drained, a BYE never closed the ring (found in review).  Now such a
+ * call is not armed, and a revocation clears the bit. */
+static void ready_top_bit(rnh_daemon *d, bool bye, bool late)
+{
+    uint64_t *ready;
+    raw_case r;
+
+    RNH_NEED_READY_MODE(d, "armed");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 8, 92);
+    ready = rnp_ring_u64(r.g.mem, RNP_RING_O_READY);
+    if (!late) /* (set before the slot: it is not armed) */
+        __atomic_store_n(ready, (1ull << 63) | 1, __ATOMIC_RELEASE);
+    rnr_ring_publish(&r.g, &r.b, NULL, false);
+    if (late) { /* (set once the call is armed: the revocation clears it) */
+        assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
+        __atomic_store_n(ready, (1ull << 63) | 1, __ATOMIC_RELEASE);
+    }
+    /* (taken armed, as it was, or left in the ring for its ready) */
+    for (int64_t t0 = rnh_now_ms();
+         rnh_stat(d, "fast.armed") + rnh_stat(d, "fast.ready_waits") < 1; usleep(1000))
+        if (rnh_now_ms() - t0 > WAIT_MS)
+            fail_msg("the slot was neither armed nor left for its ready");
+    printf("armed %lld, left for its ready %lld\n", (long long)rnh_stat(d, "fast.armed"),
+           (long long)rnh_stat(d, "fast.ready_waits"));
+    if (bye) {
+        assert_int_equal(simple(&r.g, RN_OP_BYE, 0), 0);
+        assert_int_equal(wait_state_closed(&r.g), 0);
+    }
+    assert_int_equal(rnh_stop(d, RNH_STOP_TIMEOUT_MS), 0);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
+static void test_armed_ready_top_bit_term(void **state)
+{
+    ready_top_bit(*state, false, false);
+}
+
+static void test_armed_ready_top_bit_bye(void **state)
+{
+    ready_top_bit(*state, true, false);
+}
+
+static void test_armed_ready_top_bit_late_term(void **state)
+{
+    ready_top_bit(*state, false, true);
+}
+
+static void test_armed_ready_top_bit_late_bye(void **state)
+{
+    ready_top_bit(*state, true, true);
+}
+
+/* An armed call ended, the next taken ungated ran, then the client's ready
+ * went back (PROTOCOL.md 13.3 forbids it) and a revocation came with
+ * nothing in flight to take back: the thaw took the second slot again, and
+ * it ran twice (RING_CLOSE) or got a second answer (BYE) (found in
+ * review).  Each slot has one answer. */
+static void thaw_nothing_back(rnh_daemon *d, bool bye)
+{
+    raw_case r;
+
+    RNH_NEED_READY_MODE(d, "armed");
+    assert_int_equal(rnh_start(d), 0);
+    raw_open(d, &r, 8, 91);
+    uint64_t s1 = rnr_ring_publish(&r.g, &r.b, NULL, false);
+    assert_int_equal(rnh_wait_stat(d, "fast.armed", 1, WAIT_MS), 0);
+    rnr_ring_ready(&r.g, s1);
+    assert_int_equal(rnr_ring_wait(&r.g, s1, WAIT_MS), 0);
+    uint64_t s2 = rnr_ring_publish(&r.g, &r.b, NULL, true);
+    assert_int_equal(rnr_ring_wait(&r.g, s2, WAIT_MS), 0);
+    assert_int_equal(rnh_wait_stat(d, "fast.ok", 2, WAIT_MS), 0);
+    __atomic_store_n(rnp_ring_u64(r.g.mem, RNP_RING_O_READY), 0, __ATOMIC_RELEASE);
+    if (bye) {
+        assert_int_equal(simple(&r.g, RN_OP_BYE, 0), 0);
+        assert_int_equal(wait_state_closed(&r.g), 0);
+    } else {
+        assert_int_equal(simple(&r.g, RN_OP_RING_CLOSE, r.g.ring), 0);
+        rnr_ring_ready(&r.g, s2);
+        assert_int_equal(wait_state_closed(&r.g), 0);
+    }
+    assert_int_equal(rnr_ring_status(&r.g, s2, NULL, 0), 0);
+    assert_int_equal(rnh_wait_stat(d, "inflight.current", 0, WAIT_MS), 0);
+    assert_int_equal(rnh_stat(d, "fast.ok"), 2);
+    rnv_expect_fini(&r.e);
+    rnr_ring_close(&r.g);
+    RNH_PASS(d);
+}
+
+static void test_armed_thaw_nothing_back_close(void **state)
+{
+    thaw_nothing_back(*state, false);
+}
+
+static void test_armed_thaw_nothing_back_bye(void **state)
+{
+    thaw_nothing_back(*state, true);
+}
+
 /* A slot armed and then refused at a limit (--max-inflight 1, behind an
  * armed call) is not counted as armed: once ready has come for both, it is
  * taken ungated (the ring's armed mark stayed on it, so it was taken armed
@@ -2470,6 +2574,15 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bye_at_queue_limit, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_backend_fails_waiting, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_armed_thaw_refused, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_ready_top_bit_term, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_ready_top_bit_bye, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_ready_top_bit_late_term, rnh_setup,
+                                        rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_ready_top_bit_late_bye, rnh_setup,
+                                        rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_thaw_nothing_back_close, rnh_setup,
+                                        rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_armed_thaw_nothing_back_bye, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_ring_shrunk, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill9, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_sigterm, rnh_setup, rnh_teardown),
