@@ -384,6 +384,19 @@ const void *rnk::production_fn(const Plan &pl)
     }
 }
 
+/* a's production plan against a stand-in workspace (only its size and
+ * alignment count) and its grid, 0 when m = 0 (no launch): for the
+ * benchmark's and the tests' questions about a launch. */
+static int plan_grid(rnk_device *dev, const rnk_bwd_args *a, Plan *pl, int *grid, char *msg,
+                     size_t msglen)
+{
+    *grid = 0;
+    int rc = plan(dev, a, (void *)(uintptr_t)256, ws_bytes(a->m, a->n), pl, msg, msglen);
+    if (rc || a->m == 0)
+        return rc;
+    return grid_for(dev, production_fn(*pl), *pl, msg, msglen, grid);
+}
+
 #if RNK_TRACE
 /* rnk_test.h's timelines: the buffer the next launches record into. */
 static void *g_trace;
@@ -405,9 +418,8 @@ extern "C" size_t rnk_cuda_trace_bytes(rnk_device *dev, const rnk_bwd_args *a)
 {
     char msg[160];
     Plan pl;
-    int grid = 0;
-    if (plan(dev, a, (void *)(uintptr_t)256, ws_bytes(a->m, a->n), &pl, msg, sizeof msg) ||
-        a->m == 0 || grid_for(dev, production_fn(pl), pl, msg, sizeof msg, &grid))
+    int grid;
+    if (plan_grid(dev, a, &pl, &grid, msg, sizeof msg) || a->m == 0)
         return sizeof(rnk_trace_head);
     return trace_bytes(grid, pl.p.nchunks);
 }
@@ -491,9 +503,7 @@ extern "C" int rnk_cuda_empty_launch(rnk_device *dev, const rnk_bwd_args *a, voi
     size_t smem = 0;
     if (a) {
         Plan pl;
-        int rc = plan(dev, a, (void *)(uintptr_t)256, ws_bytes(a->m, a->n), &pl, msg, msglen);
-        if (!rc && a->m > 0)
-            rc = grid_for(dev, production_fn(pl), pl, msg, msglen, &grid);
+        int rc = plan_grid(dev, a, &pl, &grid, msg, msglen);
         if (rc || a->m == 0)
             return rc;
         threads = pl.threads;
@@ -512,10 +522,9 @@ extern "C" int rnk_cuda_empty_launch(rnk_device *dev, const rnk_bwd_args *a, voi
 extern "C" int rnk_cuda_describe(rnk_device *dev, const rnk_bwd_args *a, char *buf, size_t len)
 {
     char msg[160];
-    size_t msglen = sizeof msg;
     Plan pl;
-    /* Plan against a stand-in workspace: only its size and alignment count. */
-    int rc = plan(dev, a, (void *)(uintptr_t)256, ws_bytes(a->m, a->n), &pl, msg, msglen);
+    int grid;
+    int rc = plan_grid(dev, a, &pl, &grid, msg, sizeof msg);
     if (rc) {
         snprintf(buf, len, "%s", msg);
         return rc;
@@ -524,10 +533,6 @@ extern "C" int rnk_cuda_describe(rnk_device *dev, const rnk_bwd_args *a, char *b
         snprintf(buf, len, "m = 0: no launch");
         return RNK_OK;
     }
-    int grid = 0;
-    rc = grid_for(dev, production_fn(pl), pl, buf, len, &grid);
-    if (rc)
-        return rc;
     static const char *const names[] = {"general", "ring", "s"};
     snprintf(buf, len, "%s nv=%d block=%d (G=%d x %d) grid=%d %s chunk=%lld nchunks=%d smem=%zu",
              names[pl.path], pl.path == PATH_GENERAL ? 0 : pl.path == PATH_S ? 1 : pl.nv,
