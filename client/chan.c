@@ -14,7 +14,9 @@
 #include <pwd.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -377,6 +379,17 @@ int rnc_chan_vmm_map(rn_client *c, uint32_t count, uint64_t total,
     if (*region == 0)
         return rnc_fail(c, RN_BAD_REPLY, "session channel: region id 0");
     return 0;
+}
+
+void rnc_chan_wake(rn_client *c, uint32_t *doorbell)
+{
+    /* The session's bell wakes the daemon's loop itself (one wake-up); the
+     * doorbell wakes its ring thread, which then wakes the loop. */
+    const char one = 1;
+    if (!c->have_bell || send(c->bell, &one, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
+        __atomic_add_fetch(doorbell, 1, __ATOMIC_SEQ_CST);
+        syscall(SYS_futex, doorbell, FUTEX_WAKE, 1, NULL, NULL, 0);
+    }
 }
 
 void rnc_chan_close(rn_client *c)

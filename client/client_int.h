@@ -219,6 +219,10 @@ int rnc_chan_vmm_map(rn_client *c, uint32_t count, uint64_t total,
  * rnc_chan_register), without waiting; c's last error stays. */
 void rnc_chan_collect(rn_client *c);
 
+/* The daemon sleeps on c's ring: wake it by the session's bell, else the
+ * ring's doorbell word (a futex). */
+void rnc_chan_wake(rn_client *c, uint32_t *doorbell);
+
 /* Close c's channel connection; fine when there is none. */
 void rnc_chan_close(rn_client *c);
 

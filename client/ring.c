@@ -396,7 +396,7 @@ static int ensure_open(rn_client *c, const rnc_done_word *done)
     memset(g->base + RNP_RING_HDR, 0, g->size - RNP_RING_HDR);
     g->seq = g->checked = 0;
     g->closed_ns = 0; /* (session_over's clock is per session) */
-    g->ready_queued = false;
+    g->ready_queued = g->go_missing = false;
     if ((rv = rnc_chan_register(c, g->fd, g->size, &g->region)) != 0)
         return rv;
     g->done_addr = 0;
@@ -578,11 +578,18 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
      * the last one's go, written after its ready).  So a call on another
      * stream than the last one's first waits for it there, and a call of
      * the host path for it here. */
+    uint64_t sid = dev && dev->stream_id ? dev->stream_id(stream) : 0;
+    bool elsewhere = !dev || g->ready_stream != stream || g->ready_sid != sid;
+    /* A go that could not be queued (below) only a later call on its own
+     * stream writes: a call anywhere else would wait for it for good. */
+    if (g->ready_queued && g->go_missing && elsewhere)
+        return rnc_fail(c, RN_CUDA, "ready: call %llu's go could not be queued on its stream, "
+                        "which a call elsewhere would wait for; nothing was published (the "
+                        "next call on that stream writes it)", (unsigned long long)g->seq);
     if (dev) {
         /* The stream writes ready once the producer's work before this
          * call is done; nothing is published if that cannot be queued. */
-        uint64_t sid = dev->stream_id ? dev->stream_id(stream) : 0;
-        if (g->ready_queued && (g->ready_stream != stream || g->ready_sid != sid) &&
+        if (g->ready_queued && elsewhere &&
             (rv = dev->wait(c, stream, g->dev_base + (g->go ? RNP_RING_O_GO : RNP_RING_O_READY),
                             g->seq)) != 0) {
             char why[RN_ERRMSG_LEN];
@@ -609,6 +616,7 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
         g->ready_stream = stream;
         g->ready_sid = sid;
         g->ready_queued = true;
+        g->go_missing = go_rv != 0;
     } else {
         if (g->ready_queued && (rv = wait_ready(c, g, g->seq)) != 0)
             return rv;
@@ -624,16 +632,8 @@ int rnc_ring_publish(rn_client *c, const rnp_bwd_req *b, const rnc_ring_dev *dev
     /* Pairs with the daemon's sleeping flag: it sets it, then looks at
      * the producer words; this publishes, then looks at the flag. */
     atomic_thread_fence(memory_order_seq_cst);
-    if (__atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_SLEEPING), __ATOMIC_SEQ_CST)) {
-        /* The session's bell wakes the daemon's loop itself (one wake-up);
-         * the doorbell wakes its ring thread, which then wakes the loop. */
-        const char one = 1;
-        if (!c->have_bell || send(c->bell, &one, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
-            __atomic_add_fetch(rnp_ring_u32(g->base, RNP_RING_O_DOORBELL), 1, __ATOMIC_SEQ_CST);
-            syscall(SYS_futex, rnp_ring_u32(g->base, RNP_RING_O_DOORBELL), FUTEX_WAKE, 1, NULL,
-                    NULL, 0);
-        }
-    }
+    if (__atomic_load_n(rnp_ring_u32(g->base, RNP_RING_O_SLEEPING), __ATOMIC_SEQ_CST))
+        rnc_chan_wake(c, rnp_ring_u32(g->base, RNP_RING_O_DOORBELL));
     /* The same fence pairs with the watcher's (fired, then prod): if it
      * fired before it could see this slot, the slot is released here. */
     if (rnc_watch_fired(c))

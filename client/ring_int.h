@@ -38,6 +38,7 @@ struct rnc_ring {
     void *ready_stream; /* the stream the last call's ready went to (its id, */
     uint64_t ready_sid; /* rnc_ring_dev.stream_id, 0: none) ... */
     bool ready_queued;  /* ... if it may not have landed yet (else ready = seq) */
+    bool go_missing;    /* the last call's go could not be queued on its stream */
     uint64_t checked;   /* results read up to this seq */
     int err;            /* the first error not yet reported (rnc_ring_note) */
     char msg[RN_ERRMSG_LEN];

@@ -52,6 +52,7 @@ typedef struct fake_stream {
     unsigned block_off;            /* ... on this word (go, or ready) */
     uint64_t id;                   /* its stream id (f_stream_id), 0: none known */
     uint64_t last_ready;           /* the last ready value written */
+    bool fail_go;                  /* go's write is refused (RN_CUDA) */
 } fake_stream;
 
 static fake_stream *cur;
@@ -85,6 +86,8 @@ static int f_write(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
     fake_stream *s = stream;
     (void)c;
     if (addr == s->base + RNP_RING_O_GO) {
+        if (s->fail_go)
+            return rnc_fail(c, RN_CUDA, "fake stream: go's write refused");
         /* (13.3: go after the same call's ready) */
         s->go_writes++;
         if (s->go_writes != s->writes || s->last_ready != seq)
@@ -621,6 +624,47 @@ static void test_host_after_stream(void **state)
     RNH_PASS(d);
 }
 
+/* A call whose go could not be queued (a driver without batched stream
+ * writes, its second write refused) is published, reported failed.  A call
+ * on another stream, or of the host path, is then refused, nothing
+ * published: it would wait for that go for good (before, it did).  The
+ * next call on the first stream writes go, and the other stream goes on. */
+static void test_go_write_failed(void **state)
+{
+    rnh_daemon *d = *state;
+    fake_stream a = {.order_ok = true, .fail_go = true}, b = {.order_ok = true};
+    laid l[4];
+    rn_client *c;
+
+    c = start_fast(d, &a);
+    for (int i = 0; i < 4; i++)
+        lay(c, i, &l[i]);
+    assert_int_equal(call(c, &l[0].a, &a), RN_CUDA);
+    assert_int_equal(word(a.base, RNP_RING_O_PROD), 1); /* published all the same */
+    b.base = a.base;
+    assert_int_equal(call(c, &l[1].a, &b), RN_CUDA);
+    assert_non_null(strstr(rn_last_error(c), "go could not be queued"));
+    assert_int_equal(b.writes + b.ready_waits, 0);
+    assert_int_equal(rn_rmsnorm_bwd_host(c, &l[1].a, NULL), RN_CUDA);
+    assert_int_equal(word(a.base, RNP_RING_O_PROD), 1); /* nothing published */
+    a.fail_go = false;
+    assert_int_equal(call(c, &l[2].a, &a), 0);
+    assert_int_equal(word(a.base, RNP_RING_O_GO), 2);
+    assert_int_equal(call(c, &l[3].a, &b), 0);
+    assert_int_equal(b.ready_waits, 1);
+    assert_false(b.blocked);
+    assert_int_equal(rn_sync(c), 0);
+    assert_true(b.order_ok); /* (a's go counts are one short) */
+    for (int i = 0; i < 4; i++)
+        if (i != 1)
+            check_free(c, &l[i], "after a failed go");
+    rnv_expect_fini(&l[1].e);
+    assert_int_equal(rn_buffer_free(c, l[1].buf), 0);
+    rn_close(c);
+    cur = NULL;
+    RNH_PASS(d);
+}
+
 /* A call the daemon refuses: done still passes it (a stream waiting on
  * done goes on) and the error comes back once, at rn_check. */
 static void test_stream_bad_call(void **state)
@@ -963,6 +1007,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stream_handle_reused, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_host_after_stream, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_bad_call, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_go_write_failed, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_failure_then_loss, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_failure_then_loss_unwatched, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_old_ring_new_session, rnh_setup, rnh_teardown),
