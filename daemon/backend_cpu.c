@@ -601,7 +601,7 @@ static int cpu_submit(rnd_backend *be, rnd_job *job, rnp_error *err)
 
     if (job->ready_slot != -1)
         return rnp_fail(err, RN_NO_EVENTS,
-                        "bwd.ready_slot: the cpu backend has no events; send -1, not %d",
+                        "bwd.ready: the cpu backend has no events; send -1, not %d",
                         (int)job->ready_slot);
     if (b->failed)
         return rnp_fail(err, RN_DEVICE_FAILING, "bwd: the backend failed: %.150s", b->fail_msg);

@@ -7,6 +7,8 @@
  */
 #include "ops.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -24,7 +26,12 @@ int rnd_op_hello(rnd_ctx *ctx, rnd_session *unused, const rnp_request *req, rnp_
     int rc;
 
     /* HELLOs that nobody authenticates must not keep clients out: the
-     * oldest of them past its grace period makes room. */
+     * oldest of them past its grace period makes room, for a HELLO that
+     * is not refused for its pid (which rnd_session_create checks again:
+     * this only keeps a refused HELLO from evicting anyone). */
+    uint32_t pid = req->u.hello.pid;
+    if (pid && kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "hello.pid: no process %u", (unsigned)pid);
     if (ctx->sessions.n >= ctx->cfg.max_sessions)
         rnd_sessions_evict_unauthenticated(&ctx->sessions, rnd_now_ns());
     if (ctx->sessions.n >= ctx->cfg.max_sessions) {

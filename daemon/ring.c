@@ -492,6 +492,10 @@ int rnd_op_ring_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_r
     rnd_ring *g;
     int rc;
 
+    /* (a decoding matter: before every other check, as section 2 orders) */
+    if (!o->done_region.id && o->done_offset)
+        return rnp_fail(err, RN_MISSING_FIELD,
+                        "ring_open.done_region: done_offset is given without it");
     if (!ctx->dev.rings || !tab->started)
         return rnp_fail(err, RN_UNSUPPORTED,
                         "ring_open: the %s backend does not offer the fast path yet; use BWD",
@@ -531,9 +535,6 @@ int rnd_op_ring_open(rnd_ctx *ctx, rnd_session *s, const rnp_request *req, rnp_r
                         "ring_open.prod: a new ring has published nothing (the word is 0)");
     rnd_region *dr = NULL;
     void *done_dev = NULL;
-    if (!o->done_region.id && o->done_offset)
-        return rnp_fail(err, RN_MISSING_FIELD,
-                        "ring_open.done_region: done_offset is given without it");
     if (o->done_region.id && (rc = done_word(ctx, s, o, &dr, &done_dev, err)) != 0)
         return rc;
     if (!(g = calloc(1, sizeof *g)))

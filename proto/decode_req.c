@@ -200,7 +200,12 @@ static int ring_open_field(rnp_dctx *d, void *obj, int idx, const char *path)
     case 1: return rnp_dec_u32(d, path, &o->region.id);
     case 2: return rnp_dec_u64(d, path, &o->offset);
     case 3: return rnp_dec_u32(d, path, &o->slots);
-    case 4: return rnp_dec_u32(d, path, &o->done_region.id);
+    case 4: {
+        int rc = rnp_dec_u32(d, path, &o->done_region.id);
+        if (rc == 0 && o->done_region.id == 0)
+            rc = rnp_dec_fail(d, RN_INVALID_ARGUMENT, path, "0 names no region (ids start at 1)");
+        return rc;
+    }
     case 5: return rnp_dec_u64(d, path, &o->done_offset);
     default: return rnp_dec_bool(d, path, &o->go);
     }

@@ -57,10 +57,10 @@ static int admit(const rnd_cuda *b, const rnd_job *job, rnp_error *err)
         return rnd_cuda_failed_err(b, err, "bwd");
     if (job->ready_slot >= 0 && cs->nev == 0)
         return rnp_fail(err, RN_NO_EVENTS,
-                        "bwd.ready_slot: %d, but this session has exchanged no events (EVENTS)",
+                        "bwd.ready: %d, but this session has exchanged no events (EVENTS)",
                         (int)job->ready_slot);
     if (job->ready_slot >= (int32_t)cs->nev)
-        return rnp_fail(err, RN_INVALID_ARGUMENT, "bwd.ready_slot: %d is outside 0..%u",
+        return rnp_fail(err, RN_INVALID_ARGUMENT, "bwd.ready: %d is outside 0..%u",
                         (int)job->ready_slot, cs->nev - 1);
     if (job->mode != RNP_MODE_SYNC && cs->nev == 0)
         return rnp_fail(err, RN_NO_EVENTS,

@@ -113,7 +113,8 @@ static void test_other_uid(void **state)
 }
 
 /* At --max-sessions, a HELLO evicts the oldest unauthenticated session
- * only where that frees a place at once: one with a BWD in flight is kept
+ * only where that frees a place at once, and only a HELLO not refused for
+ * its pid: one with a BWD in flight is kept
  * (it was ended, and the newcomer refused all the same: the old client's
  * session gone for nothing, found in review), and the newcomer gets BUSY.
  * The old client (an older one, without a channel: --auth-timeout 0 and
@@ -184,6 +185,17 @@ static void test_hello_evicts_only_idle(void **state)
     assert_int_equal(rnp_decode_reply(mm, (size_t)got, &r, &err), 0);
     nn_freemsg(mm);
     assert_int_equal(r.status, 0); /* the old client's call ran */
+    /* Idle now: a HELLO refused for its pid (a process that exited) evicts
+     * nobody (before, the old session was ended for a newcomer refused). */
+    pid_t gone = fork();
+    if (gone == 0)
+        _exit(0);
+    assert_true(gone > 0 && waitpid(gone, NULL, 0) == gone);
+    h.id = 8;
+    h.u.hello.pid = (uint32_t)gone;
+    assert_int_equal(rnr_call(c, &h, &r), 0);
+    assert_int_equal(r.status, RN_INVALID_ARGUMENT);
+    assert_non_null(strstr(r.error, "hello.pid"));
     bye.version = RNP_VERSION;
     bye.op = RN_OP_BYE;
     bye.id = 9;

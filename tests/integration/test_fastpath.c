@@ -1016,6 +1016,8 @@ static void test_ring_open_close(void **state)
     g.mem[0] ^= 0xff;
     assert_int_equal(ring_open(&g, g.region, 0, 8, err), RN_INVALID_ARGUMENT);
     assert_non_null(strstr(err, "ring_open.magic"));
+    /* done_offset without done_region: a decoding matter, found first */
+    assert_int_equal(ring_open_dw(&g, g.region, 0, 8, 0, 8, err), RN_MISSING_FIELD);
     rnp_ring_init(g.mem, 8);
     rnp_le32_put(g.mem + RNP_RING_O_VERSION, 9);
     assert_int_equal(ring_open(&g, g.region, 0, 8, err), RN_BAD_VERSION);

@@ -127,6 +127,25 @@ static void test_duplicate_keys(void **state)
     mb_expect(&m, RN_DUPLICATE_FIELD, "hello.pid: appears twice", "known body key twice");
 }
 
+/* RING_OPEN's done_region names a region: 0 (no region has it) is refused,
+ * not taken for "absent" (the word would then be silently not written). */
+static void test_ring_open_done_region_zero(void **state)
+{
+    (void)state;
+    static const uint8_t sess[RNP_SESSION_BYTES];
+    mb m;
+    for (uint64_t dr = 0; dr < 2; dr++) {
+        mb_init(&m, 4), mb_kuint(&m, "v", 1), mb_kuint(&m, "op", RN_OP_RING_OPEN);
+        mb_kuint(&m, "id", 1), mb_key(&m, "body"), msgpack_pack_map(&m.pk, 5);
+        mb_key(&m, "session"), msgpack_pack_bin(&m.pk, sizeof sess);
+        msgpack_pack_bin_body(&m.pk, sess, sizeof sess);
+        mb_kuint(&m, "region", 1), mb_kuint(&m, "offset", 0), mb_kuint(&m, "slots", 8);
+        mb_kuint(&m, "done_region", dr);
+        mb_expect(&m, dr ? 0 : RN_INVALID_ARGUMENT, "ring_open.done_region: 0 names no region",
+                  "done_region");
+    }
+}
+
 /* ---- the size limit ------------------------------------------------------------------------ */
 
 /* A ping request of exactly len bytes: v, op 5 (so that op is not the
@@ -511,6 +530,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_version_before_everything),
         cmocka_unit_test(test_duplicate_keys),
+        cmocka_unit_test(test_ring_open_done_region_zero),
         cmocka_unit_test(test_size_limit),
         cmocka_unit_test(test_bwd_digest),
         cmocka_unit_test(test_seq_window),
