@@ -11,6 +11,8 @@ import dataclasses
 import math
 import os
 import threading
+import warnings
+import weakref
 
 from . import _lib
 
@@ -54,6 +56,10 @@ class RNError(Exception):
         if message:
             text += ": " + message
         super().__init__(text)
+
+    def __reduce__(self):
+        # (pickled whole: multiprocessing sends a worker's error to its parent)
+        return (type(self), (self.code, self.name, self.message, self.op))
 
 
 def err_name(code):
@@ -179,18 +185,47 @@ class HostBuffer:
     """Memory shared with the daemon (CPU backend): a POSIX shared-memory
     object that libclient mapped here and registered.  `address` is the
     pointer to put into BwdArgs; `view()` is a writable memoryview of it.
-    The buffer belongs to its Client: free() it, or Client.close() does."""
+    The buffer belongs to its Client: free() it, or Client.close() does.
+    Both release the views it gave: using one then raises ValueError (it
+    touched unmapped memory before).  free() refuses with BufferError, as
+    mmap.close() does, while an object holds an export of a view (a numpy
+    array made from it, say).  What cannot be tracked must not outlive the
+    buffer: slices of a view, tensors of torch.frombuffer (which hold no
+    export), and objects holding an export when close() runs."""
 
     def __init__(self, client, address, nbytes):
-        self._client = client
+        self._client_ref = weakref.ref(client)
         self.address = address
         self.nbytes = nbytes
+        self._views = []   # weakref.refs (a writable memoryview is not hashable)
 
     def view(self):
         """A writable memoryview of the whole buffer (bytes)."""
         self._check()
         arr = (ctypes.c_char * self.nbytes).from_address(self.address)
-        return memoryview(arr).cast("B")
+        v = memoryview(arr).cast("B")
+        self._views = [r for r in self._views if r() is not None]
+        self._views.append(weakref.ref(v))
+        return v
+
+    def _release_views(self):
+        """Release every view; False if one is still exported (left as is)."""
+        ok = True
+        for r in self._views:
+            v = r()
+            try:
+                if v is not None:
+                    v.release()
+            except BufferError:
+                ok = False
+        return ok
+
+    @property
+    def _client(self):
+        c = self._client_ref()
+        if c is None:  # (its close() set address None first)
+            raise ValueError("buffer: its client is gone")
+        return c
 
     def _check(self):
         if self.address is None:
@@ -210,6 +245,9 @@ class HostBuffer:
                 # After fork() the buffer is the parent's: freeing it here
                 # would unlink the parent's memory behind its back.
                 c._handle_or_raise()
+                if not self._release_views():
+                    raise BufferError("buffer: an object made from its view() (a numpy array, "
+                                      "a tensor) still uses it; drop that before free()")
                 rv = _lib.lib().rn_buffer_free(c._handle, self.address)
                 self.address = None
                 c._buffers.discard(self)
@@ -235,7 +273,11 @@ class Client:
 
     A Client may be shared by threads (libclient serialises its calls).  It
     must not be used in a child process after fork(): open a new one there.
-    Use it as a context manager, or call close().
+    Use it as a context manager, or call close(); call sync() before, to see
+    the errors of calls still running (close() warns of any error of a
+    finished call not yet reported).  copy.copy and copy.deepcopy of a
+    Client (of a model holding one) give the Client itself: it is a shared
+    connection.
     """
 
     _PATHS = {None: 0, "classic": 1, "fast": 2, "auto": 3}
@@ -247,6 +289,9 @@ class Client:
         self._handle = None
         self._pid = os.getpid()
         self._gen = _fork_gen
+        # (a buffer's reference to its client is weak: no cycle, so a client
+        # dropped closes at once, not at a cyclic collection, which may never
+        # come; its buffers are freed with it)
         self._buffers = set()
         # Held across every C call (see _call); re-entrant, so that code run
         # while a thread holds it (a finaliser, say) cannot deadlock that thread.
@@ -282,18 +327,32 @@ class Client:
             if h is None:
                 return
             for b in list(self._buffers):
+                b._release_views()
                 b.address = None
             self._buffers.clear()
             # A forked child does not own the parent's connection: closing it
             # here would tear down state that belongs to the parent.
             if os.getpid() == self._pid:
-                _lib.lib().rn_close(h)
+                lib = _lib.lib()
+                if hasattr(lib, "rn_check") and lib.rn_check(h) != 0:
+                    try:
+                        warnings.warn("rmsnormd: closing a client whose call failed unseen: "
+                                      + _lib.cstr(lib.rn_last_error(h)), RuntimeWarning, 2)
+                    except Exception:
+                        pass  # (at interpreter exit)
+                lib.rn_close(h)
 
     @property
     def closed(self):
         return self._handle is None
 
     def __enter__(self):
+        return self
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
         return self
 
     def __exit__(self, *exc):
@@ -457,8 +516,12 @@ class Client:
     @property
     def path(self):
         """"classic", "fast" or "auto"."""
-        h = self._handle_or_raise()
-        return {1: "classic", 2: "fast", 3: "auto"}.get(_lib.lib().rn_client_path(h), "classic")
+        lib = _lib.lib()
+        if not hasattr(lib, "rn_client_path"):
+            return "classic"  # (a libclient 0.1: it has no other path)
+        with self._lock:
+            h = self._handle_or_raise()
+            return {1: "classic", 2: "fast", 3: "auto"}.get(lib.rn_client_path(h), "classic")
 
     def bwd(self, args, stream):
         """Enqueue the backward pass on a CUDA stream (an int cudaStream_t; 0 is

@@ -55,6 +55,7 @@ _DTYPES = {
 
 _default_lock = threading.Lock()
 _default = None
+_default_own = False  # (_default made by default_client, not set)
 
 
 def _forked():
@@ -74,23 +75,30 @@ def default_client():
     (a forked child gets its own, if no client was open in the parent at the
     fork: else RNError UNSUPPORTED, and children must be started with spawn
     or forkserver)."""
-    global _default
+    global _default, _default_own
     c = _default
     if c is not None and c._handle is not None and c._gen == _client._fork_gen:
         return c
     with _default_lock:
         c = _default
+        if c is not None and c.closed and not _default_own and c._pid == os.getpid():
+            # (not a new one at the default endpoint: the one set may have
+            # named another daemon, another GPU's)
+            raise ValueError("rmsnormd.torch: the default client (set_default_client) is "
+                             "closed; set another, or None to connect to the default endpoint")
         if c is None or c.closed or c._pid != os.getpid():
             c = Client(name="torch pid %d" % os.getpid())
-            _default = c
+            _default, _default_own = c, True
         return c
 
 
 def set_default_client(client):
-    """Use `client` (a Client, or None to connect on next use) by default."""
-    global _default
+    """Use `client` (a Client, or None to connect on next use) by default.
+    Once a client set here is closed, calls without a client raise
+    ValueError until another is set (or None)."""
+    global _default, _default_own
     with _default_lock:
-        _default = client
+        _default, _default_own = client, False
 
 
 # ---- checks ------------------------------------------------------------------------------
@@ -388,10 +396,11 @@ def _staging(client, nbytes):
     buf = getattr(client, "_torch_staging", None)
     if buf is not None and buf.address is not None and buf.nbytes >= nbytes:
         return buf
-    if buf is not None and buf.address is not None:
-        buf.free()
+    # (the layouts' tensors first: free() refuses while they use the memory)
     client._torch_layouts = {}
     client._torch_staging = None
+    if buf is not None and buf.address is not None:
+        buf.free()
     buf = client.alloc(max(nbytes, 1 << 20))
     client._torch_staging = buf
     return buf

@@ -5,6 +5,8 @@ results against a pure-Python fp64 reference, bitwise repeatability, and
 refused requests that leave the outputs untouched."""
 
 import ctypes
+import pickle
+import time
 
 import pytest
 
@@ -222,6 +224,59 @@ def test_buffers_free_and_foreign_pointers(client):
     assert ei.value.name == "INVALID_ARGUMENT"
 
 
+def test_views_die_with_their_buffer(daemon):
+    # A view used after free() or close() raises, not reads unmapped (or
+    # reused) memory: it crashed the interpreter before.  free() refuses
+    # while an object made from a view still uses the memory, as mmap does.
+    c = rmsnormd.Client(daemon.endpoint)
+    try:
+        b = c.alloc(4096)
+        v = b.view()
+        held = pickle.PickleBuffer(v)   # an export of the view, as numpy's
+        with pytest.raises(BufferError, match="still uses it"):
+            b.free()
+        assert b.address is not None
+        del held
+        w = b.view()
+        b.free()
+        with pytest.raises(ValueError):
+            v[0]
+        with pytest.raises(ValueError):
+            w[0] = 1
+        v2 = c.alloc(4096).view()
+        c.close()
+        with pytest.raises(ValueError):
+            v2[0]
+    finally:
+        c.close()
+
+
+def test_a_dropped_client_closes_at_once(daemon):
+    # Its buffers do not hold it in a reference cycle: with the cyclic
+    # collector off, the session ends when the last reference goes, and the
+    # buffers kept are freed with it.
+    import gc
+    import weakref
+    with rmsnormd.Client(daemon.endpoint) as watcher:
+        base = watcher.stats().get("sessions.active")
+        gc.disable()
+        try:
+            c = rmsnormd.Client(daemon.endpoint)
+            c.alloc(4096)
+            keep = c.alloc(4096)
+            v = keep.view()
+            ref = weakref.ref(c)
+            del c
+            assert ref() is None
+            assert keep.address is None
+            with pytest.raises(ValueError):
+                v[0]
+            keep.free()   # (a no-op)
+        finally:
+            gc.enable()
+        assert watcher.stats().get("sessions.active") == base
+
+
 def test_close_releases_buffers_in_the_daemon(daemon):
     with rmsnormd.Client(daemon.endpoint) as watcher:
         base = watcher.stats().get("regions.active")
@@ -336,5 +391,15 @@ def test_fast_path_matches_classic(daemon, client):
             fast.sync()
         assert ei.value.name == "OUT_OF_BOUNDS"
         fast.check()         # reported once
+
+        # A failed call not yet reported when the client closes: a warning,
+        # not silence.
+        seen = fast.stats().get("errors.OUT_OF_BOUNDS")
+        fast.bwd_host_async(bad.args)
+        deadline = time.monotonic() + 20
+        while fast.stats().get("errors.OUT_OF_BOUNDS") == seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.warns(RuntimeWarning, match="failed unseen"):
+            fast.close()
     finally:
         fast.close()

@@ -41,6 +41,22 @@ def test_torch_names_without_torch_say_why():
         pytest.skip("PyTorch is installed here; the message for its absence cannot be seen")
 
 
+def test_rnerror_pickles_whole():
+    # multiprocessing sends a worker's exception to its parent by pickle: an
+    # RNError that could not be rebuilt stopped the pool's result thread.
+    import pickle
+    e = rmsnormd.RNError(402, "UNREACHABLE", "endpoint ipc:///x", op="connect")
+    back = pickle.loads(pickle.dumps(e))
+    assert (back.code, back.name, back.message, back.op, str(back)) == \
+        (e.code, e.name, e.message, e.op, str(e))
+
+
+def test_copies_of_a_client_are_the_client(client):
+    import copy
+    assert copy.copy(client) is client
+    assert copy.deepcopy({"c": client})["c"] is client
+
+
 def test_version_and_error_names():
     assert rmsnormd.version().count(".") == 2
     assert rmsnormd.err_name(0) == "OK"

@@ -474,3 +474,34 @@ def test_rows_of_no_elements(client):
         assert y.shape == x.shape
         y.sum().backward()
         assert x.grad.shape == x.shape
+
+
+def test_a_closed_default_client_is_not_replaced_silently(daemon, monkeypatch):
+    # A client set as the default may name another daemon than the default
+    # endpoint (another GPU's): once closed, calls raise instead of going
+    # to the default endpoint.  None goes back to connecting there.
+    monkeypatch.setenv("RMSNORMD_ENDPOINT", daemon.endpoint)
+    c = rmsnormd.Client(daemon.endpoint)
+    rnt.set_default_client(c)
+    try:
+        assert rnt.default_client() is c
+        c.close()
+        with pytest.raises(ValueError, match="set_default_client"):
+            rnt.default_client()
+        rnt.set_default_client(None)
+        own = rnt.default_client()
+        assert own is not c and not own.closed
+        own.close()
+        assert rnt.default_client() is not own   # (its own: reconnected)
+    finally:
+        rnt.set_default_client(None)
+
+
+def test_deepcopy_of_a_model_shares_its_client(client):
+    import copy
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), rnt.RMSNorm(8, client=client))
+    m2 = copy.deepcopy(m)
+    assert m2[1].client is client
+    x = torch.randn(4, 8, requires_grad=True)
+    m2(x).sum().backward()
+    assert x.grad is not None
