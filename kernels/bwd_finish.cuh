@@ -61,29 +61,19 @@ __device__ __forceinline__ void finish_slice(const Params &p, int sl, float *til
         st_any(p.dw_dt, p.dw, col, d);
 }
 
-/* RNK_FIN_SPREAD=1: no block takes more slices at a time than an even
- * share of the grid's, so the finish's loads spread over up to every block
- * (19 blocks finish 4096 x 8192's 1024 slices without it, 132 with it).
- * Measured 1-3 % faster where N >= 4096 and M is small, neutral elsewhere
- * (bench/RESULTS.md, 2026-12-06 10:25); off until the whole GPU check
- * (compute-sanitizer, MPS) has run on it.  Which block adds a slice does
- * not change dw's bits. */
-#ifndef RNK_FIN_SPREAD
-#define RNK_FIN_SPREAD 0
-#endif
-
 /* finish_slices_il's slices a block at a time: SB = blockDim / (2 *
- * groups), at least 1, with RNK_FIN_SPREAD at most an even share
- * (has_slice deals the same). */
+ * groups), at least 1, and at most an even share of the grid's slices, so
+ * that the finish's loads spread over up to every block (has_slice deals
+ * the same): without that cap 19 blocks finished 4096 x 8192's 1024 slices,
+ * with it all 132 do; 1-3 % faster where N >= 4096 and M is small, neutral
+ * elsewhere (bench/RESULTS.md, 2026-12-06).  Which block adds a slice does
+ * not change dw's bits. */
 __device__ __forceinline__ int il_slices_a_block(const Params &p)
 {
     const int Q = (p.nchunks + RNK_DW_GROUP - 1) / RNK_DW_GROUP, T = (int)blockDim.x;
-    int sb = T / (2 * Q) > 0 ? T / (2 * Q) : 1;
-    if (RNK_FIN_SPREAD) {
-        const int share = (int)((p.nslices + gridDim.x - 1) / gridDim.x);
-        sb = sb < share ? sb : share;
-    }
-    return sb;
+    const int sb = T / (2 * Q) > 0 ? T / (2 * Q) : 1;
+    const int share = (int)((p.nslices + gridDim.x - 1) / gridDim.x);
+    return sb < share ? sb : share;
 }
 
 /* g += x, lane by lane, each addition rounded once. */
