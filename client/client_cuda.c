@@ -530,6 +530,22 @@ static int bwd_call(rn_client *c, const rn_bwd_args *a, void *stream, int mode, 
             return rv;
         }
     }
+    /* The classic path cannot be captured (ring_step says why; a sync
+     * call, or the classic path chosen or fallen back to, came here):
+     * its kernel would run once, now, on inputs the capture has not
+     * written, and no replay would run it. */
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing((cudaStream_t)stream, &cap) != cudaSuccess)
+        (void)cudaGetLastError();
+    if (cap != cudaStreamCaptureStatusNone) {
+        pthread_mutex_lock(&c->mu); /* (c's message is written under it) */
+        int rv = rnc_fail(c, RN_UNSUPPORTED,
+                          "graph: the stream is being captured into a CUDA graph, which only an "
+                          "async call on the fast path can join (this is %s)",
+                          mode != RNP_MODE_ASYNC ? "a sync call" : "the classic path");
+        pthread_mutex_unlock(&c->mu);
+        return rv;
+    }
     return rnc_bwd(c, a, mode, &cuda_mapper, &k, t);
 }
 

@@ -13,7 +13,9 @@
  * the stream before the replay (a late producer), the replay, and the same
  * work eagerly (the fast path's ring); dx and dw of both must be bitwise
  * equal.  Ends with rn_check 0 and the graph destroyed (its slots given
- * back at the next call, which is the last check).  Exit 0 on success.
+ * back at the next call, which is the last check), after a sync call and
+ * a classic-path client's call in a capture are refused.  Exit 0 on
+ * success.
  */
 #include <cuda_runtime_api.h>
 #include <stdint.h>
@@ -82,6 +84,43 @@ static void work(rn_client *c, cudaStream_t st, const bufs *d, void *in, void *o
     CK(cudaMemcpyAsync(o, d->dx2, xb, cudaMemcpyDeviceToHost, st));
     CK(cudaMemcpyAsync(o + xb, d->dw1, wb, cudaMemcpyDeviceToHost, st));
     CK(cudaMemcpyAsync(o + xb + wb, d->dw2, wb, cudaMemcpyDeviceToHost, st));
+}
+
+/* What cannot join a capture is refused RN_UNSUPPORTED, the capture
+ * left valid: a sync call, and an async call of a client on the classic
+ * path.  (Before, each ran once at capture time, on inputs the capture had
+ * not written, and the graph left it out.) */
+static void refused_in_capture(rn_client *c, const char *endpoint, cudaStream_t st,
+                               const bufs *d)
+{
+    rn_connect_opts o = RN_CONNECT_OPTS_INIT;
+    rn_client *cc = NULL;
+    rn_bwd_args a = args(d->x, d->dy, d->dx1, d->w, d->rstd, d->dw1);
+    enum cudaStreamCaptureStatus cap;
+    cudaGraph_t g;
+    rn_timing t;
+
+    o.endpoint = endpoint;
+    o.path = RN_PATH_CLASSIC;
+    if (rn_connect(&o, &cc) != 0) {
+        fprintf(stderr, "rn_connect (classic): %s\n", rn_last_error(NULL));
+        exit(1);
+    }
+    RCK(cc, rn_rmsnorm_bwd(cc, &a, st)); /* (its events exchanged outside the capture) */
+    CK(cudaStreamSynchronize(st));
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    int r1 = rn_rmsnorm_bwd_sync(c, &a, st, &t);
+    int r2 = rn_rmsnorm_bwd(cc, &a, st);
+    CK(cudaStreamIsCapturing(st, &cap));
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphDestroy(g));
+    if (r1 != RN_UNSUPPORTED || r2 != RN_UNSUPPORTED || cap != cudaStreamCaptureStatusActive) {
+        fprintf(stderr, "in a capture: sync call %d, classic call %d (expected %d each: %s), "
+                "capture status %d\n", r1, r2, RN_UNSUPPORTED, rn_last_error(cc), (int)cap);
+        fails++;
+    }
+    printf("in a capture: sync call and classic call refused: %s\n", rn_last_error(cc));
+    rn_close(cc);
 }
 
 static uint16_t bf16(float f)
@@ -180,6 +219,7 @@ int main(int argc, char **argv)
     CK(cudaGraphExecDestroy(ge));
     CK(cudaGraphDestroy(g));
     CK(cudaDeviceSynchronize());
+    refused_in_capture(c, argv[1], st, &d);
     /* The slots come back at the next call (their destructors ran). */
     work(c, st, &d, in, out_e);
     CK(cudaStreamSynchronize(st));
