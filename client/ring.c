@@ -135,13 +135,15 @@ void rnc_ring_forget(rn_client *c)
     c->ring = NULL;
 }
 
-/* A stream may still write ready into g's memory, or wait on its done
- * words: a call's producer not done yet (rn_close without a sync first). */
+/* A stream may still write ready (or go: unless it failed) into g's memory,
+ * or wait on its done words: a producer not done yet (rn_close, no sync). */
 static bool streams_pending(rnc_ring *g)
 {
     const uint64_t *r = rnp_ring_u64(g->base, RNP_RING_O_READY);
+    const uint64_t go = __atomic_load_n(rnp_ring_u64(g->base, RNP_RING_O_GO), __ATOMIC_ACQUIRE);
     return g->dev && (!rnp_seq_reached(rnp_ring_ready_seq(__atomic_load_n(r, __ATOMIC_ACQUIRE)),
                                        g->seq) ||
+                      (g->go && !g->go_missing && !rnp_seq_reached(go, g->seq)) ||
                       !rnp_seq_reached(load_done(g), g->seq));
 }
 

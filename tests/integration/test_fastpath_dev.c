@@ -53,6 +53,7 @@ typedef struct fake_stream {
     uint64_t id;                   /* its stream id (f_stream_id), 0: none known */
     uint64_t last_ready;           /* the last ready value written */
     bool fail_go;                  /* go's write is refused (RN_CUDA) */
+    bool defer_go;                 /* go's writes alone held until flush() */
 } fake_stream;
 
 static fake_stream *cur;
@@ -100,7 +101,7 @@ static int f_write(rn_client *c, void *stream, uint64_t addr, uint64_t seq)
     }
     if (word(s->base, RNP_RING_O_PROD) >= seq)
         s->order_ok = false;
-    if (s->defer || s->blocked) {
+    if (s->defer || s->blocked || (s->defer_go && addr == s->base + RNP_RING_O_GO)) {
         s->pending_at[s->npending] = (uint64_t *)(uintptr_t)addr;
         s->pending[s->npending++] = seq;
     } else {
@@ -830,6 +831,32 @@ static void test_close_unanswered(void **state)
     RNH_PASS(d);
 }
 
+/* The same with ready landed and the call answered, but its go (written
+ * after ready, on the same stream) not yet: the memory stays too.  Before,
+ * rn_close looked at ready and done alone and unmapped it under the
+ * stream's write of go (on a GPU, a fault that ends the context). */
+static void test_close_go_pending(void **state)
+{
+    rnh_daemon *d = *state;
+    fake_stream s = {.order_ok = true, .defer_go = true};
+    laid l;
+    rn_client *c;
+
+    c = start_fast(d, &s);
+    lay(c, 0, &l);
+    assert_int_equal(call(c, &l.a, &s), 0);
+    assert_int_equal(rn_sync(c), 0);
+    assert_int_equal(word(s.base, RNP_RING_O_DONE), 1);
+    assert_int_equal(word(s.base, RNP_RING_O_GO), 0);
+    check_free(c, &l, "go pending");
+    rn_close(c);
+    assert_int_equal(s.detaches, 0);
+    flush(&s);
+    assert_int_equal(word(s.base, RNP_RING_O_GO), 1);
+    cur = NULL;
+    RNH_PASS(d);
+}
+
 /* A request on the session channel that the daemon does not answer within
  * the client's timeout (stopped here) fails with RN_TIMEOUT and leaves the
  * session as it was.  Before, the client closed the channel, which ended
@@ -1018,6 +1045,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stream_session_lost, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_done_word, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_close_unanswered, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_close_go_pending, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_chan_timeout_keeps_session, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bell, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_bell_off, rnh_setup, rnh_teardown),
