@@ -673,6 +673,8 @@ int rnd_rings_init(rnd_ctx *ctx, rnd_rings *tab, rnd_ring_submit_fn *submit, rnp
              : tab->ready_mode == RND_RING_READY_ARMED
                  ? "armed: a slot of a ring whose client writes go is queued at once, its "
                    "wait on ready guarded by a bit the daemon sets to take it back"
+                 : strcmp(ctx->dev.backend, "cpu") == 0
+                 ? "a slot is taken at once; its job waits for its ready word"
                  : "a slot is taken at once; its stream waits for its inputs on the GPU");
     return 0;
 }

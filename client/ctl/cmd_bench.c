@@ -210,7 +210,8 @@ int rnctl_bench(const rnctl_globals *g, int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         if (rnctl_is_help(o)) {
-            printf("Usage: %s bench [-k K] [-r R] [--m M] [--n N] [--dtype bf16|f16|f32] [-q]\n\n"
+            printf("Usage: %s bench [-k|--clients K] [-r|--requests R] [--m M] [--n N]\n"
+                   "       [--dtype bf16|f16|f32] [-q|--quiet]\n\n"
                    "Fork K client processes (default 4) that each send R requests (default\n"
                    "1000) of an M x N backward pass (default 256 x 1024, bf16, fp32 dw) and\n"
                    "verify every result: bitwise against the CPU twin on the CPU backend; on\n"

@@ -20,7 +20,7 @@ int rnctl_ping(const rnctl_globals *g, int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (rnctl_is_help(argv[i])) {
             printf(
-                "Usage: %s ping [-c N]\n\nSend N pings (default 10) one after another and print\n"
+                "Usage: %s ping [-c|--count N]\n\nSend N pings (default 10) one after another and print\n"
                 "the round-trip percentiles.\n",
                 RNCTL_PROG);
             return 0;
