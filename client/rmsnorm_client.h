@@ -342,6 +342,13 @@ RN_EXPORT int rn_client_path(const rn_client *c);
  * rn_close does not wait for the streams: memory a stream may still write
  * or wait on (a call whose producer has not finished) stays mapped until
  * the process exits; synchronise the streams first to have it freed.
+ * CUDA graphs: rn_rmsnorm_bwd on a stream being captured joins the graph
+ * on the fast path (every replay runs the call on the replay's inputs);
+ * rn_rmsnorm_bwd_sync, and any call on the classic path, is refused there
+ * (RN_UNSUPPORTED).  A graph with such calls may be instantiated once (no
+ * second instantiation, clone or use as a child graph): its replays share
+ * the call's slot, and CUDA orders the launches of one instantiation only
+ * (proto/PROTOCOL.md 13.8).
  */
 RN_EXPORT int rn_rmsnorm_bwd(rn_client *c, const rn_bwd_args *a, void *cuda_stream);
 RN_EXPORT int rn_rmsnorm_bwd_sync(rn_client *c, const rn_bwd_args *a, void *cuda_stream,
