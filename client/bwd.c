@@ -408,6 +408,13 @@ out:
     return rv;
 }
 
+static __thread bool setup_failed_here;
+
+bool rnc_ring_setup_failed_here(void)
+{
+    return setup_failed_here;
+}
+
 int rnc_bwd_ring_dev(rn_client *c, const rn_bwd_args *a, const rnc_mapper *m, void *ctx,
                      const rnc_ring_dev *dev, void *stream)
 {
@@ -425,6 +432,7 @@ int rnc_bwd_ring_dev(rn_client *c, const rn_bwd_args *a, const rnc_mapper *m, vo
     /* The classic path's end: the stream waits for the daemon's done event. */
     if (rv == 0 && k.classic && m->accepted)
         rv = m->accepted(c, ctx);
+    setup_failed_here = rv != 0 && c->ring_setup_failed;
     pthread_mutex_unlock(&c->mu);
     return rv;
 }

@@ -519,7 +519,7 @@ static int bwd_call(rn_client *c, const rn_bwd_args *a, void *stream, int mode, 
              * cannot be registered, a daemon that refuses the ring) is not
              * tried again; this call and the later ones take the classic
              * path, as they did before the fast path existed. */
-            if (rv != 0 && automatic && c->ring_setup_failed &&
+            if (rv != 0 && automatic && rnc_ring_setup_failed_here() &&
                 cap != cudaStreamCaptureStatusActive && /* (the classic path cannot be captured) */
                 (rv == RN_NO_CUDA || rv == RN_UNSUPPORTED || rv == RN_CUDA)) {
                 __atomic_store_n(&c->ring_off, true, __ATOMIC_RELAXED);

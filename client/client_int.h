@@ -489,6 +489,10 @@ int rnc_bwd(rn_client *c, const rn_bwd_args *a, int mode, const rnc_mapper *m, v
  */
 int rnc_bwd_ring_dev(rn_client *c, const rn_bwd_args *a, const rnc_mapper *m, void *ctx,
                      const rnc_ring_dev *dev, void *stream);
+/* Whether this thread's last rnc_bwd_ring_dev failed setting up the ring
+ * (c->ring_setup_failed as it stood under c's mutex, which another
+ * thread's call may have changed since). */
+bool rnc_ring_setup_failed_here(void);
 
 /* ---- client_cuda.c ----------------------------------------------------------------- */
 
