@@ -306,8 +306,10 @@ typedef struct rnc_ring_dev {
      * addr (PROTOCOL.md 13.8): the replay's start (reset done, bump gen,
      * after the work captured so far) and the wait for done; gone(arg)
      * runs once the graph and every instantiation of it are destroyed
-     * (never if this fails). */
-    int (*graph)(rn_client *c, void *stream, uint64_t addr, void (*gone)(void *), void *arg);
+     * (never if this fails; then *queued says whether anything went into
+     * the capture before it failed). */
+    int (*graph)(rn_client *c, void *stream, uint64_t addr, void (*gone)(void *), void *arg,
+                 bool *queued);
     /* A fresh done word in device memory for the next RING_OPEN (zero, never
      * handed out before in this process) in *p, or *p NULL for none (the
      * ring's word serves): 0 or an rn_status.  May be NULL. */

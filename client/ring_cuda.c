@@ -309,7 +309,8 @@ fail:
                     f.why);
 }
 
-static int graph(rn_client *c, void *stream, uint64_t addr, void (*gone)(void *), void *arg)
+static int graph(rn_client *c, void *stream, uint64_t addr, void (*gone)(void *), void *arg,
+                 bool *queued)
 {
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     cudaGraph_t gr = NULL;
@@ -321,11 +322,13 @@ static int graph(rn_client *c, void *stream, uint64_t addr, void (*gone)(void *)
     CUresult r;
     int rv;
 
+    *queued = false;
     if ((rv = load_kick(c)) != 0)
         return rv;
     what = "cudaLaunchKernel (the replay's start)";
     RN_CUDA_GOTO(cudaLaunchKernel((const void *)kick_fn, one, one, args, 0, (cudaStream_t)stream),
                  &f, fail);
+    *queued = true;
     r = wait64((CUstream)stream, (CUdeviceptr)(addr + RNP_GSLOT_O_DONE), 1,
                CU_STREAM_WAIT_VALUE_GEQ);
     if (r != CUDA_SUCCESS)

@@ -212,12 +212,13 @@ int rnc_graph_publish(rn_client *c, rnc_ring *g, const rnp_bwd_req *b, const rnc
     }
     uint32_t gid = c->rep.u.graph_open.graph;
     gone_node *n = calloc(1, sizeof *n);
+    bool queued = false;
     if (!n)
         rv = rnc_fail(c, RN_NOMEM, "graph: out of memory");
     else {
         n->token = g->token;
         n->slot = i;
-        rv = dev->graph(c, stream, g->dev_base + rnc_gslot_off(g, i), graph_gone, n);
+        rv = dev->graph(c, stream, g->dev_base + rnc_gslot_off(g, i), graph_gone, n, &queued);
     }
     if (rv != 0) {
         char why[RN_ERRMSG_LEN];
@@ -232,7 +233,13 @@ int rnc_graph_publish(rn_client *c, rnc_ring *g, const rnp_bwd_req *b, const rnc
         q->u.graph_close.session = c->session;
         q->u.graph_close.ring = g->id;
         q->u.graph_close.graph = gid;
-        (void)rnc_transact(c, c->timeout_ms);
+        /* Nothing of it in the graph: free again once the daemon let go
+         * (before, every such failure kept a slot until the session ended,
+         * and GRAPH_SLOTS of them refused every capture). */
+        if (rnc_transact(c, c->timeout_ms) == 0 && !queued)
+            g->gheld[i] = false;
+        else if (!queued)
+            g->gdaemon[i] = true;
         return rnc_fail(c, rv, "%s", why);
     }
     g->gid[i] = gid;

@@ -40,10 +40,14 @@ static int f_captured(rn_client *c, void *stream)
     return ((rnt_fake *)stream)->capturing;
 }
 
-static int f_graph(rn_client *c, void *stream, uint64_t addr, void (*gone)(void *), void *arg)
+static int f_graph(rn_client *c, void *stream, uint64_t addr, void (*gone)(void *), void *arg,
+                   bool *queued)
 {
     rnt_fake *s = stream;
-    (void)c;
+    *queued = s->graph_fail == 2;
+    if (s->graph_fail)
+        return rnc_fail(c, RN_CUDA, "fake: the graph's %s failed",
+                        s->graph_fail == 2 ? "wait" : "start");
     s->graphs++;
     s->slot = addr;
     s->gone = gone;

@@ -18,6 +18,7 @@
 typedef struct rnt_fake {
     bool defer;                /* ready and go are never written */
     bool capturing;            /* calls are captured: graph slots */
+    int graph_fail;            /* capture fails: 1 before queuing anything, 2 after */
     int writes, waits, graphs; /* what libclient asked of the "stream" */
     uint64_t base;             /* the ring, at the last ready */
     uint64_t slot;             /* the last graph slot captured */

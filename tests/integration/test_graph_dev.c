@@ -21,6 +21,7 @@
 #include "client_int.h"
 #include "integration/fakedev.h"
 #include "integration/harness.h"
+#include "ring_int.h"
 #include "rmsnormctl_verify.h"
 #include "rn_ring.h"
 
@@ -156,6 +157,45 @@ static void test_graph_bad_capture(void **state)
     RNH_PASS(d);
 }
 
+/* A capture that failed before anything went into the graph gives its
+ * slot back once the daemon closed it: more such failures than slots, then
+ * a capture works (before, each kept its slot until the session ended,
+ * and then every capture was refused RN_TOO_LARGE).  One that failed after
+ * something went in keeps its slot (a replay may reach it). */
+static void test_graph_failed_capture(void **state)
+{
+    rnh_daemon *d = *state;
+    rnt_fake s = {.capturing = true, .graph_fail = 1};
+    rnv_case k;
+    rn_bwd_args a;
+    void *buf;
+
+    assert_int_equal(rnh_start(d), 0);
+    rn_client *c = fast_client(d);
+    lay_case(&k, 2);
+    assert_int_equal(rn_buffer_alloc(c, rnv_bytes(&k), &buf), 0);
+    rnv_setup(&k, buf, 1, &a);
+    for (unsigned i = 0; i < GRAPH_SLOTS + 20; i++)
+        assert_int_equal(call(c, &a, &s), RN_CUDA);
+    assert_non_null(strstr(rn_last_error(c), "fake: the graph's start failed"));
+    s.graph_fail = 0;
+    assert_int_equal(call(c, &a, &s), 0);
+    assert_int_equal(s.graphs, 1);
+    assert_int_equal(replay(s.slot), 0);
+    assert_int_equal(rn_check(c), 0);
+    s.gone(s.arg);
+    s.graph_fail = 2;
+    unsigned kept = 0;
+    int rv;
+    while ((rv = call(c, &a, &s)) == RN_CUDA && kept <= GRAPH_SLOTS)
+        kept++;
+    assert_int_equal(rv, RN_TOO_LARGE);
+    assert_int_equal(kept, GRAPH_SLOTS);
+    assert_int_equal(rn_buffer_free(c, buf), 0);
+    rn_close(c);
+    RNH_PASS(d);
+}
+
 /* Slots come back when their graphs are destroyed: more captures than
  * slots, each replayed once; then a replay after the session ended does
  * not wait (its slot is closed). */
@@ -206,6 +246,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_graph_replays, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_graph_bad_capture, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_graph_failed_capture, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_graph_gone_and_end, rnh_setup, rnh_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
