@@ -396,7 +396,7 @@ def _staging(client, nbytes):
     buf = getattr(client, "_torch_staging", None)
     if buf is not None and buf.address is not None and buf.nbytes >= nbytes:
         return buf
-    # (the layouts' tensors first: free() refuses while they use the memory)
+    # (the layouts' tensors, which view the memory, go before it is unmapped)
     client._torch_layouts = {}
     client._torch_staging = None
     if buf is not None and buf.address is not None:
