@@ -72,6 +72,19 @@ static void lay_case(rnv_case *k, int i)
     k->eps = 1e-6f;
 }
 
+/* The daemon started, a client on the fast path, case i laid out in a
+ * buffer of the session (*buf) as *a. */
+static rn_client *start_laid(rnh_daemon *d, int i, rn_bwd_args *a, void **buf)
+{
+    rnv_case k;
+    assert_int_equal(rnh_start(d), 0);
+    rn_client *c = fast_client(d);
+    lay_case(&k, i);
+    assert_int_equal(rn_buffer_alloc(c, rnv_bytes(&k), buf), 0);
+    rnv_setup(&k, *buf, 1, a);
+    return c;
+}
+
 static int call(rn_client *c, const rn_bwd_args *a, rnt_fake *s)
 {
     return rnc_bwd_ring_dev(c, a, &rnc_host_mapper, NULL, &rnt_fake_dev, s);
@@ -130,15 +143,9 @@ static void test_graph_bad_capture(void **state)
 {
     rnh_daemon *d = *state;
     rnt_fake s = {.capturing = true};
-    rnv_case k;
     rn_bwd_args a;
     void *buf;
-
-    assert_int_equal(rnh_start(d), 0);
-    rn_client *c = fast_client(d);
-    lay_case(&k, 2);
-    assert_int_equal(rn_buffer_alloc(c, rnv_bytes(&k), &buf), 0);
-    rnv_setup(&k, buf, 1, &a);
+    rn_client *c = start_laid(d, 2, &a, &buf);
     rn_bwd_args bad = a;
     bad.m = a.m + 100;   /* past the end of the buffer: only the daemon knows */
     assert_int_equal(call(c, &bad, &s), RN_OUT_OF_BOUNDS);
@@ -166,15 +173,9 @@ static void test_graph_failed_capture(void **state)
 {
     rnh_daemon *d = *state;
     rnt_fake s = {.capturing = true, .graph_fail = 1};
-    rnv_case k;
     rn_bwd_args a;
     void *buf;
-
-    assert_int_equal(rnh_start(d), 0);
-    rn_client *c = fast_client(d);
-    lay_case(&k, 2);
-    assert_int_equal(rn_buffer_alloc(c, rnv_bytes(&k), &buf), 0);
-    rnv_setup(&k, buf, 1, &a);
+    rn_client *c = start_laid(d, 2, &a, &buf);
     for (unsigned i = 0; i < GRAPH_SLOTS + 20; i++)
         assert_int_equal(call(c, &a, &s), RN_CUDA);
     assert_non_null(strstr(rn_last_error(c), "fake: the graph's start failed"));
