@@ -518,6 +518,17 @@ int rnc_vmm_map(rn_client *c, const char *field, const void *p, uint64_t bytes,
                 const uint8_t uuid[RNP_UUID_BYTES], rnp_tensor *t);
 /* Free c's VMM state (the daemon's regions go with the session). */
 void rnc_vmm_release(rn_client *c);
+/*
+ * A call captured into a CUDA graph names regions[0 .. n) (0: none) of
+ * session: hold (true, at capture) keeps their ranges registered while the
+ * graph may replay it, neither evicted from the cache nor dropped when an
+ * allocation changes under them (new calls then register a range of their
+ * own); hold false (the graph is gone) undoes one hold, and drops a range
+ * found stale meanwhile once nothing holds it.  Regions of another session
+ * than the cache's, or not VMM ranges, are left alone.
+ */
+void rnc_vmm_hold(rn_client *c, const rnp_session *session, const uint32_t *regions, size_t n,
+                  bool hold);
 /* Whether VMM sharing is on: yes unless the environment turns it off
  * with RMSNORMD_VMM=0 (issue 17). */
 bool rnc_vmm_enabled(void);
@@ -525,6 +536,11 @@ bool rnc_vmm_enabled(void);
 static inline void rnc_cuda_release(rn_client *c)
 {
     (void)c;
+}
+static inline void rnc_vmm_hold(rn_client *c, const rnp_session *session,
+                                const uint32_t *regions, size_t n, bool hold)
+{
+    (void)c, (void)session, (void)regions, (void)n, (void)hold;
 }
 #endif
 

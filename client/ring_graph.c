@@ -125,6 +125,25 @@ static void graph_gone(void *arg)
         free(n);
 }
 
+/* The regions a captured call names, held while its graph lives (or let
+ * go): VMM ranges are not to be unregistered under a graph's replays. */
+static void hold_regions(rn_client *c, rnc_ring *g, uint32_t i, const rnp_bwd_req *b)
+{
+    uint32_t *r = g->gregion[i];
+    if (b) {
+        const rnp_tensor *t[RNP_T_COUNT] = {&b->x, &b->dy, &b->dx,
+                                            b->has_w ? &b->w : NULL,
+                                            b->has_rstd ? &b->rstd : NULL,
+                                            b->has_dres ? &b->dres : NULL,
+                                            b->has_dw ? &b->dw : NULL};
+        for (int k = 0; k < RNP_T_COUNT; k++)
+            r[k] = t[k] ? t[k]->region.id : 0;
+    }
+    rnc_vmm_hold(c, &g->of, r, RNP_T_COUNT, b != NULL);
+    if (!b)
+        memset(r, 0, sizeof g->gregion[i]);
+}
+
 /* Give back the graph slots of c whose graphs are gone: GRAPH_CLOSE where
  * the daemon serves them (best effort), free for the next capture. */
 void rnc_take_gone(rn_client *c)
@@ -165,12 +184,14 @@ void rnc_take_gone(rn_client *c)
                     g->gid[n->slot] = 0;
                     g->gdaemon[n->slot] = true;
                     rnc_watch_graph(c, g->base, n->slot, false);
+                    hold_regions(c, g, n->slot, NULL); /* (no replay comes any more) */
                     continue;
                 }
             }
             g->gid[n->slot] = 0;
             g->gheld[n->slot] = false;
             rnc_watch_graph(c, g->base, n->slot, false);
+            hold_regions(c, g, n->slot, NULL);
         }
         free(n);
     }
@@ -245,6 +266,7 @@ int rnc_graph_publish(rn_client *c, rnc_ring *g, const rnp_bwd_req *b, const rnc
     g->gid[i] = gid;
     g->gfails[i] = 0;
     g->gheld[i] = true;
+    hold_regions(c, g, i, b);
     rnc_watch_graph(c, g->base, i, true);
     return 0;
 }

@@ -53,6 +53,8 @@ struct rnc_ring {
     uint64_t token;               /* names this memory to graph destructors */
     uint32_t gid[GRAPH_SLOTS];    /* the daemon's graph id in the session `of`; 0: none */
     uint64_t gfails[GRAPH_SLOTS]; /* the slot's fails counter as last read */
+    uint32_t gregion[GRAPH_SLOTS][RNP_T_COUNT]; /* the regions its call names, held
+                                                 * (rnc_vmm_hold) while its graph lives */
     bool gheld[GRAPH_SLOTS];      /* a live graph holds the slot, or the daemon may: */
     bool gdaemon[GRAPH_SLOTS];    /* ... the daemon alone (no graph: a GRAPH_OPEN unanswered, a
                                    * GRAPH_CLOSE failed), until the session `of` is over */

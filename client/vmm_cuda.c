@@ -41,7 +41,8 @@
 #include "vmm.h"
 
 /* Ranges cached per client; the least recently used goes beyond this (a
- * call uses at most seven, which are the most recent). */
+ * call uses at most seven, which are the most recent), unless a live graph
+ * holds it (the cache then grows past it). */
 #define VMM_MAX_RANGES 256
 
 typedef struct vmm_piece {
@@ -56,7 +57,10 @@ typedef struct vmm_range {
     uint32_t region;
     uint32_t n;
     vmm_piece *pc;
-    uint64_t used; /* v->tick at its last use */
+    uint64_t used;  /* v->tick at its last use */
+    uint32_t holds; /* calls captured into live graphs that name its region */
+    bool stale;     /* an allocation changed under it while held: no new call
+                     * uses it; dropped when the last hold goes */
 } vmm_range;
 
 struct rnc_vmm {
@@ -312,12 +316,20 @@ int rnc_vmm_map(rn_client *c, const char *field, const void *p, uint64_t bytes,
         size_t best = v->n;
         for (size_t i = 0; i < v->n;) {
             vmm_range *r = &v->r[i];
-            if (lo < r->base || hi > r->base + r->total ||
+            if (r->stale || lo < r->base || hi > r->base + r->total ||
                 (best < v->n && r->total <= v->r[best].total)) {
                 i++;
                 continue;
             }
             if (!still_mapped(r)) {
+                /* A graph's replays still name its region: the daemon's
+                 * mapping stays until the graph is gone (rnc_vmm_hold);
+                 * the daemon's references keep that memory alive. */
+                if (r->holds) {
+                    r->stale = true;
+                    i++;
+                    continue;
+                }
                 drop_range(c, v, i);
                 best = v->n; /* indices moved: look again */
                 i = 0;
@@ -345,13 +357,15 @@ int rnc_vmm_map(rn_client *c, const char *field, const void *p, uint64_t bytes,
     if (n <= 0)
         return rnc_fail(c, RN_NOT_SHARED,
                         "%s: the driver's mapping at %p does not contain it", field, (void *)at);
-    /* Room for one more: the least recently used range goes. */
-    if (v->n == VMM_MAX_RANGES) {
-        size_t lru = 0;
-        for (size_t i = 1; i < v->n; i++)
-            if (v->r[i].used < v->r[lru].used)
+    /* Room for one more: the least recently used range that no live
+     * graph holds goes. */
+    if (v->n >= VMM_MAX_RANGES) {
+        size_t lru = v->n;
+        for (size_t i = 0; i < v->n; i++)
+            if (!v->r[i].holds && (lru == v->n || v->r[i].used < v->r[lru].used))
                 lru = i;
-        drop_range(c, v, lru);
+        if (lru < v->n)
+            drop_range(c, v, lru);
     }
     if (v->n == v->cap) {
         size_t cap = v->cap ? v->cap * 2 : 8;
@@ -369,4 +383,25 @@ int rnc_vmm_map(rn_client *c, const char *field, const void *p, uint64_t bytes,
     t->region.id = nr.region;
     t->offset = (uint64_t)(lo - nr.base);
     return 0;
+}
+
+void rnc_vmm_hold(rn_client *c, const rnp_session *session, const uint32_t *regions, size_t n,
+                  bool hold)
+{
+    rnc_vmm *v = c->vmm;
+
+    if (!v || memcmp(&v->session, session, sizeof v->session) != 0)
+        return; /* (another session's regions: gone with it) */
+    for (size_t k = 0; k < n; k++) {
+        for (size_t i = 0; regions[k] && i < v->n; i++) {
+            vmm_range *r = &v->r[i];
+            if (r->region != regions[k])
+                continue;
+            if (hold)
+                r->holds++;
+            else if (r->holds && --r->holds == 0 && r->stale)
+                drop_range(c, v, i);
+            break;
+        }
+    }
 }

@@ -14,6 +14,10 @@
  *                                      range is unmapped and another
  *                                      allocation mapped at its address: the
  *                                      next call must see the new memory
+ *   prog_vmm_cuda ENDPOINT graph       calls captured into CUDA graphs
+ *                                      replay after their cached ranges
+ *                                      went stale, or were the least
+ *                                      recently used of more than 256
  *   prog_vmm_cuda ENDPOINT flood       calls until killed ("running" after
  *                                      the first ones)
  *   prog_vmm_cuda ENDPOINT noexport    memory created without an exportable
@@ -166,8 +170,8 @@ static void args_of(rn_bwd_args *a, int64_t m, int64_t n, rn_dtype dt)
     a->x_stride = a->dy_stride = a->dx_stride = n;
 }
 
-/* Fill a's inputs, poison its outputs, call, and judge the outputs. */
-static bool call_and_verify(rn_bwd_args *a, uint64_t seed, bool sync, const char *what)
+/* Fill a's inputs and poison its outputs, on st. */
+static void prepare(rn_bwd_args *a, uint64_t seed, const char *what)
 {
     char msg[200] = "";
     int rc = rnk_cuda_fill((rnk_dtype)a->x_dtype, (void *)a->x, a->m, a->n, a->x_stride, seed,
@@ -184,7 +188,13 @@ static bool call_and_verify(rn_bwd_args *a, uint64_t seed, bool sync, const char
     }
     CK(cudaMemsetAsync(a->dx, 0xff, (size_t)(a->m * a->n) * esz(a->dx_dtype), st));
     CK(cudaMemsetAsync(a->dw, 0xff, (size_t)a->n * 4, st));
-    rc = sync ? rn_rmsnorm_bwd_sync(cli, a, st, NULL) : rn_rmsnorm_bwd(cli, a, st);
+}
+
+/* Fill a's inputs, poison its outputs, call, and judge the outputs. */
+static bool call_and_verify(rn_bwd_args *a, uint64_t seed, bool sync, const char *what)
+{
+    prepare(a, seed, what);
+    int rc = sync ? rn_rmsnorm_bwd_sync(cli, a, st, NULL) : rn_rmsnorm_bwd(cli, a, st);
     if (rc != 0) {
         printf("FAIL %s: %s: %s\n", what, rn_err_name(rc), rn_last_error(cli));
         failures++;
@@ -278,6 +288,103 @@ static int run_grow(void)
     call_and_verify(&a, 6, false, "grow: after shrink");
     CK(cudaStreamSynchronize(st));
     printf("ok grow\n");
+    return failures ? 1 : 0;
+}
+
+/* A call on a's tensors captured into a graph (the global mode, as PyTorch
+ * captures), instantiated into *ge. */
+static void capture(rn_bwd_args *a, cudaGraph_t *g, cudaGraphExec_t *ge, const char *what)
+{
+    CK(cudaStreamSynchronize(st));
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    int rc = rn_rmsnorm_bwd(cli, a, st);
+    CK(cudaStreamEndCapture(st, g));
+    if (rc != 0) {
+        printf("FAIL %s: capture: %s: %s\n", what, rn_err_name(rc), rn_last_error(cli));
+        exit(1);
+    }
+    CK(cudaGraphInstantiate(ge, *g, 0));
+}
+
+/* Fresh inputs, poisoned outputs, a replay of ge (a call on a's tensors),
+ * judged; and no error reported. */
+static void replay(rn_bwd_args *a, cudaGraphExec_t ge, uint64_t seed, const char *what)
+{
+    prepare(a, seed, what);
+    CK(cudaGraphLaunch(ge, st));
+    if (!rne_verify(a, st, what))
+        failures++;
+    int rc = rn_check(cli);
+    if (rc != 0) {
+        printf("FAIL %s: rn_check: %s: %s\n", what, rn_err_name(rc), rn_last_error(cli));
+        failures++;
+    }
+}
+
+/* Graphs replay calls on VMM memory whose cached ranges libclient would
+ * otherwise have unregistered: one whose range went stale (another
+ * allocation mapped under part of it), one whose range is the least
+ * recently used of more than the cache keeps (256). */
+static int run_graph(void)
+{
+    enum { MANY = 9 };
+    segment s, many[MANY];
+    rn_bwd_args a, ga, gb, b;
+    cudaGraph_t g1, g2;
+    cudaGraphExec_t e1, e2;
+    char what[96];
+    size_t bytes;
+    int ranges = 0;
+
+    seg_init(&s, true);
+    map_upto(&s, 3 * s.chunk);
+    /* Tensors across chunks 0 and 1: their range [0, 1] is cached. */
+    args_of(&a, 128, 2048, RN_DTYPE_BF16);
+    bytes = layout(&a, NULL, false);
+    layout(&a, (char *)(uintptr_t)s.base + s.chunk - bytes / 2, false);
+    call_and_verify(&a, 1, false, "graph: tensors across chunks 0 and 1");
+    /* Graph 1: a call inside chunk 0, which names range [0, 1] (the
+     * largest cached one that covers it).  Graph 2: inside chunk 2. */
+    args_of(&ga, 64, 1024, RN_DTYPE_BF16);
+    layout(&ga, (char *)(uintptr_t)s.base, false);
+    capture(&ga, &g1, &e1, "graph 1");
+    replay(&ga, e1, 2, "graph 1: first replay");
+    args_of(&gb, 64, 1024, RN_DTYPE_F16);
+    layout(&gb, (char *)(uintptr_t)s.base + 2 * s.chunk, false);
+    capture(&gb, &g2, &e2, "graph 2");
+    replay(&gb, e2, 3, "graph 2: first replay");
+    /* Chunk 1 replaced: range [0, 1] is stale.  An eager call on graph 1's
+     * tensors then needs a range of its own; graph 1 still names the old
+     * one. */
+    seg_unmap(&s, 1);
+    seg_map(&s, 1);
+    call_and_verify(&ga, 4, false, "graph: eager call after the remap");
+    replay(&ga, e1, 5, "graph 1: replay after the remap");
+    /* 288 more ranges, one chunk each: graph 2's is the least recently
+     * used. */
+    for (int k = 0; k < MANY; k++) {
+        seg_init(&many[k], true);
+        map_upto(&many[k], CHUNKS_MAX * many[k].chunk);
+        for (int i = 0; i < CHUNKS_MAX; i++) {
+            args_of(&b, 4, 256, RN_DTYPE_F32);
+            layout(&b, (char *)(uintptr_t)many[k].base + (size_t)i * many[k].chunk, false);
+            snprintf(what, sizeof what, "graph: range %d of the flood", ranges);
+            call_and_verify(&b, 100 + (uint64_t)ranges++, false, what);
+        }
+    }
+    replay(&gb, e2, 6, "graph 2: replay after 288 other ranges");
+    replay(&ga, e1, 7, "graph 1: replay after 288 other ranges");
+    /* The graphs gone, their slots (and holds) go back at the next call. */
+    CK(cudaStreamSynchronize(st));
+    CK(cudaGraphExecDestroy(e1));
+    CK(cudaGraphDestroy(g1));
+    CK(cudaGraphExecDestroy(e2));
+    CK(cudaGraphDestroy(g2));
+    call_and_verify(&ga, 8, false, "graph: eager call after the graphs");
+    call_and_verify(&gb, 9, true, "graph: eager call after the graphs, sync");
+    CK(cudaStreamSynchronize(st));
+    if (failures == 0)
+        printf("ok graph: %d ranges besides the graphs'\n", ranges);
     return failures ? 1 : 0;
 }
 
@@ -392,7 +499,7 @@ int main(int argc, char **argv)
     rn_connect_opts o = {0};
 
     if (argc < 3) {
-        fprintf(stderr, "usage: prog_vmm_cuda ENDPOINT results|grow|flood|noexport|optout|cost\n");
+        fprintf(stderr, "usage: prog_vmm_cuda ENDPOINT results|grow|graph|flood|noexport|optout|cost\n");
         return 2;
     }
     endpoint = argv[1];
@@ -414,6 +521,8 @@ int main(int argc, char **argv)
         return run_results();
     if (strcmp(argv[2], "grow") == 0)
         return run_grow();
+    if (strcmp(argv[2], "graph") == 0)
+        return run_graph();
     if (strcmp(argv[2], "flood") == 0)
         return run_flood();
     if (strcmp(argv[2], "noexport") == 0)

@@ -82,6 +82,18 @@ static void test_grow_remap(void **state)
     RNH_PASS(d);
 }
 
+/* Calls captured into graphs keep their ranges registered while the
+ * graphs live: after a remap under one, and past the cache's 256. */
+static void test_graph_holds(void **state)
+{
+    rnh_daemon *d = *state;
+
+    assert_int_equal(start_cuda(d), 0);
+    assert_int_equal(run_client(d, "graph"), 0);
+    assert_int_equal(rnh_wait_stat(d, "regions.active", 0, 20000), 0);
+    RNH_PASS(d);
+}
+
 static void test_kill_midflight(void **state)
 {
     rnh_daemon *d = *state;
@@ -140,6 +152,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_opt_out, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_results, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_grow_remap, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_graph_holds, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_kill_midflight, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_cost, rnh_setup, rnh_teardown),
     };
