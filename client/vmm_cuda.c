@@ -21,7 +21,10 @@
  * mapped again meanwhile.  A range whose allocations changed
  * is dropped (UNREGISTER), and a new one is registered.  Memory the client
  * released stays alive in the daemon (and here) until then, or until the
- * session ends.
+ * session ends.  A range that a call captured into a live CUDA graph names
+ * is held (rnc_vmm_hold): never the least recently used one dropped, and
+ * when it goes stale it is only marked so (new calls register another)
+ * until the graph is gone, for the graph's replays name its region.
  *
  * On by default (issue 17; run on an H200, with and without MPS: see
  * bench/RESULTS.md).  RMSNORMD_VMM=0 in the environment turns it off
