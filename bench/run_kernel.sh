@@ -7,7 +7,8 @@
 # Quack is measured when `import quack` works (/work/shared/tools/quack-wheels.sh
 # says how to bring it to a host without package access).
 # Usage: bench/run_kernel.sh BUILD_DIR OUT_DIR [--quick]
-# Writes OUT_DIR/torch.csv, kernel.csv, kernel.json, kernel.png, bench.log and
+# Writes OUT_DIR/torch.csv, kernel.csv, kernel.json, kernel.png, bench.log (with the
+# GPU's clocks before and after) and
 # OUT_DIR/acc/acc_torch.csv, acc_ours.csv (the inputs they share stay in OUT_DIR/acc).
 set -euo pipefail
 build=${1:?usage: run_kernel.sh BUILD_DIR OUT_DIR [--quick]}
@@ -22,5 +23,13 @@ timeout "${TORCH_TIMEOUT:-420}" python3 "$here/kernel_torch.py" "$out/torch.csv"
     --accuracy "$out/acc" >"$out/torch.log" 2>&1 || echo "kernel_torch.py: exit $? (see $out/torch.log)"
 tail -n 2 "$out/torch.log"
 "$build/bench/bench_kernel" --accuracy "$out/acc" 2>&1 | tee "$out/accuracy.log" || true
-"$build/bench/bench_kernel" --out "$out" --torch "$out/torch.csv" $quick 2>&1 | tee "$out/bench.log"
+# The clocks and power before and after ours (two H100s of the same kind
+# have run ours up to 6 % apart at N = 4096-8192 while Quack's times agreed).
+clocks() {
+    nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu \
+        --format=csv,noheader 2>/dev/null | sed "s/^/gpu clocks $1: /" || true
+}
+clocks before | tee "$out/bench.log"
+"$build/bench/bench_kernel" --out "$out" --torch "$out/torch.csv" $quick 2>&1 | tee -a "$out/bench.log"
+clocks after | tee -a "$out/bench.log"
 python3 "$here/plot_kernel.py" "$out/kernel.json" "$out/kernel.png"

@@ -7,9 +7,10 @@
  * reduced), one row per TPR threads, dw summed in registers, the chunk
  * partials finished in the same launch (bwd_finish.cuh).
  *
- * A thread holds one 16-byte vector (8 columns) of a row: TPR = the fewest
- * threads, at least a warp, that cover n (32 up to n = 256, then 64, 128,
- * 256, 512, 1024 at n = 8192).  A block of BT = max(128, TPR) threads works
+ * A thread holds one 16-byte vector (8 columns) of a row up to n = 2048,
+ * two beyond (s_nv): TPR = the fewest threads, at least a warp, that cover n
+ * that way (32 up to n = 256, then 64, 128, 256 up to n = 4096, 512 at
+ * n = 8192).  A block of BT = max(128, TPR) threads works
  * on R = BT / TPR rows at once (R = the interleaved order's G: 4 rows of a
  * warp each at n <= 256, 2 rows of two warps each at n <= 512, else 1), one
  * stripe each, in lockstep where a row has several warps (the row
@@ -35,30 +36,56 @@
 
 namespace rnk {
 
-/* Block shape of TPR threads a row: BT threads, R rows at once, MINB blocks
- * a SM (32 warps: 64 registers a thread). */
-template <int TPR> struct SShape {
+/* Block shape of TPR threads a row holding NV vectors each: BT threads, R
+ * rows at once, MINB blocks a SM (32 / NV warps: 64 * NV registers a
+ * thread). */
+template <int TPR, int NV = 1> struct SShape {
     static constexpr int BT = TPR < 128 ? 128 : TPR;
     static constexpr int R = BT / TPR;
     static constexpr int WPR = TPR / 32;
-    static constexpr int MINB = 1024 / BT;
+    static constexpr int MINB = 1024 / (BT * NV) > 0 ? 1024 / (BT * NV) : 1;
 };
 /* The block's shared arrays: the row sums of each warp (double-buffered by
  * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag. */
-template <int TPR, int VEC> struct SShared {
+template <int TPR, int VEC, int NV = 1> struct SShared {
     float red[2][SShape<TPR>::R][SShape<TPR>::WPR][2];
-    float comb[SShape<TPR>::R > 1 ? (SShape<TPR>::R - 1) * TPR * VEC : 1];
+    float comb[SShape<TPR>::R > 1 ? (SShape<TPR>::R - 1) * TPR * VEC * NV : 1];
     int claim[2], last;
 };
-/* The fast path's widest row: 1024 threads of 8 columns. */
+/* The fast path's widest row: 8192 columns (512 threads of 16). */
 enum { S_MAX_N = 8192 };
+
+/* 16-byte vectors a thread holds of a row of 1025-2048, 2049-4096 and
+ * 4097-8192 columns (knobs for benchmark builds), the row then taking that
+ * many times fewer threads.  Vector v of a thread is at column
+ * lt * 8 + v * TPR * 8, so that each load instruction of a warp still covers
+ * 512 contiguous bytes.  Two from 2049 columns: half the warps a row meet at
+ * its barrier, as many bytes in flight (0.7-1.5 % faster on an H100,
+ * bench/RESULTS.md 2026-12-06 16:07); at 1025-2048 two were 3 % slower at
+ * small M. */
+#ifndef RNK_S_NV2K
+#define RNK_S_NV2K 1
+#endif
+#ifndef RNK_S_NV4K
+#define RNK_S_NV4K 2
+#endif
+#ifndef RNK_S_NV8K
+#define RNK_S_NV8K 2
+#endif
+
+/* Vectors a thread holds of a row of n columns (n <= S_MAX_N). */
+__host__ __device__ constexpr int s_nv(int64_t n)
+{
+    return n <= 1024 ? 1 : n <= 2048 ? RNK_S_NV2K : n <= 4096 ? RNK_S_NV4K : RNK_S_NV8K;
+}
 
 /* Threads a row for n columns (n <= S_MAX_N): the host's plan and the
  * variants use it. */
 __host__ __device__ constexpr int s_tpr(int64_t n)
 {
-    return n <= 256 ? 32 : n <= 512 ? 64 : n <= 1024 ? 128 : n <= 2048 ? 256 : n <= 4096 ? 512
-                                                                                           : 1024;
+    return (n <= 256 ? 32 : n <= 512 ? 64 : n <= 1024 ? 128 : n <= 2048 ? 256 : n <= 4096 ? 512
+                                                                                            : 1024) /
+           s_nv(n);
 }
 
 __device__ __forceinline__ uint4 ldnc16(const void *p)
@@ -84,27 +111,33 @@ template <bool RS> __device__ __forceinline__ void s_warp_sum(float &s1, float &
 
 /* One row's share of a thread: x, dy, dres vectors and rstd (zeros when the
  * row is past the chunk or the vector past n). */
-struct SRow {
-    uint4 x, y, r;
+template <int NV> struct SRow {
+    uint4 x[NV], y[NV], r[NV];
     float rs;
 };
 
-template <class T, bool RS, bool DRES>
-__device__ __forceinline__ void s_load(const Params &p, SRow &d, int64_t row, bool on, int col,
-                                       bool ok, bool nc)
+/* cstep: columns between a thread's vectors (TPR * 8). */
+template <class T, bool RS, bool DRES, int NV>
+__device__ __forceinline__ void s_load(const Params &p, SRow<NV> &d, int64_t row, bool on,
+                                       int col, const bool (&ok)[NV], int cstep, bool nc)
 {
     constexpr int64_t ES = (int64_t)sizeof(T);
-    d.x = d.y = d.r = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int v = 0; v < NV; v++)
+        d.x[v] = d.y[v] = d.r[v] = make_uint4(0u, 0u, 0u, 0u);
     d.rs = 0.0f;
     if (!on)
         return;
-    if (ok) {
-        d.x = ldnc16((const char *)p.x + (row * p.xs + col) * ES);
-        const char *yp = (const char *)p.dy + (row * p.dys + col) * ES;
-        d.y = nc ? ldnc16(yp) : ld16(yp);
-        if (DRES)
-            d.r = ld16((const char *)p.dres + (row * p.drs + col) * ES);
-    }
+#pragma unroll
+    for (int v = 0; v < NV; v++)
+        if (ok[v]) {
+            const int c = col + v * cstep;
+            d.x[v] = ldnc16((const char *)p.x + (row * p.xs + c) * ES);
+            const char *yp = (const char *)p.dy + (row * p.dys + c) * ES;
+            d.y[v] = nc ? ldnc16(yp) : ld16(yp);
+            if (DRES)
+                d.r[v] = ld16((const char *)p.dres + (row * p.drs + c) * ES);
+        }
     if (RS)
         d.rs = __ldg(p.rstd + row);
 }
@@ -114,11 +147,11 @@ __device__ __forceinline__ void s_load(const Params &p, SRow &d, int64_t row, bo
  * partial (stripes added in order: p = +0 + stripe_0 + ... + stripe_{R-1})
  * and its publication.  RS: rstd given; DRES: dresidual_out added.
  */
-template <class T, int TPR, int MODE, bool RS, bool DRES>
-__device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N> &sh)
+template <class T, int TPR, int MODE, bool RS, bool DRES, int NV>
+__device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N, NV> &sh)
 {
-    using S = SShape<TPR>;
-    constexpr int R = S::R, WPR = S::WPR, VEC = Vec<T>::N, W = TPR * VEC;
+    using S = SShape<TPR, NV>;
+    constexpr int R = S::R, WPR = S::WPR, VEC = Vec<T>::N, CS = TPR * VEC, W = CS * NV;
     constexpr int64_t ES = (int64_t)sizeof(T);
     auto &red = sh.red;
     float *comb = sh.comb;
@@ -126,40 +159,53 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
     const int tid = threadIdx.x, grp = tid / TPR, lt = tid % TPR;
     const int lane = tid & 31, wir = lt >> 5;
     const int col = lt * VEC;
-    const bool ok = col < p.n;
+    bool ok[NV];
+#pragma unroll
+    for (int v = 0; v < NV; v++)
+        ok[v] = col + v * CS < p.n;
     const bool nc = p.dx != p.dy;
     const int64_t P = p.nchunks;
-    float wv[VEC];
+    float wv[NV][VEC];
 #pragma unroll
-    for (int e = 0; e < VEC; e++)
-        wv[e] = ok ? (p.w ? ld_any(p.w_dt, p.w, col + e) + p.offset : 1.0f) : 0.0f;
+    for (int v = 0; v < NV; v++)
+#pragma unroll
+        for (int e = 0; e < VEC; e++)
+            wv[v][e] = ok[v] ? (p.w ? ld_any(p.w_dt, p.w, col + v * CS + e) + p.offset : 1.0f)
+                                    : 0.0f;
 
     int it = 0, par = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
         unsigned nxt = claim_issue(p);
         const int64_t cnt = chunk_len(p, k);
         const int64_t iters = (cnt + R - 1) / R;
-        float acc[VEC];
+        float acc[NV][VEC];
 #pragma unroll
-        for (int e = 0; e < VEC; e++)
-            acc[e] = 0.0f;
-        SRow cur;
-        s_load<T, RS, DRES>(p, cur, k + grp * P, grp < cnt, col, ok, nc);
+        for (int v = 0; v < NV; v++)
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                acc[v][e] = 0.0f;
+        SRow<NV> cur;
+        s_load<T, RS, DRES, NV>(p, cur, k + grp * P, grp < cnt, col, ok, CS, nc);
 #pragma unroll 1
         for (int64_t t = 0; t < iters; t++) {
             const int64_t j = t * R + grp, jn = j + R;
-            SRow nx;
-            s_load<T, RS, DRES>(p, nx, k + jn * P, jn < cnt, col, ok, nc);
-            float xf[VEC], yf[VEC];
-            Vec<T>::unpack(cur.x, xf);
-            Vec<T>::unpack(cur.y, yf);
+            SRow<NV> nx;
+            s_load<T, RS, DRES, NV>(p, nx, k + jn * P, jn < cnt, col, ok, CS, nc);
+            float xf[NV][VEC], yf[NV][VEC];
+#pragma unroll
+            for (int v = 0; v < NV; v++) {
+                Vec<T>::unpack(cur.x[v], xf[v]);
+                Vec<T>::unpack(cur.y[v], yf[v]);
+            }
             float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
-            for (int e = 0; e < VEC; e++) {
-                if (!RS)
-                    s1 += xf[e] * xf[e];
-                s2 += xf[e] * (yf[e] * wv[e]);
-            }
+            for (int v = 0; v < NV; v++)
+#pragma unroll
+                for (int e = 0; e < VEC; e++) {
+                    if (!RS)
+                        s1 += xf[v][e] * xf[v][e];
+                    s2 += xf[v][e] * (yf[v][e] * wv[v][e]);
+                }
             s_warp_sum<RS>(s1, s2);
             if (WPR > 1) {
                 if (lane == 0) {
@@ -178,23 +224,27 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
             if (j < cnt) {
                 const float rstd = RS ? cur.rs : 1.0f / sqrtf(s1 * p.inv_n + p.eps);
                 const float c = rstd * (s2 * p.inv_n);
-                float rf[VEC], d[VEC];
-                if (DRES)
-                    Vec<T>::unpack(cur.r, rf);
 #pragma unroll
-                for (int e = 0; e < VEC; e++) {
-                    const float xh = __fmul_rn(xf[e], rstd);
-                    d[e] = rstd * (yf[e] * wv[e] - xh * c);
+                for (int v = 0; v < NV; v++) {
+                    float rf[VEC], d[VEC];
                     if (DRES)
-                        d[e] += rf[e];
+                        Vec<T>::unpack(cur.r[v], rf);
+#pragma unroll
+                    for (int e = 0; e < VEC; e++) {
+                        const float xh = __fmul_rn(xf[v][e], rstd);
+                        d[e] = rstd * (yf[v][e] * wv[v][e] - xh * c);
+                        if (DRES)
+                            d[e] += rf[e];
 #if RNK_DW_FMA
-                    acc[e] = __fmaf_rn(yf[e], xh, acc[e]);
+                        acc[v][e] = __fmaf_rn(yf[v][e], xh, acc[v][e]);
 #else
-                    acc[e] = __fadd_rn(acc[e], __fmul_rn(yf[e], xh));
+                        acc[v][e] = __fadd_rn(acc[v][e], __fmul_rn(yf[v][e], xh));
 #endif
+                    }
+                    if (ok[v])
+                        st16((char *)p.dx + ((k + j * P) * p.dxs + col + v * CS) * ES,
+                             Vec<T>::pack(d));
                 }
-                if (ok)
-                    st16((char *)p.dx + ((k + j * P) * p.dxs + col) * ES, Vec<T>::pack(d));
             }
             cur = nx;
         }
@@ -206,31 +256,40 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
             continue;
         }
         if (R > 1) {
-            if (grp > 0 && ok)
+            if (grp > 0)
 #pragma unroll
-                for (int e = 0; e < VEC; e++)
-                    comb[(grp - 1) * W + col + e] = acc[e];
+                for (int v = 0; v < NV; v++)
+                    if (ok[v])
+#pragma unroll
+                        for (int e = 0; e < VEC; e++)
+                            comb[(grp - 1) * W + col + v * CS + e] = acc[v][e];
             __syncthreads();
         }
-        if (grp == 0 && ok) {
-            float q[VEC];
+        if (grp == 0) {
 #pragma unroll
-            for (int e = 0; e < VEC; e++) {
-                q[e] = __fadd_rn(0.0f, acc[e]);
+            for (int v = 0; v < NV; v++) {
+                if (!ok[v])
+                    continue;
+                const int cv = col + v * CS;
+                float q[VEC];
 #pragma unroll
-                for (int g = 1; g < R; g++)
-                    q[e] = __fadd_rn(q[e], comb[(g - 1) * W + col + e]);
-            }
-            if (MODE == MODE_ATOMIC) {
+                for (int e = 0; e < VEC; e++) {
+                    q[e] = __fadd_rn(0.0f, acc[v][e]);
 #pragma unroll
-                for (int e = 0; e < VEC; e++)
-                    atomicAdd(p.acc + col + e, q[e]);
-            } else {
-                float *part = p.part + (int64_t)k * p.cs + col;
+                    for (int g = 1; g < R; g++)
+                        q[e] = __fadd_rn(q[e], comb[(g - 1) * W + cv + e]);
+                }
+                if (MODE == MODE_ATOMIC) {
 #pragma unroll
-                for (int e = 0; e < VEC; e += 4)
-                    __stcg(reinterpret_cast<float4 *>(part + e),
-                           make_float4(q[e], q[e + 1], q[e + 2], q[e + 3]));
+                    for (int e = 0; e < VEC; e++)
+                        atomicAdd(p.acc + cv + e, q[e]);
+                } else {
+                    float *part = p.part + (int64_t)k * p.cs + cv;
+#pragma unroll
+                    for (int e = 0; e < VEC; e += 4)
+                        __stcg(reinterpret_cast<float4 *>(part + e),
+                               make_float4(q[e], q[e + 1], q[e + 2], q[e + 3]));
+                }
             }
         }
         if (MODE == MODE_ATOMIC)
@@ -244,16 +303,16 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
     trace_rows_done(p, it);
 }
 
-template <class T, int TPR, int MODE>
-__global__ void __launch_bounds__(SShape<TPR>::BT, SShape<TPR>::MINB) s_kernel(Params p)
+template <class T, int TPR, int MODE, int NV = 1>
+__global__ void __launch_bounds__(SShape<TPR, NV>::BT, SShape<TPR, NV>::MINB) s_kernel(Params p)
 {
-    __shared__ SShared<TPR, Vec<T>::N> sh;
+    __shared__ SShared<TPR, Vec<T>::N, NV> sh;
     trace_start(p, 3u);
     /* The first claim goes out before the cancel word is known, as on the
      * other paths (bwd_kernel.cuh). */
     const unsigned nxt = claim_issue(p);
     if (int c = cancelled(p); c != CANCEL_CLEAR) {
-        finish_and_exit<true, SShape<TPR>::BT>(p, nullptr, false, c != CANCEL_GATED);
+        finish_and_exit<true, SShape<TPR, NV>::BT>(p, nullptr, false, c != CANCEL_GATED);
         return;
     }
     if (threadIdx.x == 0)
@@ -261,14 +320,14 @@ __global__ void __launch_bounds__(SShape<TPR>::BT, SShape<TPR>::MINB) s_kernel(P
     __syncthreads();
     trace_mark(p, 1, 1);
     if (p.rstd && !p.dres)
-        s_chunks<T, TPR, MODE, true, false>(p, sh);
+        s_chunks<T, TPR, MODE, true, false, NV>(p, sh);
     else if (p.rstd)
-        s_chunks<T, TPR, MODE, true, true>(p, sh);
+        s_chunks<T, TPR, MODE, true, true, NV>(p, sh);
     else if (!p.dres)
-        s_chunks<T, TPR, MODE, false, false>(p, sh);
+        s_chunks<T, TPR, MODE, false, false, NV>(p, sh);
     else
-        s_chunks<T, TPR, MODE, false, true>(p, sh);
-    finish_and_exit<true, SShape<TPR>::BT>(p, nullptr, MODE == MODE_FUSED);
+        s_chunks<T, TPR, MODE, false, true, NV>(p, sh);
+    finish_and_exit<true, SShape<TPR, NV>::BT>(p, nullptr, MODE == MODE_FUSED);
 }
 
 } /* namespace rnk */

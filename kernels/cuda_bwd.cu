@@ -369,7 +369,7 @@ static const void *path_fn(const Plan &pl)
 {
     if constexpr (sizeof(T) == 2) /* (fp32 rows never take S) */
         if (pl.path == PATH_S)
-            return s_fn<T, MODE_FUSED>(pl.p.tpr);
+            return s_fn<T, MODE_FUSED>(pl.p.n);
     return pl.p.w_dt == RNK_F32 ? ring_fn<T, float>(pl.nv) : ring_fn<T, T>(pl.nv);
 }
 

@@ -44,18 +44,19 @@ int ck(cudaError_t e, const char *file, int line, const char *what, char *msg, s
     } while (0)
 
 size_t ws_bytes(int64_t m, int64_t n);
-/* S path: the kernel for tpr threads a row (the interleaved order's n > 256
- * gives 64 threads a row or more), in MODE (production: MODE_FUSED). */
+/* S path: the kernel for rows of n columns (s_tpr(n) threads a row, s_nv(n)
+ * vectors a thread; the interleaved order's n > 256 gives 64 threads a row or
+ * more), in MODE (production: MODE_FUSED). */
 template <class T, int MODE>
-inline const void *s_fn(int tpr)
+inline const void *s_fn(int64_t n)
 {
-    switch (tpr) {
+    switch (s_tpr(n) * s_nv(n)) {
     case 32: return (const void *)s_kernel<T, 32, MODE>;
     case 64: return (const void *)s_kernel<T, 64, MODE>;
     case 128: return (const void *)s_kernel<T, 128, MODE>;
-    case 256: return (const void *)s_kernel<T, 256, MODE>;
-    case 512: return (const void *)s_kernel<T, 512, MODE>;
-    default: return (const void *)s_kernel<T, 1024, MODE>;
+    case 256: return (const void *)s_kernel<T, 256 / RNK_S_NV2K, MODE, RNK_S_NV2K>;
+    case 512: return (const void *)s_kernel<T, 512 / RNK_S_NV4K, MODE, RNK_S_NV4K>;
+    default: return (const void *)s_kernel<T, 1024 / RNK_S_NV8K, MODE, RNK_S_NV8K>;
     }
 }
 /* Ring path: bytes of the row ring (bwd_kernel.cuh: ring_slots per thread). */

@@ -33,7 +33,7 @@ static const void *variant_fn(const Plan &pl)
 {
     const bool wf = pl.p.w_dt == RNK_F32;
     if (pl.path == PATH_S)
-        return s_fn<__nv_bfloat16, MODE>(pl.p.tpr);
+        return s_fn<__nv_bfloat16, MODE>(pl.p.n);
     if (pl.nv == 1)
         return wf ? (const void *)fast_kernel<__nv_bfloat16, float, 1, MODE>
                   : (const void *)fast_kernel<__nv_bfloat16, __nv_bfloat16, 1, MODE>;

@@ -992,8 +992,8 @@ static void test_gate_stream(void **state)
 static void test_grid_invariance(void **state)
 {
     (void)state;
-    /* rnk.h's interleaved order: S (4096 x 4096: one row of 16 warps;
-     * 4096 x 8192: one row of 32 warps, one chunk a block;
+    /* rnk.h's interleaved order: S (4096 x 4096: one row of 8 warps;
+     * 4096 x 8192: one row of 16 warps, one chunk a block;
      * 32768 x 512, 8192 x 512 and 12288 x 384: two rows of two warps a
      * block; 65536 x 256 and 98304 x 200: four rows of a warp) and the
      * general path (unaligned rows, 16384 x 1024, 32768 x 512 and 65536 x
