@@ -525,7 +525,7 @@ void rnc_vmm_release(rn_client *c);
  * allocation changes under them (new calls then register a range of their
  * own); hold false (the graph is gone) undoes one hold, and drops a range
  * found stale meanwhile once nothing holds it.  Regions of another session
- * than the cache's, or not VMM ranges, are left alone.
+ * than the cache's or c's live one, or not VMM ranges, are left alone.
  */
 void rnc_vmm_hold(rn_client *c, const rnp_session *session, const uint32_t *regions, size_t n,
                   bool hold);

@@ -360,15 +360,20 @@ int rnc_vmm_map(rn_client *c, const char *field, const void *p, uint64_t bytes,
     if (n <= 0)
         return rnc_fail(c, RN_NOT_SHARED,
                         "%s: the driver's mapping at %p does not contain it", field, (void *)at);
-    /* Room for one more: the least recently used range that no live
-     * graph holds goes. */
-    if (v->n >= VMM_MAX_RANGES) {
+    /* Room for one more: the least recently used ranges that no live
+     * graph holds go, down to the limit (held ones may have kept it above),
+     * but never one this call already named (used in the last RNP_T_COUNT
+     * ticks: a call maps at most that many tensors); none left to drop:
+     * the cache grows. */
+    while (v->n >= VMM_MAX_RANGES) {
         size_t lru = v->n;
         for (size_t i = 0; i < v->n; i++)
-            if (!v->r[i].holds && (lru == v->n || v->r[i].used < v->r[lru].used))
+            if (!v->r[i].holds && v->tick - v->r[i].used >= RNP_T_COUNT &&
+                (lru == v->n || v->r[i].used < v->r[lru].used))
                 lru = i;
-        if (lru < v->n)
-            drop_range(c, v, lru);
+        if (lru == v->n)
+            break;
+        drop_range(c, v, lru);
     }
     if (v->n == v->cap) {
         size_t cap = v->cap ? v->cap * 2 : 8;
@@ -395,6 +400,13 @@ void rnc_vmm_hold(rn_client *c, const rnp_session *session, const uint32_t *regi
 
     if (!v || memcmp(&v->session, session, sizeof v->session) != 0)
         return; /* (another session's regions: gone with it) */
+    /* A session over (the daemon gone, or a new session that has not yet
+     * mapped VMM memory, whose region ids restart): its cache is forgotten
+     * at the next map, and an UNREGISTER now would go to a dead daemon or
+     * name another session's region. */
+    if (!c->have_session || memcmp(&c->session, session, sizeof c->session) != 0 ||
+        rnc_watch_fired(c))
+        return;
     for (size_t k = 0; k < n; k++) {
         for (size_t i = 0; regions[k] && i < v->n; i++) {
             vmm_range *r = &v->r[i];
