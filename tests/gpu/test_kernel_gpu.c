@@ -411,8 +411,10 @@ static void test_grid(void **state)
 {
     (void)state;
     static const int64_t ms[] = {1, 7, 199, 4096, 8192, 65537};
-    static const int64_t ns[] = {1,    33,   192,  256,   512,   760,   1024,
-                                 1128, 2048, 4096, 8192, 16384, 32768, 65536};
+    /* (3000 and 6000: rows of two vectors a thread on S whose second
+     * vector is past n for some threads) */
+    static const int64_t ns[] = {1,    33,   192,  256,  512,   760,   1024,  1128,
+                                 2048, 3000, 4096, 6000, 8192, 16384, 32768, 65536};
     int k = 0;
     double t0 = now_s();
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
@@ -993,7 +995,8 @@ static void test_grid_invariance(void **state)
 {
     (void)state;
     /* rnk.h's interleaved order: S (4096 x 4096: one row of 8 warps;
-     * 4096 x 8192: one row of 16 warps, one chunk a block;
+     * 4096 x 8192: one row of 16 warps, one chunk a block; 4096 x 3000
+     * and 4096 x 6000: rows part of whose threads' second vector is past n;
      * 32768 x 512, 8192 x 512 and 12288 x 384: two rows of two warps a
      * block; 65536 x 256 and 98304 x 200: four rows of a warp) and the
      * general path (unaligned rows, 16384 x 1024, 32768 x 512 and 65536 x
@@ -1009,7 +1012,8 @@ static void test_grid_invariance(void **state)
         gs(16384, 1024, RNK_BF16, RNK_F32, RNK_F32), gs(32768, 512, RNK_BF16, RNK_BF16, RNK_F32),
         gs(65536, 256, RNK_BF16, RNK_F32, RNK_F32),  gs(98304, 200, RNK_F16, RNK_F16, RNK_F16),
         gs(65536, 256, RNK_BF16, RNK_BF16, RNK_F32), gs(8192, 512, RNK_BF16, RNK_F32, RNK_F32),
-        gs(12288, 384, RNK_F16, RNK_F16, RNK_F16),   gs(4096, 8192, RNK_BF16, RNK_BF16, RNK_F32)};
+        gs(12288, 384, RNK_F16, RNK_F16, RNK_F16),   gs(4096, 8192, RNK_BF16, RNK_BF16, RNK_F32),
+        gs(4096, 3000, RNK_BF16, RNK_F32, RNK_F32),  gs(4096, 6000, RNK_F16, RNK_F16, RNK_F32)};
     specs[4].rstd_given = false;
     specs[16].rstd_given = false;
     specs[10].pad = 3;
@@ -1017,6 +1021,7 @@ static void test_grid_invariance(void **state)
     specs[11].rstd_given = false;
     specs[13].rstd_given = false;
     specs[14].pad = 3;
+    specs[19].rstd_given = false;
     static const int grids[] = {1, 2, 3, 7, 64, 132, 500, 2000};
     const size_t nspecs = sizeof specs / sizeof specs[0];
     for (size_t k = 0; k < (quick ? 3 : nspecs); k++) {
