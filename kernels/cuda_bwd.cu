@@ -535,7 +535,7 @@ extern "C" int rnk_cuda_describe(rnk_device *dev, const rnk_bwd_args *a, char *b
     }
     static const char *const names[] = {"general", "ring", "s"};
     snprintf(buf, len, "%s nv=%d block=%d (G=%d x %d) grid=%d %s chunk=%lld nchunks=%d smem=%zu",
-             names[pl.path], pl.path == PATH_GENERAL ? 0 : pl.path == PATH_S ? 1 : pl.nv,
+             names[pl.path], pl.path == PATH_GENERAL ? 0 : pl.path == PATH_S ? s_nv(pl.p.n) : pl.nv,
              pl.threads, pl.p.G, pl.p.tpr, grid, pl.il ? "il" : "contig", (long long)pl.p.C,
              pl.p.nchunks, pl.smem);
     return RNK_OK;
