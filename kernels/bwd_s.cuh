@@ -36,6 +36,22 @@
 
 namespace rnk {
 
+/* Knobs (benchmark builds; off in production): RNK_S_WSH=1 keeps the
+ * weight (plus offset) in shared memory instead of registers (8 * NV fewer
+ * a thread), RNK_S_ASH=1 the dw sums (each thread its own, no barrier);
+ * RNK_S_MINB4K=B asks for B blocks a SM of the 2049-4096-column
+ * kernel (256 threads of two vectors: 2 by default), for grids of B * SMs
+ * with rnk_host.c's RNK_IL_P4K = B. */
+#ifndef RNK_S_WSH
+#define RNK_S_WSH 0
+#endif
+#ifndef RNK_S_ASH
+#define RNK_S_ASH 0
+#endif
+#ifndef RNK_S_MINB4K
+#define RNK_S_MINB4K 0
+#endif
+
 /* Block shape of TPR threads a row holding NV vectors each: BT threads, R
  * rows at once, MINB blocks a SM (32 / NV warps: 64 * NV registers a
  * thread). */
@@ -43,13 +59,22 @@ template <int TPR, int NV = 1> struct SShape {
     static constexpr int BT = TPR < 128 ? 128 : TPR;
     static constexpr int R = BT / TPR;
     static constexpr int WPR = TPR / 32;
-    static constexpr int MINB = 1024 / (BT * NV) > 0 ? 1024 / (BT * NV) : 1;
+    static constexpr int MINB = RNK_S_MINB4K && TPR == 256 && NV == 2 ? RNK_S_MINB4K
+                                : 1024 / (BT * NV) > 0        ? 1024 / (BT * NV)
+                                                              : 1;
 };
 /* The block's shared arrays: the row sums of each warp (double-buffered by
- * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag. */
+ * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag
+ * (and with RNK_S_WSH the weight). */
 template <int TPR, int VEC, int NV = 1> struct SShared {
     float red[2][SShape<TPR>::R][SShape<TPR>::WPR][2];
     float comb[SShape<TPR>::R > 1 ? (SShape<TPR>::R - 1) * TPR * VEC * NV : 1];
+#if RNK_S_WSH
+    float w[TPR * VEC * NV];
+#endif
+#if RNK_S_ASH
+    float acc[VEC * NV][SShape<TPR>::BT];
+#endif
     int claim[2], last;
 };
 /* The fast path's widest row: 8192 columns (512 threads of 16). */
@@ -165,6 +190,18 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
         ok[v] = col + v * CS < p.n;
     const bool nc = p.dx != p.dy;
     const int64_t P = p.nchunks;
+#if RNK_S_WSH
+    /* Stripe 0 writes the weight, every stripe reads it (WV). */
+    if (grp == 0)
+#pragma unroll
+        for (int v = 0; v < NV; v++)
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                sh.w[v * CS + col + e] =
+                    ok[v] ? (p.w ? ld_any(p.w_dt, p.w, col + v * CS + e) + p.offset : 1.0f) : 0.0f;
+    __syncthreads();
+#define WV(v, e) sh.w[(v) * CS + col + (e)]
+#else
     float wv[NV][VEC];
 #pragma unroll
     for (int v = 0; v < NV; v++)
@@ -172,18 +209,25 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
         for (int e = 0; e < VEC; e++)
             wv[v][e] = ok[v] ? (p.w ? ld_any(p.w_dt, p.w, col + v * CS + e) + p.offset : 1.0f)
                                     : 0.0f;
+#define WV(v, e) wv[v][e]
+#endif
 
     int it = 0, par = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
         unsigned nxt = claim_issue(p);
         const int64_t cnt = chunk_len(p, k);
         const int64_t iters = (cnt + R - 1) / R;
+#if RNK_S_ASH
+#define ACC(v, e) sh.acc[(v) * VEC + (e)][tid]
+#else
         float acc[NV][VEC];
+#define ACC(v, e) acc[v][e]
+#endif
 #pragma unroll
         for (int v = 0; v < NV; v++)
 #pragma unroll
             for (int e = 0; e < VEC; e++)
-                acc[v][e] = 0.0f;
+                ACC(v, e) = 0.0f;
         SRow<NV> cur;
         s_load<T, RS, DRES, NV>(p, cur, k + grp * P, grp < cnt, col, ok, CS, nc);
 #pragma unroll 1
@@ -204,7 +248,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                 for (int e = 0; e < VEC; e++) {
                     if (!RS)
                         s1 += xf[v][e] * xf[v][e];
-                    s2 += xf[v][e] * (yf[v][e] * wv[v][e]);
+                    s2 += xf[v][e] * (yf[v][e] * WV(v, e));
                 }
             s_warp_sum<RS>(s1, s2);
             if (WPR > 1) {
@@ -232,13 +276,13 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
 #pragma unroll
                     for (int e = 0; e < VEC; e++) {
                         const float xh = __fmul_rn(xf[v][e], rstd);
-                        d[e] = rstd * (yf[v][e] * wv[v][e] - xh * c);
+                        d[e] = rstd * (yf[v][e] * WV(v, e) - xh * c);
                         if (DRES)
                             d[e] += rf[e];
 #if RNK_DW_FMA
-                        acc[v][e] = __fmaf_rn(yf[v][e], xh, acc[v][e]);
+                        ACC(v, e) = __fmaf_rn(yf[v][e], xh, ACC(v, e));
 #else
-                        acc[v][e] = __fadd_rn(acc[v][e], __fmul_rn(yf[v][e], xh));
+                        ACC(v, e) = __fadd_rn(ACC(v, e), __fmul_rn(yf[v][e], xh));
 #endif
                     }
                     if (ok[v])
@@ -262,7 +306,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                     if (ok[v])
 #pragma unroll
                         for (int e = 0; e < VEC; e++)
-                            comb[(grp - 1) * W + col + v * CS + e] = acc[v][e];
+                            comb[(grp - 1) * W + col + v * CS + e] = ACC(v, e);
             __syncthreads();
         }
         if (grp == 0) {
@@ -274,7 +318,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                 float q[VEC];
 #pragma unroll
                 for (int e = 0; e < VEC; e++) {
-                    q[e] = __fadd_rn(0.0f, acc[v][e]);
+                    q[e] = __fadd_rn(0.0f, ACC(v, e));
 #pragma unroll
                     for (int g = 1; g < R; g++)
                         q[e] = __fadd_rn(q[e], comb[(g - 1) * W + cv + e]);
@@ -301,6 +345,8 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
         trace_chunk(p, s_claim[it & 1]);
     }
     trace_rows_done(p, it);
+#undef WV
+#undef ACC
 }
 
 template <class T, int TPR, int MODE, int NV = 1>
