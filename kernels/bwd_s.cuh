@@ -36,12 +36,12 @@
 
 namespace rnk {
 
-/* Knobs (benchmark builds; off in production): RNK_S_WSH=1 keeps the
- * weight (plus offset) in shared memory instead of registers (8 * NV fewer
- * a thread), RNK_S_ASH=1 the dw sums (each thread its own, no barrier);
- * RNK_S_MINB4K=B asks for B blocks a SM of the 2049-4096-column
- * kernel (256 threads of two vectors: 2 by default), for grids of B * SMs
- * with rnk_host.c's RNK_IL_P4K = B. */
+/* Knobs (benchmark builds; off in production), for the 2049-4096-column
+ * kernel alone (TPR * NV = 512; S4K below): RNK_S_WSH=1 keeps the weight
+ * (plus offset) in shared memory instead of registers (8 * NV fewer a
+ * thread), RNK_S_ASH=1 the dw sums (each thread its own, no barrier);
+ * RNK_S_MINB4K=B asks for B blocks a SM (256 threads of two vectors: 2 by
+ * default), for grids of B * SMs with rnk_host.c's RNK_IL_P4K = B. */
 #ifndef RNK_S_WSH
 #define RNK_S_WSH 0
 #endif
@@ -59,9 +59,11 @@ template <int TPR, int NV = 1> struct SShape {
     static constexpr int BT = TPR < 128 ? 128 : TPR;
     static constexpr int R = BT / TPR;
     static constexpr int WPR = TPR / 32;
-    static constexpr int MINB = RNK_S_MINB4K && TPR == 256 && NV == 2 ? RNK_S_MINB4K
-                                : 1024 / (BT * NV) > 0        ? 1024 / (BT * NV)
-                                                              : 1;
+    static constexpr bool S4K = TPR * NV == 512; /* (the knobs' kernel) */
+    static constexpr int MINB = RNK_S_MINB4K && S4K ? RNK_S_MINB4K
+                                : 1024 / (BT * NV) > 0 ? 1024 / (BT * NV)
+                                                       : 1;
+    static constexpr bool WSH = RNK_S_WSH && S4K, ASH = RNK_S_ASH && S4K;
 };
 /* The block's shared arrays: the row sums of each warp (double-buffered by
  * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag
@@ -70,10 +72,10 @@ template <int TPR, int VEC, int NV = 1> struct SShared {
     float red[2][SShape<TPR>::R][SShape<TPR>::WPR][2];
     float comb[SShape<TPR>::R > 1 ? (SShape<TPR>::R - 1) * TPR * VEC * NV : 1];
 #if RNK_S_WSH
-    float w[TPR * VEC * NV];
+    float w[SShape<TPR, NV>::WSH ? TPR * VEC * NV : 1];
 #endif
 #if RNK_S_ASH
-    float acc[VEC * NV][SShape<TPR>::BT];
+    float acc[SShape<TPR, NV>::ASH ? VEC * NV : 1][SShape<TPR>::BT];
 #endif
     int claim[2], last;
 };
@@ -190,25 +192,30 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
         ok[v] = col + v * CS < p.n;
     const bool nc = p.dx != p.dy;
     const int64_t P = p.nchunks;
+    float wv[NV][VEC];
 #if RNK_S_WSH
     /* Stripe 0 writes the weight, every stripe reads it (WV). */
-    if (grp == 0)
+    if constexpr (S::WSH) {
+        if (grp == 0)
+#pragma unroll
+            for (int v = 0; v < NV; v++)
+#pragma unroll
+                for (int e = 0; e < VEC; e++)
+                    sh.w[v * CS + col + e] =
+                        ok[v] ? (p.w ? ld_any(p.w_dt, p.w, col + v * CS + e) + p.offset : 1.0f)
+                              : 0.0f;
+        __syncthreads();
+    } else
+#endif
 #pragma unroll
         for (int v = 0; v < NV; v++)
 #pragma unroll
             for (int e = 0; e < VEC; e++)
-                sh.w[v * CS + col + e] =
-                    ok[v] ? (p.w ? ld_any(p.w_dt, p.w, col + v * CS + e) + p.offset : 1.0f) : 0.0f;
-    __syncthreads();
-#define WV(v, e) sh.w[(v) * CS + col + (e)]
+                wv[v][e] = ok[v] ? (p.w ? ld_any(p.w_dt, p.w, col + v * CS + e) + p.offset : 1.0f)
+                                 : 0.0f;
+#if RNK_S_WSH
+#define WV(v, e) (S::WSH ? sh.w[(v) * CS + col + (e)] : wv[v][e])
 #else
-    float wv[NV][VEC];
-#pragma unroll
-    for (int v = 0; v < NV; v++)
-#pragma unroll
-        for (int e = 0; e < VEC; e++)
-            wv[v][e] = ok[v] ? (p.w ? ld_any(p.w_dt, p.w, col + v * CS + e) + p.offset : 1.0f)
-                                    : 0.0f;
 #define WV(v, e) wv[v][e]
 #endif
 
@@ -217,10 +224,10 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
         unsigned nxt = claim_issue(p);
         const int64_t cnt = chunk_len(p, k);
         const int64_t iters = (cnt + R - 1) / R;
-#if RNK_S_ASH
-#define ACC(v, e) sh.acc[(v) * VEC + (e)][tid]
-#else
         float acc[NV][VEC];
+#if RNK_S_ASH
+#define ACC(v, e) (S::ASH ? sh.acc[(v) * VEC + (e)][tid] : acc[v][e])
+#else
 #define ACC(v, e) acc[v][e]
 #endif
 #pragma unroll
