@@ -120,6 +120,8 @@ struct rn_client {
     /* Raise the done word at addr to seq from any thread (the watcher's
      * too), on a stream of its own (ring_cuda.c); NULL with no done_buf. */
     void (*done_raise)(rn_client *c, uint64_t addr, uint64_t seq);
+    /* Read that word into *v from any thread: 0, or -1 (the device failed). */
+    int (*done_read)(rn_client *c, uint64_t addr, uint64_t *v);
     void *done_stream;  /* that stream, on done_device */
     int done_device;
 

@@ -171,6 +171,7 @@ static void done_free(rn_client *c)
     c->done_next = 0;
     c->done_free = NULL;
     c->done_raise = NULL;
+    c->done_read = NULL;
 }
 
 /* Any thread (the watcher's): *addr = seq on the client's own stream, which
@@ -194,6 +195,27 @@ static void done_raise(rn_client *c, uint64_t addr, uint64_t seq)
         (void)cudaGetLastError(); /* (a failed device: the streams fail with it) */
     if (saved && ctx_set(was) != CUDA_SUCCESS)
         (void)cudaGetLastError();
+}
+
+/* Any thread (the watcher's): the word at addr, read on the client's own
+ * stream, the thread's context put back as done_raise does. */
+static int done_read(rn_client *c, uint64_t addr, uint64_t *v)
+{
+    CUcontext was = NULL;
+    int rc = -1;
+
+    pthread_once(&once, resolve);
+    bool saved = ctx_get && ctx_set && ctx_get(&was) == CUDA_SUCCESS;
+    if (cudaSetDevice(c->done_device) == cudaSuccess &&
+        cudaMemcpyAsync(v, (const void *)(uintptr_t)addr, sizeof *v, cudaMemcpyDeviceToHost,
+                        (cudaStream_t)c->done_stream) == cudaSuccess &&
+        cudaStreamSynchronize((cudaStream_t)c->done_stream) == cudaSuccess)
+        rc = 0;
+    else
+        (void)cudaGetLastError();
+    if (saved && ctx_set(was) != CUDA_SUCCESS)
+        (void)cudaGetLastError();
+    return rc;
 }
 
 static int done_word(rn_client *c, void **p)
@@ -227,6 +249,7 @@ static int done_word(rn_client *c, void **p)
         c->done_next = 0;
         c->done_free = done_free;
         c->done_raise = done_raise;
+        c->done_read = done_read;
     }
     if (c->done_next >= DONE_BUF_BYTES / 8)
         return 0; /* (all used: the ring's word) */

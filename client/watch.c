@@ -29,8 +29,9 @@
  * A live daemon that closes the channel may still be running slots it took
  * (the drain): waiting for the state word keeps the client's streams from
  * running ahead of those kernels.  Firing is what the next call would do
- * (ring.c's lost()): the slots published and not answered get status
- * RN_RESTARTED and a message, then done passes them (a CAS: done only
+ * (ring.c's lost()): the slots published and not answered (after the
+ * larger of the ring's done and the device done word: answered_upto) get
+ * status RN_RESTARTED and a message, then done passes them (a CAS: done only
  * grows), waiters on done are woken; every graph slot a live graph holds
  * gets closed, a fence, then done = 1 (the Dekker pair of the replay's
  * kernel, ring_cuda.c).  c->watch_answered and c->watch_fired are stored
@@ -183,18 +184,36 @@ static void let_go(rnc_watch *w, uint32_t i)
     __atomic_store_n(rnp_ring_u64(s, RNP_GSLOT_O_DONE), 1u, __ATOMIC_SEQ_CST);
 }
 
-/* The slots published and not answered: their status, then done past them,
- * then the device done word (if the streams wait on one) to prod.  The
- * slots up to prod were written before prod (release), and a call reads a
- * result only after done reached it. */
-static void release_ring(rnc_watch *w)
+/* The calls the daemon answered: up to the ring's done word, or to the
+ * device done word the streams wait on where that is further.  The kernel
+ * writes the device word first: a daemon that died between its two stores
+ * ran the call, and its stream went on (the daemon wrote the slot's status
+ * 0 before the launch). */
+static uint64_t answered_upto(rnc_watch *w)
+{
+    uint64_t done = __atomic_load_n(rnp_ring_u64(w->base, RNP_RING_O_DONE), __ATOMIC_ACQUIRE);
+    uint64_t dev;
+    if (w->done_dev && w->c->done_read && w->c->done_read(w->c, w->done_dev, &dev) == 0 &&
+        rnp_seq_reached(dev, done) && dev - done <= w->slots)
+        done = dev;
+    return done;
+}
+
+/* The slots published and not answered (after done, answered_upto's):
+ * their status, then the ring's done word past them, then the device done
+ * word (if the streams wait on one) to prod.  The slots up to prod were
+ * written before prod (release), and a call reads a result only after done
+ * reached it. */
+static void release_ring(rnc_watch *w, uint64_t done)
 {
     uint8_t *b = w->base;
     uint32_t fired = __atomic_load_n(&w->c->watch_fired, __ATOMIC_RELAXED);
     uint64_t prod = __atomic_load_n(rnp_ring_u64(b, RNP_RING_O_PROD), __ATOMIC_ACQUIRE);
-    uint64_t done = __atomic_load_n(rnp_ring_u64(b, RNP_RING_O_DONE), __ATOMIC_ACQUIRE);
+    uint64_t ring = __atomic_load_n(rnp_ring_u64(b, RNP_RING_O_DONE), __ATOMIC_ACQUIRE);
     char msg[RNP_MAX_ERRMSG];
 
+    if (rnp_seq_reached(ring, done))
+        done = ring;
     if (!rnp_seq_reached(done, prod)) {
         if (prod - done > w->slots) /* cannot happen: a client is at most a ring ahead */
             done = prod - w->slots;
@@ -205,6 +224,8 @@ static void release_ring(rnc_watch *w)
             if (s == prod)
                 break;
         }
+    }
+    if (!rnp_seq_reached(ring, prod)) {
         rnc_watch_raise(rnp_ring_u64(b, RNP_RING_O_DONE), prod);
         atomic_thread_fence(memory_order_seq_cst);
         if (__atomic_load_n(rnp_ring_u32(b, RNP_RING_O_WAITERS), __ATOMIC_SEQ_CST))
@@ -220,14 +241,13 @@ static void release_ring(rnc_watch *w)
 static void fire(rnc_watch *w, uint32_t why)
 {
     rn_client *c = w->c;
+    uint64_t answered = answered_upto(w);
 
-    __atomic_store_n(&c->watch_answered,
-                     __atomic_load_n(rnp_ring_u64(w->base, RNP_RING_O_DONE), __ATOMIC_ACQUIRE),
-                     __ATOMIC_SEQ_CST);
+    __atomic_store_n(&c->watch_answered, answered, __ATOMIC_SEQ_CST);
     __atomic_store_n(&c->watch_fired, why, __ATOMIC_SEQ_CST);
     /* Pairs with the fence after a call's prod: fired, then prod. */
     atomic_thread_fence(memory_order_seq_cst);
-    release_ring(w);
+    release_ring(w, answered);
     for (uint32_t i = 0; i < w->graphs; i++)
         if (w->held[i / 64] >> (i % 64) & 1u)
             let_go(w, i);
@@ -444,7 +464,7 @@ void rnc_watch_catch_up(rn_client *c)
         return;
     pthread_mutex_lock(&w->mu);
     if (w->armed && rnc_watch_fired(c) != RNC_WATCH_QUIET)
-        release_ring(w);
+        release_ring(w, __atomic_load_n(&c->watch_answered, __ATOMIC_SEQ_CST));
     pthread_mutex_unlock(&w->mu);
 }
 

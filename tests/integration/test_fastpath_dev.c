@@ -148,11 +148,19 @@ static void f_raise(rn_client *c, uint64_t addr, uint64_t seq)
     rnc_watch_raise((uint64_t *)(uintptr_t)addr, seq);
 }
 
+static int f_read(rn_client *c, uint64_t addr, uint64_t *v)
+{
+    (void)c;
+    *v = __atomic_load_n((uint64_t *)(uintptr_t)addr, __ATOMIC_ACQUIRE);
+    return 0;
+}
+
 static int f_done_word(rn_client *c, void **p)
 {
     *p = dw_buf + 8u * dw_next++;
     cur->done_word = (uint64_t)(uintptr_t)*p;
     c->done_raise = f_raise;
+    c->done_read = f_read;
     return 0;
 }
 
@@ -800,6 +808,39 @@ static void test_stream_done_word(void **state)
     RNH_PASS(d);
 }
 
+/* A daemon that dies between its kernel's two stores (the done word the
+ * stream waits on first, then the ring's): the call ran and the stream went
+ * on, so the watcher counts it answered, not lost (it reported it
+ * RN_RESTARTED before). */
+static void test_stream_done_word_first(void **state)
+{
+    rnh_daemon *d = *state;
+    fake_stream s = {.order_ok = true};
+    laid l;
+    rn_client *c;
+
+    c = start_dw(d, &s, &l);
+    assert_int_equal(call_dw(c, &l, &s), 0);
+    assert_int_equal(rn_sync(c), 0);
+    assert_int_equal(rnh_sigstop(d), 0);
+    assert_int_equal(call_dw(c, &l, &s), 0); /* published, never taken */
+    /* The kernel's first store, as if it had run. */
+    __atomic_store_n((uint64_t *)(uintptr_t)s.done_word, 2, __ATOMIC_RELEASE);
+    assert_int_equal(kill(d->pid, SIGKILL), 0);
+    assert_int_equal(rnh_wait_exit(d, WAIT_MS), 128 + SIGKILL);
+    int rv = rn_sync(c);
+    if (rv != 0)
+        fail_msg("a call whose done word the daemon wrote: %s: %s", rn_err_name(rv),
+                 rn_last_error(c));
+    assert_int_equal(word(s.base, RNP_RING_O_DONE), 2);
+    assert_int_equal(rn_check(c), 0);
+    rnv_expect_fini(&l.e);
+    rn_close(c);
+    dw_buf = NULL;
+    cur = NULL;
+    RNH_PASS(d);
+}
+
 /* rn_close while the daemon does not answer (stopped here; or gone where
  * no pidfd tells the watcher): the BYE goes unanswered, and the call in
  * flight is lost first, so that a stream waiting on either done word goes
@@ -1044,6 +1085,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_graph_open_unanswered, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_session_lost, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_stream_done_word, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_stream_done_word_first, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_close_unanswered, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_close_go_pending, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_chan_timeout_keeps_session, rnh_setup, rnh_teardown),
