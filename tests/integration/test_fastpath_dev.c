@@ -759,6 +759,15 @@ static rn_client *start_dw(rnh_daemon *d, fake_stream *s, laid *l)
     return c;
 }
 
+/* start_dw's end: the client closed, the done words' buffer forgotten. */
+static void end_dw(rnh_daemon *d, rn_client *c)
+{
+    rn_close(c);
+    dw_buf = NULL;
+    cur = NULL;
+    RNH_PASS(d);
+}
+
 static int call_dw(rn_client *c, laid *l, fake_stream *s)
 {
     return rnc_bwd_ring_dev(c, &l->a, &rnc_host_mapper, NULL, &fake_dev_dw, s);
@@ -802,10 +811,7 @@ static void test_stream_done_word(void **state)
     assert_true(s.done_word != first);
     assert_int_equal(word(s.done_word, 0), 1);
     check_free(c, &l, "with a done word");
-    rn_close(c);
-    dw_buf = NULL;
-    cur = NULL;
-    RNH_PASS(d);
+    end_dw(d, c);
 }
 
 /* A daemon that dies between its kernel's two stores (the done word the
@@ -835,10 +841,7 @@ static void test_stream_done_word_first(void **state)
     assert_int_equal(word(s.base, RNP_RING_O_DONE), 2);
     assert_int_equal(rn_check(c), 0);
     rnv_expect_fini(&l.e);
-    rn_close(c);
-    dw_buf = NULL;
-    cur = NULL;
-    RNH_PASS(d);
+    end_dw(d, c);
 }
 
 /* rn_close while the daemon does not answer (stopped here; or gone where
