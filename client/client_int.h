@@ -124,6 +124,7 @@ struct rn_client {
     int (*done_read)(rn_client *c, uint64_t addr, uint64_t *v);
     void *done_stream;  /* that stream, on done_device */
     int done_device;
+    void *done_ctx;     /* the CUcontext they were made in, or NULL (unknown) */
 
     rnc_watch *watch;
     bool watch_off;     /* RMSNORMD_WATCH=0: no watcher thread */

@@ -89,7 +89,7 @@ typedef CUresult (*pfn_ctx_set)(CUcontext ctx);
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pfn_value64 wait64, write64;
-static pfn_ctx_get ctx_get; /* (done_raise: the thread's context put back) */
+static pfn_ctx_get ctx_get; /* (done_enter: the done context, the thread's put back) */
 static pfn_ctx_set ctx_set;
 static pfn_batch batch; /* (without it: two writes) */
 static pfn_stream_id get_id; /* (CUDA 12.0 on; without it the handle serves) */
@@ -161,13 +161,46 @@ static void detach(void *base)
  */
 #define DONE_BUF_BYTES (2u << 20) /* its own allocation block: 262 144 opens */
 
+/* Any thread: make the context the done words were made in current (the
+ * device's primary context where it could not be told), the thread's own
+ * in *was to put back (done_leave).  The thread's context is put back as
+ * it was, which on the watcher's thread is none: setting the device back
+ * (cudaGetDevice says 0 on a thread that never chose one) made device 0's
+ * primary context there, hundreds of MiB on GPU 0 in every process of a
+ * multi-GPU job after a daemon restart (found in review).  And the done
+ * context, not the device's primary one: a client of cuCtxCreate's made
+ * its stream and words in a context of its own, where the primary context's
+ * writes failed and its streams waited for good. */
+static bool done_enter(rn_client *c, CUcontext *was, bool *saved)
+{
+    pthread_once(&once, resolve);
+    *saved = ctx_get && ctx_set && ctx_get(was) == CUDA_SUCCESS;
+    if (c->done_ctx && ctx_set)
+        return ctx_set((CUcontext)c->done_ctx) == CUDA_SUCCESS;
+    return cudaSetDevice(c->done_device) == cudaSuccess;
+}
+
+static void done_leave(CUcontext was, bool saved)
+{
+    if (saved && ctx_set(was) != CUDA_SUCCESS)
+        (void)cudaGetLastError();
+}
+
 static void done_free(rn_client *c)
 {
-    if (c->done_stream && cudaStreamDestroy((cudaStream_t)c->done_stream) != cudaSuccess)
-        (void)cudaGetLastError();
-    if (c->done_buf && cudaFree(c->done_buf) != cudaSuccess)
-        (void)cudaGetLastError();
-    c->done_buf = c->done_stream = NULL;
+    CUcontext was = NULL;
+    bool saved;
+
+    if (done_enter(c, &was, &saved)) {
+        if (c->done_stream && cudaStreamDestroy((cudaStream_t)c->done_stream) != cudaSuccess)
+            (void)cudaGetLastError();
+        if (c->done_buf && cudaFree(c->done_buf) != cudaSuccess)
+            (void)cudaGetLastError();
+    } else {
+        (void)cudaGetLastError(); /* (its context gone: its memory went with it) */
+    }
+    done_leave(was, saved);
+    c->done_buf = c->done_stream = c->done_ctx = NULL;
     c->done_next = 0;
     c->done_free = NULL;
     c->done_raise = NULL;
@@ -181,40 +214,31 @@ static void done_free(rn_client *c)
 static void done_raise(rn_client *c, uint64_t addr, uint64_t seq)
 {
     CUcontext was = NULL;
+    bool saved;
 
-    /* The thread's current context is put back as it was, which on the
-     * watcher's thread is none: setting the device back (cudaGetDevice
-     * says 0 on a thread that never chose one) made device 0's primary
-     * context there, hundreds of MiB on GPU 0 in every process of a
-     * multi-GPU job after a daemon restart (found in review). */
-    pthread_once(&once, resolve);
-    bool saved = ctx_get && ctx_set && ctx_get(&was) == CUDA_SUCCESS;
-    if (cudaSetDevice(c->done_device) != cudaSuccess ||
+    if (!done_enter(c, &was, &saved) ||
         write64((CUstream)c->done_stream, (CUdeviceptr)addr, seq, CU_STREAM_WRITE_VALUE_DEFAULT) !=
             CUDA_SUCCESS)
         (void)cudaGetLastError(); /* (a failed device: the streams fail with it) */
-    if (saved && ctx_set(was) != CUDA_SUCCESS)
-        (void)cudaGetLastError();
+    done_leave(was, saved);
 }
 
 /* Any thread (the watcher's): the word at addr, read on the client's own
- * stream, the thread's context put back as done_raise does. */
+ * stream. */
 static int done_read(rn_client *c, uint64_t addr, uint64_t *v)
 {
     CUcontext was = NULL;
+    bool saved;
     int rc = -1;
 
-    pthread_once(&once, resolve);
-    bool saved = ctx_get && ctx_set && ctx_get(&was) == CUDA_SUCCESS;
-    if (cudaSetDevice(c->done_device) == cudaSuccess &&
+    if (done_enter(c, &was, &saved) &&
         cudaMemcpyAsync(v, (const void *)(uintptr_t)addr, sizeof *v, cudaMemcpyDeviceToHost,
                         (cudaStream_t)c->done_stream) == cudaSuccess &&
         cudaStreamSynchronize((cudaStream_t)c->done_stream) == cudaSuccess)
         rc = 0;
     else
         (void)cudaGetLastError();
-    if (saved && ctx_set(was) != CUDA_SUCCESS)
-        (void)cudaGetLastError();
+    done_leave(was, saved);
     return rc;
 }
 
@@ -230,6 +254,12 @@ static int done_word(rn_client *c, void **p)
         cudaStream_t st = NULL;
         RN_CUDA_GOTO(cudaGetDevice(&c->done_device), &f, fail);
         RN_CUDA_GOTO(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), &f, fail);
+        /* The context the stream (and the words) are made in: the thread's
+         * current one, the primary context unless the caller made another
+         * current (cuCtxCreate). */
+        CUcontext ctx = NULL;
+        pthread_once(&once, resolve);
+        c->done_ctx = ctx_get && ctx_get(&ctx) == CUDA_SUCCESS ? (void *)ctx : NULL;
         if (cudaMalloc(&buf, DONE_BUF_BYTES) != cudaSuccess) {
             (void)cudaGetLastError();
             (void)cudaStreamDestroy(st);

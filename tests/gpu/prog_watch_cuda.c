@@ -10,6 +10,9 @@
  *   prog_watch_cuda ENDPOINT graph SPIN_MS   a replay of a captured call after a
  *                                            GPU spin of SPIN_MS (0: the replay's
  *                                            start has run when "pending" is said)
+ *   ... ctx                                  all of it in a context of the client's
+ *                                            own (cuCtxCreate), not the device's
+ *                                            primary context
  *
  * The dialogue on stdin/stdout, each step under a time limit (a hang fails):
  *   "ready"      set up: an eager call checked, (graph) the call captured and
@@ -165,13 +168,25 @@ int main(int argc, char **argv)
     char *arena;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc < 4 || (strcmp(argv[2], "ring") != 0 && strcmp(argv[2], "graph") != 0)) {
-        fprintf(stderr, "usage: %s ENDPOINT ring|graph SPIN_MS\n", argv[0]);
+    if (argc < 4 || (strcmp(argv[2], "ring") != 0 && strcmp(argv[2], "graph") != 0) ||
+        (argc > 4 && strcmp(argv[4], "ctx") != 0)) {
+        fprintf(stderr, "usage: %s ENDPOINT ring|graph SPIN_MS [ctx]\n", argv[0]);
         return 2;
     }
     bool graph = strcmp(argv[2], "graph") == 0;
     double spin_ms = atof(argv[3]);
-    CK(cudaSetDevice(0));
+    if (argc > 4) {
+        /* cuCtxCreate (its CUDA 12 form): the new context is current, and
+         * every runtime call below works in it. */
+        int (*create)(void **ctx, unsigned flags, int dev) =
+            (int (*)(void **, unsigned, int))rne_driver_entry("cuCtxCreate");
+        void *ctx = NULL;
+        int r = create(&ctx, 0, 0);
+        if (r != 0)
+            DIE("cuCtxCreate: driver error %d", r);
+    } else {
+        CK(cudaSetDevice(0));
+    }
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&before, cudaEventDisableTiming));
     CK(rne_load(&kern));

@@ -90,11 +90,13 @@ static void say(rnh_proc *p, const char *line)
     assert_int_equal(write(p->in_fd, line, n), (ssize_t)n);
 }
 
-/* prog_watch_cuda MODE SPIN_MS; with stop, the daemon is stopped (SIGSTOP)
- * before the work goes on the stream, so that it takes nothing of it. */
-static void killed_while_waiting(rnh_daemon *d, const char *mode, const char *spin, bool stop)
+/* prog_watch_cuda MODE SPIN_MS [ctx]; with stop, the daemon is stopped
+ * (SIGSTOP) before the work goes on the stream, so that it takes nothing of
+ * it. */
+static void killed_while_waiting(rnh_daemon *d, const char *mode, const char *spin, bool stop,
+                                 const char *ctx)
 {
-    const char *args[] = {mode, spin, NULL};
+    const char *args[] = {mode, spin, ctx, NULL};
     rnh_proc p;
     int64_t t0;
 
@@ -124,17 +126,25 @@ static void killed_while_waiting(rnh_daemon *d, const char *mode, const char *sp
 
 static void test_ring_call_daemon_killed(void **state)
 {
-    killed_while_waiting(*state, "ring", "5000", false);
+    killed_while_waiting(*state, "ring", "5000", false, NULL);
 }
 
 static void test_replay_after_daemon_killed(void **state)
 {
-    killed_while_waiting(*state, "graph", "5000", false);
+    killed_while_waiting(*state, "graph", "5000", false, NULL);
 }
 
 static void test_replay_waiting_daemon_killed(void **state)
 {
-    killed_while_waiting(*state, "graph", "0", true);
+    killed_while_waiting(*state, "graph", "0", true, NULL);
+}
+
+/* The same in a context of the client's own (cuCtxCreate): the watcher
+ * raised the done word from the device's primary context, where the
+ * client's stream and words are not, and the stream waited for good. */
+static void test_ring_call_own_context(void **state)
+{
+    killed_while_waiting(*state, "ring", "5000", false, "ctx");
 }
 
 int main(void)
@@ -143,6 +153,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ring_call_daemon_killed, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_replay_after_daemon_killed, rnh_setup, rnh_teardown),
         cmocka_unit_test_setup_teardown(test_replay_waiting_daemon_killed, rnh_setup, rnh_teardown),
+        cmocka_unit_test_setup_teardown(test_ring_call_own_context, rnh_setup, rnh_teardown),
     };
     if (getenv("RN_TESTS"))
         cmocka_set_test_filter(getenv("RN_TESTS"));
