@@ -67,7 +67,7 @@ template <int TPR, int NV = 1> struct SShape {
 };
 /* The block's shared arrays: the row sums of each warp (double-buffered by
  * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag
- * (and with RNK_S_WSH the weight). */
+ * (and with RNK_S_WSH / RNK_S_ASH the weight / each thread's dw sums). */
 template <int TPR, int VEC, int NV = 1> struct SShared {
     float red[2][SShape<TPR>::R][SShape<TPR>::WPR][2];
     float comb[SShape<TPR>::R > 1 ? (SShape<TPR>::R - 1) * TPR * VEC * NV : 1];
