@@ -171,27 +171,37 @@ static void detach(void *base)
  * context, not the device's primary one: a client of cuCtxCreate's made
  * its stream and words in a context of its own, where the primary context's
  * writes failed and its streams waited for good. */
-static bool done_enter(rn_client *c, CUcontext *was, bool *saved)
+static bool done_enter(rn_client *c, CUcontext *was, bool *saved, enum cudaStreamCaptureMode *cm)
 {
     pthread_once(&once, resolve);
+    /* Relaxed: a stream another thread of the process captures in the
+     * global mode is not invalidated by this thread's copy and sync. */
+    *cm = cudaStreamCaptureModeRelaxed;
+    if (cudaThreadExchangeStreamCaptureMode(cm) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *cm = cudaStreamCaptureModeRelaxed;
+    }
     *saved = ctx_get && ctx_set && ctx_get(was) == CUDA_SUCCESS;
     if (c->done_ctx && ctx_set)
         return ctx_set((CUcontext)c->done_ctx) == CUDA_SUCCESS;
     return cudaSetDevice(c->done_device) == cudaSuccess;
 }
 
-static void done_leave(CUcontext was, bool saved)
+static void done_leave(CUcontext was, bool saved, enum cudaStreamCaptureMode cm)
 {
     if (saved && ctx_set(was) != CUDA_SUCCESS)
+        (void)cudaGetLastError();
+    if (cudaThreadExchangeStreamCaptureMode(&cm) != cudaSuccess)
         (void)cudaGetLastError();
 }
 
 static void done_free(rn_client *c)
 {
     CUcontext was = NULL;
+    enum cudaStreamCaptureMode cm;
     bool saved;
 
-    if (done_enter(c, &was, &saved)) {
+    if (done_enter(c, &was, &saved, &cm)) {
         if (c->done_stream && cudaStreamDestroy((cudaStream_t)c->done_stream) != cudaSuccess)
             (void)cudaGetLastError();
         if (c->done_buf && cudaFree(c->done_buf) != cudaSuccess)
@@ -199,7 +209,7 @@ static void done_free(rn_client *c)
     } else {
         (void)cudaGetLastError(); /* (its context gone: its memory went with it) */
     }
-    done_leave(was, saved);
+    done_leave(was, saved, cm);
     c->done_buf = c->done_stream = c->done_ctx = NULL;
     c->done_next = 0;
     c->done_free = NULL;
@@ -214,13 +224,14 @@ static void done_free(rn_client *c)
 static void done_raise(rn_client *c, uint64_t addr, uint64_t seq)
 {
     CUcontext was = NULL;
+    enum cudaStreamCaptureMode cm;
     bool saved;
 
-    if (!done_enter(c, &was, &saved) ||
+    if (!done_enter(c, &was, &saved, &cm) ||
         write64((CUstream)c->done_stream, (CUdeviceptr)addr, seq, CU_STREAM_WRITE_VALUE_DEFAULT) !=
             CUDA_SUCCESS)
         (void)cudaGetLastError(); /* (a failed device: the streams fail with it) */
-    done_leave(was, saved);
+    done_leave(was, saved, cm);
 }
 
 /* Any thread (the watcher's): the word at addr, read on the client's own
@@ -228,17 +239,18 @@ static void done_raise(rn_client *c, uint64_t addr, uint64_t seq)
 static int done_read(rn_client *c, uint64_t addr, uint64_t *v)
 {
     CUcontext was = NULL;
+    enum cudaStreamCaptureMode cm;
     bool saved;
     int rc = -1;
 
-    if (done_enter(c, &was, &saved) &&
+    if (done_enter(c, &was, &saved, &cm) &&
         cudaMemcpyAsync(v, (const void *)(uintptr_t)addr, sizeof *v, cudaMemcpyDeviceToHost,
                         (cudaStream_t)c->done_stream) == cudaSuccess &&
         cudaStreamSynchronize((cudaStream_t)c->done_stream) == cudaSuccess)
         rc = 0;
     else
         (void)cudaGetLastError();
-    done_leave(was, saved);
+    done_leave(was, saved, cm);
     return rc;
 }
 

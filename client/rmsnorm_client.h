@@ -175,6 +175,9 @@ RN_EXPORT int rn_connect(const rn_connect_opts *opts, rn_client **out);
  * End the session if one is open (BYE, best effort: a dead daemon only
  * delays it by the timeout), unmap and unlink every buffer still allocated, and free c.
  * Pointers from rn_buffer_alloc are invalid afterwards.  NULL is fine.
+ * A client whose calls ran in a CUDA context of the caller's own
+ * (cuCtxCreate) keeps objects in it until rn_close: close the client before
+ * that context is destroyed.
  */
 RN_EXPORT void rn_close(rn_client *c);
 

@@ -176,10 +176,16 @@ int main(int argc, char **argv)
     bool graph = strcmp(argv[2], "graph") == 0;
     double spin_ms = atof(argv[3]);
     if (argc > 4) {
-        /* cuCtxCreate (its CUDA 12 form): the new context is current, and
-         * every runtime call below works in it. */
-        int (*create)(void **ctx, unsigned flags, int dev) =
-            (int (*)(void **, unsigned, int))rne_driver_entry("cuCtxCreate");
+        /* cuCtxCreate in its (context, flags, device) form, which the
+         * entry point of version 11000 is (12000's takes affinity
+         * parameters): the new context is current, and every runtime call
+         * below works in it. */
+        enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        int (*create)(void **ctx, unsigned flags, int dev) = NULL;
+        if (cudaGetDriverEntryPointByVersion("cuCtxCreate", (void **)&create, 11000,
+                                             cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess || !create)
+            DIE("the driver has no cuCtxCreate");
         void *ctx = NULL;
         int r = create(&ctx, 0, 0);
         if (r != 0)
