@@ -130,15 +130,11 @@ static void graph_gone(void *arg)
 static void hold_regions(rn_client *c, rnc_ring *g, uint32_t i, const rnp_bwd_req *b)
 {
     uint32_t *r = g->gregion[i];
-    if (b) {
-        const rnp_tensor *t[RNP_T_COUNT] = {&b->x, &b->dy, &b->dx,
-                                            b->has_w ? &b->w : NULL,
-                                            b->has_rstd ? &b->rstd : NULL,
-                                            b->has_dres ? &b->dres : NULL,
-                                            b->has_dw ? &b->dw : NULL};
-        for (int k = 0; k < RNP_T_COUNT; k++)
-            r[k] = t[k] ? t[k]->region.id : 0;
-    }
+    if (b)
+        for (int k = 0; k < RNP_T_COUNT; k++) {
+            const rnp_tensor *t = rnp_bwd_tensor(b, k);
+            r[k] = t ? t->region.id : 0;
+        }
     rnc_vmm_hold(c, &g->of, r, RNP_T_COUNT, b != NULL);
     if (!b)
         memset(r, 0, sizeof g->gregion[i]);
