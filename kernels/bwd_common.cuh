@@ -285,7 +285,9 @@ typedef float rsum_t;
  * addition's (TwoSum) gathered in l, and c formed from h + l with one more
  * fma.  The sum of x^2 keeps its float arithmetic in h (l is ignored), so
  * rstd, and with it dw's bits, stay as they are.  rred_t is the type of the
- * ring kernel's row sums and of its exchange array.
+ * ring kernel's row sums and of its exchange array.  Measured (H100,
+ * 2026-12-06): 4096 x 256's worst dx element (bf16 weight) 0.500 ulp, as
+ * with fp64 sums, but 2-5 % slower at the ring's shapes: not the default.
  */
 #ifndef RNK_ROW_DOT2
 #define RNK_ROW_DOT2 0
