@@ -36,22 +36,6 @@
 
 namespace rnk {
 
-/* Knobs (benchmark builds; off in production), for the 2049-4096-column
- * kernel alone (TPR * NV = 512; S4K below): RNK_S_WSH=1 keeps the weight
- * (plus offset) in shared memory instead of registers (8 * NV fewer a
- * thread), RNK_S_ASH=1 the dw sums (each thread its own, no barrier);
- * RNK_S_MINB4K=B asks for B blocks a SM (256 threads of two vectors: 2 by
- * default), for grids of B * SMs with rnk_host.c's RNK_IL_P4K = B. */
-#ifndef RNK_S_WSH
-#define RNK_S_WSH 0
-#endif
-#ifndef RNK_S_ASH
-#define RNK_S_ASH 0
-#endif
-#ifndef RNK_S_MINB4K
-#define RNK_S_MINB4K 0
-#endif
-
 /* Block shape of TPR threads a row holding NV vectors each: BT threads, R
  * rows at once, MINB blocks a SM (32 / NV warps: 64 * NV registers a
  * thread). */
@@ -59,24 +43,13 @@ template <int TPR, int NV = 1> struct SShape {
     static constexpr int BT = TPR < 128 ? 128 : TPR;
     static constexpr int R = BT / TPR;
     static constexpr int WPR = TPR / 32;
-    static constexpr bool S4K = TPR * NV == 512; /* (the knobs' kernel) */
-    static constexpr int MINB = RNK_S_MINB4K && S4K ? RNK_S_MINB4K
-                                : 1024 / (BT * NV) > 0 ? 1024 / (BT * NV)
-                                                       : 1;
-    static constexpr bool WSH = RNK_S_WSH && S4K, ASH = RNK_S_ASH && S4K;
+    static constexpr int MINB = 1024 / (BT * NV) > 0 ? 1024 / (BT * NV) : 1;
 };
 /* The block's shared arrays: the row sums of each warp (double-buffered by
- * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag
- * (and with RNK_S_WSH / RNK_S_ASH the weight / each thread's dw sums). */
+ * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag. */
 template <int TPR, int VEC, int NV = 1> struct SShared {
     float red[2][SShape<TPR>::R][SShape<TPR>::WPR][2];
     float comb[SShape<TPR>::R > 1 ? (SShape<TPR>::R - 1) * TPR * VEC * NV : 1];
-#if RNK_S_WSH
-    float w[SShape<TPR, NV>::WSH ? TPR * VEC * NV : 1];
-#endif
-#if RNK_S_ASH
-    float acc[SShape<TPR, NV>::ASH ? VEC * NV : 1][SShape<TPR>::BT];
-#endif
     int claim[2], last;
 };
 /* The fast path's widest row: 8192 columns (512 threads of 16). */
@@ -193,31 +166,12 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
     const bool nc = p.dx != p.dy;
     const int64_t P = p.nchunks;
     float wv[NV][VEC];
-#if RNK_S_WSH
-    /* Stripe 0 writes the weight, every stripe reads it (WV). */
-    if constexpr (S::WSH) {
-        if (grp == 0)
 #pragma unroll
-            for (int v = 0; v < NV; v++)
+    for (int v = 0; v < NV; v++)
 #pragma unroll
-                for (int e = 0; e < VEC; e++)
-                    sh.w[v * CS + col + e] =
-                        ok[v] ? (p.w ? ld_any(p.w_dt, p.w, col + v * CS + e) + p.offset : 1.0f)
-                              : 0.0f;
-        __syncthreads();
-    } else
-#endif
-#pragma unroll
-        for (int v = 0; v < NV; v++)
-#pragma unroll
-            for (int e = 0; e < VEC; e++)
-                wv[v][e] = ok[v] ? (p.w ? ld_any(p.w_dt, p.w, col + v * CS + e) + p.offset : 1.0f)
-                                 : 0.0f;
-#if RNK_S_WSH
-#define WV(v, e) (S::WSH ? sh.w[(v) * CS + col + (e)] : wv[v][e])
-#else
-#define WV(v, e) wv[v][e]
-#endif
+        for (int e = 0; e < VEC; e++)
+            wv[v][e] = ok[v] ? (p.w ? ld_any(p.w_dt, p.w, col + v * CS + e) + p.offset : 1.0f)
+                                    : 0.0f;
 
     int it = 0, par = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
@@ -225,16 +179,11 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
         const int64_t cnt = chunk_len(p, k);
         const int64_t iters = (cnt + R - 1) / R;
         float acc[NV][VEC];
-#if RNK_S_ASH
-#define ACC(v, e) (S::ASH ? sh.acc[(v) * VEC + (e)][tid] : acc[v][e])
-#else
-#define ACC(v, e) acc[v][e]
-#endif
 #pragma unroll
         for (int v = 0; v < NV; v++)
 #pragma unroll
             for (int e = 0; e < VEC; e++)
-                ACC(v, e) = 0.0f;
+                acc[v][e] = 0.0f;
         SRow<NV> cur;
         s_load<T, RS, DRES, NV>(p, cur, k + grp * P, grp < cnt, col, ok, CS, nc);
 #pragma unroll 1
@@ -255,7 +204,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                 for (int e = 0; e < VEC; e++) {
                     if (!RS)
                         s1 += xf[v][e] * xf[v][e];
-                    s2 += xf[v][e] * (yf[v][e] * WV(v, e));
+                    s2 += xf[v][e] * (yf[v][e] * wv[v][e]);
                 }
             s_warp_sum<RS>(s1, s2);
             if (WPR > 1) {
@@ -283,13 +232,13 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
 #pragma unroll
                     for (int e = 0; e < VEC; e++) {
                         const float xh = __fmul_rn(xf[v][e], rstd);
-                        d[e] = rstd * (yf[v][e] * WV(v, e) - xh * c);
+                        d[e] = rstd * (yf[v][e] * wv[v][e] - xh * c);
                         if (DRES)
                             d[e] += rf[e];
 #if RNK_DW_FMA
-                        ACC(v, e) = __fmaf_rn(yf[v][e], xh, ACC(v, e));
+                        acc[v][e] = __fmaf_rn(yf[v][e], xh, acc[v][e]);
 #else
-                        ACC(v, e) = __fadd_rn(ACC(v, e), __fmul_rn(yf[v][e], xh));
+                        acc[v][e] = __fadd_rn(acc[v][e], __fmul_rn(yf[v][e], xh));
 #endif
                     }
                     if (ok[v])
@@ -313,7 +262,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                     if (ok[v])
 #pragma unroll
                         for (int e = 0; e < VEC; e++)
-                            comb[(grp - 1) * W + col + v * CS + e] = ACC(v, e);
+                            comb[(grp - 1) * W + col + v * CS + e] = acc[v][e];
             __syncthreads();
         }
         if (grp == 0) {
@@ -325,7 +274,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                 float q[VEC];
 #pragma unroll
                 for (int e = 0; e < VEC; e++) {
-                    q[e] = __fadd_rn(0.0f, ACC(v, e));
+                    q[e] = __fadd_rn(0.0f, acc[v][e]);
 #pragma unroll
                     for (int g = 1; g < R; g++)
                         q[e] = __fadd_rn(q[e], comb[(g - 1) * W + cv + e]);
@@ -352,8 +301,6 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
         trace_chunk(p, s_claim[it & 1]);
     }
     trace_rows_done(p, it);
-#undef WV
-#undef ACC
 }
 
 template <class T, int TPR, int MODE, int NV = 1>

@@ -220,11 +220,6 @@ int rnk_chunk_stripes(int64_t n)
 #ifndef RNK_IL_MIN_ROWS
 #define RNK_IL_MIN_ROWS 16
 #endif
-/* k(n) for 2049-4096 columns (a knob: bwd_s.cuh's RNK_S_MINB4K blocks a
- * SM want as many chunks a SM). */
-#ifndef RNK_IL_P4K
-#define RNK_IL_P4K 2
-#endif
 
 /* log2 of the fewest elements m * n for n > 512; one more for n <= 256, one
  * fewer for 256 < n <= 512 (a knob for measuring the rule; the order it
@@ -247,7 +242,7 @@ void rnk_chunking_of(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype 
                      rnk_chunking *c)
 {
     if (m > 0 && rnk_chunk_interleaved(m, n, x, dy, dx)) {
-        int64_t p = 132 * (n <= 1024 ? 8 : n <= 2048 ? 4 : n <= 4096 ? RNK_IL_P4K : 1);
+        int64_t p = 132 * (n <= 1024 ? 8 : n <= 2048 ? 4 : n <= 4096 ? 2 : 1);
         if (p > m / RNK_IL_MIN_ROWS)
             p = m / RNK_IL_MIN_ROWS; /* (m >= 2048 here: p >= 128) */
         c->interleaved = 1;
