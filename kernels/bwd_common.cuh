@@ -279,56 +279,6 @@ typedef float rsum_t;
 #endif
 
 /*
- * -DRNK_ROW_DOT2=1 (an accuracy experiment, off in production): the ring
- * kernel's sum of x * g (g = dy * w) as an unevaluated pair of floats (h, l)
- * in the same fixed order: each product's rounding error (an fma) and each
- * addition's (TwoSum) gathered in l, and c formed from h + l with one more
- * fma.  The sum of x^2 keeps its float arithmetic in h (l is ignored), so
- * rstd, and with it dw's bits, stay as they are.  rred_t is the type of the
- * ring kernel's row sums and of its exchange array.  Measured (H100,
- * 2026-12-06): 4096 x 256's worst dx element (bf16 weight) 0.500 ulp, as
- * with fp64 sums, but 2-5 % slower at the ring's shapes: not the default.
- */
-#ifndef RNK_ROW_DOT2
-#define RNK_ROW_DOT2 0
-#endif
-struct ff2 {
-    float h, l;
-    ff2() = default;
-    __device__ __forceinline__ ff2(float v) : h(v), l(0.0f) {}
-    __device__ __forceinline__ ff2 &operator+=(const ff2 &b)
-    {
-        const float s = h + b.h, bb = s - h;
-        l = ((h - (s - bb)) + (b.h - bb)) + (l + b.l);
-        h = s;
-        return *this;
-    }
-};
-#if RNK_ROW_DOT2
-static_assert(!RNK_ROW_F64, "RNK_ROW_DOT2 and RNK_ROW_F64: one at a time");
-typedef ff2 rred_t;
-#else
-typedef rsum_t rred_t;
-#endif
-
-/* One shuffle (xor o) of a row sum, of any of its types. */
-__device__ __forceinline__ float shfl_x(float v, int o)
-{
-    return __shfl_xor_sync(0xffffffffu, v, o);
-}
-__device__ __forceinline__ double shfl_x(double v, int o)
-{
-    return __shfl_xor_sync(0xffffffffu, v, o);
-}
-__device__ __forceinline__ ff2 shfl_x(ff2 v, int o)
-{
-    ff2 r;
-    r.h = __shfl_xor_sync(0xffffffffu, v.h, o);
-    r.l = __shfl_xor_sync(0xffffffffu, v.l, o);
-    return r;
-}
-
-/*
  * Sum (a, b) over the tpr threads of stripe g in a fixed order: a shuffle
  * tree inside each warp, then the stripe's warps in order (b only when
  * only_b: a is not needed when rstd is given).  A stripe of one warp needs no
@@ -347,8 +297,8 @@ __device__ __forceinline__ void stripe_sum2(S &a, S &b, bool only_b, int g, int 
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         if (!only_b)
-            a += shfl_x(a, o);
-        b += shfl_x(b, o);
+            a += __shfl_xor_sync(0xffffffffu, a, o);
+        b += __shfl_xor_sync(0xffffffffu, b, o);
     }
     if (tpr > 32) {
         const int warp = threadIdx.x >> 5, w0 = (g * tpr) >> 5, nw = tpr >> 5;
@@ -370,8 +320,8 @@ __device__ __forceinline__ void stripe_sum2(S &a, S &b, bool only_b, int g, int 
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) {
                 if (!only_b)
-                    a += shfl_x(a, o);
-                b += shfl_x(b, o);
+                    a += __shfl_xor_sync(0xffffffffu, a, o);
+                b += __shfl_xor_sync(0xffffffffu, b, o);
             }
             return;
         }

@@ -162,7 +162,7 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, in
                                             float rs, char *dxr, const char *drr,
                                             const unsigned (&coff)[NV], const bool (&ok)[NV], int g,
                                             int parity, float (&acc)[NV][Vec<T>::N],
-                                            rred_t (*red)[32][2])
+                                            rsum_t (*red)[32][2])
 {
     constexpr int VEC = Vec<T>::N;
     constexpr int HOLD = RNK_HOLD == 2 && NV > RNK_HOLD_NV ? 0 : RNK_HOLD;
@@ -179,7 +179,7 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, in
     /* One chain of additions per vector, then a fixed tree over the
      * vectors: NV independent chains keep the scheduler busy where one
      * chain over the thread's whole share of the row would stall it. */
-    rred_t s1v[NV], s2v[NV];
+    rsum_t s1v[NV], s2v[NV];
 #pragma unroll
     for (int v = 0; v < NV; v++) {
         float xf[VEC], yf[VEC];
@@ -189,20 +189,9 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, in
         s2v[v] = 0;
 #pragma unroll
         for (int e = 0; e < VEC; e++) {
-#if RNK_ROW_DOT2
-            /* x^2 as without the knob (in h: rstd's bits unchanged); x * g
-             * with its product's and its addition's errors in l. */
-            if (!ONLY_B)
-                s1v[v].h = __fmaf_rn(xf[e], xf[e], s1v[v].h);
-            const float g = yf[e] * wv[v][e], pr = __fmul_rn(xf[e], g);
-            const float pe = __fmaf_rn(xf[e], g, -pr);
-            s2v[v] += ff2(pr);
-            s2v[v].l = __fadd_rn(s2v[v].l, pe);
-#else
             if (!ONLY_B)
                 s1v[v] += (rsum_t)(xf[e] * xf[e]);
             s2v[v] += (rsum_t)(xf[e] * (yf[e] * wv[v][e]));
-#endif
             if (HOLD == 2) {
                 fx[HOLD == 2 ? v : 0][e] = xf[e];
                 fy[HOLD == 2 ? v : 0][e] = yf[e];
@@ -216,17 +205,9 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, in
             s1v[v] += s1v[v + h];
             s2v[v] += s2v[v + h];
         }
-    rred_t s1 = s1v[0], s2 = s2v[0];
-    stripe_sum2<rred_t>(s1, s2, ONLY_B, g, p.tpr, parity, true, red, RNK_LEAN != 0);
-#if RNK_ROW_DOT2
-    static_assert(RNK_LEAN, "RNK_ROW_DOT2 needs RNK_LEAN");
-    const float rstd = ONLY_B ? rs : 1.0f / sqrtf(s1.h * p.inv_n + p.eps);
-    /* c = rstd * (h + l) / n, rounded once or nearly: rstd * (h / n) exactly
-     * as a pair, plus rstd * l / n. */
-    const float ah = s2.h * p.inv_n, al = s2.l * p.inv_n;
-    const float ch = __fmul_rn(rstd, ah), ce = __fmaf_rn(rstd, ah, -ch);
-    const float c = __fadd_rn(ch, __fmaf_rn(rstd, al, ce));
-#elif RNK_LEAN
+    rsum_t s1 = s1v[0], s2 = s2v[0];
+    stripe_sum2<rsum_t>(s1, s2, ONLY_B, g, p.tpr, parity, true, red, RNK_LEAN != 0);
+#if RNK_LEAN
     /* A multiply by 1/n (from the host) instead of a division a row. */
     const float rstd = ONLY_B ? rs : 1.0f / sqrtf((float)(s1 * (rsum_t)p.inv_n) + p.eps);
     const float c = (float)((rsum_t)rstd * (s2 * (rsum_t)p.inv_n));
@@ -284,7 +265,7 @@ __device__ __forceinline__ void stripe_rows(const Params &p, int64_t rg, int64_t
                                             const float (*wv)[Vec<T>::N],
                                             const unsigned (&coff)[NV], const unsigned (&nb)[NV],
                                             const bool (&ok)[NV], float (&acc)[NV][Vec<T>::N],
-                                            rred_t (*red)[32][2])
+                                            rsum_t (*red)[32][2])
 {
     constexpr int ST = fast_stages(NV);
     constexpr int ES = (int)sizeof(T);
@@ -379,7 +360,7 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
     constexpr bool WREG = fast_w_regs(NV);
     constexpr int WLF = w_lane_floats(NV, VEC);
     extern __shared__ float smem[];
-    __shared__ rred_t red[2][32][2];
+    __shared__ rsum_t red[2][32][2];
     __shared__ int s_claim[2], s_last;
     const int tpr = p.tpr, G = p.G;
     const int g = threadIdx.x / tpr, lt = threadIdx.x - g * tpr;
