@@ -267,7 +267,11 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
  * experiment of bench/RESULTS.md: on the ring kernel it brings 4096 x 256's
  * worst dx element (bf16 weight) from 1.15 to 0.50 ulp, below eager's 0.52,
  * but costs 1-4 % at the ring's shapes (H100, 2026-12-06), over the 1 %
- * the accuracy target allows; not the default.
+ * the accuracy target allows; not the default.  -DRNK_ROW_F64=2 (the ring
+ * kernel's rows) adds each thread's products in fp32 with an error term
+ * (TwoSum), widens the sum and its error once, and runs the tree in fp64:
+ * two conversions a row where 1 takes one per product, and the same
+ * accuracy in bench/acc_model.py's model over 32 seeds.
  */
 #ifndef RNK_ROW_F64
 #define RNK_ROW_F64 0
