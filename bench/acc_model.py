@@ -17,11 +17,13 @@ itself is measured on the model's seeds.
 Inputs are drawn as bench/kernel_torch.py --accuracy draws them (x and dy
 standard normal, w = 1 + 0.3 * normal, all rounded to bf16 or w kept in
 fp32), with numpy's generator, so the seeds are not kernel_torch.py's.
-Row-sum forms (the kernel's product x * (dy * w) is fp32 in each):
-  base    an fp32 chain of eight fused multiply-adds a lane, then the fixed
-          butterfly over the warp in fp32 (production);
+Row-sum forms of x * g, g = dy * w rounded to fp32 in each:
+  base    an fp32 chain of eight fused multiply-adds a lane (x * g not
+          rounded on its own), then the fixed butterfly over the warp in
+          fp32 (production);
   tree64  the same chain, the butterfly in fp64;
-  f64     each product widened and added in fp64, the butterfly in fp64
+  f64     each product x * g rounded to fp32, widened and added in fp64,
+          the butterfly in fp64
           (the kernel's RNK_ROW_F64 = 1);
   ts64    the products added in fp32 with an error term (TwoSum), the sum
           and its error widened once, the butterfly in fp64.

@@ -270,8 +270,9 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
  * the accuracy target allows; not the default.  -DRNK_ROW_F64=2 (the ring
  * kernel's rows) adds each thread's products in fp32 with an error term
  * (TwoSum), widens the sum and its error once, and runs the tree in fp64:
- * two conversions a row where 1 takes one per product, and the same
- * accuracy in bench/acc_model.py's model over 32 seeds.
+ * two conversions a row where RNK_ROW_F64=1 takes one a product, and the
+ * same accuracy in bench/acc_model.py's model over 32 seeds; its cost is
+ * not yet measured.
  */
 #ifndef RNK_ROW_F64
 #define RNK_ROW_F64 0

@@ -189,7 +189,8 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, in
         s2v[v] = 0;
 #if RNK_ROW_F64 == 2
         /* TwoSum in fp32, every operation rounded on its own (no
-         * contraction): s + e is the products' exact sum. */
+         * contraction): ts + te holds the products' sum to about twice
+         * fp32's precision. */
         float s1f = 0.0f, ts = 0.0f, te = 0.0f;
 #endif
 #pragma unroll
