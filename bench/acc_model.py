@@ -32,6 +32,7 @@ dx = rstd * (g - xh * c) with the product fused, rounded to bf16.  numpy
 needs a few seconds a seed at M = 4096.
 """
 import argparse
+import os
 
 import numpy as np
 
@@ -95,7 +96,6 @@ def draw(rng, m, n, wname):
 
 def write_inputs(outdir, seed):
     """bench_kernel --accuracy's inputs (acc_M_N_W.{x,dy,w,rstd}) for one seed."""
-    import os
     os.makedirs(outdir, exist_ok=True)
     for wname in ("f32", "bf16"):
         for n in (256, 1024, 4096, 8192):
