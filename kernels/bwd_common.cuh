@@ -267,12 +267,10 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
  * experiment of bench/RESULTS.md: on the ring kernel it brings 4096 x 256's
  * worst dx element (bf16 weight) from 1.15 to 0.50 ulp, below eager's 0.52,
  * but costs 1-4 % at the ring's shapes (H100, 2026-12-06), over the 1 %
- * the accuracy target allows; not the default.  -DRNK_ROW_F64=2 (the ring
- * kernel's rows) adds each thread's products in fp32 with an error term
- * (TwoSum), widens the sum and its error once, and runs the tree in fp64:
- * two conversions a row where RNK_ROW_F64=1 takes one a product, and the
- * same accuracy in bench/acc_model.py's model over 32 seeds; its cost is
- * not yet measured.
+ * the accuracy target allows; not the default.  TwoSum row sums widened
+ * once into an fp64 tree (RNK_ROW_F64=2 for a while) were 2-4 % slower at
+ * 4096 x 1024, 8192 x 256 and 16384 x 256 (H100, 2026-12-07), so they went
+ * again.
  */
 #ifndef RNK_ROW_F64
 #define RNK_ROW_F64 0

@@ -187,35 +187,16 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, in
         Vec<T>::unpack(HOLD >= 1 ? hy[HOLD >= 1 ? v : 0] : sl[(NV + v) * us], yf);
         s1v[v] = 0;
         s2v[v] = 0;
-#if RNK_ROW_F64 == 2
-        /* TwoSum in fp32, every operation rounded on its own (no
-         * contraction): ts + te holds the products' sum to about twice
-         * fp32's precision. */
-        float s1f = 0.0f, ts = 0.0f, te = 0.0f;
-#endif
 #pragma unroll
         for (int e = 0; e < VEC; e++) {
-#if RNK_ROW_F64 == 2
-            if (!ONLY_B)
-                s1f = __fmaf_rn(xf[e], xf[e], s1f);
-            const float t = __fmul_rn(xf[e], __fmul_rn(yf[e], wv[v][e]));
-            const float sn = __fadd_rn(ts, t), bp = __fsub_rn(sn, ts);
-            te = __fadd_rn(te, __fadd_rn(__fsub_rn(ts, __fsub_rn(sn, bp)), __fsub_rn(t, bp)));
-            ts = sn;
-#else
             if (!ONLY_B)
                 s1v[v] += (rsum_t)(xf[e] * xf[e]);
             s2v[v] += (rsum_t)(xf[e] * (yf[e] * wv[v][e]));
-#endif
             if (HOLD == 2) {
                 fx[HOLD == 2 ? v : 0][e] = xf[e];
                 fy[HOLD == 2 ? v : 0][e] = yf[e];
             }
         }
-#if RNK_ROW_F64 == 2
-        s1v[v] = (rsum_t)s1f;
-        s2v[v] = (rsum_t)ts + (rsum_t)te;
-#endif
     }
 #pragma unroll
     for (int h = 1; h < NV; h <<= 1)
