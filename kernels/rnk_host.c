@@ -198,7 +198,11 @@ int rnk_chunk_stripes(int64_t n)
  * 4 up to 2048, 2 up to 4096: one chunk per resident S block of a 132-SM
  * H200, a constant everywhere else; 1 beyond, where S's blocks of 1024
  * threads take one chunk each instead of two, half the partials: 1.2-3.5 %
- * faster at 8192 to 65536 x 8192 on an H100), at most m / RNK_IL_MIN_ROWS;
+ * faster at 8192 to 65536 x 8192 on an H100), at most m / 16, or m / 8
+ * where that is no more (4096 x 2048, 8192 x 512 and 8192 x 1024: 512, 1024
+ * and 1024 chunks of 8 rows, 2-6 % faster on an H100 than 256, 512 and 512
+ * chunks of 16; m / 8 everywhere was 2-4 % slower at 16384 x 512 and 1024,
+ * 1056 chunks against 1024, and 0-0.5 % at 4096 x 4096, 264 against 256);
  * chunk c holds rows c, c + P, ... (every chunk sees the same mix of the
  * tensor, and a block walks its rows with one stride); G = 4 at n <= 256, 2
  * at n <= 512, else 1.
@@ -243,8 +247,8 @@ void rnk_chunking_of(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype 
 {
     if (m > 0 && rnk_chunk_interleaved(m, n, x, dy, dx)) {
         int64_t p = 132 * (n <= 1024 ? 8 : n <= 2048 ? 4 : n <= 4096 ? 2 : 1);
-        if (p > m / RNK_IL_MIN_ROWS)
-            p = m / RNK_IL_MIN_ROWS; /* (m >= 2048 here: p >= 128) */
+        if (p > m / RNK_IL_MIN_ROWS) /* (m >= 2048 here: p >= 128) */
+            p = p >= 2 * (m / RNK_IL_MIN_ROWS) ? 2 * (m / RNK_IL_MIN_ROWS) : m / RNK_IL_MIN_ROWS;
         c->interleaved = 1;
         c->stripes = n <= 256 ? 4 : n <= 512 ? 2 : 1;
         c->nchunks = p;

@@ -422,7 +422,7 @@ static void test_chunk_geometry(void **state)
                 }
                 assert_int_equal(ch.rows, 0);
                 assert_true(ch.nchunks >= 1 && ch.nchunks <= 1056);
-                assert_true(m / ch.nchunks >= 16); /* at least 16 rows a chunk */
+                assert_true(m / ch.nchunks >= 8); /* at least 8 rows a chunk */
                 assert_int_equal(ch.stripes, n <= 256 ? 4 : n <= 512 ? 2 : 1);
             }
         }
@@ -435,12 +435,14 @@ static void test_chunk_geometry(void **state)
     assert_int_equal(rnk_chunk_stripes(1024), 8);
     assert_int_equal(rnk_chunk_stripes(2048), 4);
     assert_int_equal(rnk_chunk_stripes(4096), 1);
-    /* The interleaved order's P: 132 * 8 / 4 / 2 / 1, at most m / 16. */
+    /* The interleaved order's P: 132 * 8 / 4 / 2 / 1, at most m / 16, or m / 8
+     * where that is no more. */
     static const int64_t ilp[][3] = {{65536, 1024, 1056}, {65536, 2048, 528}, {65536, 4096, 264},
                                      {65536, 8192, 132},  {16384, 1024, 1024}, {4096, 4096, 256},
-                                     {32768, 512, 1056},  {100000, 1024, 1056}, {8192, 1024, 512},
-                                     {65536, 256, 1056}, {8192, 512, 512}, {4096, 8192, 132},
-                                     {8192, 6144, 132}};
+                                     {32768, 512, 1056},  {100000, 1024, 1056}, {8192, 1024, 1024},
+                                     {65536, 256, 1056}, {8192, 512, 1024}, {4096, 8192, 132},
+                                     {8192, 6144, 132},   {4096, 2048, 512},  {8192, 2048, 512},
+                                     {16384, 512, 1024}, {10000, 1024, 625}, {12288, 1024, 768}};
     for (size_t i = 0; i < sizeof ilp / sizeof ilp[0]; i++) {
         rnk_chunking ch;
         rnk_chunking_of(ilp[i][0], ilp[i][1], RNK_BF16, RNK_BF16, RNK_BF16, &ch);
