@@ -268,9 +268,8 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
  * worst dx element (bf16 weight) from 1.15 to 0.50 ulp, below eager's 0.52,
  * but costs 1-4 % at the ring's shapes (H100, 2026-12-06), over the 1 %
  * the accuracy target allows; not the default.  TwoSum row sums widened
- * once into an fp64 tree (RNK_ROW_F64=2 for a while) were 2-4 % slower at
- * 4096 x 1024, 8192 x 256 and 16384 x 256 (H100, 2026-12-07), so they went
- * again.
+ * once into an fp64 tree (RNK_ROW_F64=2 for a while) were 1-4 % slower at
+ * every ring shape (H100, 2026-12-07), so they went again.
  */
 #ifndef RNK_ROW_F64
 #define RNK_ROW_F64 0

@@ -132,7 +132,8 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen);
  *     <= 256 with m * n >= 2^24.
  *     P = 132 * k chunks (k = 8 for n <= 1024, 4 for n <= 2048, 2 for n <=
  *     4096, else 1),
- *     at most m / 16; chunk c holds the rows c, c + P, c + 2P, ... below m;
+ *     at most m / 16, or m / 8 where that is at most 132 * k; chunk c holds
+ *     the rows c, c + P, c + 2P, ... below m;
  *     G = 4 stripes for n <= 256, 2 for n <= 512, else 1.
  *   contiguous, everywhere else: C = rnk_chunk_rows(m, n) rows a chunk, P =
  *     ceil(m / C) chunks, chunk c holds rows c*C .. min((c+1)*C, m)-1;
