@@ -247,8 +247,9 @@ void rnk_chunking_of(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype 
 {
     if (m > 0 && rnk_chunk_interleaved(m, n, x, dy, dx)) {
         int64_t p = 132 * (n <= 1024 ? 8 : n <= 2048 ? 4 : n <= 4096 ? 2 : 1);
-        if (p > m / RNK_IL_MIN_ROWS) /* (m >= 2048 here: p >= 128) */
-            p = p >= 2 * (m / RNK_IL_MIN_ROWS) ? 2 * (m / RNK_IL_MIN_ROWS) : m / RNK_IL_MIN_ROWS;
+        const int64_t cap = m / RNK_IL_MIN_ROWS; /* (m >= 2048 here: cap >= 128) */
+        if (p > cap)
+            p = p >= 2 * cap ? 2 * cap : cap;
         c->interleaved = 1;
         c->stripes = n <= 256 ? 4 : n <= 512 ? 2 : 1;
         c->nchunks = p;
