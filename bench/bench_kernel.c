@@ -21,13 +21,16 @@
  *                     [--shape M,N[,w][+M,N[,w]...]] [--cancel host|device] [--reverse]
  *                     [--launches] [--floor]
  * --shape: only these shapes, in this order (any M and N; w defaults to f32),
- * without the copy-bandwidth runs (4.24 TB/s is assumed for %copy).
+ * without the copy-bandwidth runs unless --floor (4.24 TB/s is assumed for %copy).
  * --launches: also write every timed launch's microseconds, in the order
  * they ran, to DIR/launches.csv (m,n,w,variant,i,us).
  * --floor: also time, the same way, an empty kernel launched with each
  * shape's production grid, block, dynamic shared memory and parameter size,
  * and an empty one-warp kernel: what the launch and the events cost by
- * themselves (DIR/floor.csv).
+ * themselves; and a plain streaming kernel, dx = x + dy over the same input
+ * sets (rnk_cuda_add_launch): the bandwidth a kernel moving the same bytes
+ * with nothing else to do reaches at each shape (DIR/floor.csv).  The copy
+ * bandwidth is measured with --floor also when --shape is given.
  * --reverse: at each shape time the variants atomic, separate, fused (the
  * default order is fused, separate, atomic), to see whether a shape's
  * number follows the variant or the place in the run.
@@ -52,6 +55,7 @@
 #include "gpu/e2e_cuda.h"
 #include "kernel_accuracy.h"
 #include "kernel_trace.h"
+#include "rnk_conv.h"
 #include "rnk_test.h"
 
 #define CU(call) RNE_CK(call)
@@ -68,6 +72,7 @@ typedef struct row {
     double bytes;
     double us[NV];           /* median microseconds */
     double empty_us[2];      /* --floor: empty kernel as launched / one warp */
+    double add_us;           /* --floor: the streaming kernel dx = x + dy */
     double torch_eager, torch_compile; /* microseconds, 0 if absent */
     double torch_det, quack;           /* compile with deterministic algorithms; Quack */
     char plan[160];
@@ -259,6 +264,35 @@ static int launch_empty(void *ctx, int i, bool warm, char *msg, size_t msglen)
     return rnk_cuda_empty_launch(dev, ctx, st, msg, msglen);
 }
 
+/* --floor: the streaming kernel over the shape's input sets, in rotation. */
+static int launch_add(void *ctx, int i, bool warm, char *msg, size_t msglen)
+{
+    const sets *S = ctx;
+    (void)warm;
+    return rnk_cuda_add_launch(&S->a[i % S->n], st, msg, msglen);
+}
+
+/* --floor: after the add kernel's runs over a dx poisoned with NaNs, 64
+ * elements of a's dx spread over the whole shape, the first and last among
+ * them, must be bf16(x + dy); the program ends if one is not. */
+static void check_add(const rnk_bwd_args *a)
+{
+    const int64_t mn = a->m * a->n;
+    for (int k = 0; k < 64; k++) {
+        const int64_t i = k * (mn - 1) / 63;
+        uint16_t x, dy, dx;
+        CU(cudaMemcpy(&x, (const uint16_t *)a->x + i, 2, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(&dy, (const uint16_t *)a->dy + i, 2, cudaMemcpyDeviceToHost));
+        CU(cudaMemcpy(&dx, (const uint16_t *)a->dx + i, 2, cudaMemcpyDeviceToHost));
+        const uint16_t want = rnk_f32_to_bf16(rnk_bf16_to_f32(x) + rnk_bf16_to_f32(dy));
+        if (dx != want) {
+            fprintf(stderr, "add kernel %lldx%lld: element %lld is 0x%04x, want 0x%04x\n",
+                    (long long)a->m, (long long)a->n, (long long)i, dx, want);
+            exit(1);
+        }
+    }
+}
+
 static void bench_shape(row *r, int reps, void *ws, size_t wsb)
 {
     int64_t m = r->m, n = r->n;
@@ -289,6 +323,9 @@ static void bench_shape(row *r, int reps, void *ws, size_t wsb)
     if (g_floor) {
         r->empty_us[0] = time_launches(launch_empty, &S.a[0], "empty kernel", reps, ev, t);
         r->empty_us[1] = time_launches(launch_empty, NULL, "empty kernel", reps, ev, t);
+        CU(cudaMemsetAsync(S.a[0].dx, 0xff, (size_t)(m * n) * 2, st));
+        r->add_us = time_launches(launch_add, &S, "add kernel", reps, ev, t);
+        check_add(&S.a[0]);
     }
     for (int i = 0; i <= reps; i++)
         CU(cudaEventDestroy(ev[i]));
@@ -549,10 +586,11 @@ int main(int argc, char **argv)
         }
         fprintf(g_launches, "m,n,w,variant,i,us\n");
     }
-    double copy_bw = nonly ? 4.24e12 : copy_bandwidth();
+    const bool copy = !nonly || g_floor;
+    double copy_bw = copy ? copy_bandwidth() : 4.24e12;
     for (int i = 0; i < nrows; i++)
         bench_shape(&rows[i], reps, ws, wsb);
-    double copy_bw2 = nonly ? copy_bw : copy_bandwidth(); /* again at the end: drift shows */
+    double copy_bw2 = copy ? copy_bandwidth() : copy_bw; /* again at the end: drift shows */
     if (g_launches)
         fclose(g_launches);
     if (torch)
@@ -642,18 +680,25 @@ int main(int argc, char **argv)
             fprintf(stderr, "cannot write %s\n", path);
             return 1;
         }
-        fprintf(fl, "m,n,w,fused_us,empty_as_launched_us,empty_one_warp_us\n");
-        printf("\nthe launch's floor: an empty kernel with each shape's grid, block, shared "
-               "memory and parameter size; an empty one-warp kernel\n%6s %5s %4s | %8s %8s %8s "
-               "| %8s\n",
-               "M", "N", "w", "fused us", "empty us", "warp us", "fused-empty");
+        fprintf(fl, "m,n,w,fused_us,empty_as_launched_us,empty_one_warp_us,add_us,add_tbps,"
+                    "add_pct_copy\n");
+        printf("\nthe floors: an empty kernel with each shape's grid, block, shared memory and "
+               "parameter size; an empty one-warp kernel; dx = x + dy (6MN bytes; %%copy of "
+               "%.3f TB/s; fused speed as a share of its)\n%6s %5s %4s | %8s %8s %8s | %8s "
+               "| %8s %6s %5s %7s\n",
+               copy_bw / 1e12, "M", "N", "w", "fused us", "empty us", "warp us", "fused-empty",
+               "add us", "TB/s", "%copy", "add/fus");
         for (int i = 0; i < nrows; i++) {
             row *r = &rows[i];
-            printf("%6lld %5lld %4s | %8.2f %8.2f %8.2f | %8.2f\n", (long long)r->m,
-                   (long long)r->n, r->w, r->us[0], r->empty_us[0], r->empty_us[1],
-                   r->us[0] - r->empty_us[0]);
-            fprintf(fl, "%lld,%lld,%s,%.3f,%.3f,%.3f\n", (long long)r->m, (long long)r->n, r->w,
-                    r->us[0], r->empty_us[0], r->empty_us[1]);
+            const double add_tbps = 6.0 * (double)r->m * (double)r->n / (r->add_us * 1e-6) / 1e12;
+            const double add_pct = 100.0 * add_tbps * 1e12 / copy_bw;
+            printf("%6lld %5lld %4s | %8.2f %8.2f %8.2f | %8.2f | %8.2f %6.3f %5.1f %7.3f\n",
+                   (long long)r->m, (long long)r->n, r->w, r->us[0], r->empty_us[0],
+                   r->empty_us[1], r->us[0] - r->empty_us[0], r->add_us, add_tbps, add_pct,
+                   r->add_us / r->us[0]);
+            fprintf(fl, "%lld,%lld,%s,%.3f,%.3f,%.3f,%.3f,%.4f,%.2f\n", (long long)r->m,
+                    (long long)r->n, r->w, r->us[0], r->empty_us[0], r->empty_us[1], r->add_us,
+                    add_tbps, add_pct);
         }
         fclose(fl);
     }

@@ -104,6 +104,10 @@ int rnk_cuda_describe(rnk_device *dev, const rnk_bwd_args *a, char *buf, size_t 
  * when a is NULL): the launch's own cost, for bench_kernel --floor. */
 int rnk_cuda_empty_launch(rnk_device *dev, const rnk_bwd_args *a, void *stream, char *msg,
                           size_t msglen);
+/* dx = x + dy over a's rows (contiguous bf16, n a multiple of 8, 16-byte
+ * aligned; else RNK_EINVAL): a plain streaming kernel moving the bytes the
+ * backward moves, for bench_kernel --floor. */
+int rnk_cuda_add_launch(const rnk_bwd_args *a, void *stream, char *msg, size_t msglen);
 
 /* ---- benchmark-only variants (kernels/cuda_variants.cu) ------------------
  * Compiled only with NVCCFLAGS=-DRNK_BENCH_VARIANTS=1 (bench/run_kernel.sh
