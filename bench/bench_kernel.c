@@ -54,8 +54,8 @@
 
 #include "gpu/e2e_cuda.h"
 #include "kernel_accuracy.h"
+#include "kernel_floor.h"
 #include "kernel_trace.h"
-#include "rnk_conv.h"
 #include "rnk_test.h"
 
 #define CU(call) RNE_CK(call)
@@ -272,27 +272,6 @@ static int launch_add(void *ctx, int i, bool warm, char *msg, size_t msglen)
     return rnk_cuda_add_launch(&S->a[i % S->n], st, msg, msglen);
 }
 
-/* --floor: after the add kernel's runs over a dx poisoned with NaNs, 64
- * elements of a's dx spread over the whole shape, the first and last among
- * them, must be bf16(x + dy); the program ends if one is not. */
-static void check_add(const rnk_bwd_args *a)
-{
-    const int64_t mn = a->m * a->n;
-    for (int k = 0; k < 64; k++) {
-        const int64_t i = k * (mn - 1) / 63;
-        uint16_t x, dy, dx;
-        CU(cudaMemcpy(&x, (const uint16_t *)a->x + i, 2, cudaMemcpyDeviceToHost));
-        CU(cudaMemcpy(&dy, (const uint16_t *)a->dy + i, 2, cudaMemcpyDeviceToHost));
-        CU(cudaMemcpy(&dx, (const uint16_t *)a->dx + i, 2, cudaMemcpyDeviceToHost));
-        const uint16_t want = rnk_f32_to_bf16(rnk_bf16_to_f32(x) + rnk_bf16_to_f32(dy));
-        if (dx != want) {
-            fprintf(stderr, "add kernel %lldx%lld: element %lld is 0x%04x, want 0x%04x\n",
-                    (long long)a->m, (long long)a->n, (long long)i, dx, want);
-            exit(1);
-        }
-    }
-}
-
 static void bench_shape(row *r, int reps, void *ws, size_t wsb)
 {
     int64_t m = r->m, n = r->n;
@@ -325,7 +304,7 @@ static void bench_shape(row *r, int reps, void *ws, size_t wsb)
         r->empty_us[1] = time_launches(launch_empty, NULL, "empty kernel", reps, ev, t);
         CU(cudaMemsetAsync(S.a[0].dx, 0xff, (size_t)(m * n) * 2, st));
         r->add_us = time_launches(launch_add, &S, "add kernel", reps, ev, t);
-        check_add(&S.a[0]);
+        kf_check_add(&S.a[0]);
     }
     for (int i = 0; i <= reps; i++)
         CU(cudaEventDestroy(ev[i]));
@@ -674,33 +653,16 @@ int main(int argc, char **argv)
     fclose(csv);
     fclose(js);
     if (g_floor) {
-        snprintf(path, sizeof path, "%s/floor.csv", out);
-        FILE *fl = fopen(path, "w");
-        if (!fl) {
-            fprintf(stderr, "cannot write %s\n", path);
-            return 1;
-        }
-        fprintf(fl, "m,n,w,fused_us,empty_as_launched_us,empty_one_warp_us,add_us,add_tbps,"
-                    "add_pct_copy\n");
-        printf("\nthe floors: an empty kernel with each shape's grid, block, shared memory and "
-               "parameter size; an empty one-warp kernel; dx = x + dy (6MN bytes; %%copy of "
-               "%.3f TB/s; fused speed as a share of its)\n%6s %5s %4s | %8s %8s %8s | %8s "
-               "| %8s %6s %5s %7s\n",
-               copy_bw / 1e12, "M", "N", "w", "fused us", "empty us", "warp us", "fused-empty",
-               "add us", "TB/s", "%copy", "add/fus");
+        kf_row *fl = calloc((size_t)nrows, sizeof *fl);
         for (int i = 0; i < nrows; i++) {
-            row *r = &rows[i];
-            const double add_tbps = 6.0 * (double)r->m * (double)r->n / (r->add_us * 1e-6) / 1e12;
-            const double add_pct = 100.0 * add_tbps * 1e12 / copy_bw;
-            printf("%6lld %5lld %4s | %8.2f %8.2f %8.2f | %8.2f | %8.2f %6.3f %5.1f %7.3f\n",
-                   (long long)r->m, (long long)r->n, r->w, r->us[0], r->empty_us[0],
-                   r->empty_us[1], r->us[0] - r->empty_us[0], r->add_us, add_tbps, add_pct,
-                   r->add_us / r->us[0]);
-            fprintf(fl, "%lld,%lld,%s,%.3f,%.3f,%.3f,%.3f,%.4f,%.2f\n", (long long)r->m,
-                    (long long)r->n, r->w, r->us[0], r->empty_us[0], r->empty_us[1], r->add_us,
-                    add_tbps, add_pct);
+            const row *r = &rows[i];
+            fl[i] = (kf_row){r->m, r->n, r->w, r->us[0], {r->empty_us[0], r->empty_us[1]},
+                             r->add_us};
         }
-        fclose(fl);
+        int rc = kf_report(out, copy_bw, fl, nrows);
+        free(fl);
+        if (rc)
+            return rc;
     }
     printf("\nplans:\n");
     for (int i = 0; i < nrows; i++)
