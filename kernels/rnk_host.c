@@ -200,7 +200,7 @@ int rnk_chunk_stripes(int64_t n)
  * threads take one chunk each instead of two, half the partials: 1.2-3.5 %
  * faster at 8192 to 65536 x 8192 on an H100), at most m / 16, or m / 8
  * where that is no more (4096 x 2048, 8192 x 512 and 8192 x 1024: 512, 1024
- * and 1024 chunks of 8 rows, 2-6 % faster on an H100 than 256, 512 and 512
+ * and 1024 chunks of 8 rows, 0.4-6 % faster on an H100 than 256, 512 and 512
  * chunks of 16; m / 8 everywhere was 2-4 % slower at 16384 x 512 and 1024,
  * 1056 chunks against 1024, and 0-0.5 % at 4096 x 4096, 264 against 256);
  * chunk c holds rows c, c + P, ... (every chunk sees the same mix of the
