@@ -24,19 +24,16 @@
  * without the copy-bandwidth runs unless --floor (4.24 TB/s is assumed for %copy).
  * --launches: also write every timed launch's microseconds, in the order
  * they ran, to DIR/launches.csv (m,n,w,variant,i,us).
- * --floor: also time, the same way, an empty kernel launched with each
- * shape's production grid, block, dynamic shared memory and parameter size,
- * and an empty one-warp kernel: what the launch and the events cost by
- * themselves; and a plain streaming kernel, dx = x + dy over the same input
- * sets (rnk_cuda_add_launch): the bandwidth a kernel moving the same bytes
- * with nothing else to do reaches at each shape (DIR/floor.csv).  The copy
- * bandwidth is measured with --floor also when --shape is given.
- * --reverse: at each shape time the variants atomic, separate, fused (the
- * default order is fused, separate, atomic), to see whether a shape's
- * number follows the variant or the place in the run.
- * --cancel: every launch carries a cancel word (rnk_bwd_args.cancel, clear),
- * in pinned mapped host memory (as the daemon's fast path gives it) or in
- * device memory: what reading it costs the kernel.
+ * --floor (a -DRNK_BENCH_VARIANTS=1 build): also time, the same way, an
+ * empty kernel launched as each shape's production launch and one of one
+ * warp (the launch's and the events' own cost), and streaming kernels dx =
+ * x + dy over the same input sets (rnk_cuda_add_launch: a plain one, and
+ * ones shaped as the S plan): what moving the same bytes with nothing else
+ * to do reaches (DIR/floor.csv; kernel_floor.c); the copy bandwidth too.
+ * --reverse: time the variants last to first at each shape (does a number
+ * follow the variant or its place in the run?).  --cancel: every launch
+ * carries a clear cancel word (rnk_bwd_args.cancel) in pinned mapped host
+ * memory (as the daemon's fast path gives it) or device memory.
  * Writes DIR/kernel.csv and DIR/kernel.json; prints a table and the targets.
  * bench_kernel --trace [M,N[,w][+M,N[,w]...]] (repeatable; a build with
  * -DRNK_TRACE=1 only) instead prints per-block timelines of the production
@@ -71,8 +68,7 @@ typedef struct row {
     const char *w;           /* "f32" or "bf16" */
     double bytes;
     double us[NV];           /* median microseconds */
-    double empty_us[2];      /* --floor: empty kernel as launched / one warp */
-    double add_us;           /* --floor: the streaming kernel dx = x + dy */
+    kf_row fl;               /* --floor: the empty and streaming kernels */
     double torch_eager, torch_compile; /* microseconds, 0 if absent */
     double torch_det, quack;           /* compile with deterministic algorithms; Quack */
     char plan[160];
@@ -241,7 +237,7 @@ static double time_launches(launch_fn go, void *ctx, const char *what, int reps,
     return median(t, reps);
 }
 
-/* A variant's launch over a shape's input sets, in rotation. */
+/* A variant's launch (v: RNK_VARIANT_*; --floor's RNK_ADD_*), input sets in rotation. */
 typedef struct variant_ctx {
     const sets *S;
     void *ws;
@@ -264,12 +260,12 @@ static int launch_empty(void *ctx, int i, bool warm, char *msg, size_t msglen)
     return rnk_cuda_empty_launch(dev, ctx, st, msg, msglen);
 }
 
-/* --floor: the streaming kernel over the shape's input sets, in rotation. */
+/* --floor: a streaming kernel (v: RNK_ADD_*) over the input sets, in rotation. */
 static int launch_add(void *ctx, int i, bool warm, char *msg, size_t msglen)
 {
-    const sets *S = ctx;
+    const variant_ctx *c = ctx;
     (void)warm;
-    return rnk_cuda_add_launch(&S->a[i % S->n], st, msg, msglen);
+    return rnk_cuda_add_launch(dev, &c->S->a[i % c->S->n], c->v, st, msg, msglen);
 }
 
 static void bench_shape(row *r, int reps, void *ws, size_t wsb)
@@ -300,11 +296,20 @@ static void bench_shape(row *r, int reps, void *ws, size_t wsb)
                         vname[v], i, t[i]);
     }
     if (g_floor) {
-        r->empty_us[0] = time_launches(launch_empty, &S.a[0], "empty kernel", reps, ev, t);
-        r->empty_us[1] = time_launches(launch_empty, NULL, "empty kernel", reps, ev, t);
-        CU(cudaMemsetAsync(S.a[0].dx, 0xff, (size_t)(m * n) * 2, st));
-        r->add_us = time_launches(launch_add, &S, "add kernel", reps, ev, t);
-        kf_check_add(&S.a[0]);
+        kf_row *f = &r->fl;
+        *f = (kf_row){m, n, r->w, r->us[0], {0}, {0}};
+        f->empty_us[0] = time_launches(launch_empty, &S.a[0], "empty kernel", reps, ev, t);
+        f->empty_us[1] = time_launches(launch_empty, NULL, "empty kernel", reps, ev, t);
+        for (int h = 0; h < RNK_ADD_HOWS; h++) {
+            variant_ctx c = {&S, NULL, 0, h};
+            char msg[256];
+            CU(cudaMemsetAsync(S.a[0].dx, 0xff, (size_t)(m * n) * 2, st));
+            /* (0 where it does not run: S-shaped, the S plan's shapes only) */
+            if (h != RNK_ADD_FLAT && launch_add(&c, 0, true, msg, sizeof msg))
+                continue;
+            f->add_us[h] = time_launches(launch_add, &c, "add kernel", reps, ev, t);
+            kf_check_add(&S.a[0], h);
+        }
     }
     for (int i = 0; i <= reps; i++)
         CU(cudaEventDestroy(ev[i]));
@@ -654,11 +659,8 @@ int main(int argc, char **argv)
     fclose(js);
     if (g_floor) {
         kf_row *fl = calloc((size_t)nrows, sizeof *fl);
-        for (int i = 0; i < nrows; i++) {
-            const row *r = &rows[i];
-            fl[i] = (kf_row){r->m, r->n, r->w, r->us[0], {r->empty_us[0], r->empty_us[1]},
-                             r->add_us};
-        }
+        for (int i = 0; i < nrows; i++)
+            fl[i] = rows[i].fl;
         int rc = kf_report(out, copy_bw, fl, nrows);
         free(fl);
         if (rc)

@@ -384,11 +384,9 @@ const void *rnk::production_fn(const Plan &pl)
     }
 }
 
-/* a's production plan against a stand-in workspace (only its size and
- * alignment count) and its grid, 0 when m = 0 (no launch): for the
- * benchmark's and the tests' questions about a launch. */
-static int plan_grid(rnk_device *dev, const rnk_bwd_args *a, Plan *pl, int *grid, char *msg,
-                     size_t msglen)
+/* (the stand-in workspace: only its size and alignment count) */
+int rnk::plan_grid(rnk_device *dev, const rnk_bwd_args *a, Plan *pl, int *grid, char *msg,
+                   size_t msglen)
 {
     *grid = 0;
     int rc = plan(dev, a, (void *)(uintptr_t)256, ws_bytes(a->m, a->n), pl, msg, msglen);
@@ -515,61 +513,6 @@ extern "C" int rnk_cuda_empty_launch(rnk_device *dev, const rnk_bwd_args *a, voi
     EmptyArg arg;
     memset(&arg, 0, sizeof arg);
     empty_kernel<<<grid, threads, smem, (cudaStream_t)stream>>>(arg);
-    CK(cudaGetLastError());
-    return RNK_OK;
-}
-
-/* bench_kernel --floor's streaming kernel: dx = x + dy over contiguous bf16
- * rows, the bytes the backward moves (less rstd, w and dw) and nothing else
- * to do; a thread has four 16-byte vectors of x and four of dy in flight. */
-enum { ADD_T = 256, ADD_U = 4 };
-static __global__ void __launch_bounds__(ADD_T)
-    add_kernel(const uint4 *__restrict__ x, const uint4 *__restrict__ dy, uint4 *__restrict__ dx,
-               int64_t nvec)
-{
-    const int64_t base = (int64_t)blockIdx.x * (ADD_T * ADD_U) + threadIdx.x;
-    uint4 a[ADD_U], b[ADD_U];
-#pragma unroll
-    for (int k = 0; k < ADD_U; k++) {
-        const int64_t i = base + k * ADD_T;
-        a[k] = b[k] = make_uint4(0, 0, 0, 0);
-        if (i < nvec) {
-            a[k] = __ldg(x + i);
-            b[k] = __ldg(dy + i);
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < ADD_U; k++) {
-        const int64_t i = base + k * ADD_T;
-        if (i < nvec) {
-            uint4 o;
-            const __nv_bfloat162 *pa = reinterpret_cast<const __nv_bfloat162 *>(&a[k]);
-            const __nv_bfloat162 *pb = reinterpret_cast<const __nv_bfloat162 *>(&b[k]);
-            __nv_bfloat162 *po = reinterpret_cast<__nv_bfloat162 *>(&o);
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                po[j] = __hadd2(pa[j], pb[j]);
-            dx[i] = o;
-        }
-    }
-}
-
-extern "C" int rnk_cuda_add_launch(const rnk_bwd_args *a, void *stream, char *msg, size_t msglen)
-{
-    const uintptr_t addr = (uintptr_t)a->x | (uintptr_t)a->dy | (uintptr_t)a->dx;
-    if (a->x_dtype != RNK_BF16 || a->dy_dtype != RNK_BF16 || a->dx_dtype != RNK_BF16 ||
-        a->m < 0 || a->n % 8 || a->x_stride != a->n || a->dy_stride != a->n ||
-        a->dx_stride != a->n || addr % 16) {
-        snprintf(msg, msglen,
-                 "add: contiguous bf16 rows of a multiple of 8 columns, 16-byte aligned, only");
-        return RNK_EINVAL;
-    }
-    const int64_t nvec = a->m * a->n / 8;
-    if (nvec == 0)
-        return RNK_OK;
-    const int64_t grid = (nvec + ADD_T * ADD_U - 1) / (ADD_T * ADD_U);
-    add_kernel<<<(unsigned)grid, ADD_T, 0, (cudaStream_t)stream>>>(
-        (const uint4 *)a->x, (const uint4 *)a->dy, (uint4 *)a->dx, nvec);
     CK(cudaGetLastError());
     return RNK_OK;
 }

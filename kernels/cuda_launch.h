@@ -76,6 +76,10 @@ int plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb, Pla
          char *msg, size_t msglen);
 int grid_for(rnk_device *dev, const void *fn, const Plan &pl, char *msg, size_t msglen,
              int *grid);
+/* a's production plan against a stand-in workspace and its grid (0 when m =
+ * 0): for the benchmark's and the tests' questions about a launch. */
+int plan_grid(rnk_device *dev, const rnk_bwd_args *a, Plan *pl, int *grid, char *msg,
+              size_t msglen);
 const void *production_fn(const Plan &pl);
 int launch(rnk_device *dev, const void *fn, Plan &pl, cudaStream_t st, char *msg,
            size_t msglen);

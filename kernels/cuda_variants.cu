@@ -99,7 +99,159 @@ extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void
     return RNK_EINVAL;
 }
 
+/* ---- bench_kernel --floor's streaming kernels: dx = x + dy ------------------
+ * The bytes the backward moves (less rstd, w and dw) and nothing else to do.
+ * RNK_ADD_FLAT: one 256-thread block per 1024 16-byte vectors, a thread's
+ * four of x and four of dy in flight at once, blocks retiring as they end.
+ * The others take the production S plan's grid, block and threads a row
+ * (one chunk a block: block b walks rows b, b + grid, ... as S's
+ * interleaved chunks do), S's loads and stores, and rows through registers:
+ * RNK_ADD_S the next row in flight while one is added (S's pipeline),
+ * RNK_ADD_S_BAR and a block barrier a row (S's row exchange),
+ * RNK_ADD_S_AHEAD2 two rows in flight, RNK_ADD_S_GRID2 twice the grid. */
+static __device__ __forceinline__ uint4 add_bf16x8(uint4 a, uint4 b)
+{
+    uint4 o;
+    const __nv_bfloat162 *pa = reinterpret_cast<const __nv_bfloat162 *>(&a);
+    const __nv_bfloat162 *pb = reinterpret_cast<const __nv_bfloat162 *>(&b);
+    __nv_bfloat162 *po = reinterpret_cast<__nv_bfloat162 *>(&o);
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        po[j] = __hadd2(pa[j], pb[j]);
+    return o;
+}
+
+enum { ADD_T = 256, ADD_U = 4 };
+static __global__ void __launch_bounds__(ADD_T)
+    add_flat(const uint4 *__restrict__ x, const uint4 *__restrict__ dy, uint4 *__restrict__ dx,
+             int64_t nvec)
+{
+    const int64_t base = (int64_t)blockIdx.x * (ADD_T * ADD_U) + threadIdx.x;
+    uint4 a[ADD_U], b[ADD_U];
+#pragma unroll
+    for (int k = 0; k < ADD_U; k++) {
+        const int64_t i = base + k * ADD_T;
+        a[k] = b[k] = make_uint4(0, 0, 0, 0);
+        if (i < nvec) {
+            a[k] = __ldg(x + i);
+            b[k] = __ldg(dy + i);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < ADD_U; k++) {
+        const int64_t i = base + k * ADD_T;
+        if (i < nvec)
+            dx[i] = add_bf16x8(a[k], b[k]);
+    }
+}
+
+template <int NV, int A, bool BAR>
+static __global__ void __launch_bounds__(NV == 1 ? 1024 : 512) /* (S's largest blocks) */
+    add_s(const char *__restrict__ x, const char *__restrict__ dy, char *__restrict__ dx,
+          int64_t m, int n, int tpr)
+{
+    const int R = (int)blockDim.x / tpr, grp = (int)threadIdx.x / tpr, lt = (int)threadIdx.x % tpr;
+    const int col = lt * 8, cs = tpr * 8;
+    const int64_t G = gridDim.x, b = blockIdx.x;
+    const int64_t rows = (m - b + G - 1) / G, iters = (rows + R - 1) / R;
+    uint4 bx[A + 1][NV], by[A + 1][NV];
+    auto load = [&](int s, int64_t t) {
+        const int64_t j = t * R + grp;
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+            bx[s][v] = by[s][v] = make_uint4(0, 0, 0, 0);
+            if (t < iters && j < rows && col + v * cs < n) {
+                const int64_t o = ((b + j * G) * n + col + v * cs) * 2;
+                bx[s][v] = ldnc16(x + o);
+                by[s][v] = ldnc16(dy + o);
+            }
+        }
+    };
+#pragma unroll
+    for (int s = 0; s < A; s++)
+        load(s, s);
+    for (int64_t t0 = 0; t0 < iters; t0 += A + 1) {
+#pragma unroll
+        for (int s = 0; s <= A; s++) {
+            const int64_t t = t0 + s, j = t * R + grp;
+            if (t >= iters) /* (the same for the whole block) */
+                break;
+            load((s + A) % (A + 1), t + A);
+            if (j < rows)
+#pragma unroll
+                for (int v = 0; v < NV; v++)
+                    if (col + v * cs < n)
+                        st16(dx + ((b + j * G) * n + col + v * cs) * 2,
+                             add_bf16x8(bx[s][v], by[s][v]));
+            if (BAR)
+                __syncthreads();
+        }
+    }
+}
+
+template <int NV>
+static const void *add_s_fn(int how)
+{
+    switch (how) {
+    case RNK_ADD_S_BAR: return (const void *)add_s<NV, 1, true>;
+    case RNK_ADD_S_AHEAD2: return (const void *)add_s<NV, 2, false>;
+    default: return (const void *)add_s<NV, 1, false>;
+    }
+}
+
+extern "C" int rnk_cuda_add_launch(rnk_device *dev, const rnk_bwd_args *a, int how, void *stream,
+                                   char *msg, size_t msglen)
+{
+    const uintptr_t addr = (uintptr_t)a->x | (uintptr_t)a->dy | (uintptr_t)a->dx;
+    if (a->x_dtype != RNK_BF16 || a->dy_dtype != RNK_BF16 || a->dx_dtype != RNK_BF16 ||
+        a->m < 0 || a->n % 8 || a->x_stride != a->n || a->dy_stride != a->n ||
+        a->dx_stride != a->n || addr % 16) {
+        snprintf(msg, msglen,
+                 "add: contiguous bf16 rows of a multiple of 8 columns, 16-byte aligned, only");
+        return RNK_EINVAL;
+    }
+    cudaStream_t st = (cudaStream_t)stream;
+    if (how == RNK_ADD_FLAT) {
+        const int64_t nvec = a->m * a->n / 8;
+        if (nvec == 0)
+            return RNK_OK;
+        const int64_t grid = (nvec + ADD_T * ADD_U - 1) / (ADD_T * ADD_U);
+        add_flat<<<(unsigned)grid, ADD_T, 0, st>>>((const uint4 *)a->x, (const uint4 *)a->dy,
+                                                   (uint4 *)a->dx, nvec);
+        CK(cudaGetLastError());
+        return RNK_OK;
+    }
+    Plan pl;
+    int grid;
+    int rc = plan_grid(dev, a, &pl, &grid, msg, msglen);
+    if (rc || a->m == 0)
+        return rc;
+    if (pl.path != PATH_S || how < RNK_ADD_S || how > RNK_ADD_S_GRID2) {
+        snprintf(msg, msglen, "add: the S plan's shapes only (how = %d)", how);
+        return RNK_EINVAL;
+    }
+    if (how == RNK_ADD_S_GRID2)
+        grid *= 2;
+    const int nv = s_nv(a->n), tpr = pl.p.tpr, n = (int)a->n;
+    const void *fn = nv == 1 ? add_s_fn<1>(how) : add_s_fn<2>(how);
+    const char *x = (const char *)a->x, *dy = (const char *)a->dy;
+    char *dx = (char *)a->dx;
+    int64_t m = a->m;
+    void *args[] = {&x, &dy, &dx, &m, (void *)&n, (void *)&tpr};
+    CK(cudaLaunchKernel(fn, dim3((unsigned)grid), dim3((unsigned)pl.threads), args, 0, st));
+    CK(cudaGetLastError());
+    return RNK_OK;
+}
+
 #else
+
+extern "C" int rnk_cuda_add_launch(rnk_device *dev, const rnk_bwd_args *a, int how, void *stream,
+                                   char *msg, size_t msglen)
+{
+    (void)dev, (void)a, (void)how, (void)stream;
+    snprintf(msg, msglen, "add: not built (needs NVCCFLAGS=-DRNK_BENCH_VARIANTS=1)");
+    return RNK_EINVAL;
+}
 
 extern "C" int rnk_cuda_bwd_variant(rnk_device *dev, const rnk_bwd_args *a, void *ws,
                                     size_t wsb, int variant, void *stream, char *msg,

@@ -105,9 +105,16 @@ int rnk_cuda_describe(rnk_device *dev, const rnk_bwd_args *a, char *buf, size_t 
 int rnk_cuda_empty_launch(rnk_device *dev, const rnk_bwd_args *a, void *stream, char *msg,
                           size_t msglen);
 /* dx = x + dy over a's rows (contiguous bf16, n a multiple of 8, 16-byte
- * aligned; else RNK_EINVAL): a plain streaming kernel moving the bytes the
- * backward moves, for bench_kernel --floor. */
-int rnk_cuda_add_launch(const rnk_bwd_args *a, void *stream, char *msg, size_t msglen);
+ * aligned; else RNK_EINVAL): streaming kernels moving the bytes the backward
+ * moves, for bench_kernel --floor (kernels/cuda_variants.cu, a build with
+ * -DRNK_BENCH_VARIANTS=1 only).  how: RNK_ADD_FLAT, a plain one; the others
+ * (shapes of the S plan only, else RNK_EINVAL) with the S plan's grid, block
+ * and rows through registers: the next row in flight (RNK_ADD_S), and a
+ * block barrier a row (_BAR), two rows in flight (_AHEAD2), twice the grid
+ * (_GRID2). */
+enum { RNK_ADD_FLAT, RNK_ADD_S, RNK_ADD_S_BAR, RNK_ADD_S_AHEAD2, RNK_ADD_S_GRID2, RNK_ADD_HOWS };
+int rnk_cuda_add_launch(rnk_device *dev, const rnk_bwd_args *a, int how, void *stream, char *msg,
+                        size_t msglen);
 
 /* ---- benchmark-only variants (kernels/cuda_variants.cu) ------------------
  * Compiled only with NVCCFLAGS=-DRNK_BENCH_VARIANTS=1 (bench/run_kernel.sh
