@@ -86,6 +86,60 @@ __device__ __forceinline__ void fadd4(float4 &g, const float4 &x)
 }
 
 /*
+ * RNK_FIN_PAIRS = 1 (a knob being measured; 0 by default): a group's partials
+ * loaded by two threads, adjacent lanes, eight each, all sixteen in flight at
+ * once (one trip to L2, where one thread alone makes two of eight), the upper
+ * eight handed down by shuffles; the lower thread adds all sixteen in chunk
+ * order, as finish_slices_il's loop does, so dw's bits do not change.  Every
+ * thread runs the same number of rounds (the shuffles need whole warps).
+ * gsum: finish_slices_il's group sums, [item][float4 of the slice].
+ */
+#ifndef RNK_FIN_PAIRS
+#define RNK_FIN_PAIRS 0
+#endif
+#if RNK_FIN_PAIRS
+static_assert(RNK_DW_GROUP == 16, "RNK_FIN_PAIRS: groups of sixteen partials");
+__device__ __forceinline__ void fin_groups_pairs(const Params &p, int base, int SB,
+                                                 float4 (*gsum)[2])
+{
+    const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP, T = (int)blockDim.x;
+    const int items = SB * 2 * Q, hi = threadIdx.x & 1;
+    for (int i0 = 0; i0 < 2 * items; i0 += T) {
+        const int i = (i0 + (int)threadIdx.x) >> 1;
+        const int so = i / (2 * Q), r = i - so * 2 * Q, cv = r & 1, q = r >> 1;
+        const int64_t col = (int64_t)(base + so) * FIN_COLS_IL + cv * 4;
+        const bool on = i < items, ok = on && base + so < p.nslices && col < p.n;
+        const int cnt = P - q * RNK_DW_GROUP < RNK_DW_GROUP ? P - q * RNK_DW_GROUP : RNK_DW_GROUP;
+        const float *src = p.part + (int64_t)q * RNK_DW_GROUP * p.cs + col;
+        float4 v[8], g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int kk = hi * 8 + k;
+            v[k] = ok && kk < cnt ? __ldcg(reinterpret_cast<const float4 *>(src + kk * p.cs))
+                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        /* (the lower thread's sum; the upper one's is not used) */
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (ok && k < cnt)
+                fadd4(g, v[k]);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float4 w;
+            w.x = __shfl_down_sync(0xffffffffu, v[k].x, 1);
+            w.y = __shfl_down_sync(0xffffffffu, v[k].y, 1);
+            w.z = __shfl_down_sync(0xffffffffu, v[k].z, 1);
+            w.w = __shfl_down_sync(0xffffffffu, v[k].w, 1);
+            if (ok && 8 + k < cnt)
+                fadd4(g, w);
+        }
+        if (on && !hi)
+            gsum[so * Q + q][cv] = g;
+    }
+}
+#endif
+
+/*
  * Interleaved order: finish slices of FIN_COLS_IL = 8 columns in rnk.h's
  * two-level order.  A block
  * takes SB slices at a time (il_slices_a_block); a
@@ -102,6 +156,9 @@ __device__ __forceinline__ void finish_slices_il(const Params &p)
     const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
     const int T = (int)blockDim.x, SB = il_slices_a_block(p);
     for (int base = blockIdx.x * SB; base < p.nslices; base += gridDim.x * SB) {
+#if RNK_FIN_PAIRS
+        fin_groups_pairs(p, base, SB, gsum);
+#else
         for (int i = threadIdx.x; i < SB * 2 * Q; i += T) {
             const int so = i / (2 * Q), r = i - so * 2 * Q, cv = r & 1, q = r >> 1;
             const int64_t col = (int64_t)(base + so) * FIN_COLS_IL + cv * 4;
@@ -127,6 +184,7 @@ __device__ __forceinline__ void finish_slices_il(const Params &p)
             }
             gsum[so * Q + q][cv] = g;
         }
+#endif
         __syncthreads();
         trace_groups(p);
         for (int i = threadIdx.x; i < SB * FIN_COLS_IL; i += T) {
