@@ -418,8 +418,9 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
         for (int v = 0; v < NV; v++)
 #pragma unroll
             for (int e = 0; e < VEC; e++)
-                wreg[WREG ? v : 0][e] =
-                    col[v] + e < n32 ? (p.w ? (float)wraw[WREG ? v : 0][e] + p.offset : 1.0f) : 0.0f;
+                wreg[WREG ? v : 0][e] = col[v] + e < n32
+                                            ? (p.w ? (float)wraw[WREG ? v : 0][e] + p.offset : 1.0f)
+                                            : 0.0f;
 #else
 #pragma unroll
         for (int v = 0; v < NV; v++)
