@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kernel_floor.c - bench_kernel --floor: the streaming kernel's check and the
- * floors' table and CSV.
+ * kernel_floor.c - bench_kernel --floor: the streaming kernels' check and the
+ * floors' tables and CSV.
  */
 #include "kernel_floor.h"
 
@@ -41,6 +41,12 @@ static double tbps_of(const kf_row *r, double us)
     return us > 0 ? 6.0 * (double)r->m * (double)r->n / (us * 1e-6) / 1e12 : 0.0;
 }
 
+/* The same as a percentage of copy_bw (bytes/s). */
+static double pct_of(const kf_row *r, double us, double copy_bw)
+{
+    return 100.0 * tbps_of(r, us) * 1e12 / copy_bw;
+}
+
 int kf_report(const char *dir, double copy_bw, const kf_row *rows, int nrows)
 {
     char path[4096];
@@ -61,7 +67,7 @@ int kf_report(const char *dir, double copy_bw, const kf_row *rows, int nrows)
     for (int i = 0; i < nrows; i++) {
         const kf_row *r = &rows[i];
         const double add_tbps = tbps_of(r, r->add_us[RNK_ADD_FLAT]);
-        const double add_pct = 100.0 * add_tbps * 1e12 / copy_bw;
+        const double add_pct = pct_of(r, r->add_us[RNK_ADD_FLAT], copy_bw);
         printf("%6lld %5lld %4s | %8.2f %8.2f %8.2f | %8.2f | %8.2f %6.3f %5.1f %7.3f\n",
                (long long)r->m, (long long)r->n, r->w, r->fused_us, r->empty_us[0], r->empty_us[1],
                r->fused_us - r->empty_us[0], r->add_us[RNK_ADD_FLAT], add_tbps, add_pct,
@@ -86,9 +92,9 @@ int kf_report(const char *dir, double copy_bw, const kf_row *rows, int nrows)
         if (r->add_us[RNK_ADD_S] <= 0)
             continue;
         printf("%6lld %5lld %4s | %8.2f %6.1f |", (long long)r->m, (long long)r->n, r->w,
-               r->fused_us, 100.0 * tbps_of(r, r->fused_us) * 1e12 / copy_bw);
+               r->fused_us, pct_of(r, r->fused_us, copy_bw));
         for (int h = RNK_ADD_FLAT; h < RNK_ADD_HOWS; h++)
-            printf(" %10.1f", 100.0 * tbps_of(r, r->add_us[h]) * 1e12 / copy_bw);
+            printf(" %10.1f", pct_of(r, r->add_us[h], copy_bw));
         printf("\n");
     }
     return 0;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kernel_floor.h - bench_kernel --floor's check and report (kernel_floor.c):
- * the empty kernels and the streaming kernel dx = x + dy that bench_kernel
+ * the empty kernels and the streaming kernels dx = x + dy that bench_kernel
  * times beside each shape's production launch.
  */
 #ifndef KERNEL_FLOOR_H
