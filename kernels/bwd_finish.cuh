@@ -86,19 +86,16 @@ __device__ __forceinline__ void fadd4(float4 &g, const float4 &x)
 }
 
 /*
- * RNK_FIN_PAIRS = 1 (a knob being measured; 0 by default): a group's partials
- * loaded by two threads, adjacent lanes, eight each, all sixteen in flight at
- * once (one trip to L2, where one thread alone makes two of eight), the upper
- * eight handed down by shuffles; the lower thread adds all sixteen in chunk
- * order, as finish_slices_il's loop does, so dw's bits do not change.  Every
- * thread runs the same number of rounds (the shuffles need whole warps).
- * gsum: finish_slices_il's group sums, [item][float4 of the slice].
+ * A group's partials for finish_slices_il, loaded by two threads, adjacent
+ * lanes, eight each, all sixteen in flight at once (one trip to L2, where one
+ * thread alone made two of eight in the 64-register kernels: 0.7 % faster
+ * over the grid on an H100, up to 2.4 %, bench/RESULTS.md 2026-12-07), the
+ * upper eight handed down by shuffles; the lower thread adds all sixteen in
+ * chunk order (rnk.h).  Every thread runs the same number of rounds (the
+ * shuffles need whole warps).  gsum: finish_slices_il's group sums,
+ * [item][float4 of the slice].
  */
-#ifndef RNK_FIN_PAIRS
-#define RNK_FIN_PAIRS 0
-#endif
-#if RNK_FIN_PAIRS
-static_assert(RNK_DW_GROUP == 16, "RNK_FIN_PAIRS: groups of sixteen partials");
+static_assert(RNK_DW_GROUP == 16, "fin_groups_pairs: groups of sixteen partials");
 __device__ __forceinline__ void fin_groups_pairs(const Params &p, int base, int SB,
                                                  float4 (*gsum)[2])
 {
@@ -137,15 +134,14 @@ __device__ __forceinline__ void fin_groups_pairs(const Params &p, int base, int 
             gsum[so * Q + q][cv] = g;
     }
 }
-#endif
 
 /*
  * Interleaved order: finish slices of FIN_COLS_IL = 8 columns in rnk.h's
  * two-level order.  A block
- * takes SB slices at a time (il_slices_a_block); a
- * thread takes one group of RNK_DW_GROUP partials of one float4 of a slice,
- * loads the group's partials all at once (registers, L2) and adds them in
- * chunk order; then one thread per column adds the group sums in order and
+ * takes SB slices at a time (il_slices_a_block); two
+ * threads take one group of RNK_DW_GROUP partials of one float4 of a slice,
+ * load the group's partials all at once (fin_groups_pairs) and one adds them
+ * in chunk order; then one thread per column adds the group sums in order and
  * rounds once.  MAXT: the kernel's largest block (sizes the group sums).
  */
 template <int MAXT>
@@ -156,35 +152,7 @@ __device__ __forceinline__ void finish_slices_il(const Params &p)
     const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
     const int T = (int)blockDim.x, SB = il_slices_a_block(p);
     for (int base = blockIdx.x * SB; base < p.nslices; base += gridDim.x * SB) {
-#if RNK_FIN_PAIRS
         fin_groups_pairs(p, base, SB, gsum);
-#else
-        for (int i = threadIdx.x; i < SB * 2 * Q; i += T) {
-            const int so = i / (2 * Q), r = i - so * 2 * Q, cv = r & 1, q = r >> 1;
-            const int64_t col = (int64_t)(base + so) * FIN_COLS_IL + cv * 4;
-            float4 g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (base + so < p.nslices && col < p.n) {
-                /* (columns n .. pst-1 of a partial are padding, never stored) */
-                const float *src = p.part + (int64_t)q * RNK_DW_GROUP * p.cs + col;
-                const int cnt = P - q * RNK_DW_GROUP < RNK_DW_GROUP ? P - q * RNK_DW_GROUP
-                                                                    : RNK_DW_GROUP;
-                /* 8 loads in flight at a time (32 registers), added in order */
-#pragma unroll
-                for (int k0 = 0; k0 < RNK_DW_GROUP; k0 += 8) {
-                    float4 v[8];
-#pragma unroll
-                    for (int k = 0; k < 8; k++)
-                        if (k0 + k < cnt)
-                            v[k] = __ldcg(reinterpret_cast<const float4 *>(src + (k0 + k) * p.cs));
-#pragma unroll
-                    for (int k = 0; k < 8; k++)
-                        if (k0 + k < cnt)
-                            fadd4(g, v[k]);
-                }
-            }
-            gsum[so * Q + q][cv] = g;
-        }
-#endif
         __syncthreads();
         trace_groups(p);
         for (int i = threadIdx.x; i < SB * FIN_COLS_IL; i += T) {

@@ -88,12 +88,6 @@ namespace rnk {
 #ifndef RNK_LEAN
 #define RNK_LEAN 1
 #endif
-/* RNK_RING_WLOAD = 1 (being measured; 0 by default): w's columns a thread
- * holds in registers loaded all before any is used (RNK_S_WLOAD's twin for
- * the ring kernel, whose SASS sends them in two or three groups). */
-#ifndef RNK_RING_WLOAD
-#define RNK_RING_WLOAD 0
-#endif
 /* RNK_TRACE = 1 (benchmark only; defined in bwd_common.cuh, 0 by default:
  * no code, no Params field): thread 0 of each block stores %globaltimer at
  * the phase boundaries (entry, setup done, claim loop done, every chunk
@@ -404,24 +398,6 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
     float wreg[WREG ? NV : 1][VEC];
     const float(*wv)[VEC];
     if (WREG) {
-#if RNK_RING_WLOAD
-        /* Every load sent before any is used (a knob being measured): the
-         * loop below has the SASS wait between groups of them. */
-        TW wraw[WREG ? NV : 1][VEC];
-        const TW *wp = (const TW *)p.w;
-#pragma unroll
-        for (int v = 0; v < NV; v++)
-#pragma unroll
-            for (int e = 0; e < VEC; e++)
-                wraw[WREG ? v : 0][e] = p.w && col[v] + e < n32 ? __ldg(wp + col[v] + e) : TW(0.0f);
-#pragma unroll
-        for (int v = 0; v < NV; v++)
-#pragma unroll
-            for (int e = 0; e < VEC; e++)
-                wreg[WREG ? v : 0][e] = col[v] + e < n32
-                                            ? (p.w ? (float)wraw[WREG ? v : 0][e] + p.offset : 1.0f)
-                                            : 0.0f;
-#else
 #pragma unroll
         for (int v = 0; v < NV; v++)
 #pragma unroll
@@ -429,7 +405,6 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
                 wreg[WREG ? v : 0][e] =
                     col[v] + e < n32 ? (p.w ? ld_any(Vec<TW>::DT, p.w, col[v] + e) + p.offset : 1.0f)
                                    : 0.0f;
-#endif
         wv = wreg;
     } else {
         for (int i = threadIdx.x; i < tpr * NV; i += blockDim.x) {

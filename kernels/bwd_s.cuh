@@ -143,62 +143,6 @@ __device__ __forceinline__ void s_load(const Params &p, SRow<NV> &d, int64_t row
 }
 
 /*
- * RNK_S_WLOAD = 1 (a knob being measured; 0 by default): a thread's weight
- * columns (w + weight_offset; 1 without w, 0 past n, as ld_any gives them)
- * loaded with the dtype's branch taken once and every load sent before any
- * is used.  The per-element ld_any compiles to a branch and a load that is
- * waited for before the next is sent (sm_90 SASS): 8 or 16 trips to memory
- * before a block's first row goes out (1.5 us at 4096 x 4096 in the
- * traces of 178eace, where a block without a chunk ended 2.1 us in).
- */
-#ifndef RNK_S_WLOAD
-#define RNK_S_WLOAD 0
-#endif
-template <int NV, int VEC>
-__device__ __forceinline__ void s_weight(const Params &p, const bool (&ok)[NV], int col, int cs,
-                                         float (&wv)[NV][VEC])
-{
-    if (!p.w) {
-#pragma unroll
-        for (int v = 0; v < NV; v++)
-#pragma unroll
-            for (int e = 0; e < VEC; e++)
-                wv[v][e] = ok[v] ? 1.0f : 0.0f;
-        return;
-    }
-    if (p.w_dt == RNK_F32) {
-        const float *w = (const float *)p.w;
-#pragma unroll
-        for (int v = 0; v < NV; v++)
-#pragma unroll
-            for (int e = 0; e < VEC; e++)
-                wv[v][e] = ok[v] ? __ldg(w + col + v * cs + e) : 0.0f;
-#pragma unroll
-        for (int v = 0; v < NV; v++)
-#pragma unroll
-            for (int e = 0; e < VEC; e++)
-                wv[v][e] = ok[v] ? wv[v][e] + p.offset : 0.0f;
-        return;
-    }
-    const unsigned short *w = (const unsigned short *)p.w;
-    unsigned short raw[NV][VEC];
-#pragma unroll
-    for (int v = 0; v < NV; v++)
-#pragma unroll
-        for (int e = 0; e < VEC; e++)
-            raw[v][e] = ok[v] ? __ldg(w + col + v * cs + e) : (unsigned short)0;
-    const bool bf = p.w_dt == RNK_BF16;
-#pragma unroll
-    for (int v = 0; v < NV; v++)
-#pragma unroll
-        for (int e = 0; e < VEC; e++) {
-            const float f = bf ? __uint_as_float((unsigned)raw[v][e] << 16)
-                               : __half2float(__ushort_as_half(raw[v][e]));
-            wv[v][e] = ok[v] ? f + p.offset : 0.0f;
-        }
-}
-
-/*
  * The claim loop from the block's first chunk k0 on: rows, dx, the chunk's
  * partial (stripes added in order: p = +0 + stripe_0 + ... + stripe_{R-1})
  * and its publication.  RS: rstd given; DRES: dresidual_out added.
@@ -222,16 +166,12 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
     const bool nc = p.dx != p.dy;
     const int64_t P = p.nchunks;
     float wv[NV][VEC];
-#if RNK_S_WLOAD
-    s_weight<NV, VEC>(p, ok, col, CS, wv);
-#else
 #pragma unroll
     for (int v = 0; v < NV; v++)
 #pragma unroll
         for (int e = 0; e < VEC; e++)
             wv[v][e] = ok[v] ? (p.w ? ld_any(p.w_dt, p.w, col + v * CS + e) + p.offset : 1.0f)
                                     : 0.0f;
-#endif
 
     int it = 0, par = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
