@@ -112,8 +112,7 @@ __device__ __forceinline__ void fin_groups_pairs(const Params &p, int base, int 
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             const int kk = hi * 8 + k;
-            v[k] = ok && kk < cnt ? __ldcg(reinterpret_cast<const float4 *>(src + kk * p.cs))
-                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            v[k] = ok && kk < cnt ? ld_part4(src + kk * p.cs) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
         /* (the lower thread's sum; the upper one's is not used) */
 #pragma unroll

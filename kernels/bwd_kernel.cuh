@@ -120,11 +120,12 @@ __host__ __device__ constexpr int w_lane_floats(int nv, int vec)
 }
 
 /* 16-byte asynchronous copy that writes zeros past src_bytes (0 or 16): the
- * columns past n read as zeros, with no branch. */
+ * columns past n read as zeros, with no branch.  Rows: evict first from L2
+ * (bwd_common.cuh's L2 eviction priorities). */
 __device__ __forceinline__ void cp_async16z(unsigned sdst, const void *gsrc, unsigned src_bytes)
 {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sdst), "l"(gsrc),
-                 "r"(src_bytes)
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(sdst),
+                 "l"(gsrc), "r"(src_bytes), "l"(l2_evict_first())
                  : "memory");
 }
 
@@ -471,7 +472,7 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
                 if (ok[v]) {
 #pragma unroll
                     for (int e = 0; e < VEC; e += 4)
-                        __stcg(reinterpret_cast<float4 *>(part + col[v] + e),
+                        st_part4(part + col[v] + e,
                                make_float4(__fadd_rn(0.0f, acc[v][e]), __fadd_rn(0.0f, acc[v][e + 1]),
                                            __fadd_rn(0.0f, acc[v][e + 2]),
                                            __fadd_rn(0.0f, acc[v][e + 3])));
@@ -495,7 +496,7 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
                 if (MODE == MODE_ATOMIC)
                     atomicAdd(p.acc + j, s);
                 else
-                    __stcg(part + j, s);
+                    st_part(part + j, s);
             }
         }
         if (MODE == MODE_ATOMIC)

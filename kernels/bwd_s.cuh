@@ -27,7 +27,9 @@
  *
  * Loads: x, rstd and (when dx is not dy) dy through the read-only path, dy
  * through plain loads when dx aliases it (each row is read whole, by the
- * threads that write it, before any of its dx is stored).
+ * threads that write it, before any of its dx is stored); the rows evict
+ * first from L2, the partials last (bwd_common.cuh's L2 eviction
+ * priorities).
  */
 #ifndef RNK_BWD_S_CUH
 #define RNK_BWD_S_CUH
@@ -91,9 +93,9 @@ __host__ __device__ constexpr int s_tpr(int64_t n)
 __device__ __forceinline__ uint4 ldnc16(const void *p)
 {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
+                 : "l"(p), "l"(l2_evict_first()));
     return v;
 }
 
@@ -287,8 +289,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                     float *part = p.part + (int64_t)k * p.cs + cv;
 #pragma unroll
                     for (int e = 0; e < VEC; e += 4)
-                        __stcg(reinterpret_cast<float4 *>(part + e),
-                               make_float4(q[e], q[e + 1], q[e + 2], q[e + 3]));
+                        st_part4(part + e, make_float4(q[e], q[e + 1], q[e + 2], q[e + 3]));
                 }
             }
         }
