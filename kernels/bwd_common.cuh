@@ -43,9 +43,11 @@ enum { CTR_CLAIM = 0, CTR_DONE = 32, CTR_SLICE = 64, CTR_EXIT = 96, CTR_CANCEL =
 enum { CANCEL_UNKNOWN = 0, CANCEL_READING = 1, CANCEL_CLEAR = 2, CANCEL_SET = 3,
        CANCEL_GATED = 4 /* rnk_bwd_args.gate below its key: no done words either */ };
 /* The finish's slices: 32 columns under the contiguous order (finish_slice,
- * at most RNK_MAX_CHUNKS = 256 chunks), 8 (two float4 of each partial row)
- * under the interleaved one (finish_slices_il, up to MAX_CHUNKS_IL). */
-enum { FIN_COLS = 32, FIN_COLS_IL = 8 };
+ * at most RNK_MAX_CHUNKS = 256 chunks), 8 (FIN_CV_IL = 2 float4 of each
+ * partial row) under the interleaved one (finish_slices_il, up to
+ * MAX_CHUNKS_IL; slices of 4 columns were 0.4 % slower over the grid, up to
+ * 3 % at 4096 x 2048, bench/RESULTS.md 2026-12-07). */
+enum { FIN_COLS = 32, FIN_COLS_IL = 8, FIN_CV_IL = FIN_COLS_IL / 4 };
 /* Chunks' partials the contiguous finish stages in shared memory at a time
  * (its tile: FIN_BATCH * FIN_COLS floats). */
 #ifndef RNK_FIN_BATCH

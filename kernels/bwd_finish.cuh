@@ -14,6 +14,30 @@
 namespace rnk {
 
 /*
+ * d + a[0] + a[s] + a[2s] + ... + a[(k-1)s], added in that order, each
+ * addition rounded once: loads from shared memory eight at a time before
+ * their additions, so that the chain of additions does not wait for a load
+ * each (0.3 % over the grid on an H100, up to 1.8 % at 8192 x 1024;
+ * bench/RESULTS.md, 2026-12-07).
+ */
+__device__ __forceinline__ float sum_in_order(float d, const float *a, int s, int k)
+{
+    int i = 0;
+    for (; i + 8 <= k; i += 8) {
+        float t[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            t[u] = a[(i + u) * s];
+#pragma unroll
+        for (int u = 0; u < 8; u++)
+            d = __fadd_rn(d, t[u]);
+    }
+    for (; i < k; i++)
+        d = __fadd_rn(d, a[i * s]);
+    return d;
+}
+
+/*
  * Contiguous order: finish 32 columns [sl*32, sl*32+32): stage up to
  * FIN_BATCH chunks' partials at a time in shared memory (cp.async, all in
  * flight at once); each warp adds whole groups of RNK_DW_GROUP partials in
@@ -43,18 +67,14 @@ __device__ __forceinline__ void finish_slice(const Params &p, int sl, float *til
         __syncthreads();
         const int ng = (cnt + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
         for (int q = warp; q < ng; q += nw) {
-            const int k1 = (q + 1) * RNK_DW_GROUP < cnt ? (q + 1) * RNK_DW_GROUP : cnt;
-            float gs = 0.0f;
-            for (int k = q * RNK_DW_GROUP; k < k1; k++)
-                gs = __fadd_rn(gs, tile[k * FIN_COLS + lane]);
-            gsum[q][lane] = gs;
+            const int k0 = q * RNK_DW_GROUP;
+            const int k1 = k0 + RNK_DW_GROUP < cnt ? k0 + RNK_DW_GROUP : cnt;
+            gsum[q][lane] = sum_in_order(0.0f, tile + k0 * FIN_COLS + lane, FIN_COLS, k1 - k0);
         }
         __syncthreads();
         trace_groups(p);
-        if (warp == 0) {
-            for (int q = 0; q < ng; q++)
-                d = __fadd_rn(d, gsum[q][lane]);
-        }
+        if (warp == 0)
+            d = sum_in_order(d, &gsum[0][lane], FIN_COLS, ng);
         __syncthreads();
     }
     if (warp == 0 && ok)
@@ -97,13 +117,14 @@ __device__ __forceinline__ void fadd4(float4 &g, const float4 &x)
  */
 static_assert(RNK_DW_GROUP == 16, "fin_groups_pairs: groups of sixteen partials");
 __device__ __forceinline__ void fin_groups_pairs(const Params &p, int base, int SB,
-                                                 float4 (*gsum)[2])
+                                                 float4 (*gsum)[FIN_CV_IL])
 {
+    constexpr int CV = FIN_CV_IL;
     const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP, T = (int)blockDim.x;
-    const int items = SB * 2 * Q, hi = threadIdx.x & 1;
+    const int items = SB * CV * Q, hi = threadIdx.x & 1;
     for (int i0 = 0; i0 < 2 * items; i0 += T) {
         const int i = (i0 + (int)threadIdx.x) >> 1;
-        const int so = i / (2 * Q), r = i - so * 2 * Q, cv = r & 1, q = r >> 1;
+        const int so = i / (CV * Q), r = i - so * CV * Q, cv = r % CV, q = r / CV;
         const int64_t col = (int64_t)(base + so) * FIN_COLS_IL + cv * 4;
         const bool on = i < items, ok = on && base + so < p.nslices && col < p.n;
         const int cnt = P - q * RNK_DW_GROUP < RNK_DW_GROUP ? P - q * RNK_DW_GROUP : RNK_DW_GROUP;
@@ -135,8 +156,8 @@ __device__ __forceinline__ void fin_groups_pairs(const Params &p, int base, int 
 }
 
 /*
- * Interleaved order: finish slices of FIN_COLS_IL = 8 columns in rnk.h's
- * two-level order.  A block
+ * Interleaved order: finish slices of FIN_COLS_IL = 8 columns (FIN_CV_IL = 2
+ * float4 of each partial) in rnk.h's two-level order.  A block
  * takes SB slices at a time (il_slices_a_block); two
  * threads take one group of RNK_DW_GROUP partials of one float4 of a slice,
  * load the group's partials all at once (fin_groups_pairs) and one adds them
@@ -147,7 +168,7 @@ template <int MAXT>
 __device__ __forceinline__ void finish_slices_il(const Params &p)
 {
     constexpr int E = MAXT / 2 > MAX_GROUPS_IL ? MAXT / 2 : MAX_GROUPS_IL;
-    __shared__ float4 gsum[E][2];
+    __shared__ float4 gsum[E][FIN_CV_IL];
     const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
     const int T = (int)blockDim.x, SB = il_slices_a_block(p);
     for (int base = blockIdx.x * SB; base < p.nslices; base += gridDim.x * SB) {
@@ -158,11 +179,9 @@ __device__ __forceinline__ void finish_slices_il(const Params &p)
             const int so = i / FIN_COLS_IL, c = i % FIN_COLS_IL;
             const int64_t col = (int64_t)(base + so) * FIN_COLS_IL + c;
             if (base + so < p.nslices && col < p.n) {
+                /* gsum[so * Q + q][c >> 2], element c & 3, for q = 0 .. Q-1 */
                 const float *gs = reinterpret_cast<const float *>(&gsum[so * Q][c >> 2]) + (c & 3);
-                float d = 0.0f;
-                for (int q = 0; q < Q; q++)
-                    d = __fadd_rn(d, gs[q * 8]); /* gsum[so * Q + q][c >> 2], element c & 3 */
-                st_any(p.dw_dt, p.dw, col, d);
+                st_any(p.dw_dt, p.dw, col, sum_in_order(0.0f, gs, 4 * FIN_CV_IL, Q));
             }
         }
         __syncthreads();
