@@ -232,6 +232,21 @@ __device__ __forceinline__ unsigned long long l2_evict_last()
     asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
     return pol;
 }
+/* RNK_L2_PREFETCH (benchmark knob, prepared 2026-12-07, not yet measured):
+ * 128 or 256, the S rows' loads ask L2 to fetch that many bytes around each
+ * (.L2::128B / .L2::256B, RNK_L2_PF_SIZE); 0: no such hint. */
+#ifndef RNK_L2_PREFETCH
+#define RNK_L2_PREFETCH 0
+#endif
+#if RNK_L2_PREFETCH == 256
+#define RNK_L2_PF_SIZE ".L2::256B"
+#elif RNK_L2_PREFETCH == 128
+#define RNK_L2_PF_SIZE ".L2::128B"
+#elif RNK_L2_PREFETCH == 0
+#define RNK_L2_PF_SIZE ""
+#else
+#error "RNK_L2_PREFETCH: 0, 128 or 256"
+#endif
 /* A partial's float4 / float, stored at L2 (st.global.cg), evict last. */
 __device__ __forceinline__ void st_part4(float *p, float4 v)
 {

@@ -93,7 +93,8 @@ __host__ __device__ constexpr int s_tpr(int64_t n)
 __device__ __forceinline__ uint4 ldnc16(const void *p)
 {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint" RNK_L2_PF_SIZE
+                 ".v4.u32 {%0,%1,%2,%3}, [%4], %5;"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p), "l"(l2_evict_first()));
     return v;
