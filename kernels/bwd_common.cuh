@@ -214,8 +214,8 @@ __device__ __forceinline__ void st16(void *p, uint4 v)
  * (x, dy; and dx's stores, st.global.cs) ask to be evicted first.  The chunk
  * partials are written near the end and read once more by the finish: their
  * stores ask to be evicted last, the finish's loads first (they are dead
- * once read, and no line of ours stays behind at evict_last).  2.3-3.2 %
- * faster at the 2^26-element shapes and beyond, 1.7 % over the grid, on an
+ * once read, and no line of ours stays behind at evict_last).  2.6-2.9 %
+ * faster at the 2^26-element shapes and beyond, 1.8 % over the grid, on an
  * H100; the rows' hint alone changes nothing (bench/RESULTS.md,
  * 2026-12-07).  The policies live in uniform registers (the load's
  * descriptor), not in the thread's.
