@@ -473,9 +473,10 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
 #pragma unroll
                     for (int e = 0; e < VEC; e += 4)
                         st_part4(part + col[v] + e,
-                               make_float4(__fadd_rn(0.0f, acc[v][e]), __fadd_rn(0.0f, acc[v][e + 1]),
-                                           __fadd_rn(0.0f, acc[v][e + 2]),
-                                           __fadd_rn(0.0f, acc[v][e + 3])));
+                                 make_float4(__fadd_rn(0.0f, acc[v][e]),
+                                             __fadd_rn(0.0f, acc[v][e + 1]),
+                                             __fadd_rn(0.0f, acc[v][e + 2]),
+                                             __fadd_rn(0.0f, acc[v][e + 3])));
                 }
             }
         } else {
