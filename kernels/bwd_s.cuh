@@ -38,11 +38,28 @@
 
 namespace rnk {
 
+/* RNK_S_RX (benchmark knob, 1 in production): blocks RNK_S_RX times wider
+ * for rows of up to RNK_S_RX_MAXN columns (TPR * NV <= 256 up to 2048), so
+ * RNK_S_RX times the rows at once (rnk.h's G) and RNK_S_RX times fewer,
+ * longer chunks: the same rows a stripe, fewer partials for the finish.
+ * rnk_host.c's interleaved order follows it. */
+#ifndef RNK_S_RX
+#define RNK_S_RX 1
+#endif
+#ifndef RNK_S_RX_MAXN
+#define RNK_S_RX_MAXN 2048
+#endif
+/* The knob's factor for a row class of TPR * NV threads-times-vectors. */
+__host__ __device__ constexpr int s_rx(int tprnv)
+{
+    return tprnv * 8 <= RNK_S_RX_MAXN ? RNK_S_RX : 1;
+}
+
 /* Block shape of TPR threads a row holding NV vectors each: BT threads, R
  * rows at once, MINB blocks a SM (32 / NV warps: 64 * NV registers a
  * thread). */
 template <int TPR, int NV = 1> struct SShape {
-    static constexpr int BT = TPR < 128 ? 128 : TPR;
+    static constexpr int BT = (TPR < 128 ? 128 : TPR) * s_rx(TPR * NV);
     static constexpr int R = BT / TPR;
     static constexpr int WPR = TPR / 32;
     static constexpr int MINB = 1024 / (BT * NV) > 0 ? 1024 / (BT * NV) : 1;
@@ -50,8 +67,8 @@ template <int TPR, int NV = 1> struct SShape {
 /* The block's shared arrays: the row sums of each warp (double-buffered by
  * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag. */
 template <int TPR, int VEC, int NV = 1> struct SShared {
-    float red[2][SShape<TPR>::R][SShape<TPR>::WPR][2];
-    float comb[SShape<TPR>::R > 1 ? (SShape<TPR>::R - 1) * TPR * VEC * NV : 1];
+    float red[2][SShape<TPR, NV>::R][SShape<TPR, NV>::WPR][2];
+    float comb[SShape<TPR, NV>::R > 1 ? (SShape<TPR, NV>::R - 1) * TPR * VEC * NV : 1];
     int claim[2], last;
 };
 /* The fast path's widest row: 8192 columns (512 threads of 16). */
@@ -143,6 +160,42 @@ __device__ __forceinline__ void s_load(const Params &p, SRow<NV> &d, int64_t row
         }
     if (RS)
         d.rs = __ldg(p.rstd + row);
+}
+
+/* RNK_S_PF0 (benchmark knob, 0 in production): at entry, before the first
+ * claim's answer is back, ask L2 for the first two rows of each stripe of
+ * chunk blockIdx.x, the chunk a block most often claims first (any block
+ * that claims it finds them there; the rows are read once anyway, so a
+ * wrong guess costs nothing but the order of the loads). */
+#ifndef RNK_S_PF0
+#define RNK_S_PF0 0
+#endif
+__device__ __forceinline__ void prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+template <class T, int TPR, int NV>
+__device__ __forceinline__ void s_prefetch_first(const Params &p)
+{
+    constexpr int R = SShape<TPR, NV>::R, CS = TPR * Vec<T>::N;
+    constexpr int64_t ES = (int64_t)sizeof(T);
+    const int k = blockIdx.x, grp = threadIdx.x / TPR, col = (threadIdx.x % TPR) * Vec<T>::N;
+    if (k >= p.nchunks)
+        return;
+    const int64_t cnt = chunk_len(p, k);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int64_t j = grp + h * R;
+        if (j >= cnt)
+            break;
+        const int64_t row = k + j * p.nchunks;
+#pragma unroll
+        for (int v = 0; v < NV; v++)
+            if (col + v * CS < p.n) {
+                prefetch_l2((const char *)p.x + (row * p.xs + col + v * CS) * ES);
+                prefetch_l2((const char *)p.dy + (row * p.dys + col + v * CS) * ES);
+            }
+    }
 }
 
 /*
@@ -313,6 +366,8 @@ __global__ void __launch_bounds__(SShape<TPR, NV>::BT, SShape<TPR, NV>::MINB) s_
     /* The first claim goes out before the cancel word is known, as on the
      * other paths (bwd_kernel.cuh). */
     const unsigned nxt = claim_issue(p);
+    if (RNK_S_PF0)
+        s_prefetch_first<T, TPR, NV>(p);
     if (int c = cancelled(p); c != CANCEL_CLEAR) {
         finish_and_exit<true, SShape<TPR, NV>::BT>(p, nullptr, false, c != CANCEL_GATED);
         return;

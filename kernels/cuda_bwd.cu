@@ -249,7 +249,7 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
             const int tpr = s_tpr(a->n);
             pl->path = PATH_S;
             p.tpr = tpr;
-            pl->threads = tpr < 128 ? 128 : tpr;
+            pl->threads = (tpr < 128 ? 128 : tpr) * s_rx(tpr * s_nv(a->n));
         } else {
             int64_t tp = (a->n + 31) / 32 * 32;
             p.tpr = (int)(tp > 1024 / p.G ? 1024 / p.G : tp);

@@ -232,6 +232,16 @@ int rnk_chunk_stripes(int64_t n)
 #define RNK_IL_MIN_LOG2 23
 #endif
 
+/* RNK_S_RX, RNK_S_RX_MAXN: bwd_s.cuh's benchmark knob (wider S blocks for
+ * rows of up to RNK_S_RX_MAXN columns), which the order follows: RNK_S_RX
+ * times the stripes, RNK_S_RX times fewer chunks. */
+#ifndef RNK_S_RX
+#define RNK_S_RX 1
+#endif
+#ifndef RNK_S_RX_MAXN
+#define RNK_S_RX_MAXN 2048
+#endif
+
 int rnk_chunk_interleaved(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx)
 {
     if (!((x == RNK_BF16 || x == RNK_F16) && dy == x && dx == x &&
@@ -246,12 +256,13 @@ void rnk_chunking_of(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype 
                      rnk_chunking *c)
 {
     if (m > 0 && rnk_chunk_interleaved(m, n, x, dy, dx)) {
-        int64_t p = 132 * (n <= 1024 ? 8 : n <= 2048 ? 4 : n <= 4096 ? 2 : 1);
-        const int64_t cap = m / RNK_IL_MIN_ROWS; /* (m >= 2048 here: cap >= 128) */
+        const int rx = n <= RNK_S_RX_MAXN ? RNK_S_RX : 1;
+        int64_t p = 132 * (n <= 1024 ? 8 : n <= 2048 ? 4 : n <= 4096 ? 2 : 1) / rx;
+        const int64_t cap = m / (RNK_IL_MIN_ROWS * rx); /* (m >= 2048 here) */
         if (p > cap)
             p = p >= 2 * cap ? 2 * cap : cap;
         c->interleaved = 1;
-        c->stripes = n <= 256 ? 4 : n <= 512 ? 2 : 1;
+        c->stripes = (n <= 256 ? 4 : n <= 512 ? 2 : 1) * rx;
         c->nchunks = p;
         c->rows = 0;
         return;
