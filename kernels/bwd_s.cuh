@@ -38,18 +38,12 @@
 
 namespace rnk {
 
-/* RNK_S_RX (benchmark knob, 1 in production): blocks RNK_S_RX times wider
- * for rows of up to RNK_S_RX_MAXN columns (TPR * NV <= 256 up to 2048), so
- * RNK_S_RX times the rows at once (rnk.h's G) and RNK_S_RX times fewer,
- * longer chunks: the same rows a stripe, fewer partials for the finish.
- * rnk_host.c's interleaved order follows it. */
-#ifndef RNK_S_RX
-#define RNK_S_RX 1
-#endif
-#ifndef RNK_S_RX_MAXN
-#define RNK_S_RX_MAXN 2048
-#endif
-/* The knob's factor for a row class of TPR * NV threads-times-vectors. */
+/* rnk.h's RNK_S_RX (benchmark knob, 1 in production): blocks RNK_S_RX times
+ * wider for rows of up to RNK_S_RX_MAXN columns (the row classes whose
+ * TPR * NV * 8 columns are at most that), so RNK_S_RX times the rows at
+ * once (rnk.h's G) and RNK_S_RX times fewer, longer chunks: the same rows a
+ * stripe, fewer partials for the finish.  The knob's factor for the row
+ * class of TPR threads of NV vectors: */
 __host__ __device__ constexpr int s_rx(int tprnv)
 {
     return tprnv * 8 <= RNK_S_RX_MAXN ? RNK_S_RX : 1;
@@ -166,7 +160,9 @@ __device__ __forceinline__ void s_load(const Params &p, SRow<NV> &d, int64_t row
  * claim's answer is back, ask L2 for the first two rows of each stripe of
  * chunk blockIdx.x, the chunk a block most often claims first (any block
  * that claims it finds them there; the rows are read once anyway, so a
- * wrong guess costs nothing but the order of the loads). */
+ * wrong guess costs nothing but the order of the loads).  The prefetches go
+ * out before the gate's verdict (cancelled()); no value is read, but that
+ * they may is to be settled before the knob is taken. */
 #ifndef RNK_S_PF0
 #define RNK_S_PF0 0
 #endif

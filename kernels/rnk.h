@@ -140,6 +140,19 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen);
  *     G = rnk_chunk_stripes(n) stripes.
  * rnk_chunking_of() gives the order, P, C and G of a call.
  */
+
+/* A benchmark knob of the interleaved order (1 in production): for n <=
+ * RNK_S_RX_MAXN, RNK_S_RX times the G above and RNK_S_RX times fewer chunks
+ * (P / RNK_S_RX, at most m / (16 * RNK_S_RX), or twice that where that is
+ * no more), which bwd_s.cuh's blocks RNK_S_RX times wider run.  Both
+ * backends must be built with the same values. */
+#ifndef RNK_S_RX
+#define RNK_S_RX 1
+#endif
+#ifndef RNK_S_RX_MAXN
+#define RNK_S_RX_MAXN 2048
+#endif
+
 typedef struct rnk_chunking {
     int interleaved;   /* 1: the interleaved order, 0: the contiguous one */
     int stripes;       /* G */

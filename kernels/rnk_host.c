@@ -232,16 +232,6 @@ int rnk_chunk_stripes(int64_t n)
 #define RNK_IL_MIN_LOG2 23
 #endif
 
-/* RNK_S_RX, RNK_S_RX_MAXN: bwd_s.cuh's benchmark knob (wider S blocks for
- * rows of up to RNK_S_RX_MAXN columns), which the order follows: RNK_S_RX
- * times the stripes, RNK_S_RX times fewer chunks. */
-#ifndef RNK_S_RX
-#define RNK_S_RX 1
-#endif
-#ifndef RNK_S_RX_MAXN
-#define RNK_S_RX_MAXN 2048
-#endif
-
 int rnk_chunk_interleaved(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx)
 {
     if (!((x == RNK_BF16 || x == RNK_F16) && dy == x && dx == x &&
