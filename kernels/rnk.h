@@ -144,8 +144,10 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen);
 /* A benchmark knob of the interleaved order (1 in production): for n <=
  * RNK_S_RX_MAXN, RNK_S_RX times the G above and RNK_S_RX times fewer chunks
  * (P / RNK_S_RX, at most m / (16 * RNK_S_RX), or twice that where that is
- * no more), which bwd_s.cuh's blocks RNK_S_RX times wider run.  Both
- * backends must be built with the same values. */
+ * no more), which bwd_s.cuh's blocks RNK_S_RX times wider run.
+ * RNK_S_RX_MAXN is one of S's row classes' widths (256, 512, 1024, 2048),
+ * which is how bwd_s.cuh's s_rx() sees it.  Both backends must be built
+ * with the same values. */
 #ifndef RNK_S_RX
 #define RNK_S_RX 1
 #endif
