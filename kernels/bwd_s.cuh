@@ -160,9 +160,10 @@ __device__ __forceinline__ void s_load(const Params &p, SRow<NV> &d, int64_t row
  * claim's answer is back, ask L2 for the first two rows of each stripe of
  * chunk blockIdx.x, the chunk a block most often claims first (any block
  * that claims it finds them there; the rows are read once anyway, so a
- * wrong guess costs nothing but the order of the loads).  The prefetches go
- * out before the gate's verdict (cancelled()); no value is read, but that
- * they may is to be settled before the knob is taken. */
+ * wrong guess costs nothing but the order of the loads).  Only after an
+ * open gate and a clear cancel word (cancelled()), as every other access to
+ * a tensor: a shut gate may mean the client's allocations are going away.
+ * Without either word (bench_kernel's default) the verdict is immediate. */
 #ifndef RNK_S_PF0
 #define RNK_S_PF0 0
 #endif
@@ -362,12 +363,12 @@ __global__ void __launch_bounds__(SShape<TPR, NV>::BT, SShape<TPR, NV>::MINB) s_
     /* The first claim goes out before the cancel word is known, as on the
      * other paths (bwd_kernel.cuh). */
     const unsigned nxt = claim_issue(p);
-    if (RNK_S_PF0)
-        s_prefetch_first<T, TPR, NV>(p);
     if (int c = cancelled(p); c != CANCEL_CLEAR) {
         finish_and_exit<true, SShape<TPR, NV>::BT>(p, nullptr, false, c != CANCEL_GATED);
         return;
     }
+    if (RNK_S_PF0)
+        s_prefetch_first<T, TPR, NV>(p);
     if (threadIdx.x == 0)
         sh.claim[0] = (int)nxt;
     __syncthreads();
