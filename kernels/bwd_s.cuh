@@ -38,8 +38,8 @@
 
 namespace rnk {
 
-/* rnk.h's RNK_S_RX (benchmark knob, 1 in production): blocks RNK_S_RX times
- * wider for rows of up to RNK_S_RX_MAXN columns (the row classes whose
+/* rnk.h's RNK_S_RX (2 in production; RNK_S_RX_MAXN 1024): blocks RNK_S_RX
+ * times wider for rows of up to RNK_S_RX_MAXN columns (the row classes whose
  * TPR * NV * 8 columns are at most that), so RNK_S_RX times the rows at
  * once (rnk.h's G) and RNK_S_RX times fewer, longer chunks: the same rows a
  * stripe, fewer partials for the finish.  The knob's factor for the row

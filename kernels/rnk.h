@@ -130,29 +130,33 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen);
  *     all bf16 or all fp16, m >= n (m >= n / 2 for n > 4096), and 512 < n <=
  *     8192 with m * n >= 2^23, 256 < n <= 512 with m * n >= 2^22, or 128 < n
  *     <= 256 with m * n >= 2^24.
- *     P = 132 * k chunks (k = 8 for n <= 1024, 4 for n <= 2048, 2 for n <=
- *     4096, else 1),
- *     at most m / 16, or m / 8 where that is at most 132 * k; chunk c holds
- *     the rows c, c + P, c + 2P, ... below m;
- *     G = 4 stripes for n <= 256, 2 for n <= 512, else 1.
+ *     P = 132 * k chunks (k = 4 for n <= 2048, 2 for n <= 4096, else 1),
+ *     at most m / L, or 2m / L where that is at most 132 * k (L = 32 for
+ *     n <= 1024, else 16); chunk c holds the rows c, c + P, c + 2P, ...
+ *     below m;
+ *     G = 8 stripes for n <= 256, 4 for n <= 512, 2 for n <= 1024, else 1.
  *   contiguous, everywhere else: C = rnk_chunk_rows(m, n) rows a chunk, P =
  *     ceil(m / C) chunks, chunk c holds rows c*C .. min((c+1)*C, m)-1;
  *     G = rnk_chunk_stripes(n) stripes.
  * rnk_chunking_of() gives the order, P, C and G of a call.
  */
 
-/* A benchmark knob of the interleaved order (1 in production): for n <=
- * RNK_S_RX_MAXN, RNK_S_RX times the G above and RNK_S_RX times fewer chunks
- * (P / RNK_S_RX, at most m / (16 * RNK_S_RX), or twice that where that is
- * no more), which bwd_s.cuh's blocks RNK_S_RX times wider run.
+/* The interleaved order's rows up to 1024 columns, as knobs for measuring
+ * it (production: 2 and 1024).  For n <= RNK_S_RX_MAXN, RNK_S_RX times the
+ * G of S's narrower blocks (4, 2, 1 at n <= 256, 512, 1024) and RNK_S_RX
+ * times fewer chunks than theirs (132 * 8 / RNK_S_RX, at most m / (16 *
+ * RNK_S_RX), or twice that where that is no more), which bwd_s.cuh's blocks
+ * RNK_S_RX times wider run; the text above is production's.  RNK_S_RX = 1
+ * was the order before (bench/RESULTS.md, 2026-12-07 15:14: 2 and 1024 are
+ * 2-5 % faster at 8192-65536 x 512 and 8192 x 1024, 0.9 % over the grid).
  * RNK_S_RX_MAXN is one of S's row classes' widths (256, 512, 1024, 2048),
  * which is how bwd_s.cuh's s_rx() sees it.  Both backends must be built
  * with the same values. */
 #ifndef RNK_S_RX
-#define RNK_S_RX 1
+#define RNK_S_RX 2
 #endif
 #ifndef RNK_S_RX_MAXN
-#define RNK_S_RX_MAXN 2048
+#define RNK_S_RX_MAXN 1024
 #endif
 
 typedef struct rnk_chunking {
@@ -195,8 +199,9 @@ int64_t rnk_chunk_rows(int64_t m, int64_t n);
  *              rounded once to dw's dtype.
  * x, dy and rstd are the stored values, upcast to fp32 exactly; rstd is the
  * given one, or the recomputed one (below).  Examples: bf16 rows, m = 100000,
- * n = 1024: interleaved, P = 1056, G = 1, chunk 5 adds rows 5, 1061, 2117,
- * ... in that order; the same shape in fp32: contiguous, C = 392, P = 256,
+ * n = 1024: interleaved, P = 528, G = 2, chunk 5 holds rows 5, 533, 1061,
+ * 1589, ...: stripe 0 adds 5, 1061, ... and stripe 1 533, 1589, ... in that
+ * order; the same shape in fp32: contiguous, C = 392, P = 256,
  * G = 8, chunk 5 = rows 1960 .. 2351, stripe 3 = rows 1963, 1971, ...
  * (Groups of 16 chunks cut the GPU's dependent chain of additions per column
  * from P to 16 + P/16; the order is still fixed.)

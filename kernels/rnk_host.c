@@ -205,7 +205,11 @@ int rnk_chunk_stripes(int64_t n)
  * 1056 chunks against 1024, and 0-0.5 % at 4096 x 4096, 264 against 256);
  * chunk c holds rows c, c + P, ... (every chunk sees the same mix of the
  * tensor, and a block walks its rows with one stride); G = 4 at n <= 256, 2
- * at n <= 512, else 1.
+ * at n <= 512, else 1.  Up to 1024 columns, S's blocks are since twice as
+ * wide (rnk.h's RNK_S_RX): twice those G, half those P and half the cap (m
+ * / 32, or m / 16), 2-5 % faster at 8192-65536 x 512 and 8192 x 1024 on an
+ * H100 (fewer partials, one round of the finish's group loads); wider at
+ * 2048 columns too was 1 % slower there.
  *
  * It applies to bf16 or fp16 rows (x, dy, dx of one of those), m >= n (m >=
  * n / 2 beyond 4096 columns), and 512 < n <= 8192 with m * n >= 2^23:

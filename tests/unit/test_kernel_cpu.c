@@ -423,7 +423,7 @@ static void test_chunk_geometry(void **state)
                 assert_int_equal(ch.rows, 0);
                 assert_true(ch.nchunks >= 1 && ch.nchunks <= 1056);
                 assert_true(m / ch.nchunks >= 8); /* at least 8 rows a chunk */
-                assert_int_equal(ch.stripes, n <= 256 ? 4 : n <= 512 ? 2 : 1);
+                assert_int_equal(ch.stripes, n <= 256 ? 8 : n <= 512 ? 4 : n <= 1024 ? 2 : 1);
             }
         }
     assert_int_equal(rnk_chunk_rows(4096, 4096), 32);   /* RNK_MIN_CHUNK_ROWS */
@@ -435,14 +435,15 @@ static void test_chunk_geometry(void **state)
     assert_int_equal(rnk_chunk_stripes(1024), 8);
     assert_int_equal(rnk_chunk_stripes(2048), 4);
     assert_int_equal(rnk_chunk_stripes(4096), 1);
-    /* The interleaved order's P: 132 * 8 / 4 / 2 / 1, at most m / 16, or m / 8
-     * where that is no more. */
-    static const int64_t ilp[][3] = {{65536, 1024, 1056}, {65536, 2048, 528}, {65536, 4096, 264},
-                                     {65536, 8192, 132},  {16384, 1024, 1024}, {4096, 4096, 256},
-                                     {32768, 512, 1056},  {100000, 1024, 1056}, {8192, 1024, 1024},
-                                     {65536, 256, 1056}, {8192, 512, 1024}, {4096, 8192, 132},
-                                     {8192, 6144, 132},   {4096, 2048, 512},  {8192, 2048, 512},
-                                     {16384, 512, 1024}, {10000, 1024, 625}, {12288, 1024, 768}};
+    /* The interleaved order's P: 132 * 4 / 4 / 2 / 1, at most m / 32 (to 1024
+     * columns) or m / 16, or twice that where that is no more. */
+    static const int64_t ilp[][3] = {{65536, 1024, 528}, {65536, 2048, 528}, {65536, 4096, 264},
+                                     {65536, 8192, 132}, {16384, 1024, 512}, {4096, 4096, 256},
+                                     {32768, 512, 528},  {100000, 1024, 528}, {8192, 1024, 512},
+                                     {65536, 256, 528},  {8192, 512, 512},    {4096, 8192, 132},
+                                     {8192, 6144, 132},  {4096, 2048, 512},   {8192, 2048, 512},
+                                     {16384, 512, 512},  {10000, 1024, 312},  {12288, 1024, 384},
+                                     {8448, 1024, 528},  {8480, 1024, 265}};
     for (size_t i = 0; i < sizeof ilp / sizeof ilp[0]; i++) {
         rnk_chunking ch;
         rnk_chunking_of(ilp[i][0], ilp[i][1], RNK_BF16, RNK_BF16, RNK_BF16, &ch);
@@ -633,7 +634,7 @@ static void test_dw_documented_order(void **state)
     /* Contiguous: 1000 x 256: 250 chunks, so 15 full groups of RNK_DW_GROUP
      * and one of 10; 3000 x 1024 bf16 (too small to interleave), fp32 rows.
      * Interleaved: 4096 x 4096 bf16 (P = 256, G = 1), 32768 x 512 fp16
-     * (P = 1056, G = 2: 31 or 32 rows a chunk). */
+     * (P = 528, G = 4: 62 or 63 rows a chunk). */
     static const struct {
         int64_t m, n;
         rnk_dtype t;
