@@ -34,7 +34,8 @@
  * follow the variant or its place in the run?).  --cancel: every launch
  * carries a clear cancel word (rnk_bwd_args.cancel) in pinned mapped host
  * memory (as the daemon's fast path gives it) or device memory.
- * Writes DIR/kernel.csv and DIR/kernel.json; prints a table and the targets.
+ * Writes DIR/kernel.csv and DIR/kernel.json (DIR is made if missing; its
+ * parent must exist); prints a table and the targets.
  * bench_kernel --trace [M,N[,w][+M,N[,w]...]] (repeatable; a build with
  * -DRNK_TRACE=1 only) instead prints per-block timelines of the production
  * launch (kernel_trace.c), CSVs in --out DIR when given.
@@ -42,11 +43,13 @@
  * kernel_torch.py --accuracy DIR wrote (kernel_accuracy.c).
  */
 #include <cuda_runtime_api.h>
+#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "gpu/e2e_cuda.h"
@@ -473,6 +476,11 @@ int main(int argc, char **argv)
 #endif
     if (trace && ntr == 0)
         kt_parse(KT_DEFAULT_SHAPES, tr, &ntr);
+    /* The output folder first (one level made), not after minutes of runs. */
+    if (mkdir(out, 0777) != 0 && errno != EEXIST) {
+        fprintf(stderr, "bench_kernel: --out %s: %s\n", out, strerror(errno));
+        return 2;
+    }
     char msg[256];
     int *flags;
     CU(cudaSetDeviceFlags(cudaDeviceMapHost));
@@ -584,8 +592,13 @@ int main(int argc, char **argv)
     char date[64];
     strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
     printf("GPU: %s, %d SMs; %s\n", prop.name, prop.multiProcessorCount, date);
-    printf("D2D copy bandwidth (read + write): %.3f TB/s at start, %.3f TB/s at end\n",
-           copy_bw / 1e12, copy_bw2 / 1e12);
+    if (copy)
+        printf("D2D copy bandwidth (read + write): %.3f TB/s at start, %.3f TB/s at end\n",
+               copy_bw / 1e12, copy_bw2 / 1e12);
+    else
+        printf("D2D copy bandwidth: not measured (--shape without --floor); %%copy assumes "
+               "%.2f TB/s\n",
+               copy_bw / 1e12);
     printf("\n%6s %5s %4s | %8s %6s %5s | %8s %8s %5s %5s | %8s %8s %8s %8s | %5s %5s %5s %5s\n",
            "M", "N", "w", "fused us", "TB/s", "%copy", "sep us", "atom us", "f/sep", "f/atm",
            "eager us", "comp us", "det us", "quack us", "f/eag", "f/cmp", "f/det", "f/qck");
@@ -600,8 +613,10 @@ int main(int argc, char **argv)
     fprintf(csv, "m,n,w,bytes,fused_us,separate_us,atomic_us,torch_eager_us,torch_compile_us,"
                  "torch_compile_det_us,quack_us,fused_tbps,floor_us,plan\n");
     fprintf(js, "{\n  \"gpu\": \"%s\", \"sms\": %d, \"date\": \"%s\",\n"
-                "  \"copy_tbps\": %.4f, \"copy_tbps_end\": %.4f,\n  \"rows\": [\n",
-            prop.name, prop.multiProcessorCount, date, copy_bw / 1e12, copy_bw2 / 1e12);
+                "  \"copy_tbps\": %.4f, \"copy_tbps_end\": %.4f, \"copy_measured\": %s,\n"
+                "  \"rows\": [\n",
+            prop.name, prop.multiProcessorCount, date, copy_bw / 1e12, copy_bw2 / 1e12,
+            copy ? "true" : "false");
     /* Issue 15's targets; a ratio x/fused > 1 means fused is faster. */
     int miss_bw = 0, big = 0, miss_sep = 0, miss_atom = 0, miss_q = 0, nq = 0;
     int miss_e = 0, miss_c = 0, miss_d = 0, nt = 0;
