@@ -131,9 +131,9 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen);
  *     8192 with m * n >= 2^23, 256 < n <= 512 with m * n >= 2^22, or 128 < n
  *     <= 256 with m * n >= 2^24.
  *     P = 132 * k chunks (k = 4 for n <= 2048, 2 for n <= 4096, else 1),
- *     at most m / L, or 2m / L where that is at most 132 * k (L = 32 for
- *     n <= 1024, else 16); chunk c holds the rows c, c + P, c + 2P, ...
- *     below m;
+ *     at most m / d (integer division; d = 32 for n <= 1024, else 16), or
+ *     twice that where that is at most 132 * k; chunk c holds the rows c,
+ *     c + P, c + 2P, ... below m;
  *     G = 8 stripes for n <= 256, 4 for n <= 512, 2 for n <= 1024, else 1.
  *   contiguous, everywhere else: C = rnk_chunk_rows(m, n) rows a chunk, P =
  *     ceil(m / C) chunks, chunk c holds rows c*C .. min((c+1)*C, m)-1;
