@@ -200,7 +200,8 @@ INTEG_BINS := $(call suite_tests,integration) $(call suite_progs,integration)
 GPU_BINS := $(if $(HAVE_CUDA),$(call suite_tests,gpu) $(call suite_progs,gpu))
 # The programs in bench/ measure the GPU; the CPU backend's benchmark is
 # `rmsnormctl bench`.
-BENCH_SHARED := bench/kernel_trace.c bench/kernel_accuracy.c bench/kernel_floor.c bench/e2e_client.c bench/seqwords_daemon.c bench/bench_host.c
+BENCH_SHARED := bench/kernel_trace.c bench/kernel_accuracy.c bench/kernel_floor.c \
+                bench/kernel_report.c bench/e2e_client.c bench/seqwords_daemon.c bench/bench_host.c
 BENCH_BINS := $(if $(HAVE_CUDA),$(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out $(BENCH_SHARED),$(wildcard bench/*.c))))
 FUZZ_SRC := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/replay_%,$(FUZZ_SRC))
@@ -396,7 +397,8 @@ $(BUILD)/tests/integration/test_fastpath_dev: TEST_LIBS += -Wl,--wrap=rnc_transa
 $(BUILD)/tests/integration/test_client_loss: TEST_LIBS += -Wl,--wrap=fcntl
 
 # A program's own object, then the shared bench objects it uses.
-$(BUILD)/bench/bench_kernel: $(addprefix $(BUILD)/obj/bench/,kernel_trace.o kernel_accuracy.o kernel_floor.o)
+$(BUILD)/bench/bench_kernel: $(addprefix $(BUILD)/obj/bench/,kernel_trace.o kernel_accuracy.o kernel_floor.o \
+                                                       kernel_report.o)
 $(BUILD)/bench/bench_e2e_cuda: $(BUILD)/obj/bench/e2e_client.o
 $(BUILD)/bench/bench_seqwords: $(BUILD)/obj/bench/seqwords_daemon.o
 $(BUILD)/bench/bench_bell: $(BUILD)/obj/bench/bench_host.o
