@@ -156,45 +156,6 @@ __device__ __forceinline__ void s_load(const Params &p, SRow<NV> &d, int64_t row
         d.rs = __ldg(p.rstd + row);
 }
 
-/* RNK_S_PF0 (benchmark knob, 0 in production): at entry, before the first
- * claim's answer is back, ask L2 for the first two rows of each stripe of
- * chunk blockIdx.x, the chunk a block most often claims first (any block
- * that claims it finds them there; the rows are read once anyway, so a
- * wrong guess costs nothing but the order of the loads).  Only after an
- * open gate and a clear cancel word (cancelled()), as every other access to
- * a tensor: a shut gate may mean the client's allocations are going away.
- * Without either word (bench_kernel's default) the verdict is immediate. */
-#ifndef RNK_S_PF0
-#define RNK_S_PF0 0
-#endif
-__device__ __forceinline__ void prefetch_l2(const void *p)
-{
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-template <class T, int TPR, int NV>
-__device__ __forceinline__ void s_prefetch_first(const Params &p)
-{
-    constexpr int R = SShape<TPR, NV>::R, CS = TPR * Vec<T>::N;
-    constexpr int64_t ES = (int64_t)sizeof(T);
-    const int k = blockIdx.x, grp = threadIdx.x / TPR, col = (threadIdx.x % TPR) * Vec<T>::N;
-    if (k >= p.nchunks)
-        return;
-    const int64_t cnt = chunk_len(p, k);
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int64_t j = grp + h * R;
-        if (j >= cnt)
-            break;
-        const int64_t row = k + j * p.nchunks;
-#pragma unroll
-        for (int v = 0; v < NV; v++)
-            if (col + v * CS < p.n) {
-                prefetch_l2((const char *)p.x + (row * p.xs + col + v * CS) * ES);
-                prefetch_l2((const char *)p.dy + (row * p.dys + col + v * CS) * ES);
-            }
-    }
-}
-
 /*
  * The claim loop from the block's first chunk k0 on: rows, dx, the chunk's
  * partial (stripes added in order: p = +0 + stripe_0 + ... + stripe_{R-1})
@@ -367,8 +328,6 @@ __global__ void __launch_bounds__(SShape<TPR, NV>::BT, SShape<TPR, NV>::MINB) s_
         finish_and_exit<true, SShape<TPR, NV>::BT>(p, nullptr, false, c != CANCEL_GATED);
         return;
     }
-    if (RNK_S_PF0)
-        s_prefetch_first<T, TPR, NV>(p);
     if (threadIdx.x == 0)
         sh.claim[0] = (int)nxt;
     __syncthreads();
