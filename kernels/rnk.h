@@ -127,9 +127,9 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen);
  * strides, the grid, the device, its SM count or the thread count.  Two
  * orders:
  *   interleaved, when rnk_chunk_interleaved(m, n, x, dy, dx): x, dy and dx
- *     all bf16 or all fp16, m >= n (m >= n / 2 for n > 4096), and 512 < n <=
- *     8192 with m * n >= 2^23, 256 < n <= 512 with m * n >= 2^22, or 128 < n
- *     <= 256 with m * n >= 2^24.
+ *     all bf16 or all fp16, m >= n (m >= n / 2 for n > 4096), and 1024 < n
+ *     <= 8192 with m * n >= 2^23, 512 < n <= 1024 with m * n >= 2^22, 256 <
+ *     n <= 512 with m * n >= 2^21, or 128 < n <= 256 with m * n >= 2^20.
  *     P = 132 * k chunks (k = 4 for n <= 2048, 2 for n <= 4096, else 1),
  *     at most m / d (integer division; d = 32 for n <= 1024, else 16), or
  *     twice that where that is at most 132 * k; chunk c holds the rows c,

@@ -212,28 +212,38 @@ int rnk_chunk_stripes(int64_t n)
  * 2048 columns too was 1 % slower there.
  *
  * It applies to bf16 or fp16 rows (x, dy, dx of one of those), m >= n (m >=
- * n / 2 beyond 4096 columns), and 512 < n <= 8192 with m * n >= 2^23:
+ * n / 2 beyond 4096 columns), and 1024 < n <= 8192 with m * n >= 2^23:
  * where S was faster than the ring kernel under the contiguous order (4-12
  * % from 16384 rows and n >= 1024, 2-3 % at 4096 x 4096, 11 % at 8192 x
- * 1024; equal at 4096 x 2048; 4096 x 8192 with one chunk a block 7-8 %);
- * 6-15 % slower at 4096 x 1024, which stays contiguous.  And
- * 256 < n <= 512 from 2^22 (S's blocks of two two-warp rows): 2-6 % faster
- * at 8192 x 512, 12288 x 512 and 16384 x 384 on an H100; 4096 x 512 (2^21)
- * was 10 % slower there, so it stays contiguous.  And 128 < n <= 256 from
- * 2^24 (S's blocks of four one-warp rows): 2-4 % faster at 65536 x 256 on
- * an H100, where the ring kernel's 256 chunks on 132 SMs end 13 us apart;
- * no faster at 32768 x 256 (0.99-1.00), which stays contiguous with the
- * smaller shapes, where the ring kernel led by 6-15 % when S was new.
+ * 1024; equal at 4096 x 2048; 4096 x 8192 with one chunk a block 7-8 %).
+ * Up to 1024 columns the thresholds were set from S's measurements, and
+ * set again once its blocks there were twice as wide: 512 < n <= 1024
+ * from 2^22 and 256 < n <= 512 from 2^21 (4096 x 1024 5-7 %, 4096 x 512
+ * 2-3 % faster than the ring kernel on an H100; with S's narrower blocks
+ * they were 6-15 % and 10 % slower), 128 < n <= 256 from 2^20 (4096 x 256
+ * 1 %, 8192 x 256 3-5 %, 16384 and 32768 x 256 5-6 % faster; with the
+ * narrower blocks 4096 x 256 was 9 % slower and 32768 x 256 0.99-1.00,
+ * while 65536 x 256 gained 2-4 %, where the ring kernel's 256 chunks on 132
+ * SMs end 13 us apart).
  */
 #ifndef RNK_IL_MIN_ROWS
 #define RNK_IL_MIN_ROWS 16
 #endif
 
-/* log2 of the fewest elements m * n for n > 512; one more for n <= 256, one
- * fewer for 256 < n <= 512 (a knob for measuring the rule; the order it
- * gives is production's only at 23) */
-#ifndef RNK_IL_MIN_LOG2
-#define RNK_IL_MIN_LOG2 23
+/* log2 of the fewest elements m * n for each width class: n <= 256, <= 512,
+ * <= 1024 and beyond (knobs for measuring the rule; production: 20, 21, 22,
+ * 23) */
+#ifndef RNK_IL_LOG2_256
+#define RNK_IL_LOG2_256 20
+#endif
+#ifndef RNK_IL_LOG2_512
+#define RNK_IL_LOG2_512 21
+#endif
+#ifndef RNK_IL_LOG2_1024
+#define RNK_IL_LOG2_1024 22
+#endif
+#ifndef RNK_IL_LOG2_WIDE
+#define RNK_IL_LOG2_WIDE 23
 #endif
 
 int rnk_chunk_interleaved(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx)
@@ -241,9 +251,10 @@ int rnk_chunk_interleaved(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_d
     if (!((x == RNK_BF16 || x == RNK_F16) && dy == x && dx == x &&
           (m >= n || (n > 4096 && 2 * m >= n)) && n > 128 && n <= 8192))
         return 0;
-    return m * n >= ((int64_t)1 << (n <= 256   ? RNK_IL_MIN_LOG2 + 1
-                                    : n <= 512 ? RNK_IL_MIN_LOG2 - 1
-                                               : RNK_IL_MIN_LOG2));
+    return m * n >= ((int64_t)1 << (n <= 256    ? RNK_IL_LOG2_256
+                                    : n <= 512  ? RNK_IL_LOG2_512
+                                    : n <= 1024 ? RNK_IL_LOG2_1024
+                                                : RNK_IL_LOG2_WIDE));
 }
 
 void rnk_chunking_of(int64_t m, int64_t n, rnk_dtype x, rnk_dtype dy, rnk_dtype dx,

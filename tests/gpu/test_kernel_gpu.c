@@ -637,7 +637,7 @@ static void test_done_words(void **state)
 {
     (void)state;
     gspec specs[] = {gs(199, 33, RNK_F16, RNK_F32, RNK_F32),
-                     gs(8192, 256, RNK_BF16, RNK_BF16, RNK_BF16),
+                     gs(4000, 256, RNK_BF16, RNK_BF16, RNK_BF16),
                      gs(3000, 1024, RNK_BF16, RNK_F32, RNK_NONE),
                      gs(4096, 4096, RNK_BF16, RNK_F32, RNK_F32),
                      gs(16384, 1024, RNK_BF16, RNK_F32, RNK_F32)};
@@ -741,7 +741,7 @@ static void test_gate_word(void **state)
 {
     (void)state;
     gspec specs[] = {gs(199, 33, RNK_F16, RNK_F32, RNK_F32),
-                     gs(8192, 256, RNK_BF16, RNK_BF16, RNK_BF16),
+                     gs(4000, 256, RNK_BF16, RNK_BF16, RNK_BF16),
                      gs(4096, 4096, RNK_BF16, RNK_F32, RNK_F32),
                      gs(16384, 1024, RNK_BF16, RNK_F32, RNK_F32)};
     specs[3].pad = 3;
@@ -857,7 +857,7 @@ static void test_gate_stream(void **state)
     if (!wait64)
         RN_SKIP("the driver has no cuStreamWaitValue64");
     /* the ring path, then S */
-    gspec specs[] = {gs(8192, 256, RNK_BF16, RNK_BF16, RNK_BF16),
+    gspec specs[] = {gs(4000, 256, RNK_BF16, RNK_BF16, RNK_BF16),
                      gs(8192, 1024, RNK_BF16, RNK_F32, RNK_F32)};
     const int iters = quick ? 40 : 400;
     uint64_t *words = NULL, *wdev = NULL; /* [0] done, [1] unused, [2] ready, [3..4] latch */
@@ -997,14 +997,16 @@ static void test_grid_invariance(void **state)
     /* rnk.h's interleaved order: S (4096 x 4096: one row of 8 warps;
      * 4096 x 8192: one row of 16 warps, one chunk a block; 4096 x 3000
      * and 4096 x 6000: rows part of whose threads' second vector is past n;
-     * 32768 x 512, 8192 x 512 and 12288 x 384: two rows of two warps a
-     * block; 65536 x 256 and 98304 x 200: four rows of a warp) and the
-     * general path (unaligned rows, 16384 x 1024, 32768 x 512 and 65536 x
-     * 256).  The contiguous order: the ring path (bf16/fp16 rows at n <= 256
-     * below 2^24 elements and other small shapes, fp32 rows, rows wider than
-     * 8192) and the general path (199 x 33). */
+     * 4096 x 1024: one row of four warps; 32768 x 512, 8192 x 512 and
+     * 12288 x 384: two rows of two warps a block; 65536 x 256, 32768 x 256
+     * and 98304 x 200: four rows of a warp; each of those twice in a block
+     * up to 1024 columns) and the general path (unaligned rows, 16384 x
+     * 1024, 32768 x 512, 4096 x 512 and 65536 x 256).  The contiguous
+     * order: the ring path (bf16/fp16 rows at n <= 256 below 2^20 elements
+     * and other small shapes, fp32 rows, rows wider than 8192) and the
+     * general path (199 x 33). */
     gspec specs[] = {
-        gs(4096, 4096, RNK_BF16, RNK_F32, RNK_F32),  gs(8192, 256, RNK_BF16, RNK_BF16, RNK_BF16),
+        gs(4096, 4096, RNK_BF16, RNK_F32, RNK_F32),  gs(4000, 256, RNK_BF16, RNK_BF16, RNK_BF16),
         gs(199, 33, RNK_F16, RNK_F32, RNK_F32),      gs(3000, 1024, RNK_BF16, RNK_F32, RNK_F32),
         gs(2500, 2048, RNK_F16, RNK_F16, RNK_F16),   gs(777, 512, RNK_BF16, RNK_BF16, RNK_F32),
         gs(1000, 16384, RNK_BF16, RNK_F32, RNK_F32), gs(1500, 8192, RNK_BF16, RNK_F32, RNK_F32),
@@ -1013,7 +1015,9 @@ static void test_grid_invariance(void **state)
         gs(65536, 256, RNK_BF16, RNK_F32, RNK_F32),  gs(98304, 200, RNK_F16, RNK_F16, RNK_F16),
         gs(65536, 256, RNK_BF16, RNK_BF16, RNK_F32), gs(8192, 512, RNK_BF16, RNK_F32, RNK_F32),
         gs(12288, 384, RNK_F16, RNK_F16, RNK_F16),   gs(4096, 8192, RNK_BF16, RNK_BF16, RNK_F32),
-        gs(4096, 3000, RNK_BF16, RNK_F32, RNK_F32),  gs(4096, 6000, RNK_F16, RNK_F16, RNK_F32)};
+        gs(4096, 3000, RNK_BF16, RNK_F32, RNK_F32),  gs(4096, 6000, RNK_F16, RNK_F16, RNK_F32),
+        gs(4096, 1024, RNK_F16, RNK_F16, RNK_F32),   gs(4096, 512, RNK_BF16, RNK_F32, RNK_F32),
+        gs(32768, 256, RNK_BF16, RNK_BF16, RNK_BF16)};
     specs[4].rstd_given = false;
     specs[16].rstd_given = false;
     specs[10].pad = 3;
@@ -1022,6 +1026,8 @@ static void test_grid_invariance(void **state)
     specs[13].rstd_given = false;
     specs[14].pad = 3;
     specs[19].rstd_given = false;
+    specs[20].rstd_given = false;
+    specs[21].pad = 3;
     static const int grids[] = {1, 2, 3, 7, 64, 132, 500, 2000};
     const size_t nspecs = sizeof specs / sizeof specs[0];
     for (size_t k = 0; k < (quick ? 3 : nspecs); k++) {

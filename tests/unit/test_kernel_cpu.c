@@ -393,12 +393,16 @@ static void test_chunk_geometry(void **state)
                         nch == 1);
             assert_int_equal(c, rnk_chunk_rows(ms[i], ns[j]));
             /* Which order: fp32 and mixed rows always contiguous; 16-bit rows
-             * interleaved from 513 to 8192 columns with m * n >= 2^23, from
-             * 257 to 512 with m * n >= 2^22, from 129 to 256 with m * n >=
-             * 2^24, m >= n (m >= n / 2 from 4097 columns). */
+             * interleaved from 1025 to 8192 columns with m * n >= 2^23, from
+             * 513 to 1024 with m * n >= 2^22, from 257 to 512 with m * n >=
+             * 2^21, from 129 to 256 with m * n >= 2^20, m >= n (m >= n / 2
+             * from 4097 columns). */
             const int64_t m = ms[i], n = ns[j];
             const int il = n > 128 && n <= 8192 && (m >= n || (n > 4096 && 2 * m >= n)) &&
-                           m * n >= ((int64_t)1 << (n <= 256 ? 24 : n <= 512 ? 22 : 23));
+                           m * n >= ((int64_t)1 << (n <= 256    ? 20
+                                                    : n <= 512  ? 21
+                                                    : n <= 1024 ? 22
+                                                                : 23));
             rnk_chunking ch;
             rnk_chunking_of(m, n, RNK_F32, RNK_F32, RNK_F32, &ch);
             assert_int_equal(ch.interleaved, 0);
@@ -443,18 +447,23 @@ static void test_chunk_geometry(void **state)
                                      {65536, 256, 528},  {8192, 512, 512},    {4096, 8192, 132},
                                      {8192, 6144, 132},  {4096, 2048, 512},   {8192, 2048, 512},
                                      {16384, 512, 512},  {10000, 1024, 312},  {12288, 1024, 384},
-                                     {8448, 1024, 528},  {8480, 1024, 265}};
+                                     {8448, 1024, 528},  {8480, 1024, 265},
+                                     {4096, 1024, 256},  {4096, 512, 256},    {32768, 256, 528},
+                                     {4096, 256, 256},   {8192, 256, 512}};
     for (size_t i = 0; i < sizeof ilp / sizeof ilp[0]; i++) {
         rnk_chunking ch;
         rnk_chunking_of(ilp[i][0], ilp[i][1], RNK_BF16, RNK_BF16, RNK_BF16, &ch);
         assert_int_equal(ch.interleaved, 1);
         assert_int_equal(ch.nchunks, ilp[i][2]);
     }
-    /* The rule's edges: n = 128, 8193, m < n, m * n < 2^23 (2^24 at n <= 256,
-     * 2^22 at 256 < n <= 512) stay contiguous. */
+    /* The rule's edges: n = 128, 8193, m < n, m * n < 2^23 (2^22 at 512 < n
+     * <= 1024, 2^21 at 256 < n <= 512, 2^20 at n <= 256) stay contiguous. */
     assert_int_equal(rnk_chunk_interleaved(65536, 256, RNK_BF16, RNK_BF16, RNK_BF16), 1);
-    assert_int_equal(rnk_chunk_interleaved(65535, 256, RNK_BF16, RNK_BF16, RNK_BF16), 0);
-    assert_int_equal(rnk_chunk_interleaved(32768, 256, RNK_BF16, RNK_BF16, RNK_BF16), 0);
+    assert_int_equal(rnk_chunk_interleaved(32768, 256, RNK_BF16, RNK_BF16, RNK_BF16), 1);
+    assert_int_equal(rnk_chunk_interleaved(4096, 256, RNK_BF16, RNK_BF16, RNK_BF16), 1);
+    assert_int_equal(rnk_chunk_interleaved(4095, 256, RNK_BF16, RNK_BF16, RNK_BF16), 0);
+    assert_int_equal(rnk_chunk_interleaved(8192, 129, RNK_F16, RNK_F16, RNK_F16), 1);
+    assert_int_equal(rnk_chunk_interleaved(8128, 129, RNK_F16, RNK_F16, RNK_F16), 0);
     assert_int_equal(rnk_chunk_interleaved(131072, 129, RNK_F16, RNK_F16, RNK_F16), 1);
     assert_int_equal(rnk_chunk_interleaved(1 << 20, 128, RNK_BF16, RNK_BF16, RNK_BF16), 0);
     assert_int_equal(rnk_chunk_interleaved(32768, 257, RNK_BF16, RNK_BF16, RNK_BF16), 1);
@@ -463,13 +472,17 @@ static void test_chunk_geometry(void **state)
     assert_int_equal(rnk_chunk_interleaved(4095, 8192, RNK_BF16, RNK_BF16, RNK_BF16), 0);
     assert_int_equal(rnk_chunk_interleaved(3072, 6144, RNK_F16, RNK_F16, RNK_F16), 1);
     assert_int_equal(rnk_chunk_interleaved(2048, 4096, RNK_BF16, RNK_BF16, RNK_BF16), 0);
-    assert_int_equal(rnk_chunk_interleaved(4096, 1024, RNK_F16, RNK_F16, RNK_F16), 0);
+    assert_int_equal(rnk_chunk_interleaved(4096, 1024, RNK_F16, RNK_F16, RNK_F16), 1);
+    assert_int_equal(rnk_chunk_interleaved(4095, 1024, RNK_F16, RNK_F16, RNK_F16), 0);
     assert_int_equal(rnk_chunk_interleaved(8192, 512, RNK_F16, RNK_F16, RNK_F16), 1);
-    assert_int_equal(rnk_chunk_interleaved(8191, 512, RNK_F16, RNK_F16, RNK_F16), 0);
-    assert_int_equal(rnk_chunk_interleaved(4096, 512, RNK_BF16, RNK_BF16, RNK_BF16), 0);
+    assert_int_equal(rnk_chunk_interleaved(8191, 512, RNK_F16, RNK_F16, RNK_F16), 1);
+    assert_int_equal(rnk_chunk_interleaved(4096, 512, RNK_BF16, RNK_BF16, RNK_BF16), 1);
+    assert_int_equal(rnk_chunk_interleaved(4095, 512, RNK_BF16, RNK_BF16, RNK_BF16), 0);
     assert_int_equal(rnk_chunk_interleaved(16384, 257, RNK_BF16, RNK_BF16, RNK_BF16), 1);
-    assert_int_equal(rnk_chunk_interleaved(16320, 257, RNK_BF16, RNK_BF16, RNK_BF16), 0);
-    assert_int_equal(rnk_chunk_interleaved(8192, 513, RNK_BF16, RNK_BF16, RNK_BF16), 0);
+    assert_int_equal(rnk_chunk_interleaved(8160, 257, RNK_BF16, RNK_BF16, RNK_BF16), 0);
+    assert_int_equal(rnk_chunk_interleaved(4096, 513, RNK_BF16, RNK_BF16, RNK_BF16), 0);
+    assert_int_equal(rnk_chunk_interleaved(8192, 513, RNK_BF16, RNK_BF16, RNK_BF16), 1);
+    assert_int_equal(rnk_chunk_interleaved(2048, 2048, RNK_BF16, RNK_BF16, RNK_BF16), 0);
     assert_int_equal(rnk_chunk_interleaved(16384, 513, RNK_BF16, RNK_BF16, RNK_BF16), 1);
     assert_int_equal(rnk_chunk_interleaved(8192, 1024, RNK_F16, RNK_F16, RNK_F16), 1);
     assert_int_equal(rnk_chunk_interleaved(4096, 2048, RNK_BF16, RNK_BF16, RNK_BF16), 1);
