@@ -232,21 +232,6 @@ __device__ __forceinline__ unsigned long long l2_evict_last()
     asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
     return pol;
 }
-/* RNK_L2_PREFETCH (benchmark knob, prepared 2026-12-07, not yet measured):
- * 128 or 256, the S rows' loads ask L2 to fetch that many bytes around each
- * (.L2::128B / .L2::256B, RNK_L2_PF_SIZE); 0: no such hint. */
-#ifndef RNK_L2_PREFETCH
-#define RNK_L2_PREFETCH 0
-#endif
-#if RNK_L2_PREFETCH == 256
-#define RNK_L2_PF_SIZE ".L2::256B"
-#elif RNK_L2_PREFETCH == 128
-#define RNK_L2_PF_SIZE ".L2::128B"
-#elif RNK_L2_PREFETCH == 0
-#define RNK_L2_PF_SIZE ""
-#else
-#error "RNK_L2_PREFETCH: 0, 128 or 256"
-#endif
 /* A partial's float4 / float, stored at L2 (st.global.cg), evict last. */
 __device__ __forceinline__ void st_part4(float *p, float4 v)
 {
@@ -330,13 +315,16 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
 
 /*
  * The per-row sums are fp32 by default; -DRNK_ROW_F64=1 accumulates them in
- * fp64 (each thread's products are still formed in fp32), the accuracy
- * experiment of bench/RESULTS.md: on the ring kernel it brings 4096 x 256's
- * worst dx element (bf16 weight) from 1.15 to 0.50 ulp, below eager's 0.52,
- * but costs 1-4 % at the ring's shapes (H100, 2026-12-06), over the 1 %
- * the accuracy target allows; not the default.  TwoSum row sums widened
- * once into an fp64 tree (RNK_ROW_F64=2 for a while) were 1-4 % slower at
- * every ring shape (H100, 2026-12-07), so they went again.
+ * fp64 (each thread's products are still formed in fp32; the ring, general
+ * and S kernels alike), the accuracy experiment of bench/RESULTS.md: it
+ * brings 4096 x 256's worst dx element (bf16 weight) from 1.15 to 0.50 ulp,
+ * below eager's 0.52, and every shape of the accuracy table to eager's or
+ * below, but costs 1-4 % on the ring kernel (H100, 2026-12-06) and, with
+ * those shapes on S, 1.1 % over the grid and 3 % at 4096 x 256 (H100,
+ * 2026-12-07): over the 1 % the accuracy target allows; not the default.
+ * TwoSum row sums widened once into an fp64 tree (RNK_ROW_F64=2 for a
+ * while) were 1-4 % slower at every ring shape (H100, 2026-12-07), so they
+ * went again.
  */
 #ifndef RNK_ROW_F64
 #define RNK_ROW_F64 0

@@ -61,7 +61,7 @@ template <int TPR, int NV = 1> struct SShape {
 /* The block's shared arrays: the row sums of each warp (double-buffered by
  * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag. */
 template <int TPR, int VEC, int NV = 1> struct SShared {
-    float red[2][SShape<TPR, NV>::R][SShape<TPR, NV>::WPR][2];
+    rsum_t red[2][SShape<TPR, NV>::R][SShape<TPR, NV>::WPR][2];
     float comb[SShape<TPR, NV>::R > 1 ? (SShape<TPR, NV>::R - 1) * TPR * VEC * NV : 1];
     int claim[2], last;
 };
@@ -104,8 +104,7 @@ __host__ __device__ constexpr int s_tpr(int64_t n)
 __device__ __forceinline__ uint4 ldnc16(const void *p)
 {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint" RNK_L2_PF_SIZE
-                 ".v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p), "l"(l2_evict_first()));
     return v;
@@ -113,7 +112,7 @@ __device__ __forceinline__ uint4 ldnc16(const void *p)
 
 /* A row's two sums over a warp by a fixed shuffle tree (s1 only when rstd
  * is recomputed): every lane ends with the warp's sums. */
-template <bool RS> __device__ __forceinline__ void s_warp_sum(float &s1, float &s2)
+template <bool RS, class A> __device__ __forceinline__ void s_warp_sum(A &s1, A &s2)
 {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -211,14 +210,14 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                 Vec<T>::unpack(cur.x[v], xf[v]);
                 Vec<T>::unpack(cur.y[v], yf[v]);
             }
-            float s1 = 0.0f, s2 = 0.0f;
+            rsum_t s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
             for (int v = 0; v < NV; v++)
 #pragma unroll
                 for (int e = 0; e < VEC; e++) {
                     if (!RS)
-                        s1 += xf[v][e] * xf[v][e];
-                    s2 += xf[v][e] * (yf[v][e] * wv[v][e]);
+                        s1 += (rsum_t)(xf[v][e] * xf[v][e]);
+                    s2 += (rsum_t)(xf[v][e] * (yf[v][e] * wv[v][e]));
                 }
             s_warp_sum<RS>(s1, s2);
             if (WPR > 1) {
@@ -236,8 +235,9 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                 par ^= 1;
             }
             if (j < cnt) {
-                const float rstd = RS ? cur.rs : 1.0f / sqrtf(s1 * p.inv_n + p.eps);
-                const float c = rstd * (s2 * p.inv_n);
+                const float rstd =
+                    RS ? cur.rs : 1.0f / sqrtf((float)(s1 * (rsum_t)p.inv_n) + p.eps);
+                const float c = (float)((rsum_t)rstd * (s2 * (rsum_t)p.inv_n));
 #pragma unroll
                 for (int v = 0; v < NV; v++) {
                     float rf[VEC], d[VEC];
