@@ -68,14 +68,6 @@ template <int TPR, int VEC, int NV = 1> struct SShared {
 /* The fast path's widest row: 8192 columns (512 threads of 16). */
 enum { S_MAX_N = 8192 };
 
-/* RNK_S_NAMED_BAR (benchmark knob, measured 2026-12-07: 1.002 over the
- * grid, the noise): 1, a row of several warps meets at its own named
- * barrier (1 + its group, TPR threads) to add its warps' sums, so that the
- * block's other rows do not wait for it; 0, the block's barrier. */
-#ifndef RNK_S_NAMED_BAR
-#define RNK_S_NAMED_BAR 0
-#endif
-
 /* 16-byte vectors a thread holds of a row of 1025-2048, 2049-4096 and
  * 4097-8192 columns (knobs for benchmark builds), the row then taking that
  * many times fewer threads.  Vector v of a thread is at column
@@ -233,12 +225,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                     red[par][grp][wir][0] = s1;
                     red[par][grp][wir][1] = s2;
                 }
-#if RNK_S_NAMED_BAR
-                /* the row's own warps only (its group's named barrier) */
-                asm volatile("bar.sync %0, %1;" ::"r"(1 + grp), "r"(TPR) : "memory");
-#else
                 __syncthreads();
-#endif
                 /* Lane i takes warp i's sums (zeros past the row's warps),
                  * then the same fixed shuffle tree: every lane ends with the
                  * row's sums. */
