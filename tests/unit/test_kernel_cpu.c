@@ -457,35 +457,27 @@ static void test_chunk_geometry(void **state)
         assert_int_equal(ch.nchunks, ilp[i][2]);
     }
     /* The rule's edges: n = 128, 8193, m < n, m * n < 2^23 (2^22 at 512 < n
-     * <= 1024, 2^21 at 256 < n <= 512, 2^20 at n <= 256) stay contiguous. */
-    assert_int_equal(rnk_chunk_interleaved(65536, 256, RNK_BF16, RNK_BF16, RNK_BF16), 1);
-    assert_int_equal(rnk_chunk_interleaved(32768, 256, RNK_BF16, RNK_BF16, RNK_BF16), 1);
-    assert_int_equal(rnk_chunk_interleaved(4096, 256, RNK_BF16, RNK_BF16, RNK_BF16), 1);
-    assert_int_equal(rnk_chunk_interleaved(4095, 256, RNK_BF16, RNK_BF16, RNK_BF16), 0);
-    assert_int_equal(rnk_chunk_interleaved(8192, 129, RNK_F16, RNK_F16, RNK_F16), 1);
-    assert_int_equal(rnk_chunk_interleaved(8128, 129, RNK_F16, RNK_F16, RNK_F16), 0);
-    assert_int_equal(rnk_chunk_interleaved(131072, 129, RNK_F16, RNK_F16, RNK_F16), 1);
-    assert_int_equal(rnk_chunk_interleaved(1 << 20, 128, RNK_BF16, RNK_BF16, RNK_BF16), 0);
-    assert_int_equal(rnk_chunk_interleaved(32768, 257, RNK_BF16, RNK_BF16, RNK_BF16), 1);
-    assert_int_equal(rnk_chunk_interleaved(65536, 8193, RNK_BF16, RNK_BF16, RNK_BF16), 0);
-    assert_int_equal(rnk_chunk_interleaved(4096, 8192, RNK_BF16, RNK_BF16, RNK_BF16), 1);
-    assert_int_equal(rnk_chunk_interleaved(4095, 8192, RNK_BF16, RNK_BF16, RNK_BF16), 0);
-    assert_int_equal(rnk_chunk_interleaved(3072, 6144, RNK_F16, RNK_F16, RNK_F16), 1);
-    assert_int_equal(rnk_chunk_interleaved(2048, 4096, RNK_BF16, RNK_BF16, RNK_BF16), 0);
-    assert_int_equal(rnk_chunk_interleaved(4096, 1024, RNK_F16, RNK_F16, RNK_F16), 1);
-    assert_int_equal(rnk_chunk_interleaved(4095, 1024, RNK_F16, RNK_F16, RNK_F16), 0);
-    assert_int_equal(rnk_chunk_interleaved(8192, 512, RNK_F16, RNK_F16, RNK_F16), 1);
-    assert_int_equal(rnk_chunk_interleaved(8191, 512, RNK_F16, RNK_F16, RNK_F16), 1);
-    assert_int_equal(rnk_chunk_interleaved(4096, 512, RNK_BF16, RNK_BF16, RNK_BF16), 1);
-    assert_int_equal(rnk_chunk_interleaved(4095, 512, RNK_BF16, RNK_BF16, RNK_BF16), 0);
-    assert_int_equal(rnk_chunk_interleaved(16384, 257, RNK_BF16, RNK_BF16, RNK_BF16), 1);
-    assert_int_equal(rnk_chunk_interleaved(8160, 257, RNK_BF16, RNK_BF16, RNK_BF16), 0);
-    assert_int_equal(rnk_chunk_interleaved(4096, 513, RNK_BF16, RNK_BF16, RNK_BF16), 0);
-    assert_int_equal(rnk_chunk_interleaved(8192, 513, RNK_BF16, RNK_BF16, RNK_BF16), 1);
-    assert_int_equal(rnk_chunk_interleaved(2048, 2048, RNK_BF16, RNK_BF16, RNK_BF16), 0);
-    assert_int_equal(rnk_chunk_interleaved(16384, 513, RNK_BF16, RNK_BF16, RNK_BF16), 1);
-    assert_int_equal(rnk_chunk_interleaved(8192, 1024, RNK_F16, RNK_F16, RNK_F16), 1);
-    assert_int_equal(rnk_chunk_interleaved(4096, 2048, RNK_BF16, RNK_BF16, RNK_BF16), 1);
+     * <= 1024, 2^21 at 256 < n <= 512, 2^20 at n <= 256) stay contiguous:
+     * {m, n, the rows' dtype, interleaved}. */
+    static const struct {
+        int64_t m, n;
+        rnk_dtype dt;
+        int il;
+    } edge[] = {
+        {65536, 256, RNK_BF16, 1}, {32768, 256, RNK_BF16, 1}, {4096, 256, RNK_BF16, 1},
+        {4095, 256, RNK_BF16, 0}, {8192, 129, RNK_F16, 1}, {8128, 129, RNK_F16, 0},
+        {131072, 129, RNK_F16, 1}, {1 << 20, 128, RNK_BF16, 0}, {32768, 257, RNK_BF16, 1},
+        {65536, 8193, RNK_BF16, 0}, {4096, 8192, RNK_BF16, 1}, {4095, 8192, RNK_BF16, 0},
+        {3072, 6144, RNK_F16, 1}, {2048, 4096, RNK_BF16, 0}, {4096, 1024, RNK_F16, 1},
+        {4095, 1024, RNK_F16, 0}, {8192, 512, RNK_F16, 1}, {8191, 512, RNK_F16, 1},
+        {4096, 512, RNK_BF16, 1}, {4095, 512, RNK_BF16, 0}, {16384, 257, RNK_BF16, 1},
+        {8160, 257, RNK_BF16, 0}, {4096, 513, RNK_BF16, 0}, {8192, 513, RNK_BF16, 1},
+        {2048, 2048, RNK_BF16, 0}, {16384, 513, RNK_BF16, 1}, {8192, 1024, RNK_F16, 1},
+        {4096, 2048, RNK_BF16, 1}};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++)
+        assert_int_equal(rnk_chunk_interleaved(edge[i].m, edge[i].n, edge[i].dt, edge[i].dt,
+                                               edge[i].dt),
+                         edge[i].il);
 }
 
 /* ---- accuracy ---------------------------------------------------------------- */
