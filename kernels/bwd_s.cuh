@@ -58,10 +58,27 @@ template <int TPR, int NV = 1> struct SShape {
     static constexpr int WPR = TPR / 32;
     static constexpr int MINB = 1024 / (BT * NV) > 0 ? 1024 / (BT * NV) : 1;
 };
+/* The row sums' type of the row class of TPR threads of NV vectors (8
+ * columns each): fp64 for the classes up to RNK_S_F64_MAXN columns (a knob
+ * for measuring it, 0 in production: bwd_common.cuh's RNK_ROW_F64=1 makes
+ * every path's sums fp64, this only S's narrow rows, where the accuracy
+ * target misses; bench/RESULTS.md), else rsum_t. */
+#ifndef RNK_S_F64_MAXN
+#define RNK_S_F64_MAXN 0
+#endif
+template <bool F64> struct SRsum {
+    typedef rsum_t type;
+};
+template <> struct SRsum<true> {
+    typedef double type;
+};
+template <int TPR, int NV>
+using s_rsum_t = typename SRsum<(TPR * NV * 8 <= RNK_S_F64_MAXN)>::type;
+
 /* The block's shared arrays: the row sums of each warp (double-buffered by
  * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag. */
 template <int TPR, int VEC, int NV = 1> struct SShared {
-    rsum_t red[2][SShape<TPR, NV>::R][SShape<TPR, NV>::WPR][2];
+    s_rsum_t<TPR, NV> red[2][SShape<TPR, NV>::R][SShape<TPR, NV>::WPR][2];
     float comb[SShape<TPR, NV>::R > 1 ? (SShape<TPR, NV>::R - 1) * TPR * VEC * NV : 1];
     int claim[2], last;
 #if RNK_S_OWN == 1
@@ -245,6 +262,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                                          unsigned own_old)
 {
     using S = SShape<TPR, NV>;
+    using RT = s_rsum_t<TPR, NV>;
     constexpr int R = S::R, WPR = S::WPR, VEC = Vec<T>::N, CS = TPR * VEC, W = CS * NV;
     constexpr int64_t ES = (int64_t)sizeof(T);
     auto &red = sh.red;
@@ -298,14 +316,14 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                 Vec<T>::unpack(cur.x[v], xf[v]);
                 Vec<T>::unpack(cur.y[v], yf[v]);
             }
-            rsum_t s1 = 0.0f, s2 = 0.0f;
+            RT s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
             for (int v = 0; v < NV; v++)
 #pragma unroll
                 for (int e = 0; e < VEC; e++) {
                     if (!RS)
-                        s1 += (rsum_t)(xf[v][e] * xf[v][e]);
-                    s2 += (rsum_t)(xf[v][e] * (yf[v][e] * wv[v][e]));
+                        s1 += (RT)(xf[v][e] * xf[v][e]);
+                    s2 += (RT)(xf[v][e] * (yf[v][e] * wv[v][e]));
                 }
             s_warp_sum<RS>(s1, s2);
             if (WPR > 1) {
@@ -336,8 +354,8 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
 #endif
             if (j < cnt) {
                 const float rstd =
-                    RS ? cur.rs : 1.0f / sqrtf((float)(s1 * (rsum_t)p.inv_n) + p.eps);
-                const float c = (float)((rsum_t)rstd * (s2 * (rsum_t)p.inv_n));
+                    RS ? cur.rs : 1.0f / sqrtf((float)(s1 * (RT)p.inv_n) + p.eps);
+                const float c = (float)((RT)rstd * (s2 * (RT)p.inv_n));
 #pragma unroll
                 for (int v = 0; v < NV; v++) {
                     float rf[VEC], d[VEC];
