@@ -158,6 +158,9 @@ int rnk_check_args(const rnk_bwd_args *a, char *msg, size_t msglen);
 #ifndef RNK_S_RX_MAXN
 #define RNK_S_RX_MAXN 1024
 #endif
+#if RNK_S_RX_MAXN != 256 && RNK_S_RX_MAXN != 512 && RNK_S_RX_MAXN != 1024 && RNK_S_RX_MAXN != 2048
+#error "RNK_S_RX_MAXN must be 256, 512, 1024 or 2048 (the host's n <= it and S's row classes agree only there)"
+#endif
 
 typedef struct rnk_chunking {
     int interleaved;   /* 1: the interleaved order, 0: the contiguous one */
