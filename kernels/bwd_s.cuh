@@ -34,6 +34,8 @@
 #ifndef RNK_BWD_S_CUH
 #define RNK_BWD_S_CUH
 
+#include <type_traits>
+
 #include "bwd_finish.cuh"
 
 namespace rnk {
@@ -74,6 +76,19 @@ template <> struct SRsum<true> {
 };
 template <int TPR, int NV>
 using s_rsum_t = typename SRsum<(TPR * NV * 8 <= RNK_S_F64_MAXN)>::type;
+
+/* a[0] + ... + a[K-1] pairwise (K a power of two): neighbours first, then
+ * pairs of pairs, ... (RNK_S_F64_MAXN's in-thread sums). */
+template <int K> __device__ __forceinline__ double s_pairwise(double (&a)[K])
+{
+    static_assert((K & (K - 1)) == 0, "s_pairwise: a power of two");
+#pragma unroll
+    for (int w = 1; w < K; w *= 2)
+#pragma unroll
+        for (int i = 0; i + w < K; i += 2 * w)
+            a[i] += a[i + w];
+    return a[0];
+}
 
 /* The block's shared arrays: the row sums of each warp (double-buffered by
  * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag. */
@@ -317,14 +332,34 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                 Vec<T>::unpack(cur.y[v], yf[v]);
             }
             RT s1 = 0.0f, s2 = 0.0f;
+#if RNK_S_F64_MAXN
+            if constexpr (std::is_same<RT, double>::value) {
+                /* fp64 sums (RNK_S_F64_MAXN): the thread's products added
+                 * pairwise, three additions deep, not in a chain of eight:
+                 * the latency the fp64 adds would put on a short row. */
+                double q1[NV * VEC], q2[NV * VEC];
 #pragma unroll
-            for (int v = 0; v < NV; v++)
+                for (int v = 0; v < NV; v++)
 #pragma unroll
-                for (int e = 0; e < VEC; e++) {
-                    if (!RS)
-                        s1 += (RT)(xf[v][e] * xf[v][e]);
-                    s2 += (RT)(xf[v][e] * (yf[v][e] * wv[v][e]));
-                }
+                    for (int e = 0; e < VEC; e++) {
+                        q1[v * VEC + e] = RS ? 0.0 : (double)(xf[v][e] * xf[v][e]);
+                        q2[v * VEC + e] = (double)(xf[v][e] * (yf[v][e] * wv[v][e]));
+                    }
+                if (!RS)
+                    s1 = s_pairwise(q1);
+                s2 = s_pairwise(q2);
+            } else
+#endif
+            {
+#pragma unroll
+                for (int v = 0; v < NV; v++)
+#pragma unroll
+                    for (int e = 0; e < VEC; e++) {
+                        if (!RS)
+                            s1 += (RT)(xf[v][e] * xf[v][e]);
+                        s2 += (RT)(xf[v][e] * (yf[v][e] * wv[v][e]));
+                    }
+            }
             s_warp_sum<RS>(s1, s2);
             if (WPR > 1) {
                 if (lane == 0) {
