@@ -33,10 +33,6 @@ enum Mode {
     MODE_ATOMIC = 2,        /* benchmark "fused non-deterministic": fp32 atomics */
 };
 
-/* Counter words, each on its own 128-byte line of the workspace header
- * (the cancel state and CTR_END, rnk_bwd_args.done's count of the blocks
- * out, share the exit counter's line: each block touches them at its start
- * and at its end only). */
 /*
  * The S kernel's first chunk (bwd_s.cuh), a knob for measuring it:
  *   0  production: every chunk claimed from CTR_CLAIM, the first one too,
@@ -57,9 +53,14 @@ enum Mode {
 #ifndef RNK_S_OWN
 #define RNK_S_OWN 0
 #endif
+/* Counter words, each on its own 128-byte line of the workspace header
+ * (the cancel state and CTR_END, rnk_bwd_args.done's count of the blocks
+ * out, share the exit counter's line: each block touches them at its start
+ * and at its end only).  Under RNK_S_OWN = 1, CTR_OWN's bitmap, a bit a
+ * chunk, takes the two lines after them. */
 enum { CTR_CLAIM = 0, CTR_DONE = 32, CTR_SLICE = 64, CTR_EXIT = 96, CTR_CANCEL = 112,
        CTR_END = 120, CTR_OWN = 128, OWN_WORDS = 33 /* 1056 chunks: MAX_CHUNKS_IL */,
-       CTR_WORDS = RNK_S_OWN == 1 ? 192 : 128 };
+       CTR_WORDS = RNK_S_OWN == 1 ? CTR_OWN + 64 : CTR_OWN };
 /* CTR_CANCEL: what this launch knows of the cancel word. */
 enum { CANCEL_UNKNOWN = 0, CANCEL_READING = 1, CANCEL_CLEAR = 2, CANCEL_SET = 3,
        CANCEL_GATED = 4 /* rnk_bwd_args.gate below its key: no done words either */ };
@@ -77,7 +78,7 @@ enum { FIN_COLS = 32, FIN_COLS_IL = 8, FIN_CV_IL = FIN_COLS_IL / 4 };
 enum { FIN_BATCH = RNK_FIN_BATCH };
 /* The most chunks the interleaved order has (rnk.h: 8 * 132), and their groups. */
 enum { MAX_CHUNKS_IL = 1056, MAX_GROUPS_IL = (MAX_CHUNKS_IL + RNK_DW_GROUP - 1) / RNK_DW_GROUP };
-static_assert(OWN_WORDS * 32 >= MAX_CHUNKS_IL && CTR_OWN + OWN_WORDS <= 192,
+static_assert(OWN_WORDS * 32 >= MAX_CHUNKS_IL && OWN_WORDS <= 64,
               "RNK_S_OWN's bitmap holds a bit of every chunk");
 static constexpr size_t WS_HEADER = CTR_WORDS * 4;
 
