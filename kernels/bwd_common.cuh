@@ -33,34 +33,12 @@ enum Mode {
     MODE_ATOMIC = 2,        /* benchmark "fused non-deterministic": fp32 atomics */
 };
 
-/*
- * The S kernel's first chunk (bwd_s.cuh), a knob for measuring it:
- *   0  production: every chunk claimed from CTR_CLAIM, the first one too,
- *      so a block's first rows wait for that atomic's round trip;
- *   1  block b < min(grid, P) owns chunk b: it sends its first rows' loads
- *      at once, sets b's bit of a bitmap in the header (CTR_OWN, atomicOr)
- *      in the same trip, and stores nothing until the bit says it was
- *      first; chunks from min(grid, P) on come from CTR_CLAIM; a block out
- *      of chunks takes any owned chunk whose bit is still clear (its owner
- *      not started: MPS, other kernels), so no block waits for one that
- *      cannot start;
- *   2  measurement only, never safe: as 1 without the bitmap, nobody takes
- *      an owner's chunk (a launch whose grid is not resident at once can
- *      hang): what the bitmap costs.
- * The rows of a chunk and its partial do not depend on who runs it: dw's
- * bits are the same under every value.
- */
-#ifndef RNK_S_OWN
-#define RNK_S_OWN 0
-#endif
 /* Counter words, each on its own 128-byte line of the workspace header
  * (the cancel state and CTR_END, rnk_bwd_args.done's count of the blocks
  * out, share the exit counter's line: each block touches them at its start
- * and at its end only).  Under RNK_S_OWN = 1, CTR_OWN's bitmap, a bit a
- * chunk, takes the two lines after them. */
+ * and at its end only). */
 enum { CTR_CLAIM = 0, CTR_DONE = 32, CTR_SLICE = 64, CTR_EXIT = 96, CTR_CANCEL = 112,
-       CTR_END = 120, CTR_OWN = 128, OWN_WORDS = 33 /* 1056 chunks: MAX_CHUNKS_IL */,
-       CTR_WORDS = RNK_S_OWN == 1 ? CTR_OWN + 64 : CTR_OWN };
+       CTR_END = 120, CTR_WORDS = 128 };
 /* CTR_CANCEL: what this launch knows of the cancel word. */
 enum { CANCEL_UNKNOWN = 0, CANCEL_READING = 1, CANCEL_CLEAR = 2, CANCEL_SET = 3,
        CANCEL_GATED = 4 /* rnk_bwd_args.gate below its key: no done words either */ };
@@ -78,8 +56,6 @@ enum { FIN_COLS = 32, FIN_COLS_IL = 8, FIN_CV_IL = FIN_COLS_IL / 4 };
 enum { FIN_BATCH = RNK_FIN_BATCH };
 /* The most chunks the interleaved order has (rnk.h: 8 * 132), and their groups. */
 enum { MAX_CHUNKS_IL = 1056, MAX_GROUPS_IL = (MAX_CHUNKS_IL + RNK_DW_GROUP - 1) / RNK_DW_GROUP };
-static_assert(OWN_WORDS * 32 >= MAX_CHUNKS_IL && OWN_WORDS <= 64,
-              "RNK_S_OWN's bitmap holds a bit of every chunk");
 static constexpr size_t WS_HEADER = CTR_WORDS * 4;
 
 /*

@@ -297,10 +297,6 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
             reset_word(&p.ctr[CTR_DONE], 0u);
             reset_word(&p.ctr[CTR_SLICE], 0u);
             reset_word(&p.ctr[CTR_CANCEL], (unsigned)CANCEL_UNKNOWN);
-#if RNK_S_OWN == 1
-            for (int w = 0; w < OWN_WORDS; w++)
-                reset_word(&p.ctr[CTR_OWN + w], 0u);
-#endif
 #if !RNK_LEAN_SYNC
             __threadfence();
 #endif

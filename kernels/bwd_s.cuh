@@ -96,9 +96,6 @@ template <int TPR, int VEC, int NV = 1> struct SShared {
     s_rsum_t<TPR, NV> red[2][SShape<TPR, NV>::R][SShape<TPR, NV>::WPR][2];
     float comb[SShape<TPR, NV>::R > 1 ? (SShape<TPR, NV>::R - 1) * TPR * VEC * NV : 1];
     int claim[2], last;
-#if RNK_S_OWN == 1
-    int own_ok; /* the block's own chunk was its (s_chunks) */
-#endif
 };
 /* The fast path's widest row: 8192 columns (512 threads of 16). */
 enum { S_MAX_N = 8192 };
@@ -190,91 +187,13 @@ __device__ __forceinline__ void s_load(const Params &p, SRow<NV> &d, int64_t row
         d.rs = __ldg(p.rstd + row);
 }
 
-/* RNK_S_OWN (bwd_common.cuh): the chunks that blocks own, min(grid, P). */
-__device__ __forceinline__ int s_owned(const Params &p)
-{
-    return p.nchunks < (int)gridDim.x ? p.nchunks : (int)gridDim.x;
-}
-
-/* RNK_S_OWN, thread 0: the next chunk past the owned ones (CTR_CLAIM from
- * min(grid, P) on), or P where the owned ones are all (grid >= P). */
-__device__ __forceinline__ unsigned s_claim_issue(const Params &p)
-{
-    const int own = s_owned(p);
-    return threadIdx.x == 0 && own < p.nchunks ? atomicAdd(&p.ctr[CTR_CLAIM], 1u) + own
-                                               : (unsigned)p.nchunks;
-}
-
-/* RNK_S_OWN = 1: the bits an owned chunk has in word w of the bitmap. */
-__device__ __forceinline__ unsigned s_own_want(int own, int w)
-{
-    return own <= w * 32 ? 0u : own - w * 32 >= 32 ? ~0u : (1u << (own - w * 32)) - 1u;
-}
-
-/* RNK_S_OWN = 1, warp 0: a snapshot of the bitmap (lane i: word i, lane 0
- * also word 32), loads that bypass L1, sent after a chunk's rows and
- * looked at after its publication (s_own_full). */
-__device__ __forceinline__ void s_own_snap(const Params &p, unsigned &a, unsigned &b)
-{
-    const int lane = threadIdx.x & 31;
-    a = *(const volatile unsigned *)&p.ctr[CTR_OWN + lane];
-    b = lane == 0 ? *(const volatile unsigned *)&p.ctr[CTR_OWN + 32] : 0u;
-}
-
-/* RNK_S_OWN = 1, warp 0: whether the snapshot has every owned chunk's bit
- * set; then no owned chunk is left to take, ever (bits are only set during
- * a launch; a stale word shows fewer).  A snapshot of zeros (none taken)
- * says no. */
-__device__ __forceinline__ bool s_own_full(const Params &p, unsigned a, unsigned b)
-{
-    const int own = s_owned(p), lane = threadIdx.x & 31;
-    const unsigned wa = s_own_want(own, lane), wb = lane == 0 ? s_own_want(own, 32) : 0u;
-    return __all_sync(0xffffffffu, (a & wa) == wa && (b & wb) == wb);
-}
-
-/* RNK_S_OWN = 1, thread 0: take an owned chunk whose bit is clear (its owner
- * has not started), starting at the block's own word so that blocks spread
- * over the bitmap; P when none is left. */
-__device__ __forceinline__ unsigned s_steal(const Params &p)
-{
-    const int own = s_owned(p), nw = (own + 31) / 32;
-    for (int i = 0; i < nw; i++) {
-        const int w = ((int)(blockIdx.x >> 5) + i) % nw;
-        const unsigned want = s_own_want(own, w);
-        unsigned v = *(const volatile unsigned *)&p.ctr[CTR_OWN + w];
-        while ((v & want) != want) {
-            const unsigned bit = 1u << (__ffs(~v & want) - 1);
-            const unsigned old = atomicOr(&p.ctr[CTR_OWN + w], bit);
-            if (!(old & bit))
-                return (unsigned)(w * 32 + __ffs(bit) - 1);
-            v |= old;
-        }
-    }
-    return (unsigned)p.nchunks;
-}
-
-/* RNK_S_OWN = 1, the whole block: the block's next chunk into *slot: the
- * claim nxt (thread 0's), if it is below P; else, unless the snapshot has
- * every owned chunk taken, an owned chunk whose bit is still clear. */
-__device__ __forceinline__ void s_next_chunk(const Params &p, int *slot, unsigned nxt,
-                                             unsigned snap_a, unsigned snap_b)
-{
-    bool taken = false;
-    if (threadIdx.x < 32)
-        taken = s_own_full(p, snap_a, snap_b);
-    if (threadIdx.x == 0)
-        *slot = (int)(nxt < (unsigned)p.nchunks || taken ? nxt : s_steal(p));
-    __syncthreads();
-}
-
 /*
  * The claim loop from the block's first chunk k0 on: rows, dx, the chunk's
  * partial (stripes added in order: p = +0 + stripe_0 + ... + stripe_{R-1})
  * and its publication.  RS: rstd given; DRES: dresidual_out added.
  */
 template <class T, int TPR, int MODE, bool RS, bool DRES, int NV>
-__device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N, NV> &sh,
-                                         unsigned own_old)
+__device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N, NV> &sh)
 {
     using S = SShape<TPR, NV>;
     using RT = s_rsum_t<TPR, NV>;
@@ -302,14 +221,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
 
     int it = 0, par = 0;
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
-        unsigned nxt = RNK_S_OWN ? s_claim_issue(p) : claim_issue(p);
-        /* RNK_S_OWN = 1: tent, the block's own chunk, not yet known to be
-         * its (lost: it was not); the bitmap as the chunk's end saw it */
-#if RNK_S_OWN == 1
-        const bool tent = it == 0 && k == (int)blockIdx.x;
-#endif
-        bool lost = false;
-        unsigned snap_a = 0u, snap_b = 0u;
+        unsigned nxt = claim_issue(p);
         const int64_t cnt = chunk_len(p, k);
         const int64_t iters = (cnt + R - 1) / R;
         float acc[NV][VEC];
@@ -375,18 +287,6 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                 s_warp_sum<RS>(s1, s2);
                 par ^= 1;
             }
-#if RNK_S_OWN == 1
-            if (tent && t == 0) {
-                /* Before the chunk's first store: was its bit ours? */
-                if (tid == 0)
-                    sh.own_ok = !(own_old & (1u << (blockIdx.x & 31)));
-                __syncthreads();
-                if (!sh.own_ok) {
-                    lost = true;
-                    break;
-                }
-            }
-#endif
             if (j < cnt) {
                 const float rstd =
                     RS ? cur.rs : 1.0f / sqrtf((float)(s1 * (RT)p.inv_n) + p.eps);
@@ -415,16 +315,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
             }
             cur = nx;
         }
-        if (RNK_S_OWN == 1 && !lost && tid < 32)
-            s_own_snap(p, snap_a, snap_b);
-        /* RNK_S_OWN = 1: the next chunk is settled after this one's
-         * publication (s_next_chunk: its round trips do not hold it up). */
-        if (RNK_S_OWN == 1 && (lost || !p.dw)) {
-            s_next_chunk(p, s_claim + ((it + 1) & 1), nxt, snap_a, snap_b);
-            trace_chunk(p, s_claim[it & 1]);
-            continue;
-        }
-        if (tid == 0 && RNK_S_OWN != 1)
+        if (tid == 0)
             s_claim[(it + 1) & 1] = (int)nxt;
         if (!p.dw) {
             __syncthreads();
@@ -473,8 +364,6 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
             publish_chunk(p);
         else
             __syncthreads();
-        if (RNK_S_OWN == 1)
-            s_next_chunk(p, s_claim + ((it + 1) & 1), nxt, snap_a, snap_b);
         trace_chunk(p, s_claim[it & 1]);
     }
     trace_rows_done(p, it);
@@ -486,39 +375,24 @@ __global__ void __launch_bounds__(SShape<TPR, NV>::BT, SShape<TPR, NV>::MINB) s_
     __shared__ SShared<TPR, Vec<T>::N, NV> sh;
     trace_start(p, 3u);
     /* The first claim goes out before the cancel word is known, as on the
-     * other paths (bwd_kernel.cuh).  RNK_S_OWN: the block's own chunk, its
-     * bit set in the same trip (the answer waits in own_old until the
-     * chunk's first store); a block past the owned ones takes what it
-     * finds. */
-    unsigned own_old = 0u;
-    unsigned nxt;
-    if (RNK_S_OWN) {
-        const bool owner = (int)blockIdx.x < s_owned(p);
-        if (RNK_S_OWN == 1 && owner && threadIdx.x == 0)
-            own_old = atomicOr(&p.ctr[CTR_OWN + (blockIdx.x >> 5)], 1u << (blockIdx.x & 31));
-        nxt = owner ? blockIdx.x : s_claim_issue(p);
-    } else {
-        nxt = claim_issue(p);
-    }
+     * other paths (bwd_kernel.cuh). */
+    const unsigned nxt = claim_issue(p);
     if (int c = cancelled(p); c != CANCEL_CLEAR) {
         finish_and_exit<true, SShape<TPR, NV>::BT>(p, nullptr, false, c != CANCEL_GATED);
         return;
     }
-    if (threadIdx.x == 0) {
-        if (RNK_S_OWN == 1 && nxt >= (unsigned)p.nchunks)
-            nxt = s_steal(p);
+    if (threadIdx.x == 0)
         sh.claim[0] = (int)nxt;
-    }
     __syncthreads();
     trace_mark(p, 1, 1);
     if (p.rstd && !p.dres)
-        s_chunks<T, TPR, MODE, true, false, NV>(p, sh, own_old);
+        s_chunks<T, TPR, MODE, true, false, NV>(p, sh);
     else if (p.rstd)
-        s_chunks<T, TPR, MODE, true, true, NV>(p, sh, own_old);
+        s_chunks<T, TPR, MODE, true, true, NV>(p, sh);
     else if (!p.dres)
-        s_chunks<T, TPR, MODE, false, false, NV>(p, sh, own_old);
+        s_chunks<T, TPR, MODE, false, false, NV>(p, sh);
     else
-        s_chunks<T, TPR, MODE, false, true, NV>(p, sh, own_old);
+        s_chunks<T, TPR, MODE, false, true, NV>(p, sh);
     finish_and_exit<true, SShape<TPR, NV>::BT>(p, nullptr, MODE == MODE_FUSED);
 }
 
