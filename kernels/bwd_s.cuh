@@ -61,12 +61,15 @@ template <int TPR, int NV = 1> struct SShape {
     static constexpr int MINB = 1024 / (BT * NV) > 0 ? 1024 / (BT * NV) : 1;
 };
 /* The row sums' type of the row class of TPR threads of NV vectors (8
- * columns each): fp64 for the classes up to RNK_S_F64_MAXN columns (a knob
- * for measuring it, 0 in production: bwd_common.cuh's RNK_ROW_F64=1 makes
- * every path's sums fp64, this only S's narrow rows, where the accuracy
- * target misses; bench/RESULTS.md), else rsum_t. */
+ * columns each): fp64 for the classes up to RNK_S_F64_MAXN columns, else
+ * rsum_t (bwd_common.cuh's RNK_ROW_F64=1 makes every path's sums fp64).
+ * 256 in production: fp64 sums on S's rows of up to 256 columns cost 0.7 %
+ * over the benchmark grid (2-8 % at N = 256) and take 4096 x 256's worst dx
+ * element (bf16 weight) from 1.15 to 0.50 ulp (eager 0.52), and from 342
+ * and 17 to 8.3 and 5.7 ulp on two other seeds; on every path they cost
+ * 1.1 % (H100, 2026-12-07, bench/RESULTS.md).  0: fp32 sums there too. */
 #ifndef RNK_S_F64_MAXN
-#define RNK_S_F64_MAXN 0
+#define RNK_S_F64_MAXN 256
 #endif
 template <bool F64> struct SRsum {
     typedef rsum_t type;

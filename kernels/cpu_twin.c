@@ -10,8 +10,9 @@
  * rows and one fp32 dw partial per chunk.
  * Phase 2: threads claim column blocks and add the partials in chunk order.
  * Per-row sums (x^2 for a recomputed rstd, xhat * g for the projection) are
- * accumulated in double: more accurate than the GPU's fp32 tree, and, being
- * inside one row, just as independent of the thread count.
+ * accumulated in double: more accurate than the GPU's fp32 tree (fp64 only
+ * on its fast path's rows of up to 256 columns), and, being inside one row,
+ * just as independent of the thread count.
  *
  * Must be compiled without floating-point contraction (the Makefile gives
  * kernels/ -ffp-contract=off), so that dy * xhat and the sums are each
