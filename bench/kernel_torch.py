@@ -128,13 +128,13 @@ def ulp_stats(dx, ref):
     return u.max().item(), (u > 1).double().mean().item()
 
 
-def accuracy(outdir, fns, dev):
+def accuracy(outdir, fns, dev, seed=12345):
     """dx accuracy on the same random inputs for eager, torch.compile and Quack;
     the inputs go to outdir for bench_kernel --accuracy to run ours on."""
     compiled, _, quack = fns
     os.makedirs(outdir, exist_ok=True)
     g = torch.Generator(device=dev)
-    g.manual_seed(12345)
+    g.manual_seed(seed)
     with open(os.path.join(outdir, "acc_torch.csv"), "w") as f:
         f.write("m,n,w,impl,max_ulp,frac_over1\n")
         for m, n, wname in ACC_SHAPES:
@@ -350,6 +350,8 @@ def main():
     ap.add_argument("--accuracy", metavar="DIR",
                     help="then compare dx accuracy (eager, compile, Quack) on fixed random "
                          "inputs, written to DIR for bench_kernel --accuracy DIR")
+    ap.add_argument("--accuracy-seed", type=int, default=12345, metavar="S",
+                    help="the accuracy inputs' generator seed (default 12345, the standing's)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         log("kernel_torch.py: no CUDA device")
@@ -400,7 +402,7 @@ def main():
                 f"  [{done}/{len(shapes)}, {time.time() - t0:.0f} s]")
     log(f"kernel_torch.py: {done} shapes in {time.time() - t0:.0f} s -> {args.out}")
     if args.accuracy:  # after the timing, whose check wants each shape's first compile
-        accuracy(args.accuracy, fns, dev)
+        accuracy(args.accuracy, fns, dev, args.accuracy_seed)
     return 0
 
 
