@@ -20,7 +20,8 @@
  * two.  A row's two sums (sum of x * g, and of x^2 when rstd is
  * recomputed) meet in a fixed shuffle tree, then, for rows of several
  * warps, at one block barrier per row through a double-buffered array,
- * added over the warps by the same shuffle tree.
+ * added over the warps by the same shuffle tree (in fp64 for rows of up to
+ * 256 columns: RNK_S_F64_MAXN below).
  *
  * The weight (none, fp32 or the rows' dtype) is read once per block by its
  * dtype at run time: one kernel serves all three.
