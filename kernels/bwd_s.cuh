@@ -52,6 +52,14 @@ __host__ __device__ constexpr int s_rx(int tprnv)
     return tprnv * 8 <= RNK_S_RX_MAXN ? RNK_S_RX : 1;
 }
 
+/* RNK_S_MINB256 (a knob for measuring it, 0 in production): the blocks a SM
+ * that S's rows of up to 256 columns are compiled for, instead of
+ * SShape's 4 (64 registers a thread; their row loop spills 136-248 bytes):
+ * 3 gives 80 registers and a grid of 3 blocks a SM. */
+#ifndef RNK_S_MINB256
+#define RNK_S_MINB256 0
+#endif
+
 /* Block shape of TPR threads a row holding NV vectors each: BT threads, R
  * rows at once, MINB blocks a SM (32 / NV warps: 64 * NV registers a
  * thread). */
@@ -59,7 +67,9 @@ template <int TPR, int NV = 1> struct SShape {
     static constexpr int BT = (TPR < 128 ? 128 : TPR) * s_rx(TPR * NV);
     static constexpr int R = BT / TPR;
     static constexpr int WPR = TPR / 32;
-    static constexpr int MINB = 1024 / (BT * NV) > 0 ? 1024 / (BT * NV) : 1;
+    static constexpr int MINB = RNK_S_MINB256 && TPR * NV * 8 <= 256 ? RNK_S_MINB256
+                                : 1024 / (BT * NV) > 0                ? 1024 / (BT * NV)
+                                                                      : 1;
 };
 /* The row sums' type of the row class of TPR threads of NV vectors (8
  * columns each): fp64 for the classes up to RNK_S_F64_MAXN columns, else
