@@ -54,7 +54,7 @@ __host__ __device__ constexpr int s_rx(int tprnv)
 
 /* RNK_S_MINB256 (a knob for measuring it, 0 in production): the blocks a SM
  * that S's rows of up to 256 columns are compiled for, instead of
- * SShape's 4 (64 registers a thread; their row loop spills 136-248 bytes):
+ * SShape's 4 (64 registers a thread; their row loop spills, 204-348 bytes):
  * 3 gives 80 registers and a grid of 3 blocks a SM. */
 #ifndef RNK_S_MINB256
 #define RNK_S_MINB256 0
