@@ -82,14 +82,8 @@ template <int TPR, int NV = 1> struct SShape {
 #ifndef RNK_S_F64_MAXN
 #define RNK_S_F64_MAXN 256
 #endif
-template <bool F64> struct SRsum {
-    typedef rsum_t type;
-};
-template <> struct SRsum<true> {
-    typedef double type;
-};
 template <int TPR, int NV>
-using s_rsum_t = typename SRsum<(TPR * NV * 8 <= RNK_S_F64_MAXN)>::type;
+using s_rsum_t = typename std::conditional<(TPR * NV * 8 <= RNK_S_F64_MAXN), double, rsum_t>::type;
 
 /* a[0] + ... + a[K-1] pairwise (K a power of two): neighbours first, then
  * pairs of pairs, ... (RNK_S_F64_MAXN's in-thread sums). */
@@ -258,7 +252,6 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                 Vec<T>::unpack(cur.y[v], yf[v]);
             }
             RT s1 = 0.0f, s2 = 0.0f;
-#if RNK_S_F64_MAXN
             if constexpr (std::is_same<RT, double>::value) {
                 /* fp64 sums (RNK_S_F64_MAXN): the thread's products added
                  * pairwise, three additions deep, not in a chain of eight:
@@ -274,9 +267,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                 if (!RS)
                     s1 = s_pairwise(q1);
                 s2 = s_pairwise(q2);
-            } else
-#endif
-            {
+            } else {
 #pragma unroll
                 for (int v = 0; v < NV; v++)
 #pragma unroll
