@@ -52,14 +52,6 @@ __host__ __device__ constexpr int s_rx(int tprnv)
     return tprnv * 8 <= RNK_S_RX_MAXN ? RNK_S_RX : 1;
 }
 
-/* RNK_S_MINB256 (a knob for measuring it, 0 in production): the blocks a SM
- * that S's rows of up to 256 columns are compiled for, instead of
- * SShape's 4 (64 registers a thread; their row loop spills, 204-348 bytes):
- * 3 gives 80 registers and a grid of 3 blocks a SM. */
-#ifndef RNK_S_MINB256
-#define RNK_S_MINB256 0
-#endif
-
 /* Block shape of TPR threads a row holding NV vectors each: BT threads, R
  * rows at once, MINB blocks a SM (32 / NV warps: 64 * NV registers a
  * thread). */
@@ -67,18 +59,18 @@ template <int TPR, int NV = 1> struct SShape {
     static constexpr int BT = (TPR < 128 ? 128 : TPR) * s_rx(TPR * NV);
     static constexpr int R = BT / TPR;
     static constexpr int WPR = TPR / 32;
-    static constexpr int MINB = RNK_S_MINB256 && TPR * NV * 8 <= 256 ? RNK_S_MINB256
-                                : 1024 / (BT * NV) > 0                ? 1024 / (BT * NV)
-                                                                      : 1;
+    static constexpr int MINB = 1024 / (BT * NV) > 0 ? 1024 / (BT * NV) : 1;
 };
 /* The row sums' type of the row class of TPR threads of NV vectors (8
  * columns each): fp64 for the classes up to RNK_S_F64_MAXN columns, else
  * rsum_t (bwd_common.cuh's RNK_ROW_F64=1 makes every path's sums fp64).
- * 256 in production: fp64 sums on S's rows of up to 256 columns cost 0.7 %
- * over the benchmark grid (2-8 % at N = 256) and take 4096 x 256's worst dx
- * element (bf16 weight) from 1.15 to 0.50 ulp (eager 0.52), and from 342
- * and 17 to 8.3 and 5.7 ulp on two other seeds; on every path they cost
- * 1.1 % (H100, 2026-12-07, bench/RESULTS.md).  0: fp32 sums there too. */
+ * 256 in production: fp64 sums on S's rows of up to 256 columns cost
+ * 0.7-1.0 % over the benchmark grid (2-10 % at N = 256; compiled for three
+ * blocks a SM, without the row loop's spills, they cost more) and take
+ * 4096 x 256's worst dx element (bf16 weight) from 1.15 to 0.50 ulp (eager
+ * 0.52), and from 342 and 17 to 8.3 and 5.7 ulp on two other seeds; on
+ * every path they cost 1.1 % (H100, 2026-12-07, bench/RESULTS.md).  0: fp32
+ * sums there too. */
 #ifndef RNK_S_F64_MAXN
 #define RNK_S_F64_MAXN 256
 #endif
