@@ -323,7 +323,7 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
  * those shapes on S, 1.1 % over the grid and 3 % at 4096 x 256 (H100,
  * 2026-12-07): over the 1 % the accuracy target allows; not the default.
  * Only S's rows of up to 256 columns have fp64 sums in production
- * (bwd_s.cuh's RNK_S_F64_MAXN: 0.7 % over the grid).
+ * (bwd_s.cuh's RNK_S_F64_MAXN: 0.7-1.0 % over the grid).
  * TwoSum row sums widened once into an fp64 tree (RNK_ROW_F64=2 for a
  * while) were 1-4 % slower at every ring shape (H100, 2026-12-07), so they
  * went again.
