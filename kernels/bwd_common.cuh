@@ -80,6 +80,41 @@ static constexpr size_t WS_HEADER = CTR_WORDS * 4;
 #ifndef RNK_EARLY_EXIT
 #define RNK_EARLY_EXIT 1
 #endif
+/*
+ * Issue 15, the tail after the last chunk (benchmark knobs, off: production's
+ * code is unchanged with all three at 0):
+ *   RNK_EXIT_REL     the exit count an atom.release; only the block that
+ *                    counts itself out last adds an acquire fence before its
+ *                    resets.  With RNK_EARLY_EXIT a finishing block's thread 0
+ *                    sends the count and then its share of the partials'
+ *                    loads: an acquiring atomic holds those loads (and its
+ *                    warp) for the atomic's round trip.
+ *   RNK_POLL_PIPE    the finishers' wait for every chunk as relaxed reads of
+ *                    CTR_DONE, four in flight RNK_POLL_NS ns apart, from
+ *                    RNK_POLL_NEAR chunks before the last on (before that one
+ *                    read at a time), an acquire fence after the read that
+ *                    sees them all: the last publication seen a quarter of a
+ *                    round trip after it lands instead of up to a whole one.
+ *   RNK_PUB_PROBE    a timing probe, never correct: the chunk publish a
+ *                    red.relaxed with no release, so a finisher may read
+ *                    partials not yet written; what the publish's release
+ *                    (its wait for the block's stores) costs the launch.
+ */
+#ifndef RNK_EXIT_REL
+#define RNK_EXIT_REL 0
+#endif
+#ifndef RNK_POLL_PIPE
+#define RNK_POLL_PIPE 0
+#endif
+#ifndef RNK_POLL_NS
+#define RNK_POLL_NS 64
+#endif
+#ifndef RNK_POLL_NEAR
+#define RNK_POLL_NEAR 0
+#endif
+#ifndef RNK_PUB_PROBE
+#define RNK_PUB_PROBE 0
+#endif
 
 struct Params {
     const void *x, *dy, *w, *dres;
@@ -280,6 +315,25 @@ __device__ __forceinline__ unsigned atom_acq_rel_add(unsigned *p, unsigned v)
                  : "l"(p), "r"(v)
                  : "memory");
     return old;
+}
+__device__ __forceinline__ unsigned atom_release_add(unsigned *p, unsigned v)
+{
+    unsigned old;
+    asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;"
+                 : "=r"(old)
+                 : "l"(p), "r"(v)
+                 : "memory");
+    return old;
+}
+__device__ __forceinline__ unsigned ld_relaxed(const unsigned *p)
+{
+    unsigned v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void red_relaxed_add(unsigned *p, unsigned v)
+{
+    asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ void st_relaxed(unsigned *p, unsigned v)
 {
@@ -503,7 +557,11 @@ __device__ __forceinline__ void publish_chunk(const Params &p)
 #if RNK_LEAN_SYNC
         /* Release at gpu scope is cumulative: it covers the block's writes
          * that the barrier ordered before it. */
+#if RNK_PUB_PROBE
+        red_relaxed_add(&p.ctr[CTR_DONE], 1u);
+#else
         red_release_add(&p.ctr[CTR_DONE], 1u);
+#endif
 #else
         __threadfence();
         atomicAdd(&p.ctr[CTR_DONE], 1u);

@@ -201,7 +201,14 @@ __device__ __forceinline__ void reset_word(unsigned *w, unsigned v)
 /* Thread 0: count the block out; the value before (grid - 1: the last). */
 __device__ __forceinline__ unsigned exit_count(const Params &p)
 {
-#if RNK_LEAN_SYNC
+#if RNK_LEAN_SYNC && RNK_EXIT_REL
+    /* release: every block's reads of the counters come before its count;
+     * the last block's acquire fence orders them before its resets. */
+    const unsigned prev = atom_release_add(&p.ctr[CTR_EXIT], 1u);
+    if (prev == gridDim.x - 1)
+        fence_acq_rel_gpu();
+    return prev;
+#elif RNK_LEAN_SYNC
     /* acq_rel: every block's reads of the counters come before the last
      * block's resets. */
     return atom_acq_rel_add(&p.ctr[CTR_EXIT], 1u);
@@ -210,6 +217,48 @@ __device__ __forceinline__ unsigned exit_count(const Params &p)
     return atomicAdd(&p.ctr[CTR_EXIT], 1u);
 #endif
 }
+
+#if RNK_POLL_PIPE
+/* Thread 0 of a finishing block: wait for every chunk (RNK_POLL_PIPE).  The
+ * counter only grows within a launch; each check waits for the oldest of
+ * four reads, which went out four sleeps before, so a read lands about
+ * every RNK_POLL_NS ns (or a quarter of a round trip, whichever is longer).
+ * The fence after the read that sees every chunk makes it an acquire. */
+__device__ __forceinline__ void wait_chunks_pipelined(const Params &p)
+{
+    const unsigned P = (unsigned)p.nchunks;
+    const unsigned near = RNK_POLL_NEAR > 0 && P > RNK_POLL_NEAR ? P - RNK_POLL_NEAR : 0u;
+    const unsigned *w = &p.ctr[CTR_DONE];
+    while (near != 0u && ld_relaxed(w) < near)
+        __nanosleep(64);
+    unsigned v0 = ld_relaxed(w);
+    __nanosleep(RNK_POLL_NS);
+    unsigned v1 = ld_relaxed(w);
+    __nanosleep(RNK_POLL_NS);
+    unsigned v2 = ld_relaxed(w);
+    __nanosleep(RNK_POLL_NS);
+    unsigned v3 = ld_relaxed(w);
+    for (;;) {
+        __nanosleep(RNK_POLL_NS);
+        if (v0 >= P)
+            break;
+        v0 = ld_relaxed(w);
+        __nanosleep(RNK_POLL_NS);
+        if (v1 >= P)
+            break;
+        v1 = ld_relaxed(w);
+        __nanosleep(RNK_POLL_NS);
+        if (v2 >= P)
+            break;
+        v2 = ld_relaxed(w);
+        __nanosleep(RNK_POLL_NS);
+        if (v3 >= P)
+            break;
+        v3 = ld_relaxed(w);
+    }
+    fence_acq_rel_gpu();
+}
+#endif
 
 /* Thread 0, after its block's last write (rnk_bwd_args.done): the block
  * that counts itself out last (CTR_END, after any finish) writes the done
@@ -264,8 +313,12 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
     const bool fin = fused && p.dw && has_slice<IL>(p);
     if (fin) {
         if (threadIdx.x == 0) {
+#if RNK_POLL_PIPE
+            wait_chunks_pipelined(p);
+#else
             while (ld_acquire(&p.ctr[CTR_DONE]) < (unsigned)p.nchunks)
                 __nanosleep(64);
+#endif
 #if !RNK_LEAN_SYNC /* (the acquiring load alone orders the reads that follow) */
             __threadfence();
 #endif
