@@ -115,6 +115,24 @@ static constexpr size_t WS_HEADER = CTR_WORDS * 4;
 #ifndef RNK_PUB_PROBE
 #define RNK_PUB_PROBE 0
 #endif
+/*
+ *   RNK_PART_LL      S's fused partials with a flag in every value: each
+ *                    float stored as a 64-bit word whose upper half is the
+ *                    launch's epoch (CTR_EPOCH's value + 1, read by every
+ *                    block at its start; the last block out stores it), so
+ *                    a finisher knows a value of this launch when it sees
+ *                    one, and the chunk's publish needs no release: a
+ *                    red.relaxed, with no wait for the block's stores (its
+ *                    dx rows' too) to land first.  The finishers wait for
+ *                    the count, then load their groups, again while a flag
+ *                    is not yet this launch's.  Twice the partials' bytes.
+ */
+#ifndef RNK_PART_LL
+#define RNK_PART_LL 0
+#endif
+#if RNK_PART_LL
+enum { CTR_EPOCH = 104 }; /* (on the exit count's line) */
+#endif
 
 struct Params {
     const void *x, *dy, *w, *dres;
@@ -335,6 +353,31 @@ __device__ __forceinline__ void red_relaxed_add(unsigned *p, unsigned v)
 {
     asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+#if RNK_PART_LL
+/* RNK_PART_LL: four values of a partial at u (32 bytes), each with the
+ * epoch e in its upper half, two 8-byte words a store (each word is one
+ * single-copy-atomic access), evict last. */
+__device__ __forceinline__ void st_ll4(unsigned long long *u, float a, float b, float c, float d,
+                                       unsigned e)
+{
+    const unsigned long long E = (unsigned long long)e << 32;
+    asm volatile("st.relaxed.gpu.global.L2::cache_hint.v2.u64 [%0], {%1,%2}, %3;" ::"l"(u),
+                 "l"(E | __float_as_uint(a)), "l"(E | __float_as_uint(b)), "l"(l2_evict_last())
+                 : "memory");
+    asm volatile("st.relaxed.gpu.global.L2::cache_hint.v2.u64 [%0], {%1,%2}, %3;" ::"l"(u + 2),
+                 "l"(E | __float_as_uint(c)), "l"(E | __float_as_uint(d)), "l"(l2_evict_last())
+                 : "memory");
+}
+/* Two flagged values at u, from L2, evict first. */
+__device__ __forceinline__ void ld_ll2(const unsigned long long *u, unsigned long long &a,
+                                       unsigned long long &b)
+{
+    asm volatile("ld.relaxed.gpu.global.L2::cache_hint.v2.u64 {%0,%1}, [%2], %3;"
+                 : "=l"(a), "=l"(b)
+                 : "l"(u), "l"(l2_evict_first())
+                 : "memory");
+}
+#endif
 __device__ __forceinline__ void st_relaxed(unsigned *p, unsigned v)
 {
     asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -550,10 +593,16 @@ __device__ __forceinline__ void trace_chunk(const Params &p, int k)
  * thread 0's fence, which makes them visible before the "done" bump (the
  * pattern of a cooperative grid barrier, without its residency requirement).
  */
-__device__ __forceinline__ void publish_chunk(const Params &p)
+template <bool LL = false> __device__ __forceinline__ void publish_chunk(const Params &p)
 {
     __syncthreads();
     if (threadIdx.x == 0) {
+#if RNK_LEAN_SYNC && RNK_PART_LL
+        if (LL) { /* (the partials' flags say when they are there) */
+            red_relaxed_add(&p.ctr[CTR_DONE], 1u);
+            return;
+        }
+#endif
 #if RNK_LEAN_SYNC
         /* Release at gpu scope is cumulative: it covers the block's writes
          * that the barrier ordered before it. */

@@ -155,6 +155,79 @@ __device__ __forceinline__ void fin_groups_pairs(const Params &p, int base, int 
     }
 }
 
+#if RNK_PART_LL
+/*
+ * fin_groups_pairs for flagged partials (RNK_PART_LL, epoch e): four
+ * threads, adjacent lanes, take a group's sixteen partials of one float4,
+ * four each (eight 16-byte loads, all in flight), loaded again until every
+ * flag is e; the lowest adds its four, then each other's four handed down
+ * by shuffles, in chunk order (rnk.h): the same additions as
+ * fin_groups_pairs.
+ */
+__device__ __forceinline__ void fin_groups_ll(const Params &p, int base, int SB,
+                                              float4 (*gsum)[FIN_CV_IL], unsigned e)
+{
+    constexpr int CV = FIN_CV_IL;
+    const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP, T = (int)blockDim.x;
+    const int items = SB * CV * Q, sub = threadIdx.x & 3;
+    const int64_t ucs = p.cs / 2; /* (8-byte words a chunk) */
+    for (int i0 = 0; i0 < 4 * items; i0 += T) {
+        const int i = (i0 + (int)threadIdx.x) >> 2;
+        const int so = i / (CV * Q), r = i - so * CV * Q, cv = r % CV, q = r / CV;
+        const int64_t col = (int64_t)(base + so) * FIN_COLS_IL + cv * 4;
+        const bool on = i < items, ok = on && base + so < p.nslices && col < p.n;
+        const int cnt = P - q * RNK_DW_GROUP < RNK_DW_GROUP ? P - q * RNK_DW_GROUP : RNK_DW_GROUP;
+        const unsigned long long *src =
+            (const unsigned long long *)(p.part + (int64_t)q * RNK_DW_GROUP * p.cs) + col;
+        const unsigned long long E = (unsigned long long)e << 32;
+        unsigned long long a[4][4];
+        bool good;
+        do {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int kk = sub * 4 + k;
+                if (ok && kk < cnt) {
+                    ld_ll2(src + kk * ucs, a[k][0], a[k][1]);
+                    ld_ll2(src + kk * ucs + 2, a[k][2], a[k][3]);
+                } else {
+                    a[k][0] = a[k][1] = a[k][2] = a[k][3] = E;
+                }
+            }
+            good = true;
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    good = good && (a[k][j] >> 32) == e;
+        } while (!good);
+        float4 v[4], g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            v[k] = make_float4(__uint_as_float((unsigned)a[k][0]), __uint_as_float((unsigned)a[k][1]),
+                               __uint_as_float((unsigned)a[k][2]), __uint_as_float((unsigned)a[k][3]));
+        /* (the lowest thread's sum; the others' are not used) */
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (ok && k < cnt)
+                fadd4(g, v[k]);
+#pragma unroll
+        for (int s = 1; s < 4; s++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float4 w;
+                w.x = __shfl_down_sync(0xffffffffu, v[k].x, s);
+                w.y = __shfl_down_sync(0xffffffffu, v[k].y, s);
+                w.z = __shfl_down_sync(0xffffffffu, v[k].z, s);
+                w.w = __shfl_down_sync(0xffffffffu, v[k].w, s);
+                if (ok && 4 * s + k < cnt)
+                    fadd4(g, w);
+            }
+        if (on && sub == 0)
+            gsum[so * Q + q][cv] = g;
+    }
+}
+#endif
+
 /*
  * Interleaved order: finish slices of FIN_COLS_IL = 8 columns (FIN_CV_IL = 2
  * float4 of each partial) in rnk.h's two-level order.  A block
@@ -164,15 +237,21 @@ __device__ __forceinline__ void fin_groups_pairs(const Params &p, int base, int 
  * in chunk order; then one thread per column adds the group sums in order and
  * rounds once.  MAXT: the kernel's largest block (sizes the group sums).
  */
-template <int MAXT>
-__device__ __forceinline__ void finish_slices_il(const Params &p)
+template <int MAXT, bool LL = false>
+__device__ __forceinline__ void finish_slices_il(const Params &p, unsigned ep = 0u)
 {
     constexpr int E = MAXT / 2 > MAX_GROUPS_IL ? MAXT / 2 : MAX_GROUPS_IL;
     __shared__ float4 gsum[E][FIN_CV_IL];
     const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
     const int T = (int)blockDim.x, SB = il_slices_a_block(p);
     for (int base = blockIdx.x * SB; base < p.nslices; base += gridDim.x * SB) {
-        fin_groups_pairs(p, base, SB, gsum);
+#if RNK_PART_LL
+        if (LL)
+            fin_groups_ll(p, base, SB, gsum, ep);
+        else
+#endif
+            fin_groups_pairs(p, base, SB, gsum);
+        (void)ep;
         __syncthreads();
         trace_groups(p);
         for (int i = threadIdx.x; i < SB * FIN_COLS_IL; i += T) {
@@ -305,9 +384,9 @@ template <bool IL> __device__ __forceinline__ bool has_slice(const Params &p)
  * (finish_slices_il, MAXT: the kernel's largest block); else the contiguous
  * one's (finish_slice through tile, FIN_BATCH * FIN_COLS floats).
  * done_words: false for a gated launch (cancelled(), CANCEL_GATED). */
-template <bool IL = false, int MAXT = 1024>
+template <bool IL = false, int MAXT = 1024, bool LL = false>
 __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bool fused,
-                                                bool done_words = true)
+                                                bool done_words = true, unsigned ep = 0u)
 {
     unsigned prev = 0;
     const bool fin = fused && p.dw && has_slice<IL>(p);
@@ -332,7 +411,7 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
         __syncthreads();
         trace_mark(p, 3, 3);
         if constexpr (IL)
-            finish_slices_il<MAXT>(p);
+            finish_slices_il<MAXT, LL>(p, ep);
         else
             for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
                 finish_slice(p, sl, tile);
@@ -350,6 +429,10 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
             reset_word(&p.ctr[CTR_DONE], 0u);
             reset_word(&p.ctr[CTR_SLICE], 0u);
             reset_word(&p.ctr[CTR_CANCEL], (unsigned)CANCEL_UNKNOWN);
+#if RNK_PART_LL
+            if (LL)
+                st_relaxed(&p.ctr[CTR_EPOCH], ep);
+#endif
 #if !RNK_LEAN_SYNC
             __threadfence();
 #endif
