@@ -80,59 +80,6 @@ static constexpr size_t WS_HEADER = CTR_WORDS * 4;
 #ifndef RNK_EARLY_EXIT
 #define RNK_EARLY_EXIT 1
 #endif
-/*
- * Issue 15, the tail after the last chunk (benchmark knobs, off: production's
- * code is unchanged with all three at 0):
- *   RNK_EXIT_REL     the exit count an atom.release; only the block that
- *                    counts itself out last adds an acquire fence before its
- *                    resets.  With RNK_EARLY_EXIT a finishing block's thread 0
- *                    sends the count and then its share of the partials'
- *                    loads: an acquiring atomic holds those loads (and its
- *                    warp) for the atomic's round trip.
- *   RNK_POLL_PIPE    the finishers' wait for every chunk as relaxed reads of
- *                    CTR_DONE, four in flight RNK_POLL_NS ns apart, from
- *                    RNK_POLL_NEAR chunks before the last on (before that one
- *                    read at a time), an acquire fence after the read that
- *                    sees them all: the last publication seen a quarter of a
- *                    round trip after it lands instead of up to a whole one.
- *   RNK_PUB_PROBE    a timing probe, never correct: the chunk publish a
- *                    red.relaxed with no release, so a finisher may read
- *                    partials not yet written; what the publish's release
- *                    (its wait for the block's stores) costs the launch.
- */
-#ifndef RNK_EXIT_REL
-#define RNK_EXIT_REL 0
-#endif
-#ifndef RNK_POLL_PIPE
-#define RNK_POLL_PIPE 0
-#endif
-#ifndef RNK_POLL_NS
-#define RNK_POLL_NS 64
-#endif
-#ifndef RNK_POLL_NEAR
-#define RNK_POLL_NEAR 0
-#endif
-#ifndef RNK_PUB_PROBE
-#define RNK_PUB_PROBE 0
-#endif
-/*
- *   RNK_PART_LL      S's fused partials with a flag in every value: each
- *                    float stored as a 64-bit word whose upper half is the
- *                    launch's epoch (CTR_EPOCH's value + 1, read by every
- *                    block at its start; the last block out stores it), so
- *                    a finisher knows a value of this launch when it sees
- *                    one, and the chunk's publish needs no release: a
- *                    red.relaxed, with no wait for the block's stores (its
- *                    dx rows' too) to land first.  The finishers wait for
- *                    the count, then load their groups, again while a flag
- *                    is not yet this launch's.  Twice the partials' bytes.
- */
-#ifndef RNK_PART_LL
-#define RNK_PART_LL 0
-#endif
-#if RNK_PART_LL
-enum { CTR_EPOCH = 104 }; /* (on the exit count's line) */
-#endif
 
 struct Params {
     const void *x, *dy, *w, *dres;
@@ -334,50 +281,6 @@ __device__ __forceinline__ unsigned atom_acq_rel_add(unsigned *p, unsigned v)
                  : "memory");
     return old;
 }
-__device__ __forceinline__ unsigned atom_release_add(unsigned *p, unsigned v)
-{
-    unsigned old;
-    asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;"
-                 : "=r"(old)
-                 : "l"(p), "r"(v)
-                 : "memory");
-    return old;
-}
-__device__ __forceinline__ unsigned ld_relaxed(const unsigned *p)
-{
-    unsigned v;
-    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void red_relaxed_add(unsigned *p, unsigned v)
-{
-    asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-#if RNK_PART_LL
-/* RNK_PART_LL: four values of a partial at u (32 bytes), each with the
- * epoch e in its upper half, two 8-byte words a store (each word is one
- * single-copy-atomic access), evict last. */
-__device__ __forceinline__ void st_ll4(unsigned long long *u, float a, float b, float c, float d,
-                                       unsigned e)
-{
-    const unsigned long long E = (unsigned long long)e << 32;
-    asm volatile("st.relaxed.gpu.global.L2::cache_hint.v2.u64 [%0], {%1,%2}, %3;" ::"l"(u),
-                 "l"(E | __float_as_uint(a)), "l"(E | __float_as_uint(b)), "l"(l2_evict_last())
-                 : "memory");
-    asm volatile("st.relaxed.gpu.global.L2::cache_hint.v2.u64 [%0], {%1,%2}, %3;" ::"l"(u + 2),
-                 "l"(E | __float_as_uint(c)), "l"(E | __float_as_uint(d)), "l"(l2_evict_last())
-                 : "memory");
-}
-/* Two flagged values at u, from L2, evict first. */
-__device__ __forceinline__ void ld_ll2(const unsigned long long *u, unsigned long long &a,
-                                       unsigned long long &b)
-{
-    asm volatile("ld.relaxed.gpu.global.L2::cache_hint.v2.u64 {%0,%1}, [%2], %3;"
-                 : "=l"(a), "=l"(b)
-                 : "l"(u), "l"(l2_evict_first())
-                 : "memory");
-}
-#endif
 __device__ __forceinline__ void st_relaxed(unsigned *p, unsigned v)
 {
     asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -593,24 +496,14 @@ __device__ __forceinline__ void trace_chunk(const Params &p, int k)
  * thread 0's fence, which makes them visible before the "done" bump (the
  * pattern of a cooperative grid barrier, without its residency requirement).
  */
-template <bool LL = false> __device__ __forceinline__ void publish_chunk(const Params &p)
+__device__ __forceinline__ void publish_chunk(const Params &p)
 {
     __syncthreads();
     if (threadIdx.x == 0) {
-#if RNK_LEAN_SYNC && RNK_PART_LL
-        if (LL) { /* (the partials' flags say when they are there) */
-            red_relaxed_add(&p.ctr[CTR_DONE], 1u);
-            return;
-        }
-#endif
 #if RNK_LEAN_SYNC
         /* Release at gpu scope is cumulative: it covers the block's writes
          * that the barrier ordered before it. */
-#if RNK_PUB_PROBE
-        red_relaxed_add(&p.ctr[CTR_DONE], 1u);
-#else
         red_release_add(&p.ctr[CTR_DONE], 1u);
-#endif
 #else
         __threadfence();
         atomicAdd(&p.ctr[CTR_DONE], 1u);

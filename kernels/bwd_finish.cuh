@@ -155,79 +155,6 @@ __device__ __forceinline__ void fin_groups_pairs(const Params &p, int base, int 
     }
 }
 
-#if RNK_PART_LL
-/*
- * fin_groups_pairs for flagged partials (RNK_PART_LL, epoch e): four
- * threads, adjacent lanes, take a group's sixteen partials of one float4,
- * four each (eight 16-byte loads, all in flight), loaded again until every
- * flag is e; the lowest adds its four, then each other's four handed down
- * by shuffles, in chunk order (rnk.h): the same additions as
- * fin_groups_pairs.
- */
-__device__ __forceinline__ void fin_groups_ll(const Params &p, int base, int SB,
-                                              float4 (*gsum)[FIN_CV_IL], unsigned e)
-{
-    constexpr int CV = FIN_CV_IL;
-    const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP, T = (int)blockDim.x;
-    const int items = SB * CV * Q, sub = threadIdx.x & 3;
-    const int64_t ucs = p.cs / 2; /* (8-byte words a chunk) */
-    for (int i0 = 0; i0 < 4 * items; i0 += T) {
-        const int i = (i0 + (int)threadIdx.x) >> 2;
-        const int so = i / (CV * Q), r = i - so * CV * Q, cv = r % CV, q = r / CV;
-        const int64_t col = (int64_t)(base + so) * FIN_COLS_IL + cv * 4;
-        const bool on = i < items, ok = on && base + so < p.nslices && col < p.n;
-        const int cnt = P - q * RNK_DW_GROUP < RNK_DW_GROUP ? P - q * RNK_DW_GROUP : RNK_DW_GROUP;
-        const unsigned long long *src =
-            (const unsigned long long *)(p.part + (int64_t)q * RNK_DW_GROUP * p.cs) + col;
-        const unsigned long long E = (unsigned long long)e << 32;
-        unsigned long long a[4][4];
-        bool good;
-        do {
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const int kk = sub * 4 + k;
-                if (ok && kk < cnt) {
-                    ld_ll2(src + kk * ucs, a[k][0], a[k][1]);
-                    ld_ll2(src + kk * ucs + 2, a[k][2], a[k][3]);
-                } else {
-                    a[k][0] = a[k][1] = a[k][2] = a[k][3] = E;
-                }
-            }
-            good = true;
-#pragma unroll
-            for (int k = 0; k < 4; k++)
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    good = good && (a[k][j] >> 32) == e;
-        } while (!good);
-        float4 v[4], g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            v[k] = make_float4(__uint_as_float((unsigned)a[k][0]), __uint_as_float((unsigned)a[k][1]),
-                               __uint_as_float((unsigned)a[k][2]), __uint_as_float((unsigned)a[k][3]));
-        /* (the lowest thread's sum; the others' are not used) */
-#pragma unroll
-        for (int k = 0; k < 4; k++)
-            if (ok && k < cnt)
-                fadd4(g, v[k]);
-#pragma unroll
-        for (int s = 1; s < 4; s++)
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                float4 w;
-                w.x = __shfl_down_sync(0xffffffffu, v[k].x, s);
-                w.y = __shfl_down_sync(0xffffffffu, v[k].y, s);
-                w.z = __shfl_down_sync(0xffffffffu, v[k].z, s);
-                w.w = __shfl_down_sync(0xffffffffu, v[k].w, s);
-                if (ok && 4 * s + k < cnt)
-                    fadd4(g, w);
-            }
-        if (on && sub == 0)
-            gsum[so * Q + q][cv] = g;
-    }
-}
-#endif
-
 /*
  * Interleaved order: finish slices of FIN_COLS_IL = 8 columns (FIN_CV_IL = 2
  * float4 of each partial) in rnk.h's two-level order.  A block
@@ -237,21 +164,15 @@ __device__ __forceinline__ void fin_groups_ll(const Params &p, int base, int SB,
  * in chunk order; then one thread per column adds the group sums in order and
  * rounds once.  MAXT: the kernel's largest block (sizes the group sums).
  */
-template <int MAXT, bool LL = false>
-__device__ __forceinline__ void finish_slices_il(const Params &p, unsigned ep = 0u)
+template <int MAXT>
+__device__ __forceinline__ void finish_slices_il(const Params &p)
 {
     constexpr int E = MAXT / 2 > MAX_GROUPS_IL ? MAXT / 2 : MAX_GROUPS_IL;
     __shared__ float4 gsum[E][FIN_CV_IL];
     const int P = p.nchunks, Q = (P + RNK_DW_GROUP - 1) / RNK_DW_GROUP;
     const int T = (int)blockDim.x, SB = il_slices_a_block(p);
     for (int base = blockIdx.x * SB; base < p.nslices; base += gridDim.x * SB) {
-#if RNK_PART_LL
-        if (LL)
-            fin_groups_ll(p, base, SB, gsum, ep);
-        else
-#endif
-            fin_groups_pairs(p, base, SB, gsum);
-        (void)ep;
+        fin_groups_pairs(p, base, SB, gsum);
         __syncthreads();
         trace_groups(p);
         for (int i = threadIdx.x; i < SB * FIN_COLS_IL; i += T) {
@@ -280,14 +201,7 @@ __device__ __forceinline__ void reset_word(unsigned *w, unsigned v)
 /* Thread 0: count the block out; the value before (grid - 1: the last). */
 __device__ __forceinline__ unsigned exit_count(const Params &p)
 {
-#if RNK_LEAN_SYNC && RNK_EXIT_REL
-    /* release: every block's reads of the counters come before its count;
-     * the last block's acquire fence orders them before its resets. */
-    const unsigned prev = atom_release_add(&p.ctr[CTR_EXIT], 1u);
-    if (prev == gridDim.x - 1)
-        fence_acq_rel_gpu();
-    return prev;
-#elif RNK_LEAN_SYNC
+#if RNK_LEAN_SYNC
     /* acq_rel: every block's reads of the counters come before the last
      * block's resets. */
     return atom_acq_rel_add(&p.ctr[CTR_EXIT], 1u);
@@ -296,48 +210,6 @@ __device__ __forceinline__ unsigned exit_count(const Params &p)
     return atomicAdd(&p.ctr[CTR_EXIT], 1u);
 #endif
 }
-
-#if RNK_POLL_PIPE
-/* Thread 0 of a finishing block: wait for every chunk (RNK_POLL_PIPE).  The
- * counter only grows within a launch; each check waits for the oldest of
- * four reads, which went out four sleeps before, so a read lands about
- * every RNK_POLL_NS ns (or a quarter of a round trip, whichever is longer).
- * The fence after the read that sees every chunk makes it an acquire. */
-__device__ __forceinline__ void wait_chunks_pipelined(const Params &p)
-{
-    const unsigned P = (unsigned)p.nchunks;
-    const unsigned near = RNK_POLL_NEAR > 0 && P > RNK_POLL_NEAR ? P - RNK_POLL_NEAR : 0u;
-    const unsigned *w = &p.ctr[CTR_DONE];
-    while (near != 0u && ld_relaxed(w) < near)
-        __nanosleep(64);
-    unsigned v0 = ld_relaxed(w);
-    __nanosleep(RNK_POLL_NS);
-    unsigned v1 = ld_relaxed(w);
-    __nanosleep(RNK_POLL_NS);
-    unsigned v2 = ld_relaxed(w);
-    __nanosleep(RNK_POLL_NS);
-    unsigned v3 = ld_relaxed(w);
-    for (;;) {
-        __nanosleep(RNK_POLL_NS);
-        if (v0 >= P)
-            break;
-        v0 = ld_relaxed(w);
-        __nanosleep(RNK_POLL_NS);
-        if (v1 >= P)
-            break;
-        v1 = ld_relaxed(w);
-        __nanosleep(RNK_POLL_NS);
-        if (v2 >= P)
-            break;
-        v2 = ld_relaxed(w);
-        __nanosleep(RNK_POLL_NS);
-        if (v3 >= P)
-            break;
-        v3 = ld_relaxed(w);
-    }
-    fence_acq_rel_gpu();
-}
-#endif
 
 /* Thread 0, after its block's last write (rnk_bwd_args.done): the block
  * that counts itself out last (CTR_END, after any finish) writes the done
@@ -384,20 +256,16 @@ template <bool IL> __device__ __forceinline__ bool has_slice(const Params &p)
  * (finish_slices_il, MAXT: the kernel's largest block); else the contiguous
  * one's (finish_slice through tile, FIN_BATCH * FIN_COLS floats).
  * done_words: false for a gated launch (cancelled(), CANCEL_GATED). */
-template <bool IL = false, int MAXT = 1024, bool LL = false>
+template <bool IL = false, int MAXT = 1024>
 __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bool fused,
-                                                bool done_words = true, unsigned ep = 0u)
+                                                bool done_words = true)
 {
     unsigned prev = 0;
     const bool fin = fused && p.dw && has_slice<IL>(p);
     if (fin) {
         if (threadIdx.x == 0) {
-#if RNK_POLL_PIPE
-            wait_chunks_pipelined(p);
-#else
             while (ld_acquire(&p.ctr[CTR_DONE]) < (unsigned)p.nchunks)
                 __nanosleep(64);
-#endif
 #if !RNK_LEAN_SYNC /* (the acquiring load alone orders the reads that follow) */
             __threadfence();
 #endif
@@ -411,7 +279,7 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
         __syncthreads();
         trace_mark(p, 3, 3);
         if constexpr (IL)
-            finish_slices_il<MAXT, LL>(p, ep);
+            finish_slices_il<MAXT>(p);
         else
             for (int sl = blockIdx.x; sl < p.nslices; sl += gridDim.x)
                 finish_slice(p, sl, tile);
@@ -429,10 +297,6 @@ __device__ __forceinline__ void finish_and_exit(const Params &p, float *tile, bo
             reset_word(&p.ctr[CTR_DONE], 0u);
             reset_word(&p.ctr[CTR_SLICE], 0u);
             reset_word(&p.ctr[CTR_CANCEL], (unsigned)CANCEL_UNKNOWN);
-#if RNK_PART_LL
-            if (LL)
-                st_relaxed(&p.ctr[CTR_EPOCH], ep);
-#endif
 #if !RNK_LEAN_SYNC
             __threadfence();
 #endif

@@ -96,9 +96,6 @@ template <int TPR, int VEC, int NV = 1> struct SShared {
     s_rsum_t<TPR, NV> red[2][SShape<TPR, NV>::R][SShape<TPR, NV>::WPR][2];
     float comb[SShape<TPR, NV>::R > 1 ? (SShape<TPR, NV>::R - 1) * TPR * VEC * NV : 1];
     int claim[2], last;
-#if RNK_PART_LL
-    unsigned ep; /* this launch's epoch (bwd_common.cuh's RNK_PART_LL) */
-#endif
 };
 /* The fast path's widest row: 8192 columns (512 threads of 16). */
 enum { S_MAX_N = 8192 };
@@ -351,16 +348,6 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                     for (int e = 0; e < VEC; e++)
                         atomicAdd(p.acc + cv + e, q[e]);
                 } else {
-#if RNK_PART_LL
-                    if (MODE == MODE_FUSED) {
-                        unsigned long long *u =
-                            (unsigned long long *)(p.part + (int64_t)k * p.cs) + cv;
-#pragma unroll
-                        for (int e = 0; e < VEC; e += 4)
-                            st_ll4(u + e, q[e], q[e + 1], q[e + 2], q[e + 3], sh.ep);
-                        continue;
-                    }
-#endif
                     float *part = p.part + (int64_t)k * p.cs + cv;
 #pragma unroll
                     for (int e = 0; e < VEC; e += 4)
@@ -371,7 +358,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
         if (MODE == MODE_ATOMIC)
             atomic_tail(p, &sh.last);
         else if (MODE == MODE_FUSED)
-            publish_chunk<RNK_PART_LL != 0>(p);
+            publish_chunk(p);
         else
             __syncthreads();
         trace_chunk(p, s_claim[it & 1]);
@@ -391,13 +378,8 @@ __global__ void __launch_bounds__(SShape<TPR, NV>::BT, SShape<TPR, NV>::MINB) s_
         finish_and_exit<true, SShape<TPR, NV>::BT>(p, nullptr, false, c != CANCEL_GATED);
         return;
     }
-    if (threadIdx.x == 0) {
+    if (threadIdx.x == 0)
         sh.claim[0] = (int)nxt;
-#if RNK_PART_LL
-        const unsigned e = ld_relaxed(&p.ctr[CTR_EPOCH]) + 1u;
-        sh.ep = e ? e : 1u; /* (0 is a fresh workspace's) */
-#endif
-    }
     __syncthreads();
     trace_mark(p, 1, 1);
     if (p.rstd && !p.dres)
@@ -408,12 +390,7 @@ __global__ void __launch_bounds__(SShape<TPR, NV>::BT, SShape<TPR, NV>::MINB) s_
         s_chunks<T, TPR, MODE, false, false, NV>(p, sh);
     else
         s_chunks<T, TPR, MODE, false, true, NV>(p, sh);
-#if RNK_PART_LL
-    finish_and_exit<true, SShape<TPR, NV>::BT, MODE == MODE_FUSED>(p, nullptr, MODE == MODE_FUSED,
-                                                                   true, sh.ep);
-#else
     finish_and_exit<true, SShape<TPR, NV>::BT>(p, nullptr, MODE == MODE_FUSED);
-#endif
 }
 
 } /* namespace rnk */

@@ -105,10 +105,6 @@ size_t rnk::ws_bytes(int64_t m, int64_t n)
     rnk_chunking_of(m, n, RNK_F32, RNK_F32, RNK_F32, &c);      /* contiguous */
     rnk_chunking_of(m, n, RNK_BF16, RNK_BF16, RNK_BF16, &ci);  /* interleaved if (m, n) allow */
     size_t b = (size_t)c.nchunks * (size_t)c.stripes * pst * 4;
-#if RNK_PART_LL /* (S's flagged partials: 8 bytes a column, bwd_common.cuh) */
-    if (ci.interleaved && ci.stripes < 2)
-        ci.stripes = 2;
-#endif
     size_t bi = (size_t)ci.nchunks * (size_t)ci.stripes * pst * 4;
     return WS_HEADER + (b > bi ? b : bi);
 }
@@ -208,10 +204,6 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
     p.G = ch.stripes;
     p.pst = (a->n + 3) / 4 * 4;
     p.cs = p.G * p.pst;
-#if RNK_PART_LL
-    if (pl->il && p.G < 2)
-        p.cs = 2 * p.pst;
-#endif
     const int fcols = pl->il ? FIN_COLS_IL : FIN_COLS;
     p.nslices = (int)((a->n + fcols - 1) / fcols);
     p.ctr = (unsigned *)ws;
