@@ -90,10 +90,75 @@ template <int K> __device__ __forceinline__ double s_pairwise(double (&a)[K])
     return a[0];
 }
 
+/* RNK_S_FEW (a knob for benchmark builds, 0 in production): where the
+ * launch's work (its chunks, or the finish's slices if more) fits in
+ * RNK_S_FEW blocks a SM, the kernels of one vector a thread (rows of up to
+ * 2048 columns, compiled for 1024 / BT blocks a SM: 64 registers) run as
+ * an instance compiled for RNK_S_FEW blocks a SM, whose registers hold the
+ * row loop without spills (m = 4096 up to 1024 columns: 256 chunks on 132
+ * SMs).  The same source, so the same results, bit for bit. */
+#ifndef RNK_S_FEW
+#define RNK_S_FEW 0
+#endif
+
+/* RNK_S_LAG (a knob for benchmark builds, 0 in production): the row
+ * exchange one row late.  A warp adds its part of row t + 1 and arrives at
+ * that row's mbarrier before it waits at row t's, so that warps whose loads
+ * came early run a row ahead of those whose loads came late instead of
+ * waiting for them at every row; the rows in flight go from one to two
+ * (three row buffers, the loop unrolled by three so that none is moved).
+ * 1: the kernels of two vectors a thread (2049-8192 columns, 128
+ * registers); 2: every S kernel whose rows have several warps. */
+#ifndef RNK_S_LAG
+#define RNK_S_LAG 0
+#endif
+__host__ __device__ constexpr bool s_lag(int tpr, int nv)
+{
+    return tpr > 32 && (RNK_S_LAG >= 2 || (RNK_S_LAG == 1 && nv == 2));
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void mbar_init(unsigned long long *b, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(count)
+                 : "memory");
+}
+/* (release at the CTA's scope: the arriving thread's shared stores first) */
+__device__ __forceinline__ void mbar_arrive(unsigned long long *b)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(b)) : "memory");
+}
+/* Until the phase of this parity completes (acquire at the CTA's scope). */
+__device__ __forceinline__ void mbar_wait(unsigned long long *b, unsigned parity)
+{
+    asm volatile("{\n\t.reg .pred P1;\n"
+                 "LAB_WAIT:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t"
+                 "@P1 bra DONE;\n\t"
+                 "bra LAB_WAIT;\n"
+                 "DONE:\n\t}" ::"r"(smem_addr(b)),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* RNK_S_LAG's shared arrays: the weight (each thread's columns, out of its
+ * registers) and the mbarriers of rows 0, 2, ... and 1, 3, ...; none (an
+ * empty base, taking no place) where the knob is off. */
+template <bool LAG, int W> struct SLagShared {
+    float wsm[W];
+    unsigned long long mbar[2];
+};
+template <int W> struct SLagShared<false, W> {
+};
+
 /* The block's shared arrays: the row sums of each warp (double-buffered by
  * parity), stripes 1 .. R-1's dw sums for the chunk's partial, ATOMIC's flag. */
-template <int TPR, int VEC, int NV = 1> struct SShared {
-    s_rsum_t<TPR, NV> red[2][SShape<TPR, NV>::R][SShape<TPR, NV>::WPR][2];
+template <int TPR, int VEC, int NV = 1>
+struct SShared : SLagShared<s_lag(TPR, NV), TPR * VEC * NV> {
+    s_rsum_t<TPR, NV> red[s_lag(TPR, NV) ? 4 : 2][SShape<TPR, NV>::R][SShape<TPR, NV>::WPR][2];
     float comb[SShape<TPR, NV>::R > 1 ? (SShape<TPR, NV>::R - 1) * TPR * VEC * NV : 1];
     int claim[2], last;
 };
@@ -187,6 +252,117 @@ __device__ __forceinline__ void s_load(const Params &p, SRow<NV> &d, int64_t row
         d.rs = __ldg(p.rstd + row);
 }
 
+#if RNK_S_LAG
+/* RNK_S_LAG's rows of chunk k (s_chunks' loop, the exchange a row late):
+ * row t + 1's sums go out before row t's come in.  ph counts the block's
+ * rows so far: row ph's sums go to red[ph % 4], its arrivals to mbarrier
+ * mbar[ph % 2], phase ph / 2 of that barrier.  Four slots: a warp writes
+ * row t + 4's sums only after it waited at row t + 2, which every warp
+ * arrives at after it read row t's (with three, row t + 3's would follow
+ * only the wait at row t + 1, whose arrivals come before the reads of row
+ * t's).
+ * A phase cannot complete twice while a warp waits at it: row t + 2's needs
+ * that warp's own arrival, which comes after its wait at row t. */
+template <class T, int TPR, bool RS, bool DRES, int NV>
+__device__ __forceinline__ void s_rows_lag(const Params &p, SShared<TPR, Vec<T>::N, NV> &sh, int k,
+                                           int64_t cnt, int64_t iters, int col,
+                                           const bool (&ok)[NV], bool nc,
+                                           float (&acc)[NV][Vec<T>::N], int &ph)
+{
+    using RT = s_rsum_t<TPR, NV>;
+    constexpr int R = SShape<TPR, NV>::R, WPR = SShape<TPR, NV>::WPR, VEC = Vec<T>::N;
+    constexpr int CS = TPR * VEC;
+    constexpr int64_t ES = (int64_t)sizeof(T);
+    const int tid = threadIdx.x, grp = tid / TPR, lane = tid & 31, wir = (tid % TPR) >> 5;
+    const int64_t P = p.nchunks;
+    /* The weights of vector v (sh.wsm: this thread's own columns). */
+    auto wload = [&](int v, float (&w)[VEC]) {
+#pragma unroll
+        for (int e = 0; e < VEC; e += 4) {
+            const float4 q = *reinterpret_cast<const float4 *>(&sh.wsm[col + v * CS + e]);
+            w[e] = q.x, w[e + 1] = q.y, w[e + 2] = q.z, w[e + 3] = q.w;
+        }
+    };
+    /* This warp's part of a row: its sums into slot q, then its arrival. */
+    auto part = [&](const SRow<NV> &d, int q) {
+        RT s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+            float xf[VEC], yf[VEC], w[VEC];
+            Vec<T>::unpack(d.x[v], xf);
+            Vec<T>::unpack(d.y[v], yf);
+            wload(v, w);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                if (!RS)
+                    s1 += (RT)(xf[e] * xf[e]);
+                s2 += (RT)(xf[e] * (yf[e] * w[e]));
+            }
+        }
+        s_warp_sum<RS>(s1, s2);
+        if (lane == 0) {
+            sh.red[q & 3][grp][wir][0] = s1;
+            sh.red[q & 3][grp][wir][1] = s2;
+            mbar_arrive(&sh.mbar[q & 1]);
+        }
+    };
+    /* Row t (the block's row q): its sums once every warp's part is in,
+     * then dx and dw as s_chunks' loop. */
+    auto out = [&](const SRow<NV> &d, int64_t t, int q) {
+        mbar_wait(&sh.mbar[q & 1], (unsigned)(q >> 1) & 1u);
+        RT s1 = !RS && lane < WPR ? sh.red[q & 3][grp][lane][0] : 0.0f;
+        RT s2 = lane < WPR ? sh.red[q & 3][grp][lane][1] : 0.0f;
+        s_warp_sum<RS>(s1, s2);
+        const int64_t j = t * R + grp;
+        if (j >= cnt)
+            return;
+        const float rstd = RS ? d.rs : 1.0f / sqrtf((float)(s1 * (RT)p.inv_n) + p.eps);
+        const float c = (float)((RT)rstd * (s2 * (RT)p.inv_n));
+#pragma unroll
+        for (int v = 0; v < NV; v++) {
+            float xf[VEC], yf[VEC], rf[VEC], o[VEC], w[VEC];
+            Vec<T>::unpack(d.x[v], xf);
+            Vec<T>::unpack(d.y[v], yf);
+            if (DRES)
+                Vec<T>::unpack(d.r[v], rf);
+            wload(v, w);
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                const float xh = __fmul_rn(xf[e], rstd);
+                o[e] = rstd * (yf[e] * w[e] - xh * c);
+                if (DRES)
+                    o[e] += rf[e];
+#if RNK_DW_FMA
+                acc[v][e] = __fmaf_rn(yf[e], xh, acc[v][e]);
+#else
+                acc[v][e] = __fadd_rn(acc[v][e], __fmul_rn(yf[e], xh));
+#endif
+            }
+            if (ok[v])
+                st16((char *)p.dx + ((k + j * P) * p.dxs + col + v * CS) * ES, Vec<T>::pack(o));
+        }
+    };
+    SRow<NV> b[3];
+    s_load<T, RS, DRES, NV>(p, b[0], k + grp * P, grp < cnt, col, ok, CS, nc);
+    s_load<T, RS, DRES, NV>(p, b[1], k + (R + grp) * P, R + grp < cnt, col, ok, CS, nc);
+    part(b[0], ph);
+#pragma unroll 1
+    for (int64_t t0 = 0; t0 < iters; t0 += 3) {
+#pragma unroll
+        for (int s = 0; s < 3; s++) {
+            const int64_t t = t0 + s, j2 = (t + 2) * R + grp;
+            if (t >= iters) /* (the same for the whole block) */
+                break;
+            s_load<T, RS, DRES, NV>(p, b[(s + 2) % 3], k + j2 * P, j2 < cnt, col, ok, CS, nc);
+            if (t + 1 < iters)
+                part(b[(s + 1) % 3], ph + 1);
+            out(b[s], t, ph);
+            ph++;
+        }
+    }
+}
+#endif
+
 /*
  * The claim loop from the block's first chunk k0 on: rows, dx, the chunk's
  * partial (stripes added in order: p = +0 + stripe_0 + ... + stripe_{R-1})
@@ -220,6 +396,15 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
                                     : 0.0f;
 
     int it = 0, par = 0;
+#if RNK_S_LAG
+    int ph = 0; /* (s_rows_lag) */
+    if constexpr (s_lag(TPR, NV))
+#pragma unroll
+        for (int v = 0; v < NV; v++)
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                sh.wsm[col + v * CS + e] = wv[v][e];
+#endif
     for (int k = s_claim[0]; k < p.nchunks; it++, k = s_claim[it & 1]) {
         unsigned nxt = claim_issue(p);
         const int64_t cnt = chunk_len(p, k);
@@ -231,9 +416,14 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
             for (int e = 0; e < VEC; e++)
                 acc[v][e] = 0.0f;
         SRow<NV> cur;
-        s_load<T, RS, DRES, NV>(p, cur, k + grp * P, grp < cnt, col, ok, CS, nc);
+#if RNK_S_LAG
+        if constexpr (s_lag(TPR, NV))
+            s_rows_lag<T, TPR, RS, DRES, NV>(p, sh, k, cnt, iters, col, ok, nc, acc, ph);
+        else
+#endif
+            s_load<T, RS, DRES, NV>(p, cur, k + grp * P, grp < cnt, col, ok, CS, nc);
 #pragma unroll 1
-        for (int64_t t = 0; t < iters; t++) {
+        for (int64_t t = 0; t < (s_lag(TPR, NV) ? 0 : iters); t++) {
             const int64_t j = t * R + grp, jn = j + R;
             SRow<NV> nx;
             s_load<T, RS, DRES, NV>(p, nx, k + jn * P, jn < cnt, col, ok, CS, nc);
@@ -366,8 +556,11 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
     trace_rows_done(p, it);
 }
 
-template <class T, int TPR, int MODE, int NV = 1>
-__global__ void __launch_bounds__(SShape<TPR, NV>::BT, SShape<TPR, NV>::MINB) s_kernel(Params p)
+/* LB: blocks a SM the kernel is compiled for, SShape's MINB when 0
+ * (RNK_S_FEW's instances: fewer, with more registers a thread). */
+template <class T, int TPR, int MODE, int NV = 1, int LB = 0>
+__global__ void __launch_bounds__(SShape<TPR, NV>::BT, LB ? LB : SShape<TPR, NV>::MINB)
+    s_kernel(Params p)
 {
     __shared__ SShared<TPR, Vec<T>::N, NV> sh;
     trace_start(p, 3u);
@@ -378,8 +571,15 @@ __global__ void __launch_bounds__(SShape<TPR, NV>::BT, SShape<TPR, NV>::MINB) s_
         finish_and_exit<true, SShape<TPR, NV>::BT>(p, nullptr, false, c != CANCEL_GATED);
         return;
     }
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
         sh.claim[0] = (int)nxt;
+#if RNK_S_LAG
+        if constexpr (s_lag(TPR, NV)) {
+            mbar_init(&sh.mbar[0], SShape<TPR, NV>::BT / 32);
+            mbar_init(&sh.mbar[1], SShape<TPR, NV>::BT / 32);
+        }
+#endif
+    }
     __syncthreads();
     trace_mark(p, 1, 1);
     if (p.rstd && !p.dres)

@@ -250,6 +250,10 @@ int rnk::plan(const rnk_device *dev, const rnk_bwd_args *a, void *ws, size_t wsb
             pl->path = PATH_S;
             p.tpr = tpr;
             pl->threads = (tpr < 128 ? 128 : tpr) * s_rx(tpr * s_nv(a->n));
+#if RNK_S_FEW
+            pl->few = s_nv(a->n) == 1 &&
+                      (p.nchunks > p.nslices ? p.nchunks : p.nslices) <= dev->sms * RNK_S_FEW;
+#endif
         } else {
             int64_t tp = (a->n + 31) / 32 * 32;
             p.tpr = (int)(tp > 1024 / p.G ? 1024 / p.G : tp);
@@ -369,7 +373,7 @@ static const void *path_fn(const Plan &pl)
 {
     if constexpr (sizeof(T) == 2) /* (fp32 rows never take S) */
         if (pl.path == PATH_S)
-            return s_fn<T, MODE_FUSED>(pl.p.n);
+            return s_fn<T, MODE_FUSED>(pl.p.n, pl.few);
     return pl.p.w_dt == RNK_F32 ? ring_fn<T, float>(pl.nv) : ring_fn<T, T>(pl.nv);
 }
 

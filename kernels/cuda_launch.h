@@ -29,6 +29,7 @@ struct Plan {
     int nv;         /* ring path: 16-byte vectors per thread per row */
     int threads;    /* block size: G stripes of tpr threads */
     size_t smem;    /* dynamic shared memory */
+    bool few;       /* S: RNK_S_FEW's instance (bwd_s.cuh) */
 };
 
 /* Returns RNK_OK, or RNK_ECUDA with "file:line: what: error" in msg after
@@ -48,8 +49,23 @@ size_t ws_bytes(int64_t m, int64_t n);
  * vectors a thread; the interleaved order's n > 256 gives 64 threads a row or
  * more), in MODE (production: MODE_FUSED). */
 template <class T, int MODE>
-inline const void *s_fn(int64_t n)
+inline const void *s_fn(int64_t n, bool few = false)
 {
+#if RNK_S_FEW
+    if (few)
+        switch (s_tpr(n) * s_nv(n)) {
+        case 32: return (const void *)s_kernel<T, 32, MODE, 1, RNK_S_FEW>;
+        case 64: return (const void *)s_kernel<T, 64, MODE, 1, RNK_S_FEW>;
+        case 128: return (const void *)s_kernel<T, 128, MODE, 1, RNK_S_FEW>;
+        case 256:
+            if (RNK_S_NV2K == 1)
+                return (const void *)s_kernel<T, 256, MODE, 1, RNK_S_FEW>;
+            break;
+        default: break;
+        }
+#else
+    (void)few;
+#endif
     switch (s_tpr(n) * s_nv(n)) {
     case 32: return (const void *)s_kernel<T, 32, MODE>;
     case 64: return (const void *)s_kernel<T, 64, MODE>;
