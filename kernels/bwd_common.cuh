@@ -232,6 +232,22 @@ __device__ __forceinline__ unsigned long long l2_evict_last()
     asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
     return pol;
 }
+/* dw's step for one element, rnk.h's order: acc + dy * xhat, each
+ * operation rounded once (one fma with RNK_DW_FMA). */
+__device__ __forceinline__ float dw_step(float acc, float dy, float xh)
+{
+#if RNK_DW_FMA
+    return __fmaf_rn(dy, xh, acc);
+#else
+    return __fadd_rn(acc, __fmul_rn(dy, xh));
+#endif
+}
+/* One element's dx, dresidual not added: from dy, the weight, xhat (x *
+ * rstd, rounded) and the row's rstd and c. */
+__device__ __forceinline__ float dx_elem(float dy, float w, float xh, float rstd, float c)
+{
+    return rstd * (dy * w - xh * c);
+}
 /* A partial's float4 / float, stored at L2 (st.global.cg), evict last. */
 __device__ __forceinline__ void st_part4(float *p, float4 v)
 {

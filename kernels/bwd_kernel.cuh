@@ -234,15 +234,10 @@ __device__ __forceinline__ void process_row(const Params &p, const uint4 *sl, in
 #pragma unroll
         for (int e = 0; e < VEC; e++) {
             const float xh = __fmul_rn(xf[e], rstd);
-            const float gg = yf[e] * wv[v][e];
-            d[e] = rstd * (gg - xh * c);
+            d[e] = dx_elem(yf[e], wv[v][e], xh, rstd, c);
             if (DRES)
                 d[e] += rf[e];
-#if RNK_DW_FMA
-            acc[v][e] = __fmaf_rn(yf[e], xh, acc[v][e]);
-#else
-            acc[v][e] = __fadd_rn(acc[v][e], __fmul_rn(yf[e], xh));
-#endif
+            acc[v][e] = dw_step(acc[v][e], yf[e], xh);
         }
         if (ok[v])
             st16(dxr + coff[v], Vec<T>::pack(d));
@@ -578,12 +573,12 @@ __global__ void __launch_bounds__(1024) general_kernel(Params p)
                 float yf = ld_any(p.dy_dt, p.dy, yo + j);
                 float w = has_w ? ld_any(p.w_dt, p.w, j) + p.offset : 1.0f;
                 const float xh = __fmul_rn(xf, rstd);
-                float d = rstd * (yf * w - xh * c);
+                float d = dx_elem(yf, w, xh, rstd, c);
                 if (p.dres)
                     d += ld_any(p.dr_dt, p.dres, r * p.drs + j);
                 st_any(p.dx_dt, p.dx, r * p.dxs + j, d);
                 if (want_dw)
-                    slot[j] = __fadd_rn(slot[j], __fmul_rn(yf, xh));
+                    slot[j] = dw_step(slot[j], yf, xh);
             }
         }
         if (threadIdx.x == 0)

@@ -329,14 +329,10 @@ __device__ __forceinline__ void s_rows_lag(const Params &p, SShared<TPR, Vec<T>:
 #pragma unroll
             for (int e = 0; e < VEC; e++) {
                 const float xh = __fmul_rn(xf[e], rstd);
-                o[e] = rstd * (yf[e] * w[e] - xh * c);
+                o[e] = dx_elem(yf[e], w[e], xh, rstd, c);
                 if (DRES)
                     o[e] += rf[e];
-#if RNK_DW_FMA
-                acc[v][e] = __fmaf_rn(yf[e], xh, acc[v][e]);
-#else
-                acc[v][e] = __fadd_rn(acc[v][e], __fmul_rn(yf[e], xh));
-#endif
+                acc[v][e] = dw_step(acc[v][e], yf[e], xh);
             }
             if (ok[v])
                 st16((char *)p.dx + ((k + j * P) * p.dxs + col + v * CS) * ES, Vec<T>::pack(o));
@@ -486,14 +482,10 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
 #pragma unroll
                     for (int e = 0; e < VEC; e++) {
                         const float xh = __fmul_rn(xf[v][e], rstd);
-                        d[e] = rstd * (yf[v][e] * wv[v][e] - xh * c);
+                        d[e] = dx_elem(yf[v][e], wv[v][e], xh, rstd, c);
                         if (DRES)
                             d[e] += rf[e];
-#if RNK_DW_FMA
-                        acc[v][e] = __fmaf_rn(yf[v][e], xh, acc[v][e]);
-#else
-                        acc[v][e] = __fadd_rn(acc[v][e], __fmul_rn(yf[v][e], xh));
-#endif
+                        acc[v][e] = dw_step(acc[v][e], yf[v][e], xh);
                     }
                     if (ok[v])
                         st16((char *)p.dx + ((k + j * P) * p.dxs + col + v * CS) * ES,
