@@ -101,6 +101,26 @@ template <int K> __device__ __forceinline__ double s_pairwise(double (&a)[K])
 #define RNK_S_FEW 0
 #endif
 
+/* RNK_S_PP (a knob for benchmark builds, 0 in production): the row loop
+ * unrolled by two, so that its two row buffers take turns.  In
+ * production's loop the next row's values are moved into the current
+ * row's registers at the loop's head (cur = nx); the moves wait for their
+ * loads, and only then do the next row's loads go out, so while a warp
+ * waits for a row no other row of it is in flight (production's SASS: the
+ * moves at the head of the row loop, then its loads; ncu put 38 % of the
+ * warps' stalls there).  Unrolled, row t + 1's loads can go out before
+ * row t's are waited for: two rows in flight in the same registers, as the
+ * streaming kernel shaped as S (bench_kernel --floor) loads.  1: every S
+ * kernel; 2: those of several warps a row (from 257 columns: the kernel
+ * of up to 256, with its fp64 sums, spills more unrolled). */
+#ifndef RNK_S_PP
+#define RNK_S_PP 0
+#endif
+__host__ __device__ constexpr bool s_pp(int tpr)
+{
+    return RNK_S_PP == 1 || (RNK_S_PP == 2 && tpr > 32);
+}
+
 /* RNK_S_LAG (a knob for benchmark builds, 0 in production): the row
  * exchange one row late.  A warp adds its part of row t + 1 and arrives at
  * that row's mbarrier before it waits at row t's, so that warps whose loads
@@ -418,7 +438,7 @@ __device__ __forceinline__ void s_chunks(const Params &p, SShared<TPR, Vec<T>::N
         else
 #endif
             s_load<T, RS, DRES, NV>(p, cur, k + grp * P, grp < cnt, col, ok, CS, nc);
-#pragma unroll 1
+#pragma unroll(s_pp(TPR) ? 2 : 1)
         for (int64_t t = 0; t < (s_lag(TPR, NV) ? 0 : iters); t++) {
             const int64_t j = t * R + grp, jn = j + R;
             SRow<NV> nx;
