@@ -311,12 +311,18 @@ __device__ __forceinline__ void st_release_gpu64(unsigned long long *p, unsigned
     asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
+/* A shared-memory address as PTX's .shared instructions take it. */
+__device__ __forceinline__ unsigned smem_addr(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
 /* Asynchronous 16-byte copies, global to shared (sm_80 and later): the
  * contiguous finish's loads of the partials, evict first (st_part4). */
 __device__ __forceinline__ void cp_async16(void *sdst, const void *gsrc)
 {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(sdst);
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(s),
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(
+                     smem_addr(sdst)),
                  "l"(gsrc), "l"(l2_evict_first())
                  : "memory");
 }

@@ -378,7 +378,7 @@ __global__ void __launch_bounds__(RNK_FAST_MAXT, NV >= 4 ? RNK_NV4_MINB : RNK_NV
     float *work = smem + p.wsp;
     uint4 *ring = reinterpret_cast<uint4 *>(work) +
                   threadIdx.x * (RNK_RING_LANE_MAJOR ? ring_slots(NV) : 1);
-    const unsigned sring = (unsigned)__cvta_generic_to_shared(ring);
+    const unsigned sring = smem_addr(ring);
     /* The plan keeps n small enough for a row to fit in shared memory. */
     const int n32 = (int)n;
     int col[NV];

@@ -137,10 +137,6 @@ __host__ __device__ constexpr bool s_lag(int tpr, int nv)
     return tpr > 32 && (RNK_S_LAG >= 2 || (RNK_S_LAG == 1 && nv == 2));
 }
 
-__device__ __forceinline__ unsigned smem_addr(const void *p)
-{
-    return (unsigned)__cvta_generic_to_shared(p);
-}
 __device__ __forceinline__ void mbar_init(unsigned long long *b, unsigned count)
 {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(count)
